@@ -1,0 +1,131 @@
+"""`custody-app --batch`: JSON Lines in, one JSON result per op out (DESIGN sections 9 and 10)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from custody_app.commands import NOT_YET, OPS, parse_command
+from custody_app.errors import LedgerError
+from custody_app.ledger import Ledger
+from custody_app.readmodels import VerifyResult
+
+# Ops per write transaction: results are printed only once their transaction has committed.
+CHUNK = 500
+_ALIAS_FIELDS = ("fact_id", "supersedes")
+
+
+@dataclass
+class BatchOutcome:
+    ok: int = 0
+    failed: int = 0
+    first_failure: dict[str, Any] | None = None
+    stopped: bool = False
+
+
+@dataclass
+class _Aliases:
+    names: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def resolve(self, ref: Any) -> Any:
+        if isinstance(ref, str) and ref.startswith("@"):
+            name = ref[1:]
+            if name not in self.names:
+                raise LedgerError("unknown_alias", f"alias {ref} is not defined by an earlier "
+                                  "successful assert in this batch")
+            return self.names[name][0]
+        return ref
+
+    def apply(self, data: dict[str, Any]) -> None:
+        for key in _ALIAS_FIELDS:
+            if key in data:
+                data[key] = self.resolve(data[key])
+        if isinstance(data.get("sources"), list):
+            data["sources"] = [self.resolve(s) for s in data["sources"]]
+
+
+def _lines(stream: Iterable[str]) -> Iterator[tuple[int, str]]:
+    for number, text in enumerate(stream, start=1):
+        stripped = text.strip()
+        if stripped and not stripped.startswith("#"):
+            yield number, stripped
+
+
+def run_op(ledger: Ledger, aliases: _Aliases, number: int, text: str) -> dict[str, Any]:
+    """One input line to one output object; a failure writes nothing."""
+    out: dict[str, Any] = {"line": number, "id": None, "op": None}
+    try:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise LedgerError("bad_json", f"line {number} is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise LedgerError("bad_request", f"line {number} is not a JSON object")
+        out["id"] = data.pop("id", None)
+        op = data.pop("op", None)
+        out["op"] = op if isinstance(op, str) else None
+        if op is None:
+            raise LedgerError("bad_request", "missing field 'op'", field="op")
+        if op not in OPS:
+            hint = " (not available in this version)" if op in NOT_YET else ""
+            raise LedgerError("unknown_op", f"unknown op {op!r}{hint}")
+        ref = data.pop("ref", None) if op == "assert" else None
+        if ref is not None and (not isinstance(ref, str) or not ref or ref.startswith("@")):
+            raise LedgerError("bad_request", "field 'ref' must be a name such as \"plan1\"",
+                              field="ref")
+        if ref is not None and ref in aliases.names:
+            raise LedgerError("bad_request", f"alias {ref!r} is already defined on line "
+                              f"{aliases.names[ref][1]}", field="ref")
+        aliases.apply(data)
+        result = ledger.execute(parse_command(OPS[op], data))
+        if isinstance(result, VerifyResult) and not result.valid:
+            raise LedgerError("chain_broken", result.problem or "the chain is broken",
+                              first_bad_seq=result.first_bad_seq)
+        if ref is not None:
+            aliases.names[ref] = (result.fact_id, number)
+        out.update(ok=True, result=result.model_dump(mode="json"))
+    except LedgerError as exc:
+        out.update(ok=False, error=exc.to_json())
+    return out
+
+
+def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
+              fail_fast: bool = False, chunk: int = CHUNK) -> BatchOutcome:
+    """Run every op; groups of ops share a transaction, each op in its own savepoint."""
+    outcome = BatchOutcome()
+    aliases = _Aliases()
+    pending: list[dict[str, Any]] = []
+    lines = _lines(stream)
+    while not outcome.stopped:
+        group = [item for _, item in zip(range(chunk), lines, strict=False)]
+        if not group:
+            break
+        saved = dict(aliases.names)
+        try:
+            with ledger.transaction():
+                for number, text in group:
+                    result = run_op(ledger, aliases, number, text)
+                    pending.append(result)
+                    if result["ok"]:
+                        outcome.ok += 1
+                        continue
+                    outcome.failed += 1
+                    outcome.first_failure = outcome.first_failure or result
+                    if fail_fast:
+                        outcome.stopped = True
+                        break
+        except BaseException:
+            aliases.names = saved
+            raise
+        for result in pending:
+            out.write(json.dumps(result, ensure_ascii=False) + "\n")
+        out.flush()
+        pending.clear()
+    if outcome.stopped and outcome.first_failure is not None:
+        f = outcome.first_failure
+        sys.stderr.write(f"custody-app: stopped at line {f['line']} ({f['error']['code']}): "
+                         f"{f['error']['message']}\n")
+    return outcome

@@ -1,0 +1,118 @@
+"""Commands as pydantic models: the batch ops and the Python API validate through the same ones."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator
+
+from custody_app.errors import LedgerError
+from custody_app.models import Actor, Cause, FactId, Frozen, LlmBlock, Provenance, Text, Time
+
+
+class Command(Frozen):
+    """Base of every command."""
+
+
+class AssertFact(Command):
+    subject: Text
+    predicate: Text
+    value: Any
+    actor: Actor
+    cause: Cause
+    space: Text | None = None
+    provenance: Provenance = "claimed"
+    valid_from: Time | None = None
+    valid_to: Time | None = None
+    session: Text | None = None
+    supersedes: FactId | None = None
+    sources: Annotated[list[FactId], Field(min_length=1, max_length=1000)] | None = None
+    llm: LlmBlock | None = None
+
+    @field_validator("value")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("value must not be null (null means erased)")
+        return value
+
+
+class Retract(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text
+
+
+class Confirm(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text | None = None
+
+
+class Reject(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text
+
+
+class Affirm(Command):
+    fact_id: FactId
+    actor: Actor
+
+
+class AsOf(Command):
+    valid_at: Time | None = None
+    tx_at: Time | None = None
+    space: Text | None = None
+    subject: Text | None = None
+    predicate: Text | None = None
+    include: Provenance = "attested"
+    limit: Annotated[int, Field(ge=1)] | None = None
+
+
+class History(Command):
+    fact_id: FactId
+
+
+class Why(Command):
+    fact_id: FactId
+
+
+class Verify(Command):
+    pass
+
+
+class SetClock(Command):
+    set: Time
+
+
+# Batch op names.
+OPS: dict[str, type[Command]] = {
+    "assert": AssertFact, "retract": Retract, "confirm": Confirm, "reject": Reject,
+    "affirm": Affirm, "as_of": AsOf, "history": History, "why": Why, "verify": Verify,
+    "clock": SetClock,
+}
+# Ops of the protocol that later versions bring; named so the error says so.
+NOT_YET = ("hold", "release", "forget", "forget_subject", "sweep", "recall", "act", "blast")
+
+
+def refusal(exc: ValidationError) -> LedgerError:
+    """Turn the first validation problem into a coded, one-sentence refusal naming the field."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "(input)"
+    kind = err["type"]
+    if kind == "missing":
+        return LedgerError("bad_request", f"missing field '{field}'", field=field)
+    if kind == "extra_forbidden":
+        return LedgerError("bad_request", f"unknown field '{field}'", field=field)
+    if kind in ("invalid_time", "invalid_actor", "invalid_interval", "llm_block"):
+        return LedgerError(kind, f"field '{field}': {err['msg']}" if field != "(input)"
+                           else err["msg"], field=field)
+    return LedgerError("bad_request", f"field '{field}': {err['msg']}", field=field)
+
+
+def parse_command(kind: type[Command], data: dict[str, Any]) -> Command:
+    try:
+        return kind.model_validate(data)
+    except ValidationError as exc:
+        raise refusal(exc) from None

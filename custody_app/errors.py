@@ -1,0 +1,25 @@
+"""Typed refusals: each carries a stable code that the batch output and the CLI report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LedgerError(Exception):
+    """A refused operation. `code` is stable; `message` is one plain sentence; nothing was written."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.details}
+
+
+class PolicyError(LedgerError):
+    """A policy file that cannot be used; the message names the file, the key and the reason."""
+
+    def __init__(self, message: str, *, file: str, key: str | None = None) -> None:
+        super().__init__("policy_invalid", message, file=file, key=key)

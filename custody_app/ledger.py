@@ -1,0 +1,352 @@
+"""The ledger service: the one façade the TUI, --batch and the Python API share."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from custody_app import lifecycle, reads
+from custody_app.chain import GENESIS, canonical, commitment, event_hash, new_salt, verify_chain
+from custody_app.commands import (
+    Affirm,
+    AsOf,
+    AssertFact,
+    Command,
+    Confirm,
+    History,
+    Reject,
+    Retract,
+    SetClock,
+    Verify,
+    Why,
+    parse_command,
+)
+from custody_app.errors import LedgerError
+from custody_app.models import EVENT_MODELS, PROV_RANK, PROVENANCES
+from custody_app.policy import LoadedPolicy, load_policy
+from custody_app.projector import MemoryProjection, apply_event
+from custody_app.readmodels import (
+    AsOfResult,
+    AssertResult,
+    ClockResult,
+    FactOpResult,
+    FactView,
+    HistoryResult,
+    RebuildResult,
+    VerifyResult,
+    WhyResult,
+)
+from custody_app.timeutil import Clock, ManualClock, WallClock, format_time
+from store import LedgerFile, StoreError, open_ledger
+from store.rows import EventRow
+
+SYSTEM_ACTOR = "system:custody"
+R = TypeVar("R", bound=BaseModel)
+
+
+class Ledger:
+    """A ledger file opened under a policy. Methods take plain values and return read models."""
+
+    def __init__(self, db: LedgerFile, policy: LoadedPolicy, clock: Clock | None = None,
+                 *, readonly: bool = False, id_seed: int | None = None) -> None:
+        self.db = db
+        self.policy = policy
+        self.clock: Clock = clock or WallClock()
+        self.readonly = readonly
+        self._rng = random.Random(id_seed) if id_seed is not None else None
+        self._head: tuple[int, str, str] | None = None
+        self._recorded_policy: str | None = None
+
+    @classmethod
+    def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,
+             clock: Clock | None = None, readonly: bool = False,
+             id_seed: int | None = None) -> Ledger:
+        loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
+        try:
+            db = open_ledger(path, readonly=readonly)
+        except StoreError as exc:
+            raise LedgerError(exc.code, str(exc)) from None
+        return cls(db, loaded, clock, readonly=readonly, id_seed=id_seed)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- transactions -------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group several operations in one write transaction; each still fails alone."""
+        with self._writing():
+            yield
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        if self.readonly:
+            raise LedgerError("read_only", "this ledger was opened read-only")
+        try:
+            with self.db.write():
+                if self.db.depth == 1:
+                    self._head = self.db.events.head()
+                    self._recorded_policy = self.db.events.last_policy_hash()
+                saved = (self._head, self._recorded_policy)
+                try:
+                    yield
+                except BaseException:
+                    self._head, self._recorded_policy = saved
+                    raise
+        except StoreError as exc:
+            raise LedgerError(exc.code, str(exc)) from None
+
+    def _tx_at(self) -> str:
+        now = format_time(self.clock.now())
+        last = self._head[2] if self._head else ""
+        return now if now > last else last
+
+    def _now(self) -> str:
+        """'Now' for reads: never before the newest event, whatever the wall clock says."""
+        head = self.db.events.head()
+        now = format_time(self.clock.now())
+        return head[2] if head and head[2] > now else now
+
+    def _new_fact_id(self, tx_at: str) -> str:
+        millis = int(datetime.fromisoformat(tx_at.replace("Z", "+00:00")).timestamp() * 1000)
+        tail = self._rng.getrandbits(40) if self._rng else int.from_bytes(os.urandom(5), "big")
+        return f"f_{millis:012x}{tail:010x}"
+
+    def _append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
+                fact_id: str | None = None, value: str | None = None,
+                salt: str | None = None) -> EventRow:
+        """Validate, hash, store and project one event (inside a write transaction)."""
+        if kind != "policy" and self._recorded_policy != self.policy.hash:
+            self._record_policy(tx_at)
+        seq = (self._head[0] if self._head else 0) + 1
+        prev = self._head[1] if self._head else GENESIS
+        envelope: dict[str, Any] = {"seq": seq, "kind": kind, "tx_at": tx_at, "actor": actor,
+                                    "policy_hash": self.policy.hash}
+        if fact_id is not None:
+            envelope["fact_id"] = fact_id
+        envelope.update({k: v for k, v in fields.items() if v is not None})
+        EVENT_MODELS[kind].model_validate(envelope)
+        body = canonical(envelope)
+        row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, body, value, salt,
+                       prev, event_hash(prev, body))
+        self.db.events.append(row)
+        apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope)
+        self._head = (seq, row.hash, tx_at)
+        return row
+
+    def _record_policy(self, tx_at: str) -> None:
+        p = self.policy
+        self.db.policies.put(p.hash, p.canonical, p.source, p.path)
+        self._recorded_policy = p.hash
+        self._append("policy", SYSTEM_ACTOR, tx_at, {})
+
+    # ---- commands ----------------------------------------------------------------------
+    def execute(self, command: Command) -> BaseModel:
+        """Run one validated command (what --batch calls)."""
+        handler: Callable[[Any], BaseModel] = getattr(self, _HANDLERS[type(command)])
+        return handler(command)
+
+    def _do(self, kind: type[Command], result: type[R], **fields: Any) -> R:
+        out = self.execute(parse_command(kind, fields))
+        assert isinstance(out, result)
+        return out
+
+    def assert_fact(self, subject: str, predicate: str, value: Any, *, actor: str,
+                    cause: dict[str, Any], **optional: Any) -> AssertResult:
+        """Write a fact. Optional: space, provenance, valid_from, valid_to, session,
+        supersedes, sources, llm."""
+        return self._do(AssertFact, AssertResult, subject=subject, predicate=predicate,
+                        value=value, actor=actor, cause=cause, **optional)
+
+    def retract(self, fact_id: str, *, actor: str, reason: str) -> FactOpResult:
+        return self._do(Retract, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+
+    def confirm(self, fact_id: str, *, actor: str, reason: str | None = None) -> FactOpResult:
+        return self._do(Confirm, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+
+    def reject(self, fact_id: str, *, actor: str, reason: str) -> FactOpResult:
+        return self._do(Reject, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+
+    def affirm(self, fact_id: str, *, actor: str) -> FactOpResult:
+        return self._do(Affirm, FactOpResult, fact_id=fact_id, actor=actor)
+
+    def as_of(self, valid_at: str | None = None, tx_at: str | None = None,
+              **filters: Any) -> AsOfResult:
+        """Facts believed at valid time `valid_at` as the ledger knew them at `tx_at`.
+        Filters: space, subject, predicate, include ('claimed'|'attested'|'verified'), limit."""
+        return self._do(AsOf, AsOfResult, valid_at=valid_at, tx_at=tx_at, **filters)
+
+    def history(self, fact_id: str) -> HistoryResult:
+        return self._do(History, HistoryResult, fact_id=fact_id)
+
+    def why(self, fact_id: str) -> WhyResult:
+        return self._do(Why, WhyResult, fact_id=fact_id)
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> VerifyResult:
+        """Walk the whole chain; `valid` is false with the first bad seq when it is broken."""
+        with self.db.read():
+            report = verify_chain(self.db.events.iter_all(), progress)
+        return VerifyResult(valid=report.valid, events=report.events, head=report.head,
+                            first_bad_seq=report.first_bad_seq, problem=report.problem)
+
+    def set_clock(self, moment: str) -> ClockResult:
+        cmd = parse_command(SetClock, {"set": moment})
+        out = self._set_clock(cmd)
+        return out
+
+    # ---- handlers ----------------------------------------------------------------------
+    def _assert(self, cmd: AssertFact) -> AssertResult:
+        try:
+            value_text = canonical(cmd.value)
+        except Exception as exc:  # rfc8785 raises several types for non-JSON values
+            raise LedgerError("bad_request", f"field 'value' is not JSON: {exc}",
+                              field="value") from None
+        pol = self.policy.policy
+        if cmd.provenance != "claimed" and not pol.provenance.allow_declared:
+            raise LedgerError("provenance_not_allowed",
+                              f"the policy in force does not let writers declare {cmd.provenance}")
+        with self._writing():
+            tx_at = self._tx_at()
+            valid_from = cmd.valid_from or tx_at
+            if cmd.valid_to is not None and cmd.valid_to <= valid_from:
+                raise LedgerError("invalid_interval",
+                                  f"valid_to {cmd.valid_to} is not after valid_from {valid_from}")
+            if cmd.supersedes is not None:
+                lifecycle.check_supersede(self.db.facts.get(cmd.supersedes), cmd.supersedes,
+                                          cmd.subject, cmd.predicate, valid_from)
+            for source in cmd.sources or ():
+                lifecycle.check_source(self.db.facts.get(source), source)
+            fact_id = self._new_fact_id(tx_at)
+            salt = new_salt()
+            fields = {
+                "subject": cmd.subject, "predicate": cmd.predicate,
+                "space": cmd.space or pol.default_space, "valid_from": valid_from,
+                "valid_to": cmd.valid_to, "provenance": cmd.provenance,
+                "cause": cmd.cause.model_dump(exclude_none=True), "session": cmd.session,
+                "supersedes": cmd.supersedes,
+                "sources": list(dict.fromkeys(cmd.sources)) if cmd.sources else None,
+                "llm": cmd.llm.model_dump(exclude_none=True) if cmd.llm else None,
+                "commitment": commitment(salt, value_text),
+            }
+            row = self._append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
+                               value=value_text, salt=salt)
+            fact = reads.require_fact(self.db, fact_id)
+        return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
+                            status=fact.status, provenance=cmd.provenance)
+
+    def _fact_event(self, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
+                    check: Callable[[], object]) -> FactOpResult:
+        with self._writing():
+            check()
+            tx_at = self._tx_at()
+            row = self._append(kind, actor, tx_at, fields, fact_id=fact_id)
+            fact = reads.require_fact(self.db, fact_id)
+        return FactOpResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
+                            status=fact.status)
+
+    def _retract(self, cmd: Retract) -> FactOpResult:
+        return self._fact_event("retract", cmd.fact_id, cmd.actor, {"reason": cmd.reason},
+                                lambda: lifecycle.check_retract(self.db.facts.get(cmd.fact_id),
+                                                                cmd.fact_id))
+
+    def _review(self, cmd: Confirm | Reject) -> FactOpResult:
+        kind = "confirm" if isinstance(cmd, Confirm) else "reject"
+        return self._fact_event(
+            kind, cmd.fact_id, cmd.actor, {"reason": cmd.reason},
+            lambda: lifecycle.check_review(self.db.facts.get(cmd.fact_id), cmd.fact_id,
+                                           cmd.actor, self.policy.policy))
+
+    def _affirm(self, cmd: Affirm) -> FactOpResult:
+        return self._fact_event("affirm", cmd.fact_id, cmd.actor, {},
+                                lambda: lifecycle.check_affirm(self.db.facts.get(cmd.fact_id),
+                                                               cmd.fact_id))
+
+    def _as_of(self, cmd: AsOf) -> AsOfResult:
+        with self.db.read():
+            now = self._now()
+            valid_at, tx_at = cmd.valid_at or now, cmd.tx_at or now
+            rows = self.db.facts.as_of(
+                valid_at=valid_at, tx_at=tx_at, min_rank=PROV_RANK[cmd.include],
+                include_pending=cmd.include == "claimed", subject=cmd.subject,
+                predicate=cmd.predicate, space=cmd.space, limit=cmd.limit or -1)
+        facts = [FactView(
+            fact_id=r.fact_id, subject=r.subject, predicate=r.predicate,
+            value=reads.load_value(r.value), space=r.space, status=r.status,
+            provenance=PROVENANCES[r.prov_rank], valid_from=r.valid_from, valid_to=r.valid_to,
+            actor=r.actor, erased=r.value is None) for r in rows]
+        return AsOfResult(valid_at=valid_at, tx_at=tx_at, facts=facts)
+
+    def _history(self, cmd: History) -> HistoryResult:
+        with self.db.read():
+            return reads.history(self.db, cmd.fact_id)
+
+    def _why(self, cmd: Why) -> WhyResult:
+        with self.db.read():
+            return reads.why(self.db, cmd.fact_id)
+
+    def _verify(self, cmd: Verify) -> VerifyResult:
+        return self.verify()
+
+    def _set_clock(self, cmd: SetClock) -> ClockResult:
+        if not isinstance(self.clock, ManualClock):
+            raise LedgerError("manual_clock_disabled",
+                              "the clock can only be set when started with --manual-clock")
+        head = self.db.events.head()
+        if head is not None and cmd.set < head[2]:
+            raise LedgerError("clock_backwards",
+                              f"cannot set the clock to {cmd.set}, before the ledger's last "
+                              f"transaction time {head[2]}")
+        self.clock.set(datetime.fromisoformat(cmd.set.replace("Z", "+00:00")))
+        return ClockResult(now=cmd.set)
+
+    # ---- maintenance -------------------------------------------------------------------
+    def events(self) -> list[EventRow]:
+        """Every event, oldest first (for the fold, exports and tests)."""
+        with self.db.read():
+            return list(self.db.events.iter_all())
+
+    def rebuild(self, *, repair: bool = False) -> RebuildResult:
+        """Recompute the projection from the events and report where the stored one differs."""
+        memory = MemoryProjection()
+        with self.db.read():
+            for e in self.db.events.iter_all():
+                apply_event(memory, e.kind, e.seq, e.tx_at, e.fact_id, json.loads(e.body))
+            stored = self.db.facts.dump()
+        rebuilt = memory.dump()
+        differences = _compare(stored, rebuilt)
+        if repair and differences:
+            with self._writing():
+                self.db.facts.replace_all(*rebuilt)
+        return RebuildResult(facts=len(rebuilt[0]), states=len(rebuilt[1]),
+                             differences=differences, repaired=repair and bool(differences))
+
+
+def _compare(stored: tuple[list[Any], list[Any], list[Any]],
+             rebuilt: tuple[list[Any], list[Any], list[Any]], limit: int = 50) -> list[str]:
+    out: list[str] = []
+    for name, mine, theirs in zip(("fact", "state", "source link"), stored, rebuilt, strict=True):
+        have, want = set(map(repr, mine)), set(map(repr, theirs))
+        out += [f"{name} only in the stored projection: {r}" for r in sorted(have - want)]
+        out += [f"{name} missing from the stored projection: {r}" for r in sorted(want - have)]
+    return out[:limit]
+
+
+_HANDLERS: dict[type[Command], str] = {
+    AssertFact: "_assert", Retract: "_retract", Confirm: "_review", Reject: "_review",
+    Affirm: "_affirm", AsOf: "_as_of", History: "_history", Why: "_why", Verify: "_verify",
+    SetClock: "_set_clock",
+}

@@ -1,0 +1,117 @@
+"""The policy: a TOML file parsed into a strict frozen model, hashed over its canonical JSON."""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import rfc8785
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from custody_app.errors import PolicyError
+from custody_app.models import ACTOR_KINDS, Actor
+from custody_app.resources import default_policy_path
+from custody_app.timeutil import parse_duration
+
+
+def _duration(text: str) -> str:
+    parse_duration(text)
+    return text
+
+
+Duration = Annotated[str, AfterValidator(_duration)]
+ActorKind = Literal["user", "agent", "llm", "reviewer", "system", "rule"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class ProvenancePolicy(_Section):
+    allow_declared: bool = True
+    """May a batch or Python API writer declare `attested` or `verified` itself?"""
+
+
+class ReviewPolicy(_Section):
+    reviewer_kinds: tuple[ActorKind, ...] = ("user", "reviewer")
+    """Actor kinds whose members may confirm or reject quarantined facts."""
+    reviewers: tuple[Actor, ...] = ()
+    """Individual actors (`kind:id`) who may review in addition to those kinds."""
+
+
+class ErasurePolicy(_Section):
+    digest: Literal["hmac-sha256", "sha256", "none"] = "hmac-sha256"
+    """What a forget event keeps of the erased value."""
+    previously_forgotten: Literal["quarantine", "refuse"] = "quarantine"
+    """What happens to a write whose value was forgotten before for the same subject/predicate."""
+
+
+class RetentionPolicy(_Section):
+    windows: dict[str, Duration] = Field(default_factory=dict)
+    """Space pattern (`team:*`) to ISO 8601 duration; the most specific pattern wins."""
+
+
+class Policy(_Section):
+    """The rules in force. Unknown keys are an error."""
+
+    version: Literal[1] = 1
+    """Format version of this file."""
+    default_space: Annotated[str, Field(min_length=1, max_length=500)] = "org"
+    """Space a fact goes to when its writer names none."""
+    provenance: ProvenancePolicy = ProvenancePolicy()
+    """Who may declare provenance above `claimed`."""
+    review: ReviewPolicy = ReviewPolicy()
+    """Who may confirm or reject quarantined facts."""
+    erasure: ErasurePolicy = ErasurePolicy()
+    """Forget digests and the handling of previously forgotten values."""
+    retention: RetentionPolicy = RetentionPolicy()
+    """Retention windows per space."""
+
+    def may_review(self, actor: str) -> bool:
+        kind = actor.split(":", 1)[0]
+        return kind in self.review.reviewer_kinds or actor in self.review.reviewers
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPolicy:
+    """A policy with the text it came from and its hash."""
+
+    policy: Policy
+    hash: str
+    canonical: str
+    source: str
+    path: str | None
+
+
+def policy_from_text(source: str, path: str) -> LoadedPolicy:
+    """Parse and check policy TOML; errors name the file, the key and the reason."""
+    try:
+        data = tomllib.loads(source)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"{path}: not valid TOML: {exc}", file=path) from None
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise PolicyError(f"{path}: key '{key}': {reason}", file=path, key=key) from None
+    canonical = rfc8785.dumps(policy.model_dump(mode="json")).decode()
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    return LoadedPolicy(policy, digest, canonical, source, path)
+
+
+def load_policy(path: str | Path | None = None) -> LoadedPolicy:
+    """Load a policy file (the shipped default when no path is given)."""
+    file = Path(path) if path is not None else default_policy_path()
+    try:
+        source = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(f"{file}: cannot read policy file: {exc.strerror}", file=str(file)) from None
+    return policy_from_text(source, str(file))
+
+
+assert set(ReviewPolicy.model_fields["reviewer_kinds"].default) <= set(ACTOR_KINDS)

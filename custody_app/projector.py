@@ -1,0 +1,118 @@
+"""Applies one event to the facts projection; the same code maintains the file and rebuilds it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Protocol
+
+from custody_app.lifecycle import check_move, derive_state, same_state
+from store.rows import FactRow, StateRow
+
+
+class ProjectionPort(Protocol):
+    """Where the projection lives: the ledger file, or memory during a rebuild."""
+
+    def get(self, fact_id: str) -> FactRow | None: ...
+    def insert(self, fact: FactRow) -> None: ...
+    def update(self, fact: FactRow) -> None: ...
+    def latest_state(self, fact_seq: int) -> StateRow | None: ...
+    def push_state(self, state: StateRow) -> None: ...
+    def add_sources(self, fact_id: str, sources: list[str]) -> None: ...
+
+
+class MemoryProjection:
+    """A projection held in dicts, for `rebuild`."""
+
+    def __init__(self) -> None:
+        self.facts: dict[str, FactRow] = {}
+        self.states: dict[int, list[StateRow]] = {}
+        self.sources: set[tuple[str, str]] = set()
+
+    def get(self, fact_id: str) -> FactRow | None:
+        return self.facts.get(fact_id)
+
+    def insert(self, fact: FactRow) -> None:
+        self.facts[fact.fact_id] = fact
+
+    def update(self, fact: FactRow) -> None:
+        self.facts[fact.fact_id] = fact
+
+    def latest_state(self, fact_seq: int) -> StateRow | None:
+        rows = self.states.get(fact_seq)
+        return rows[-1] if rows else None
+
+    def push_state(self, state: StateRow) -> None:
+        self.states.setdefault(state.fact_seq, []).append(state)
+
+    def add_sources(self, fact_id: str, sources: list[str]) -> None:
+        self.sources.update((fact_id, s) for s in sources)
+
+    def dump(self) -> tuple[list[FactRow], list[StateRow], list[tuple[str, str]]]:
+        facts = sorted(self.facts.values(), key=lambda f: f.assert_seq)
+        states = [s for seq in sorted(self.states) for s in self.states[seq]]
+        return facts, states, sorted(self.sources)
+
+
+def _refresh(port: ProjectionPort, fact: FactRow, seq: int, tx_at: str,
+             *, new: bool = False) -> None:
+    replacement = port.get(fact.superseded_by) if fact.superseded_by else None
+    state = derive_state(fact, replacement, seq, tx_at)
+    previous = None if new else port.latest_state(fact.assert_seq)
+    check_move(fact.fact_id, previous.status_trusted if previous else None, state.status_trusted)
+    fact = replace(fact, status=state.status_trusted)
+    if previous is None:
+        port.insert(fact)
+    else:
+        port.update(fact)
+    if not same_state(previous, state):
+        port.push_state(state)
+
+
+def _refresh_replaced(port: ProjectionPort, replacement: FactRow, seq: int, tx_at: str,
+                      *, release: bool) -> None:
+    """Recompute the fact a replacement supersedes; `release` ends the supersession."""
+    if replacement.supersedes is None:
+        return
+    old = port.get(replacement.supersedes)
+    if old is None or old.superseded_by != replacement.fact_id:
+        return
+    if release:
+        old = replace(old, superseded_by=None)
+    _refresh(port, old, seq, tx_at)
+
+
+def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: str | None,
+                body: dict[str, Any]) -> None:
+    """Fold one event (its hashed body as a dict) into the projection."""
+    if kind == "assert":
+        assert fact_id is not None
+        fact = FactRow(
+            assert_seq=seq, fact_id=fact_id, subject=body["subject"],
+            predicate=body["predicate"], space=body["space"], valid_from=body["valid_from"],
+            valid_to=body.get("valid_to"), provenance=body["provenance"], confirmed_seq=None,
+            ended=None, ended_seq=None, supersedes=body.get("supersedes"), superseded_by=None,
+            held=0, actor=body["actor"], session=body.get("session"), status="",
+            marks=",".join(body["marks"]) if body.get("marks") else None,
+        )
+        _refresh(port, fact, seq, tx_at, new=True)
+        if body.get("sources"):
+            port.add_sources(fact_id, list(body["sources"]))
+        if fact.supersedes is not None:
+            old = port.get(fact.supersedes)
+            if old is not None:
+                _refresh(port, replace(old, superseded_by=fact_id), seq, tx_at)
+        return
+    if fact_id is None:
+        return
+    fact = port.get(fact_id)
+    if fact is None:
+        return
+    if kind in ("retract", "reject"):
+        ended = "retracted" if kind == "retract" else "rejected"
+        fact = replace(fact, ended=ended, ended_seq=seq)
+        _refresh(port, fact, seq, tx_at)
+        _refresh_replaced(port, fact, seq, tx_at, release=True)
+    elif kind == "confirm":
+        fact = replace(fact, confirmed_seq=seq)
+        _refresh(port, fact, seq, tx_at)
+        _refresh_replaced(port, fact, seq, tx_at, release=False)

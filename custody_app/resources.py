@@ -1,0 +1,24 @@
+"""Files that ship with the package: the default policy and the sample data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+
+def resource(relative: str) -> Path:
+    """A shipped file: inside the wheel under _data/, or at the project root in a checkout."""
+    for base in (_HERE / "_data", _HERE.parent):
+        candidate = base / relative
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"custody-app resource {relative} is missing from this install")
+
+
+def default_policy_path() -> Path:
+    return resource("policies/default.toml")
+
+
+def sample_batch_path() -> Path:
+    return resource("sample_data/support_agent.jsonl")

@@ -1,0 +1,182 @@
+"""open_ledger(): one place that sets every pragma, loads sqlite-vec and runs the migration ladder."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import apsw
+import apsw.bestpractice
+import sqlite_vec
+
+from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError
+from store.events import EventStore
+from store.policies import PolicyStore
+from store.projection import FactStore
+from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+
+BUSY_TIMEOUT_MS = 5000
+# BEGIN IMMEDIATE is retried this many times (with jittered backoff) after the busy timeout.
+WRITE_RETRIES = 8
+
+
+class LedgerFile:
+    """An open ledger file: the connection and the statement groups that use it."""
+
+    def __init__(self, conn: apsw.Connection, path: str) -> None:
+        self.conn = conn
+        self.path = path
+        self.events = EventStore(conn)
+        self.facts = FactStore(conn)
+        self.policies = PolicyStore(conn)
+        self._depth = 0
+
+    @property
+    def depth(self) -> int:
+        """0 outside a transaction, 1 in the outermost write, more inside savepoints."""
+        return self._depth
+
+    @property
+    def sqlite_vec_version(self) -> str:
+        row = self.conn.execute("SELECT vec_version()").fetchone()
+        return str(row[0]) if row else ""
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM ledger_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        """One write transaction (BEGIN IMMEDIATE), or a savepoint when already inside one."""
+        if self._depth:
+            self._depth += 1
+            try:
+                with self.conn:
+                    yield
+            finally:
+                self._depth -= 1
+            return
+        _begin_immediate(self.conn)
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self._depth = 0
+            self.conn.execute("ROLLBACK")
+            raise
+        try:
+            self.conn.execute("COMMIT")
+        except apsw.Error as exc:
+            self.conn.execute("ROLLBACK")
+            raise StoreError(f"commit failed: {exc}") from exc
+        finally:
+            self._depth = 0
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        """A consistent snapshot for several reads (a deferred transaction)."""
+        if self._depth:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        self._depth = 1
+        try:
+            yield
+        finally:
+            self._depth = 0
+            self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _begin_immediate(conn: apsw.Connection) -> None:
+    for attempt in range(WRITE_RETRIES + 1):
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except apsw.BusyError as exc:
+            if attempt == WRITE_RETRIES:
+                raise StoreBusy(
+                    "the ledger is locked by another writer; gave up after "
+                    f"{WRITE_RETRIES} retries"
+                ) from exc
+            time.sleep(min(2.0, 0.02 * 2**attempt) * (0.5 + random.random()))
+
+
+def open_ledger(path: str | Path, *, readonly: bool = False) -> LedgerFile:
+    """Open (creating if missing) a ledger file with every pragma set and the schema current."""
+    path = str(path)
+    flags = apsw.SQLITE_OPEN_READONLY if readonly else (
+        apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    )
+    try:
+        conn = apsw.Connection(path, flags=flags)
+    except apsw.Error as exc:
+        raise StoreError(f"cannot open ledger {path}: {exc}", code="ledger_unopenable") from exc
+    try:
+        _configure(conn)
+        _migrate(conn, path, readonly)
+    except apsw.NotADBError as exc:
+        conn.close()
+        raise NotALedger(f"{path} is not a SQLite database") from exc
+    except StoreError:
+        conn.close()
+        raise
+    except apsw.Error as exc:
+        conn.close()
+        raise StoreError(f"cannot open ledger {path}: {exc}", code="ledger_unopenable") from exc
+    return LedgerFile(conn, path)
+
+
+def _configure(conn: apsw.Connection) -> None:
+    apsw.bestpractice.connection_busy_timeout(conn, BUSY_TIMEOUT_MS)
+    apsw.bestpractice.connection_dqs(conn)
+    apsw.bestpractice.connection_enable_foreign_keys(conn)
+    apsw.bestpractice.connection_recursive_triggers(conn)
+    apsw.bestpractice.connection_wal(conn)
+    # Per connection, not stored in the file: ON (not FAST) so freed pages are zeroed.
+    conn.pragma("secure_delete", "ON")
+    # Sorts and temp indexes stay in memory so no value bytes reach temp files.
+    conn.pragma("temp_store", "MEMORY")
+    conn.pragma("synchronous", "NORMAL")
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    conn.enable_load_extension(False)
+
+
+def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
+    app_id = conn.pragma("application_id")
+    version = conn.pragma("user_version")
+    empty = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
+    if app_id != APPLICATION_ID and not (app_id == 0 and version == 0 and empty):
+        raise NotALedger(f"{path} is a SQLite file but not a custody-app ledger")
+    if version > SCHEMA_VERSION:
+        raise LedgerTooNew(
+            f"{path} has schema version {version}; this custody-app reads up to "
+            f"{SCHEMA_VERSION}: upgrade custody-app"
+        )
+    if version == SCHEMA_VERSION:
+        return
+    if readonly:
+        raise StoreError(f"{path} needs a schema upgrade and was opened read-only", "ledger_unopenable")
+    _begin_immediate(conn)
+    try:
+        # Re-read inside the lock: another process may have migrated meanwhile.
+        version = conn.pragma("user_version")
+        for step in range(version, SCHEMA_VERSION):
+            conn.execute(MIGRATIONS[step])
+        conn.pragma("application_id", APPLICATION_ID)
+        conn.pragma("user_version", SCHEMA_VERSION)
+        vec = conn.execute("SELECT vec_version()").fetchone()[0]
+        conn.execute(
+            "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES ('sqlite_vec_version', ?)",
+            (vec,),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

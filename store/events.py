@@ -1,0 +1,79 @@
+"""SQL over the append-only events table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import apsw
+
+from store.errors import StoreIntegrityError
+from store.rows import EVENT_COLUMNS, EventRow
+
+_COLS = ", ".join(EVENT_COLUMNS)
+INSERT = f"INSERT INTO events({_COLS}) VALUES ({', '.join('?' * len(EVENT_COLUMNS))})"
+HEAD = "SELECT seq, hash, tx_at FROM events ORDER BY seq DESC LIMIT 1"
+COUNT = "SELECT count(*) FROM events"
+BY_SEQ = f"SELECT {_COLS} FROM events WHERE seq = ?"
+BY_HASH = f"SELECT {_COLS} FROM events WHERE hash = ?"
+RANGE = f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
+FOR_FACTS = f"SELECT {_COLS} FROM events WHERE fact_id = ? ORDER BY seq"
+LAST_POLICY = "SELECT policy_hash FROM events WHERE kind = 'policy' ORDER BY seq DESC LIMIT 1"
+POLICY_EVENTS = "SELECT seq, tx_at, policy_hash FROM events WHERE kind = 'policy' ORDER BY seq"
+ERASE_VALUE = "UPDATE events SET value = NULL, salt = NULL WHERE seq = ? AND kind = 'assert'"
+
+
+def _row(r: tuple[object, ...]) -> EventRow:
+    return EventRow(*r)  # type: ignore[arg-type]
+
+
+class EventStore:
+    """Appends and reads events; the triggers in the schema keep them append-only."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def append(self, row: EventRow) -> None:
+        try:
+            self._conn.execute(INSERT, tuple(getattr(row, c) for c in EVENT_COLUMNS))
+        except apsw.ConstraintError as exc:
+            raise StoreIntegrityError(f"event {row.seq} refused: {exc}") from exc
+
+    def head(self) -> tuple[int, str, str] | None:
+        """(seq, hash, tx_at) of the newest event, or None for an empty ledger."""
+        row = self._conn.execute(HEAD).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+
+    def count(self) -> int:
+        return int(self._conn.execute(COUNT).fetchone()[0])
+
+    def get(self, seq: int) -> EventRow | None:
+        row = self._conn.execute(BY_SEQ, (seq,)).fetchone()
+        return None if row is None else _row(row)
+
+    def by_hash(self, event_hash: str) -> EventRow | None:
+        row = self._conn.execute(BY_HASH, (event_hash,)).fetchone()
+        return None if row is None else _row(row)
+
+    def for_fact(self, fact_id: str) -> list[EventRow]:
+        return [_row(r) for r in self._conn.execute(FOR_FACTS, (fact_id,))]
+
+    def iter_all(self, batch: int = 5000) -> Iterator[EventRow]:
+        """Every event in seq order, fetched in pages so no cursor stays half-read for long."""
+        after = 0
+        while True:
+            rows = self._conn.execute(RANGE, (after, batch)).fetchall()
+            if not rows:
+                return
+            for r in rows:
+                yield _row(r)
+            after = int(rows[-1][0])
+
+    def last_policy_hash(self) -> str | None:
+        row = self._conn.execute(LAST_POLICY).fetchone()
+        return None if row is None else str(row[0])
+
+    def policy_changes(self) -> list[tuple[int, str, str]]:
+        return [(int(s), str(t), str(h)) for s, t, h in self._conn.execute(POLICY_EVENTS)]
+
+    def erase_value(self, seq: int) -> None:
+        self._conn.execute(ERASE_VALUE, (seq,))

@@ -1,0 +1,23 @@
+"""SQL over the policies table: each policy's canonical text, stored once by hash."""
+
+from __future__ import annotations
+
+import apsw
+
+PUT = "INSERT OR IGNORE INTO policies(hash, canonical, source, path) VALUES (?, ?, ?, ?)"
+GET = "SELECT hash, canonical, source, path FROM policies WHERE hash = ?"
+
+
+class PolicyStore:
+    """Policy texts keyed by hash; never rewritten once stored."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def put(self, policy_hash: str, canonical: str, source: str, path: str | None) -> None:
+        self._conn.execute(PUT, (policy_hash, canonical, source, path))
+
+    def get(self, policy_hash: str) -> tuple[str, str, str | None] | None:
+        """(canonical, source, path) for a hash, or None."""
+        row = self._conn.execute(GET, (policy_hash,)).fetchone()
+        return None if row is None else (str(row[1]), str(row[2]), row[3])

@@ -1,0 +1,139 @@
+"""SQL over the projection: facts now, their transaction-time states, sources, as-of queries."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import apsw
+
+from store.rows import FACT_COLUMNS, STATE_COLUMNS, AsOfRow, FactRow, StateRow
+
+_FCOLS = ", ".join(FACT_COLUMNS)
+_SCOLS = ", ".join(STATE_COLUMNS)
+FACT_BY_ID = f"SELECT {_FCOLS} FROM facts WHERE fact_id = ?"
+FACT_BY_SEQ = f"SELECT {_FCOLS} FROM facts WHERE assert_seq = ?"
+INSERT_FACT = f"INSERT INTO facts({_FCOLS}) VALUES ({', '.join('?' * len(FACT_COLUMNS))})"
+UPDATE_FACT = (
+    "UPDATE facts SET "
+    + ", ".join(f"{c} = ?" for c in FACT_COLUMNS if c != "assert_seq")
+    + " WHERE assert_seq = ?"
+)
+INSERT_STATE = f"INSERT INTO fact_states({_SCOLS}) VALUES ({', '.join('?' * len(STATE_COLUMNS))})"
+LATEST_STATE = (
+    f"SELECT {_SCOLS} FROM fact_states WHERE fact_seq = ? ORDER BY from_seq DESC LIMIT 1"
+)
+INSERT_SOURCE = "INSERT OR IGNORE INTO fact_sources(fact_id, source_id) VALUES (?, ?)"
+SOURCES_OF = "SELECT source_id FROM fact_sources WHERE fact_id = ? ORDER BY source_id"
+DERIVED_FROM = "SELECT fact_id FROM fact_sources WHERE source_id = ? ORDER BY fact_id"
+REPLACEMENTS = f"SELECT {_FCOLS} FROM facts WHERE supersedes = ? ORDER BY assert_seq"
+ALL_FACTS = f"SELECT {_FCOLS} FROM facts ORDER BY assert_seq"
+ALL_STATES = f"SELECT {_SCOLS} FROM fact_states ORDER BY fact_seq, from_seq"
+ALL_SOURCES = "SELECT fact_id, source_id FROM fact_sources ORDER BY fact_id, source_id"
+CLEAR = "DELETE FROM fact_sources; DELETE FROM fact_states; DELETE FROM facts;"
+COUNT_BY_STATUS = "SELECT status, count(*) FROM facts GROUP BY status"
+
+
+@cache
+def _as_of_sql(subject: bool, predicate: bool, space: bool, include_pending: bool) -> str:
+    """The as-of query for one combination of filters; every value is bound, never spliced."""
+    sfx = "all" if include_pending else "trusted"
+    where = ["s.live = 1", "s.prov_rank >= :inc", "f.valid_from <= :v",
+             f"(s.vto_{sfx} IS NULL OR s.vto_{sfx} > :v)", "f.assert_seq > :after"]
+    if subject:
+        where.append("f.subject = :subject")
+    if predicate:
+        where.append("f.predicate = :predicate")
+    if space:
+        where.append("f.space = :space")
+    return f"""
+SELECT f.fact_id, f.subject, f.predicate, f.space, e.value, s.status_{sfx}, s.prov_rank,
+       f.valid_from, s.vto_{sfx}, f.actor, f.assert_seq
+FROM facts f
+JOIN fact_states s ON s.fact_seq = f.assert_seq AND s.from_seq = (
+    SELECT max(s2.from_seq) FROM fact_states s2
+    WHERE s2.fact_seq = f.assert_seq AND s2.tx_from <= :t)
+JOIN events e ON e.seq = f.assert_seq
+WHERE {' AND '.join(where)}
+ORDER BY f.assert_seq
+LIMIT :limit"""
+
+
+class FactStore:
+    """Reads and writes the facts projection and its state history."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def get(self, fact_id: str) -> FactRow | None:
+        row = self._conn.execute(FACT_BY_ID, (fact_id,)).fetchone()
+        return None if row is None else FactRow(*row)
+
+    def get_by_seq(self, assert_seq: int) -> FactRow | None:
+        row = self._conn.execute(FACT_BY_SEQ, (assert_seq,)).fetchone()
+        return None if row is None else FactRow(*row)
+
+    def insert(self, fact: FactRow) -> None:
+        self._conn.execute(INSERT_FACT, tuple(getattr(fact, c) for c in FACT_COLUMNS))
+
+    def update(self, fact: FactRow) -> None:
+        values = [getattr(fact, c) for c in FACT_COLUMNS if c != "assert_seq"]
+        self._conn.execute(UPDATE_FACT, (*values, fact.assert_seq))
+
+    def latest_state(self, fact_seq: int) -> StateRow | None:
+        row = self._conn.execute(LATEST_STATE, (fact_seq,)).fetchone()
+        return None if row is None else StateRow(*row)
+
+    def push_state(self, state: StateRow) -> None:
+        self._conn.execute(INSERT_STATE, tuple(getattr(state, c) for c in STATE_COLUMNS))
+
+    def add_sources(self, fact_id: str, sources: list[str]) -> None:
+        self._conn.executemany(INSERT_SOURCE, [(fact_id, s) for s in sources])
+
+    def sources_of(self, fact_id: str) -> list[str]:
+        return [str(r[0]) for r in self._conn.execute(SOURCES_OF, (fact_id,))]
+
+    def derived_from(self, fact_id: str) -> list[str]:
+        return [str(r[0]) for r in self._conn.execute(DERIVED_FROM, (fact_id,))]
+
+    def replacements(self, fact_id: str) -> list[FactRow]:
+        return [FactRow(*r) for r in self._conn.execute(REPLACEMENTS, (fact_id,))]
+
+    def as_of(
+        self,
+        *,
+        valid_at: str,
+        tx_at: str,
+        min_rank: int,
+        include_pending: bool,
+        subject: str | None = None,
+        predicate: str | None = None,
+        space: str | None = None,
+        after_seq: int = 0,
+        limit: int = -1,
+    ) -> list[AsOfRow]:
+        sql = _as_of_sql(subject is not None, predicate is not None, space is not None,
+                         include_pending)
+        params = {"v": valid_at, "t": tx_at, "inc": min_rank, "after": after_seq,
+                  "limit": limit, "subject": subject, "predicate": predicate, "space": space}
+        return [AsOfRow(*r) for r in self._conn.execute(sql, params)]
+
+    def counts_by_status(self) -> dict[str, int]:
+        return {str(s): int(n) for s, n in self._conn.execute(COUNT_BY_STATUS)}
+
+    def dump(self) -> tuple[list[FactRow], list[StateRow], list[tuple[str, str]]]:
+        """The whole projection, for comparison with a rebuild."""
+        facts = [FactRow(*r) for r in self._conn.execute(ALL_FACTS)]
+        states = [StateRow(*r) for r in self._conn.execute(ALL_STATES)]
+        sources = [(str(a), str(b)) for a, b in self._conn.execute(ALL_SOURCES)]
+        return facts, states, sources
+
+    def replace_all(
+        self, facts: list[FactRow], states: list[StateRow], sources: list[tuple[str, str]]
+    ) -> None:
+        """Swap the projection for a rebuilt one (inside the caller's write transaction)."""
+        self._conn.execute(CLEAR)
+        self._conn.executemany(INSERT_FACT, [tuple(getattr(f, c) for c in FACT_COLUMNS)
+                                             for f in facts])
+        self._conn.executemany(INSERT_STATE, [tuple(getattr(s, c) for c in STATE_COLUMNS)
+                                              for s in states])
+        self._conn.executemany(INSERT_SOURCE, sources)

@@ -1,0 +1,83 @@
+"""Plain row types the store hands up: no apsw objects, no pydantic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class EventRow:
+    """One row of the append-only events table."""
+
+    seq: int
+    kind: str
+    tx_at: str
+    actor: str
+    policy_hash: str
+    fact_id: str | None
+    body: str
+    value: str | None
+    salt: str | None
+    prev_hash: str
+    hash: str
+
+
+@dataclass(slots=True)
+class FactRow:
+    """One fact of the projection, as it stands now."""
+
+    assert_seq: int
+    fact_id: str
+    subject: str
+    predicate: str
+    space: str
+    valid_from: str
+    valid_to: str | None
+    provenance: str
+    confirmed_seq: int | None
+    ended: str | None
+    ended_seq: int | None
+    supersedes: str | None
+    superseded_by: str | None
+    held: int
+    actor: str
+    session: str | None
+    status: str
+    marks: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class StateRow:
+    """A fact's state from transaction time `tx_from` (event `from_seq`) until the next row."""
+
+    fact_seq: int
+    from_seq: int
+    tx_from: str
+    live: int
+    prov_rank: int
+    status_all: str
+    status_trusted: str
+    vto_all: str | None
+    vto_trusted: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class AsOfRow:
+    """One fact returned by an as-of query, with its state as of the asked moment."""
+
+    fact_id: str
+    subject: str
+    predicate: str
+    space: str
+    value: str | None
+    status: str
+    prov_rank: int
+    valid_from: str
+    valid_to: str | None
+    actor: str
+    assert_seq: int
+
+
+FACT_COLUMNS = tuple(FactRow.__slots__)  # type: ignore[attr-defined]
+EVENT_COLUMNS = tuple(EventRow.__slots__)  # type: ignore[attr-defined]
+STATE_COLUMNS = tuple(StateRow.__slots__)  # type: ignore[attr-defined]

@@ -1,0 +1,111 @@
+"""The schema as a user_version ladder: migration N takes a file from version N-1 to N."""
+
+from __future__ import annotations
+
+# 'CUST' as a big-endian int: lets `file`-style tools and open_ledger tell a ledger from any db.
+APPLICATION_ID = 0x43555354
+
+V1 = """
+CREATE TABLE ledger_meta(
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE policies(
+    hash      TEXT PRIMARY KEY,
+    canonical TEXT NOT NULL,
+    source    TEXT NOT NULL,
+    path      TEXT
+) WITHOUT ROWID;
+
+-- The truth. `body` is the exact canonical JSON that was hashed (the envelope, with the value
+-- replaced by its salted commitment); the other columns repeat parts of it for querying and
+-- verify checks that they agree. Only `value` and `salt` of an assert may ever change (to NULL).
+CREATE TABLE events(
+    seq         INTEGER PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    tx_at       TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    policy_hash TEXT NOT NULL,
+    fact_id     TEXT,
+    body        TEXT NOT NULL,
+    value       TEXT,
+    salt        TEXT,
+    prev_hash   TEXT NOT NULL,
+    hash        TEXT NOT NULL
+);
+CREATE INDEX events_by_fact ON events(fact_id, seq) WHERE fact_id IS NOT NULL;
+CREATE INDEX events_by_hash ON events(hash);
+CREATE INDEX events_policy ON events(seq) WHERE kind = 'policy';
+
+CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'custody: events are append-only; an event cannot be deleted');
+END;
+
+CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
+WHEN NOT (
+    OLD.kind = 'assert'
+    AND NEW.value IS NULL AND NEW.salt IS NULL
+    AND NEW.seq IS OLD.seq AND NEW.kind IS OLD.kind AND NEW.tx_at IS OLD.tx_at
+    AND NEW.actor IS OLD.actor AND NEW.policy_hash IS OLD.policy_hash
+    AND NEW.fact_id IS OLD.fact_id AND NEW.body IS OLD.body
+    AND NEW.prev_hash IS OLD.prev_hash AND NEW.hash IS OLD.hash
+)
+BEGIN
+    SELECT RAISE(ABORT, 'custody: events are append-only; only an assert''s value and salt may be erased');
+END;
+
+-- The projection: one row per fact, its state now.
+CREATE TABLE facts(
+    assert_seq    INTEGER PRIMARY KEY,
+    fact_id       TEXT NOT NULL UNIQUE,
+    subject       TEXT NOT NULL,
+    predicate     TEXT NOT NULL,
+    space         TEXT NOT NULL,
+    valid_from    TEXT NOT NULL,
+    valid_to      TEXT,
+    provenance    TEXT NOT NULL,
+    confirmed_seq INTEGER,
+    ended         TEXT,
+    ended_seq     INTEGER,
+    supersedes    TEXT,
+    superseded_by TEXT,
+    held          INTEGER NOT NULL DEFAULT 0,
+    actor         TEXT NOT NULL,
+    session       TEXT,
+    status        TEXT NOT NULL,
+    marks         TEXT
+);
+CREATE INDEX facts_by_subject ON facts(subject, predicate);
+CREATE INDEX facts_by_space ON facts(space);
+CREATE INDEX facts_by_status ON facts(status);
+CREATE INDEX facts_by_supersedes ON facts(supersedes) WHERE supersedes IS NOT NULL;
+
+-- Transaction-time history of each fact's state (fact_seq = the fact's assert_seq): the row
+-- with the greatest from_seq whose tx_from <= T is the fact's state as of T. "_all" columns
+-- count pending (claimed) replacements, "_trusted" columns only confirmed or attested ones.
+CREATE TABLE fact_states(
+    fact_seq       INTEGER NOT NULL,
+    from_seq       INTEGER NOT NULL,
+    tx_from        TEXT NOT NULL,
+    live           INTEGER NOT NULL,
+    prov_rank      INTEGER NOT NULL,
+    status_all     TEXT NOT NULL,
+    status_trusted TEXT NOT NULL,
+    vto_all        TEXT,
+    vto_trusted    TEXT,
+    PRIMARY KEY(fact_seq, from_seq)
+) WITHOUT ROWID;
+
+CREATE TABLE fact_sources(
+    fact_id   TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    PRIMARY KEY(fact_id, source_id)
+) WITHOUT ROWID;
+CREATE INDEX fact_sources_by_source ON fact_sources(source_id);
+"""
+
+# Index i holds the script that upgrades user_version i to i+1.
+MIGRATIONS: tuple[str, ...] = (V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
