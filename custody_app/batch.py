@@ -85,7 +85,7 @@ def run_op(ledger: Ledger, aliases: _Aliases, number: int, text: str) -> dict[st
             raise LedgerError("chain_broken", result.problem or "the chain is broken",
                               first_bad_seq=result.first_bad_seq)
         if ref is not None:
-            aliases.names[ref] = (result.fact_id, number)
+            aliases.names[ref] = (str(getattr(result, "fact_id")), number)  # noqa: B009
         out.update(ok=True, result=result.model_dump(mode="json"))
     except LedgerError as exc:
         out.update(ok=False, error=exc.to_json())

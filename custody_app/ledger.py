@@ -204,9 +204,7 @@ class Ledger:
                             first_bad_seq=report.first_bad_seq, problem=report.problem)
 
     def set_clock(self, moment: str) -> ClockResult:
-        cmd = parse_command(SetClock, {"set": moment})
-        out = self._set_clock(cmd)
-        return out
+        return self._do(SetClock, ClockResult, set=moment)
 
     # ---- handlers ----------------------------------------------------------------------
     def _assert(self, cmd: AssertFact) -> AssertResult:

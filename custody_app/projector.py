@@ -104,9 +104,10 @@ def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: 
         return
     if fact_id is None:
         return
-    fact = port.get(fact_id)
-    if fact is None:
+    found = port.get(fact_id)
+    if found is None:
         return
+    fact = found
     if kind in ("retract", "reject"):
         ended = "retracted" if kind == "retract" else "rejected"
         fact = replace(fact, ended=ended, ended_seq=seq)

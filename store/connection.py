@@ -151,7 +151,7 @@ def _configure(conn: apsw.Connection) -> None:
 def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
     app_id = conn.pragma("application_id")
     version = conn.pragma("user_version")
-    empty = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
+    empty = conn.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchone() is None
     if app_id != APPLICATION_ID and not (app_id == 0 and version == 0 and empty):
         raise NotALedger(f"{path} is a SQLite file but not a custody-app ledger")
     if version > SCHEMA_VERSION:
@@ -171,7 +171,7 @@ def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
             conn.execute(MIGRATIONS[step])
         conn.pragma("application_id", APPLICATION_ID)
         conn.pragma("user_version", SCHEMA_VERSION)
-        vec = conn.execute("SELECT vec_version()").fetchone()[0]
+        vec = conn.execute("SELECT vec_version()").get
         conn.execute(
             "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES ('sqlite_vec_version', ?)",
             (vec,),

@@ -44,7 +44,8 @@ class EventStore:
         return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
 
     def count(self) -> int:
-        return int(self._conn.execute(COUNT).fetchone()[0])
+        row = self._conn.execute(COUNT).fetchone()
+        return int(row[0]) if row else 0
 
     def get(self, seq: int) -> EventRow | None:
         row = self._conn.execute(BY_SEQ, (seq,)).fetchone()
@@ -66,7 +67,7 @@ class EventStore:
                 return
             for r in rows:
                 yield _row(r)
-            after = int(rows[-1][0])
+            after = _row(rows[-1]).seq
 
     def last_policy_hash(self) -> str | None:
         row = self._conn.execute(LAST_POLICY).fetchone()

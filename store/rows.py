@@ -78,6 +78,6 @@ class AsOfRow:
     assert_seq: int
 
 
-FACT_COLUMNS = tuple(FactRow.__slots__)  # type: ignore[attr-defined]
-EVENT_COLUMNS = tuple(EventRow.__slots__)  # type: ignore[attr-defined]
-STATE_COLUMNS = tuple(StateRow.__slots__)  # type: ignore[attr-defined]
+FACT_COLUMNS: tuple[str, ...] = tuple(FactRow.__slots__)
+EVENT_COLUMNS: tuple[str, ...] = tuple(EventRow.__slots__)
+STATE_COLUMNS: tuple[str, ...] = tuple(StateRow.__slots__)
