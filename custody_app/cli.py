@@ -116,16 +116,18 @@ def _subcommand(argv: list[str]) -> int:
 
 
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool) -> int:
-    try:
-        ledger = _open(args, manual_clock=manual_clock)
-    except LedgerError as exc:
-        return _fail(exc, Exit.UNOPENABLE)
+    # The batch file first: a usage error must not create a ledger file as a side effect.
     try:
         stream = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
-        ledger.close()
         sys.stderr.write(f"custody-app: cannot read batch file {source}: {exc.strerror}\n")
         return int(Exit.USAGE)
+    try:
+        ledger = _open(args, manual_clock=manual_clock)
+    except LedgerError as exc:
+        if stream is not sys.stdin:
+            stream.close()
+        return _fail(exc, Exit.UNOPENABLE)
     with ledger, stream:
         outcome = run_batch(ledger, stream, sys.stdout, fail_fast=args.fail_fast)
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)

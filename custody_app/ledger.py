@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from custody_app import lifecycle, reads
 from custody_app.chain import GENESIS, canonical, commitment, event_hash, new_salt, verify_chain
@@ -28,6 +28,7 @@ from custody_app.commands import (
     Verify,
     Why,
     parse_command,
+    refusal,
 )
 from custody_app.errors import LedgerError
 from custody_app.models import EVENT_MODELS, PROV_RANK, PROVENANCES
@@ -139,7 +140,11 @@ class Ledger:
         if fact_id is not None:
             envelope["fact_id"] = fact_id
         envelope.update({k: v for k, v in fields.items() if v is not None})
-        EVENT_MODELS[kind].model_validate(envelope)
+        try:
+            EVENT_MODELS[kind].model_validate(envelope)
+        except ValidationError as exc:
+            # An invalid event never enters the log, and the caller gets a coded refusal.
+            raise refusal(exc) from None
         body = canonical(envelope)
         row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, body, value, salt,
                        prev, event_hash(prev, body))

@@ -31,7 +31,7 @@ def check_actor(text: str) -> str:
     if match is None or match.group(1) not in ACTOR_KINDS:
         raise PydanticCustomError(
             "invalid_actor",
-            "actor {actor!r} must be kind:id with kind one of " + ", ".join(ACTOR_KINDS),
+            "actor '{actor}' must be kind:id with kind one of " + ", ".join(ACTOR_KINDS),
             {"actor": text},
         )
     return text

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import rfc8785
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from custody_app.errors import PolicyError
 from custody_app.models import ACTOR_KINDS, Actor
@@ -31,7 +31,7 @@ class _Section(BaseModel):
 
 
 class ProvenancePolicy(_Section):
-    allow_declared: bool = True
+    allow_declared: StrictBool = True
     """May a batch or Python API writer declare `attested` or `verified` itself?"""
 
 

@@ -137,7 +137,6 @@ def _configure(conn: apsw.Connection) -> None:
     apsw.bestpractice.connection_dqs(conn)
     apsw.bestpractice.connection_enable_foreign_keys(conn)
     apsw.bestpractice.connection_recursive_triggers(conn)
-    apsw.bestpractice.connection_wal(conn)
     # Per connection, not stored in the file: ON (not FAST) so freed pages are zeroed.
     conn.pragma("secure_delete", "ON")
     # Sorts and temp indexes stay in memory so no value bytes reach temp files.
@@ -159,6 +158,8 @@ def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
             f"{path} has schema version {version}; this custody-app reads up to "
             f"{SCHEMA_VERSION}: upgrade custody-app"
         )
+    # Only now that the file is known to be ours: switching to WAL rewrites its header.
+    apsw.bestpractice.connection_wal(conn)
     if version == SCHEMA_VERSION:
         return
     if readonly:

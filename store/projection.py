@@ -6,6 +6,7 @@ from functools import cache
 
 import apsw
 
+from store.errors import StoreIntegrityError
 from store.rows import FACT_COLUMNS, STATE_COLUMNS, AsOfRow, FactRow, StateRow
 
 _FCOLS = ", ".join(FACT_COLUMNS)
@@ -73,7 +74,10 @@ class FactStore:
         return None if row is None else FactRow(*row)
 
     def insert(self, fact: FactRow) -> None:
-        self._conn.execute(INSERT_FACT, tuple(getattr(fact, c) for c in FACT_COLUMNS))
+        try:
+            self._conn.execute(INSERT_FACT, tuple(getattr(fact, c) for c in FACT_COLUMNS))
+        except apsw.ConstraintError as exc:
+            raise StoreIntegrityError(f"fact {fact.fact_id} refused: {exc}") from exc
 
     def update(self, fact: FactRow) -> None:
         values = [getattr(fact, c) for c in FACT_COLUMNS if c != "assert_seq"]

@@ -1,0 +1,70 @@
+"""Shared fixtures: a real ledger file in tmp_path under a manual clock, and ledger snapshots."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from custody_app.ledger import Ledger
+from custody_app.timeutil import ManualClock, format_time
+
+T0 = datetime(2026, 9, 1, tzinfo=UTC)
+CAUSE: dict[str, Any] = {"kind": "message", "ref": "msg-1"}
+WRITER = "agent:support"
+REVIEWER = "user:rev"
+
+
+def day(n: float) -> str:
+    """Midnight UTC of 2026-09-n (fractions allowed), in the ledger's own time format."""
+    return format_time(T0 + timedelta(days=n - 1))
+
+
+class Env:
+    """A ledger and its manual clock, with helpers that keep the tests short."""
+
+    def __init__(self, path: Path, policy: Path | None = None) -> None:
+        self.path = path
+        self.policy = policy
+        self.clock = ManualClock(T0)
+        self.opens = 1
+        self.ledger = Ledger.open(path, policy=policy, clock=self.clock, id_seed=self.opens)
+
+    def at(self, moment: str) -> None:
+        """Set transaction time (the clock only moves forward in these tests)."""
+        self.clock.set(datetime.fromisoformat(moment.replace("Z", "+00:00")))
+
+    def reopen(self, policy: Path | None = None, *, readonly: bool = False) -> Ledger:
+        self.ledger.close()
+        self.policy = policy if policy is not None else self.policy
+        # A fresh id seed per open: the same seed at the same instant would repeat fact ids.
+        self.opens += 1
+        self.ledger = Ledger.open(self.path, policy=self.policy, clock=self.clock,
+                                  readonly=readonly, id_seed=self.opens)
+        return self.ledger
+
+    def put(self, subject: str = "acct:42", predicate: str = "plan", value: Any = "basic", *,
+            actor: str = WRITER, provenance: str = "attested", **optional: Any) -> str:
+        """Assert a fact and return its id."""
+        result = self.ledger.assert_fact(subject, predicate, value, actor=actor, cause=CAUSE,
+                                         provenance=provenance, **optional)
+        return result.fact_id
+
+    def status(self, fact_id: str) -> str:
+        return self.ledger.history(fact_id).status
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """Everything a refused operation must leave untouched: chain and projection."""
+        report = self.ledger.verify()
+        assert report.valid
+        return report.events, report.head, self.ledger.db.facts.dump()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path / "ledger.db")
+    yield e
+    e.ledger.close()
