@@ -59,10 +59,17 @@ def fold_as_of(
         return 1 if r == 0 and fact_id in confirmed else r
 
     want = PROV_RANK[include]
-    replacements: dict[str, list[str]] = {}
+    children: dict[str, list[str]] = {}
     for fid, (_, body) in asserts.items():
-        if body.get("supersedes") and fid not in killed:
-            replacements.setdefault(body["supersedes"], []).append(fid)
+        if body.get("supersedes"):
+            children.setdefault(body["supersedes"], []).append(fid)
+
+    def standing(fact_id: str) -> list[str]:
+        """The replacements that stand: a retracted one hands over to its own replacements."""
+        out: list[str] = []
+        for child in children.get(fact_id, []):
+            out += standing(child) if child in killed else [child]
+        return out
 
     out: list[FoldedFact] = []
     for fid, (event, body) in asserts.items():
@@ -74,7 +81,7 @@ def fold_as_of(
             continue
         status = "quarantined" if rank(fid) == 0 else "active"
         valid_to = body.get("valid_to")
-        for rid in replacements.get(fid, []):
+        for rid in standing(fid):
             if include == "claimed" or rank(rid) >= 1:
                 status = "superseded"
                 cut = asserts[rid][1]["valid_from"]

@@ -13,6 +13,7 @@ class ProjectionPort(Protocol):
     """Where the projection lives: the ledger file, or memory during a rebuild."""
 
     def get(self, fact_id: str) -> FactRow | None: ...
+    def superseded_by(self, fact_id: str) -> list[FactRow]: ...
     def insert(self, fact: FactRow) -> None: ...
     def update(self, fact: FactRow) -> None: ...
     def latest_state(self, fact_seq: int) -> StateRow | None: ...
@@ -25,17 +26,25 @@ class MemoryProjection:
 
     def __init__(self) -> None:
         self.facts: dict[str, FactRow] = {}
+        self.replaced: dict[str, set[str]] = {}
         self.states: dict[int, list[StateRow]] = {}
         self.sources: set[tuple[str, str]] = set()
 
     def get(self, fact_id: str) -> FactRow | None:
         return self.facts.get(fact_id)
 
+    def superseded_by(self, fact_id: str) -> list[FactRow]:
+        found = (self.facts[f] for f in self.replaced.get(fact_id, ()))
+        return sorted((f for f in found if f.superseded_by == fact_id),
+                      key=lambda f: f.assert_seq)
+
     def insert(self, fact: FactRow) -> None:
-        self.facts[fact.fact_id] = fact
+        self.update(fact)
 
     def update(self, fact: FactRow) -> None:
         self.facts[fact.fact_id] = fact
+        if fact.superseded_by is not None:
+            self.replaced.setdefault(fact.superseded_by, set()).add(fact.fact_id)
 
     def latest_state(self, fact_seq: int) -> StateRow | None:
         rows = self.states.get(fact_seq)
@@ -68,17 +77,14 @@ def _refresh(port: ProjectionPort, fact: FactRow, seq: int, tx_at: str,
         port.push_state(state)
 
 
-def _refresh_replaced(port: ProjectionPort, replacement: FactRow, seq: int, tx_at: str,
-                      *, release: bool) -> None:
-    """Recompute the fact a replacement supersedes; `release` ends the supersession."""
-    if replacement.supersedes is None:
-        return
-    old = port.get(replacement.supersedes)
-    if old is None or old.superseded_by != replacement.fact_id:
-        return
-    if release:
-        old = replace(old, superseded_by=None)
-    _refresh(port, old, seq, tx_at)
+def _refresh_replaced(port: ProjectionPort, replacement: FactRow, seq: int, tx_at: str) -> None:
+    """Recompute the facts `replacement` supersedes. When it no longer stands (retracted or
+    rejected), they pass to its own live replacement if it has one, else they are restored."""
+    for old in port.superseded_by(replacement.fact_id):
+        if old.ended is None:
+            if replacement.ended in ("retracted", "rejected"):
+                old = replace(old, superseded_by=replacement.superseded_by)
+            _refresh(port, old, seq, tx_at)
 
 
 def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: str | None,
@@ -112,8 +118,8 @@ def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: 
         ended = "retracted" if kind == "retract" else "rejected"
         fact = replace(fact, ended=ended, ended_seq=seq)
         _refresh(port, fact, seq, tx_at)
-        _refresh_replaced(port, fact, seq, tx_at, release=True)
+        _refresh_replaced(port, fact, seq, tx_at)
     elif kind == "confirm":
         fact = replace(fact, confirmed_seq=seq)
         _refresh(port, fact, seq, tx_at)
-        _refresh_replaced(port, fact, seq, tx_at, release=False)
+        _refresh_replaced(port, fact, seq, tx_at)

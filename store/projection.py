@@ -27,6 +27,7 @@ INSERT_SOURCE = "INSERT OR IGNORE INTO fact_sources(fact_id, source_id) VALUES (
 SOURCES_OF = "SELECT source_id FROM fact_sources WHERE fact_id = ? ORDER BY source_id"
 DERIVED_FROM = "SELECT fact_id FROM fact_sources WHERE source_id = ? ORDER BY fact_id"
 REPLACEMENTS = f"SELECT {_FCOLS} FROM facts WHERE supersedes = ? ORDER BY assert_seq"
+SUPERSEDED_BY = f"SELECT {_FCOLS} FROM facts WHERE superseded_by = ? ORDER BY assert_seq"
 ALL_FACTS = f"SELECT {_FCOLS} FROM facts ORDER BY assert_seq"
 ALL_STATES = f"SELECT {_SCOLS} FROM fact_states ORDER BY fact_seq, from_seq"
 ALL_SOURCES = "SELECT fact_id, source_id FROM fact_sources ORDER BY fact_id, source_id"
@@ -101,6 +102,10 @@ class FactStore:
 
     def replacements(self, fact_id: str) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(REPLACEMENTS, (fact_id,))]
+
+    def superseded_by(self, fact_id: str) -> list[FactRow]:
+        """Facts whose live replacement is `fact_id`."""
+        return [FactRow(*r) for r in self._conn.execute(SUPERSEDED_BY, (fact_id,))]
 
     def as_of(
         self,

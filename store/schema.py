@@ -81,6 +81,7 @@ CREATE INDEX facts_by_subject ON facts(subject, predicate);
 CREATE INDEX facts_by_space ON facts(space);
 CREATE INDEX facts_by_status ON facts(status);
 CREATE INDEX facts_by_supersedes ON facts(supersedes) WHERE supersedes IS NOT NULL;
+CREATE INDEX facts_by_superseder ON facts(superseded_by) WHERE superseded_by IS NOT NULL;
 
 -- Transaction-time history of each fact's state (fact_seq = the fact's assert_seq): the row
 -- with the greatest from_seq whose tx_from <= T is the fact's state as of T. "_all" columns

@@ -314,11 +314,13 @@ offsets = st.none() | st.integers(-72, 72)
 assert_op = st.tuples(st.just("assert"), st.sampled_from(SUBJECTS), st.sampled_from(PREDICATES),
                       st.sampled_from(PROVENANCES), offsets, st.none() | st.integers(1, 96),
                       st.sampled_from(WRITERS))
-supersede_op = st.tuples(st.just("supersede"), st.integers(0, 50), st.sampled_from(PROVENANCES),
+# Negative targets count from the newest fact, so chains (A <- B <- C) and retractions in their
+# middle come up often.
+targets = st.integers(-3, -1) | st.integers(0, 50)
+supersede_op = st.tuples(st.just("supersede"), targets, st.sampled_from(PROVENANCES),
                          st.none() | st.integers(-2, 48), st.none() | st.integers(1, 96),
                          st.integers(0, 9))
-fact_op = st.tuples(st.sampled_from(["retract", "reject", "confirm", "confirm"]),
-                    st.integers(0, 50))
+fact_op = st.tuples(st.sampled_from(["retract", "reject", "confirm", "confirm"]), targets)
 tick_op = st.tuples(st.just("tick"), st.sampled_from([0, 0, 1, 1, 2, 24]))
 ops_strategy = st.lists(st.one_of(assert_op, supersede_op, supersede_op, fact_op, tick_op),
                         min_size=6, max_size=50)
@@ -413,7 +415,7 @@ def _moments(events: list[Any]) -> list[str]:
     return sorted(out)
 
 
-@settings(max_examples=int(os.environ.get("CUSTODY_FOLD_EXAMPLES", "150")), deadline=None,
+@settings(max_examples=int(os.environ.get("CUSTODY_FOLD_EXAMPLES", "300")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ops=ops_strategy, data=st.data())
 def test_sql_as_of_matches_the_fold(ops: list[tuple[Any, ...]], data: st.DataObject) -> None:

@@ -418,22 +418,30 @@ def test_supersession_chain_with_the_middle_one_retracted(env: Env) -> None:
     assert ids(env, valid_at=day(2.5)) == [b]
     env.at(day(4))
     env.ledger.retract(b, actor=WRITER, reason="pro was never bought")
-    # Only the retraction of its own replacement restores a fact: `a` is believed again and
-    # `c` (which replaced the retracted `b`) stays believed.
-    assert [env.status(f) for f in (a, b, c)] == ["active", "retracted", "active"]
+    # `b` should never have been believed, so `a` passes to `b`'s own replacement `c`: one
+    # value at every valid time, `a` until `c` starts, never `a` and `c` together.
+    assert [env.status(f) for f in (a, b, c)] == ["superseded", "retracted", "active"]
     assert ids(env, valid_at=day(2.5)) == [a]
-    assert ids(env, valid_at=day(3.5)) == [a, c]
+    assert ids(env, valid_at=day(3.5)) == [c]
+    [shown] = env.ledger.as_of(valid_at=day(2.5)).facts
+    assert shown.valid_to == day(3)
     # As of before the retraction, the old picture still holds.
     assert ids(env, valid_at=day(2.5), tx_at=day(3.5)) == [b]
     assert ids(env, valid_at=day(3.5), tx_at=day(3.5)) == [c]
-    # `c` keeps its link to `b` and cannot be superseded twice; `a` can be superseded again.
-    with pytest.raises(LedgerError) as info:
-        env.put(value="x", supersedes=b)
-    assert info.value.code == "fact_retracted"
+    # `b` is dead and `a` is still superseded (by `c`): neither can be superseded again.
+    for target, code in ((b, "fact_retracted"), (a, "already_superseded")):
+        with pytest.raises(LedgerError) as info:
+            env.put(value="x", supersedes=target, valid_from=day(3))
+        assert info.value.code == code
+    # Retracting `c` as well restores `a`, which can then be superseded again.
     env.at(day(5))
+    env.ledger.retract(c, actor=WRITER, reason="enterprise was never bought either")
+    assert [env.status(f) for f in (a, b, c)] == ["active", "retracted", "retracted"]
+    assert ids(env, valid_at=day(3.5)) == [a]
     d = env.put(value="enterprise", supersedes=a, valid_from=day(3))
-    assert ids(env, valid_at=day(3.5)) == [c, d]
+    assert ids(env, valid_at=day(3.5)) == [d]
     assert ids(env, valid_at=day(2.5)) == [a]
+    assert env.ledger.rebuild().differences == []
 
 
 def test_confirm_of_a_claimed_fact_superseded_meanwhile(env: Env) -> None:
