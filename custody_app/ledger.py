@@ -313,6 +313,10 @@ class Ledger:
             raise LedgerError("clock_backwards",
                               f"cannot set the clock to {cmd.set}, before the ledger's last "
                               f"transaction time {head[2]}")
+        if self.clock.is_set and cmd.set < format_time(self.clock.now()):
+            raise LedgerError("clock_backwards",
+                              f"cannot set the clock to {cmd.set}, before the time it was set "
+                              f"to last, {format_time(self.clock.now())}")
         self.clock.set(datetime.fromisoformat(cmd.set.replace("Z", "+00:00")))
         return ClockResult(now=cmd.set)
 

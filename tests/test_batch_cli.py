@@ -508,3 +508,16 @@ def test_unknown_fact_exits_1_naming_it(replayed: Replay, command: str) -> None:
     assert done.stdout == ""
     [line] = done.stderr.splitlines()
     assert "f_0000feedface" in line and "unknown_fact" in line
+
+
+def test_two_clock_ops_cannot_go_backwards_even_without_a_write_between(tmp_path: Path) -> None:
+    batch = tmp_path / "clock.jsonl"
+    batch.write_text('{"op":"clock","set":"2026-05-02T00:00:00Z"}\n'
+                     '{"op":"clock","set":"2026-05-01T00:00:00Z"}\n')
+    done = subprocess.run([sys.executable, "-m", "custody_app", "--batch", str(batch),
+                           "--ledger", str(tmp_path / "l.db"), "--manual-clock"],
+                          capture_output=True, text=True, timeout=60)
+    first, second = (json.loads(line) for line in done.stdout.splitlines())
+    assert first["ok"] and not second["ok"]
+    assert second["error"]["code"] == "clock_backwards"
+    assert done.returncode == 1
