@@ -47,8 +47,13 @@ class ChainReport:
     problem: str | None = None
 
 
-def check_event(row: EventRow, prev_hash: str, expected_seq: int) -> str | None:
-    """What is wrong with one event given its predecessor, or None."""
+ValueOpener = Callable[[EventRow, dict[str, Any]], "str | None"]
+
+
+def check_event(row: EventRow, prev_hash: str, expected_seq: int,
+                open_value: ValueOpener | None = None) -> str | None:
+    """What is wrong with one event given its predecessor, or None. `open_value` turns a stored
+    value into its canonical text (None when its key is gone) so the commitment can be checked."""
     if row.seq != expected_seq:
         return f"event {expected_seq} is missing (next stored event is {row.seq})"
     if row.prev_hash != prev_hash:
@@ -65,9 +70,13 @@ def check_event(row: EventRow, prev_hash: str, expected_seq: int) -> str | None:
     if row.kind == "assert":
         if (row.value is None) != (row.salt is None):
             return f"event {row.seq} has a value without its salt, or a salt without its value"
-        if row.value is not None and row.salt is not None:
+        if row.value is not None and row.salt is not None and open_value is not None:
             try:
-                if commitment(row.salt, row.value) != body.get("commitment"):
+                text = open_value(row, body)
+            except Exception:  # any failure to open a stored value is a broken event
+                return f"event {row.seq} has a stored value that does not decrypt"
+            try:
+                if text is not None and commitment(row.salt, text) != body.get("commitment"):
                     return f"event {row.seq} value does not match its commitment"
             except ValueError:
                 return f"event {row.seq} has a malformed salt"
@@ -77,14 +86,15 @@ def check_event(row: EventRow, prev_hash: str, expected_seq: int) -> str | None:
 
 
 def verify_chain(
-    rows: Iterable[EventRow], progress: Callable[[int], None] | None = None
+    rows: Iterable[EventRow], progress: Callable[[int], None] | None = None,
+    open_value: ValueOpener | None = None,
 ) -> ChainReport:
     """Walk every event in seq order; report the first bad seq for an edit, gap or reordering."""
     prev_hash = GENESIS
     prev_tx = ""
     count = 0
     for row in rows:
-        problem = check_event(row, prev_hash, count + 1)
+        problem = check_event(row, prev_hash, count + 1, open_value)
         if problem is None and row.tx_at < prev_tx:
             problem = f"event {row.seq} has a transaction time before the event preceding it"
         if problem is not None:

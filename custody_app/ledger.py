@@ -6,7 +6,8 @@ import json
 import os
 import random
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ from custody_app.commands import (
     refusal,
 )
 from custody_app.errors import LedgerError
+from custody_app.keys import KeyRing, keystore_path_for
 from custody_app.models import EVENT_MODELS, PROV_RANK, PROVENANCES
 from custody_app.policy import LoadedPolicy, load_policy
 from custody_app.projector import MemoryProjection, apply_event
@@ -46,6 +48,7 @@ from custody_app.readmodels import (
     WhyResult,
 )
 from custody_app.timeutil import Clock, ManualClock, WallClock, format_time
+from custody_app.values import ValueCodec
 from store import LedgerFile, StoreError, open_ledger
 from store.rows import EventRow
 
@@ -57,28 +60,54 @@ class Ledger:
     """A ledger file opened under a policy. Methods take plain values and return read models."""
 
     def __init__(self, db: LedgerFile, policy: LoadedPolicy, clock: Clock | None = None,
-                 *, readonly: bool = False, id_seed: int | None = None) -> None:
+                 *, keys: KeyRing | None = None, readonly: bool = False,
+                 id_seed: int | None = None) -> None:
         self.db = db
         self.policy = policy
         self.clock: Clock = clock or WallClock()
+        self.keys = keys
+        self.values = ValueCodec(keys)
         self.readonly = readonly
         self._rng = random.Random(id_seed) if id_seed is not None else None
         self._head: tuple[int, str, str] | None = None
         self._recorded_policy: str | None = None
+        # The key fence compares against when this unit of work began (see unit_of_work()).
+        self.work_started = format_time(self.clock.now())
 
     @classmethod
     def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,
-             clock: Clock | None = None, readonly: bool = False,
-             id_seed: int | None = None) -> Ledger:
+             clock: Clock | None = None, readonly: bool = False, id_seed: int | None = None,
+             keystore: str | Path | None = None) -> Ledger:
+        """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default).
+        Read-only opens create nothing; without a key store their values read as erased."""
         loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
         try:
             db = open_ledger(path, readonly=readonly)
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
-        return cls(db, loaded, clock, readonly=readonly, id_seed=id_seed)
+        try:
+            keys = None
+            if not readonly or keystore_path_for(path, keystore).exists():
+                keys = KeyRing.open(path, keystore)
+        except BaseException:
+            db.close()
+            raise
+        return cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
 
     def close(self) -> None:
+        if self.keys is not None:
+            self.keys.close()
         self.db.close()
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[None]:
+        """Begin new work now: writes inside may re-key a subject erased before this instant."""
+        before = self.work_started
+        self.work_started = format_time(self.clock.now())
+        try:
+            yield
+        finally:
+            self.work_started = before
 
     def __enter__(self) -> Ledger:
         return self
@@ -97,8 +126,10 @@ class Ledger:
     def _writing(self) -> Iterator[None]:
         if self.readonly:
             raise LedgerError("read_only", "this ledger was opened read-only")
+        keys = self.keys.store.write() if self.keys is not None else nullcontext()
         try:
-            with self.db.write():
+            # The key store commits first (inner), so no committed value ever lacks its key.
+            with self.db.write(), keys:
                 if self.db.depth == 1:
                     self._head = self.db.events.head()
                     self._recorded_policy = self.db.events.last_policy_hash()
@@ -128,7 +159,7 @@ class Ledger:
         return f"f_{millis:012x}{tail:010x}"
 
     def _append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
-                fact_id: str | None = None, value: str | None = None,
+                fact_id: str | None = None, value: bytes | None = None,
                 salt: str | None = None) -> EventRow:
         """Validate, hash, store and project one event (inside a write transaction)."""
         if kind != "policy" and self._recorded_policy != self.policy.hash:
@@ -204,7 +235,7 @@ class Ledger:
     def verify(self, progress: Callable[[int], None] | None = None) -> VerifyResult:
         """Walk the whole chain; `valid` is false with the first bad seq when it is broken."""
         with self.db.read():
-            report = verify_chain(self.db.events.iter_all(), progress)
+            report = verify_chain(self.db.events.iter_all(), progress, self.values.opener)
         return VerifyResult(valid=report.valid, events=report.events, head=report.head,
                             first_bad_seq=report.first_bad_seq, problem=report.problem)
 
@@ -245,8 +276,10 @@ class Ledger:
                 "llm": cmd.llm.model_dump(exclude_none=True) if cmd.llm else None,
                 "commitment": commitment(salt, value_text),
             }
+            sealed = self.values.seal(fact_id, cmd.subject, value_text,
+                                      work_started=self.work_started, now=tx_at)
             row = self._append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
-                               value=value_text, salt=salt)
+                               value=sealed, salt=salt)
             fact = reads.require_fact(self.db, fact_id)
         return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                             status=fact.status, provenance=cmd.provenance)
@@ -286,20 +319,23 @@ class Ledger:
                 valid_at=valid_at, tx_at=tx_at, min_rank=PROV_RANK[cmd.include],
                 include_pending=cmd.include == "claimed", subject=cmd.subject,
                 predicate=cmd.predicate, space=cmd.space, limit=cmd.limit or -1)
-        facts = [FactView(
-            fact_id=r.fact_id, subject=r.subject, predicate=r.predicate,
-            value=reads.load_value(r.value), space=r.space, status=r.status,
-            provenance=PROVENANCES[r.prov_rank], valid_from=r.valid_from, valid_to=r.valid_to,
-            actor=r.actor, erased=r.value is None) for r in rows]
+        facts = []
+        for r in rows:
+            text = self.values.open_or_refuse(r.fact_id, r.subject, r.value)
+            facts.append(FactView(
+                fact_id=r.fact_id, subject=r.subject, predicate=r.predicate,
+                value=reads.load_value(text), space=r.space, status=r.status,
+                provenance=PROVENANCES[r.prov_rank], valid_from=r.valid_from,
+                valid_to=r.valid_to, actor=r.actor, erased=text is None))
         return AsOfResult(valid_at=valid_at, tx_at=tx_at, facts=facts)
 
     def _history(self, cmd: History) -> HistoryResult:
         with self.db.read():
-            return reads.history(self.db, cmd.fact_id)
+            return reads.history(self.db, self.values, cmd.fact_id)
 
     def _why(self, cmd: Why) -> WhyResult:
         with self.db.read():
-            return reads.why(self.db, cmd.fact_id)
+            return reads.why(self.db, self.values, cmd.fact_id)
 
     def _verify(self, cmd: Verify) -> VerifyResult:
         return self.verify()
@@ -321,10 +357,20 @@ class Ledger:
         return ClockResult(now=cmd.set)
 
     # ---- maintenance -------------------------------------------------------------------
-    def events(self) -> list[EventRow]:
-        """Every event, oldest first (for the fold, exports and tests)."""
+    def events(self, *, plaintext: bool = False) -> list[EventRow]:
+        """Every event, oldest first; with `plaintext`, values as canonical JSON text (for the
+        fold and exports) instead of sealed bytes, None where erased or its key is gone."""
         with self.db.read():
-            return list(self.db.events.iter_all())
+            rows = list(self.db.events.iter_all())
+        if not plaintext:
+            return rows
+        out = []
+        for row in rows:
+            if row.kind == "assert" and row.value is not None:
+                text = self.values.opener(row, json.loads(row.body))
+                row = replace(row, value=None if text is None else text.encode("utf-8"))
+            out.append(row)
+        return out
 
     def rebuild(self, *, repair: bool = False) -> RebuildResult:
         """Recompute the projection from the events and report where the stored one differs."""

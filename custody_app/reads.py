@@ -18,6 +18,7 @@ from custody_app.readmodels import (
     Review,
     WhyResult,
 )
+from custody_app.values import ValueCodec
 from store import LedgerFile
 from store.rows import EventRow, FactRow
 
@@ -26,19 +27,21 @@ def load_value(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def event_view(row: EventRow) -> EventView:
+def event_view(codec: ValueCodec, row: EventRow) -> EventView:
     data: dict[str, Any] = json.loads(row.body)
     data["event_id"] = row.hash
     if row.kind == "assert":
-        data["value"] = load_value(row.value)
-        data["erased"] = row.value is None
+        text = codec.open_or_refuse(row.fact_id or "", data["subject"], row.value)
+        data["value"] = load_value(text)
+        data["erased"] = text is None
     return EventView(**data)
 
 
-def fact_view(db: LedgerFile, fact: FactRow) -> FactView:
+def fact_view(db: LedgerFile, codec: ValueCodec, fact: FactRow) -> FactView:
     """A fact as it stands now."""
     event = db.events.get(fact.assert_seq)
-    value = None if event is None else event.value
+    value = None if event is None else codec.open_or_refuse(fact.fact_id, fact.subject,
+                                                            event.value)
     valid_to = fact.valid_to
     if fact.status == "superseded" and fact.superseded_by:
         replacement = db.facts.get(fact.superseded_by)
@@ -74,23 +77,23 @@ def history_rows(db: LedgerFile, fact_id: str) -> list[EventRow]:
     return sorted(rows, key=lambda r: r.seq)
 
 
-def history(db: LedgerFile, fact_id: str) -> HistoryResult:
+def history(db: LedgerFile, codec: ValueCodec, fact_id: str) -> HistoryResult:
     fact = require_fact(db, fact_id)
     return HistoryResult(fact_id=fact_id, status=fact.status,
-                         events=[event_view(r) for r in history_rows(db, fact_id)])
+                         events=[event_view(codec, r) for r in history_rows(db, fact_id)])
 
 
-def _events_verified(db: LedgerFile, rows: list[EventRow]) -> bool:
+def _events_verified(db: LedgerFile, codec: ValueCodec, rows: list[EventRow]) -> bool:
     """Each of the fact's events still matches its hash, body and link to its predecessor."""
     for row in rows:
         prev = db.events.get(row.seq - 1) if row.seq > 1 else None
         prev_hash = GENESIS if row.seq == 1 else (prev.hash if prev else "")
-        if check_event(row, prev_hash, row.seq) is not None:
+        if check_event(row, prev_hash, row.seq, codec.opener) is not None:
             return False
     return True
 
 
-def why(db: LedgerFile, fact_id: str) -> WhyResult:
+def why(db: LedgerFile, codec: ValueCodec, fact_id: str) -> WhyResult:
     fact = require_fact(db, fact_id)
     created = db.events.get(fact.assert_seq)
     assert created is not None
@@ -124,11 +127,11 @@ def why(db: LedgerFile, fact_id: str) -> WhyResult:
     sources = [_ref(f) for f in (db.facts.get(s) for s in body.get("sources") or []) if f]
     dependents = [_ref(f) for f in (db.facts.get(d) for d in db.facts.derived_from(fact_id)) if f]
     return WhyResult(
-        fact=fact_view(db, fact), created_by=event_view(created), actor=fact.actor,
+        fact=fact_view(db, codec, fact), created_by=event_view(codec, created), actor=fact.actor,
         cause=Cause(**body["cause"]), session=fact.session,
         llm=LlmBlock(**body["llm"]) if body.get("llm") else None,
         sources=sources, dependents=dependents,
         policy=PolicyText(hash=created.policy_hash, canonical=canonical, source=source, path=path),
         supersedes=older, superseded_by=newer, reviews=reviews,
-        events_verified=_events_verified(db, history_rows(db, fact_id)),
+        events_verified=_events_verified(db, codec, history_rows(db, fact_id)),
     )

@@ -16,7 +16,7 @@ class EventRow:
     policy_hash: str
     fact_id: str | None
     body: str
-    value: str | None
+    value: bytes | None
     salt: str | None
     prev_hash: str
     hash: str
@@ -69,7 +69,7 @@ class AsOfRow:
     subject: str
     predicate: str
     space: str
-    value: str | None
+    value: bytes | None
     status: str
     prov_rank: int
     valid_from: str

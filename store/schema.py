@@ -29,7 +29,7 @@ CREATE TABLE events(
     policy_hash TEXT NOT NULL,
     fact_id     TEXT,
     body        TEXT NOT NULL,
-    value       TEXT,
+    value       BLOB,
     salt        TEXT,
     prev_hash   TEXT NOT NULL,
     hash        TEXT NOT NULL

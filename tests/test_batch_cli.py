@@ -63,7 +63,8 @@ def snapshot(path: Path) -> tuple[Any, ...]:
 
 
 def copy_ledger(src: Path, dst: Path) -> Path:
-    for suffix in ("", "-wal"):
+    """The ledger file, its WAL, and its key store with the master key file."""
+    for suffix in ("", "-wal", ".keys", ".keys.master"):
         if Path(f"{src}{suffix}").exists():
             shutil.copyfile(f"{src}{suffix}", f"{dst}{suffix}")
     return dst

@@ -1,0 +1,108 @@
+"""Cryptography in one place: key wrapping, value encryption, keyed digests and signatures."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import struct
+
+from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+# Sealed value layout: magic, key generation (u32), nonce, AES-256-GCM ciphertext+tag.
+_MAGIC = b"CV1"
+_HEADER = struct.Struct(">3sI12s")
+
+
+class DecryptError(Exception):
+    """A value or wrapped key that cannot be opened (wrong key, destroyed key, or tampered)."""
+
+
+def new_key() -> bytes:
+    return os.urandom(KEY_BYTES)
+
+
+def wrap(master: bytes, key: bytes, purpose: str) -> bytes:
+    """Encrypt a key under the master key; `purpose` binds it to its slot."""
+    nonce = os.urandom(NONCE_BYTES)
+    return nonce + AESGCM(master).encrypt(nonce, key, b"custody:wrap:" + purpose.encode())
+
+
+def unwrap(master: bytes, wrapped: bytes, purpose: str) -> bytes:
+    try:
+        return AESGCM(master).decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:],
+                                      b"custody:wrap:" + purpose.encode())
+    except (InvalidTag, ValueError):
+        raise DecryptError(f"the {purpose} key does not open under this master key") from None
+
+
+def seal(key: bytes, generation: int, plaintext: bytes, bind: str) -> bytes:
+    """AES-256-GCM with the fact id as associated data, so a value cannot move to another fact."""
+    nonce = os.urandom(NONCE_BYTES)
+    header = _HEADER.pack(_MAGIC, generation, nonce)
+    return header + AESGCM(key).encrypt(nonce, plaintext, header + bind.encode())
+
+
+def sealed_generation(blob: bytes) -> int:
+    magic, generation, _ = _HEADER.unpack_from(blob)
+    if magic != _MAGIC:
+        raise DecryptError("not a sealed custody value")
+    return int(generation)
+
+
+def open_sealed(key: bytes, blob: bytes, bind: str) -> bytes:
+    header = blob[:_HEADER.size]
+    _, _, nonce = _HEADER.unpack(header)
+    try:
+        return AESGCM(key).decrypt(nonce, blob[_HEADER.size:], header + bind.encode())
+    except (InvalidTag, ValueError):
+        raise DecryptError("a stored value does not open: wrong key or tampered") from None
+
+
+def keyed_digest(key: bytes, *parts: str) -> str:
+    """HMAC-SHA256 over length-prefixed parts (so ("ab","c") and ("a","bc") differ)."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for part in parts:
+        data = part.encode("utf-8")
+        mac.update(struct.pack(">I", len(data)) + data)
+    return mac.hexdigest()
+
+
+def plain_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def new_signing_key() -> bytes:
+    return Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+        serialization.NoEncryption())
+
+
+def public_pem(private_raw: bytes) -> str:
+    public = Ed25519PrivateKey.from_private_bytes(private_raw).public_key()
+    return public.public_bytes(serialization.Encoding.PEM,
+                               serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def public_fingerprint(pem: str) -> str:
+    return hashlib.sha256(pem.strip().encode()).hexdigest()[:16]
+
+
+def sign(private_raw: bytes, message: bytes) -> str:
+    return Ed25519PrivateKey.from_private_bytes(private_raw).sign(message).hex()
+
+
+def verify_signature(pem: str, message: bytes, signature_hex: str) -> bool:
+    public = serialization.load_pem_public_key(pem.encode())
+    if not isinstance(public, Ed25519PublicKey):
+        return False
+    try:
+        public.verify(bytes.fromhex(signature_hex), message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True

@@ -1,0 +1,45 @@
+"""Values at rest: sealed under the subject's data key, opened for reads and verification."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from custody_app import crypto
+from custody_app.errors import LedgerError
+from custody_app.keys import KeyRing
+from store.rows import EventRow
+
+
+class ValueCodec:
+    """Seals canonical value text on write; opens it on read (None once its key is destroyed)."""
+
+    def __init__(self, keys: KeyRing | None) -> None:
+        self.keys = keys
+
+    def seal(self, fact_id: str, subject: str, value_text: str, *, work_started: str,
+             now: str) -> bytes:
+        if self.keys is None:
+            raise LedgerError("keystore_missing", "the key store is not available; cannot write")
+        generation, key = self.keys.key_for_write(subject, work_started, now)
+        return crypto.seal(key, generation, value_text.encode("utf-8"), fact_id)
+
+    def open(self, fact_id: str, subject: str, blob: bytes | None) -> str | None:
+        """The canonical value text; None when erased or its key is gone. Raises on tampering."""
+        if blob is None or self.keys is None:
+            return None
+        key = self.keys.key_for_read(subject, crypto.sealed_generation(bytes(blob)))
+        if key is None:
+            return None
+        return crypto.open_sealed(key, bytes(blob), fact_id).decode("utf-8")
+
+    def opener(self, row: EventRow, body: dict[str, Any]) -> str | None:
+        """open() for an assert event row (what verification calls)."""
+        return self.open(row.fact_id or "", str(body.get("subject", "")), row.value)
+
+    def open_or_refuse(self, fact_id: str, subject: str, blob: bytes | None) -> str | None:
+        try:
+            return self.open(fact_id, subject, blob)
+        except crypto.DecryptError:
+            raise LedgerError("value_unreadable", f"the stored value of fact {fact_id} does not "
+                              "decrypt: it was tampered with or the key store does not match "
+                              "(run verify)") from None

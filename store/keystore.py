@@ -1,0 +1,143 @@
+"""The key store: a second SQLite file, never the ledger, holding wrapped keys and key tombstones."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import apsw
+import apsw.bestpractice
+
+from store.errors import LedgerTooNew, NotALedger, StoreError
+
+KEYSTORE_APPLICATION_ID = 0x4355534B  # 'CUSK'
+
+_V1 = """
+CREATE TABLE keystore_meta(
+    name  TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TRIGGER keystore_meta_no_update BEFORE UPDATE ON keystore_meta
+BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
+CREATE TRIGGER keystore_meta_no_delete BEFORE DELETE ON keystore_meta
+BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
+
+-- One data key per subject and generation, wrapped under the master key. Destroying a key
+-- nulls `wrapped` and sets `destroyed_at`; the row stays as its tombstone, immutable after.
+CREATE TABLE subject_keys(
+    subject_ref  TEXT NOT NULL,
+    generation   INTEGER NOT NULL,
+    wrapped      BLOB,
+    created_at   TEXT NOT NULL,
+    destroyed_at TEXT,
+    PRIMARY KEY(subject_ref, generation)
+) WITHOUT ROWID;
+CREATE TRIGGER subject_keys_no_delete BEFORE DELETE ON subject_keys
+BEGIN SELECT RAISE(ABORT, 'custody: a subject key is destroyed, never deleted'); END;
+CREATE TRIGGER subject_keys_destroy_only BEFORE UPDATE ON subject_keys
+WHEN NOT (OLD.destroyed_at IS NULL AND NEW.destroyed_at IS NOT NULL AND NEW.wrapped IS NULL
+          AND NEW.subject_ref IS OLD.subject_ref AND NEW.generation IS OLD.generation
+          AND NEW.created_at IS OLD.created_at)
+BEGIN SELECT RAISE(ABORT, 'custody: a key can only be destroyed, once'); END;
+"""
+_MIGRATIONS = (_V1,)
+
+GET_META = "SELECT value FROM keystore_meta WHERE name = ?"
+PUT_META = "INSERT INTO keystore_meta(name, value) VALUES (?, ?)"
+LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
+              "WHERE subject_ref = ? ORDER BY generation DESC LIMIT 1")
+KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
+              "WHERE subject_ref = ? AND generation = ?")
+INSERT_KEY = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at) "
+              "VALUES (?, ?, ?, ?)")
+DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = ? "
+           "WHERE subject_ref = ? AND destroyed_at IS NULL")
+
+KeyRow = tuple[int, bytes | None, str, str | None]
+
+
+class KeyStoreFile:
+    """Rows of the key store. It knows nothing of cryptography: keys arrive already wrapped."""
+
+    def __init__(self, conn: apsw.Connection, path: str) -> None:
+        self.conn = conn
+        self.path = path
+
+    def meta(self, name: str) -> bytes | None:
+        row = self.conn.execute(GET_META, (name,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put_meta(self, name: str, value: bytes) -> None:
+        with self.write():
+            if self.meta(name) is None:
+                self.conn.execute(PUT_META, (name, value))
+
+    def latest(self, subject_ref: str) -> KeyRow | None:
+        row = self.conn.execute(LATEST_KEY, (subject_ref,)).fetchone()
+        return None if row is None else (int(row[0]), row[1], str(row[2]), row[3])
+
+    def generation(self, subject_ref: str, generation: int) -> KeyRow | None:
+        row = self.conn.execute(KEY_BY_GEN, (subject_ref, generation)).fetchone()
+        return None if row is None else (int(row[0]), row[1], str(row[2]), row[3])
+
+    def add(self, subject_ref: str, generation: int, wrapped: bytes, created_at: str) -> None:
+        with self.write():
+            self.conn.execute(INSERT_KEY, (subject_ref, generation, wrapped, created_at))
+
+    def destroy(self, subject_ref: str, destroyed_at: str) -> int:
+        """Null every live key of the subject; returns how many were destroyed."""
+        with self.write():
+            self.conn.execute(DESTROY, (destroyed_at, subject_ref))
+            return int(self.conn.changes())
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        if self.conn.in_transaction:
+            with self.conn:
+                yield
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def open_keystore(path: str | Path) -> KeyStoreFile:
+    """Open or create the key store (mode 0600, rollback journal so nothing lingers in a WAL)."""
+    path = str(path)
+    fresh = not os.path.exists(path)
+    if fresh:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    try:
+        conn = apsw.Connection(path)
+        apsw.bestpractice.connection_busy_timeout(conn, 5000)
+        apsw.bestpractice.connection_dqs(conn)
+        app_id = conn.pragma("application_id")
+        version = conn.pragma("user_version")
+        if app_id not in (0, KEYSTORE_APPLICATION_ID) or (app_id == 0 and version):
+            raise NotALedger(f"{path} is not a custody-app key store")
+        if version > len(_MIGRATIONS):
+            raise LedgerTooNew(f"{path} was written by a newer custody-app")
+        conn.pragma("secure_delete", "ON")
+        conn.pragma("journal_mode", "DELETE")
+        conn.pragma("temp_store", "MEMORY")
+        if version < len(_MIGRATIONS):
+            conn.execute("BEGIN IMMEDIATE")
+            for step in range(version, len(_MIGRATIONS)):
+                conn.execute(_MIGRATIONS[step])
+            conn.pragma("application_id", KEYSTORE_APPLICATION_ID)
+            conn.pragma("user_version", len(_MIGRATIONS))
+            conn.execute("COMMIT")
+    except apsw.NotADBError as exc:
+        raise NotALedger(f"{path} is not a custody-app key store") from exc
+    except apsw.Error as exc:
+        raise StoreError(f"cannot open key store {path}: {exc}", "keystore_unopenable") from exc
+    return KeyStoreFile(conn, path)
