@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -92,20 +93,51 @@ def run_op(ledger: Ledger, aliases: _Aliases, number: int, text: str) -> dict[st
     return out
 
 
+# Erasure ops run in a transaction of their own, so their WAL checkpoint and byte scan see
+# the erasure committed.
+_STANDALONE = ("forget", "forget_subject", "sweep")
+
+
+def _op_name(text: str) -> Any:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data.get("op") if isinstance(data, dict) else None
+
+
+def _groups(lines: Iterator[tuple[int, str]], chunk: int
+            ) -> Iterator[tuple[bool, list[tuple[int, str]]]]:
+    """(shared transaction?, lines): up to `chunk` ops together, erasure ops alone."""
+    group: list[tuple[int, str]] = []
+    for item in lines:
+        if _op_name(item[1]) in _STANDALONE:
+            if group:
+                yield True, group
+                group = []
+            yield False, [item]
+            continue
+        group.append(item)
+        if len(group) >= chunk:
+            yield True, group
+            group = []
+    if group:
+        yield True, group
+
+
 def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
-              fail_fast: bool = False, chunk: int = CHUNK) -> BatchOutcome:
-    """Run every op; groups of ops share a transaction, each op in its own savepoint."""
+              fail_fast: bool = False, chunk: int = CHUNK, sign: bool = True) -> BatchOutcome:
+    """Run every op; groups of ops share a transaction, each op in its own savepoint. Results
+    are printed once their transaction committed; a run that wrote ends with a signed
+    checkpoint of the chain head (`sign`)."""
     outcome = BatchOutcome()
     aliases = _Aliases()
     pending: list[dict[str, Any]] = []
-    lines = _lines(stream)
-    while not outcome.stopped:
-        group = [item for _, item in zip(range(chunk), lines, strict=False)]
-        if not group:
-            break
+    head_before = ledger.db.events.head()
+    for shared, group in _groups(_lines(stream), chunk):
         saved = dict(aliases.names)
         try:
-            with ledger.transaction():
+            with ledger.transaction() if shared else nullcontext():
                 for number, text in group:
                     result = run_op(ledger, aliases, number, text)
                     pending.append(result)
@@ -124,6 +156,10 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
             out.write(json.dumps(result, ensure_ascii=False) + "\n")
         out.flush()
         pending.clear()
+        if outcome.stopped:
+            break
+    if sign and ledger.keys is not None and ledger.db.events.head() != head_before:
+        ledger.checkpoint()
     if outcome.stopped and outcome.first_failure is not None:
         f = outcome.first_failure
         sys.stderr.write(f"custody-app: stopped at line {f['line']} ({f['error']['code']}): "

@@ -88,6 +88,7 @@ def check_event(row: EventRow, prev_hash: str, expected_seq: int,
 def verify_chain(
     rows: Iterable[EventRow], progress: Callable[[int], None] | None = None,
     open_value: ValueOpener | None = None,
+    extra_check: Callable[[EventRow], str | None] | None = None,
 ) -> ChainReport:
     """Walk every event in seq order; report the first bad seq for an edit, gap or reordering."""
     prev_hash = GENESIS
@@ -97,6 +98,8 @@ def verify_chain(
         problem = check_event(row, prev_hash, count + 1, open_value)
         if problem is None and row.tx_at < prev_tx:
             problem = f"event {row.seq} has a transaction time before the event preceding it"
+        if problem is None and extra_check is not None:
+            problem = extra_check(row)
         if problem is not None:
             bad = count + 1 if row.seq != count + 1 else row.seq
             return ChainReport(False, count, prev_hash, bad, problem)

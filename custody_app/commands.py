@@ -7,7 +7,17 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator
 
 from custody_app.errors import LedgerError
-from custody_app.models import Actor, Cause, FactId, Frozen, LlmBlock, Provenance, Text, Time
+from custody_app.models import (
+    Actor,
+    Cause,
+    FactId,
+    Frozen,
+    LlmBlock,
+    Provenance,
+    ReasonCode,
+    Text,
+    Time,
+)
 
 
 class Command(Frozen):
@@ -86,14 +96,51 @@ class SetClock(Command):
     set: Time
 
 
+class Hold(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text
+
+
+class Release(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text
+
+
+class Forget(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: ReasonCode
+
+
+class ForgetSubject(Command):
+    subject: Text
+    actor: Actor
+    reason: ReasonCode
+
+
+class Sweep(Command):
+    before: Time | None = None
+    space: Text | None = None
+    dry_run: bool = False
+    actor: Actor = "system:retention"
+    reason: ReasonCode = "retention"
+
+
+class Checkpoint(Command):
+    actor: Actor = "system:custody"
+
+
 # Batch op names.
 OPS: dict[str, type[Command]] = {
     "assert": AssertFact, "retract": Retract, "confirm": Confirm, "reject": Reject,
     "affirm": Affirm, "as_of": AsOf, "history": History, "why": Why, "verify": Verify,
-    "clock": SetClock,
+    "clock": SetClock, "hold": Hold, "release": Release, "forget": Forget,
+    "forget_subject": ForgetSubject, "sweep": Sweep, "checkpoint": Checkpoint,
 }
 # Ops of the protocol that later versions bring; named so the error says so.
-NOT_YET = ("hold", "release", "forget", "forget_subject", "sweep", "recall", "act", "blast")
+NOT_YET = ("recall", "act", "blast")
 
 
 def refusal(exc: ValidationError) -> LedgerError:

@@ -14,18 +14,31 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from custody_app import lifecycle, reads
+from custody_app import erasure, lifecycle, reads
+from custody_app.certificate import (
+    ErasureCertificate,
+    ForgetResult,
+    SubjectForgetResult,
+    SweepResult,
+)
 from custody_app.chain import GENESIS, canonical, commitment, event_hash, new_salt, verify_chain
+from custody_app.checkpoints import CheckpointAudit, sign_checkpoint
 from custody_app.commands import (
     Affirm,
     AsOf,
     AssertFact,
+    Checkpoint,
     Command,
     Confirm,
+    Forget,
+    ForgetSubject,
     History,
+    Hold,
     Reject,
+    Release,
     Retract,
     SetClock,
+    Sweep,
     Verify,
     Why,
     parse_command,
@@ -39,6 +52,7 @@ from custody_app.projector import MemoryProjection, apply_event
 from custody_app.readmodels import (
     AsOfResult,
     AssertResult,
+    CheckpointResult,
     ClockResult,
     FactOpResult,
     FactView,
@@ -73,6 +87,10 @@ class Ledger:
         self._recorded_policy: str | None = None
         # The key fence compares against when this unit of work began (see unit_of_work()).
         self.work_started = format_time(self.clock.now())
+        # Erasures whose checkpoint a reader blocked: certificate, erased bytes, short values.
+        self._pending: dict[str, tuple[ErasureCertificate, list[bytes], int]] = {}
+        self._scrub_due = False
+        self._finishing = False
 
     @classmethod
     def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,
@@ -92,7 +110,10 @@ class Ledger:
         except BaseException:
             db.close()
             raise
-        return cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
+        ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
+        if not readonly and db.erasure.pending():
+            ledger.finish_scrubs()
+        return ledger
 
     def close(self) -> None:
         if self.keys is not None:
@@ -141,6 +162,8 @@ class Ledger:
                     raise
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
+        if self._scrub_due and self.db.depth == 0 and not self._finishing:
+            self.finish_scrubs()
 
     def _tx_at(self) -> str:
         now = format_time(self.clock.now())
@@ -220,6 +243,66 @@ class Ledger:
     def affirm(self, fact_id: str, *, actor: str) -> FactOpResult:
         return self._do(Affirm, FactOpResult, fact_id=fact_id, actor=actor)
 
+    def hold(self, fact_id: str, *, actor: str, reason: str) -> FactOpResult:
+        """Legal hold: the fact cannot be forgotten or swept (it can still be retracted)."""
+        return self._do(Hold, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+
+    def release(self, fact_id: str, *, actor: str, reason: str) -> FactOpResult:
+        return self._do(Release, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+
+    def forget(self, fact_id: str, *, actor: str, reason: str) -> ForgetResult:
+        """Erase a fact's value and every fact derived from it; returns the certificate."""
+        return self._do(Forget, ForgetResult, fact_id=fact_id, actor=actor, reason=reason)
+
+    def forget_subject(self, subject: str, *, actor: str, reason: str) -> SubjectForgetResult:
+        """Erase every fact of a data principal, what derives from them, and its data key."""
+        return self._do(ForgetSubject, SubjectForgetResult, subject=subject, actor=actor,
+                        reason=reason)
+
+    def sweep(self, **options: Any) -> SweepResult:
+        """Expire what retention allows. Options: before, space, dry_run, actor, reason."""
+        return self._do(Sweep, SweepResult, **options)
+
+    def checkpoint(self, *, actor: str = SYSTEM_ACTOR) -> CheckpointResult:
+        """Sign the chain head with the ledger key, as a `checkpoint` event."""
+        return self._do(Checkpoint, CheckpointResult, actor=actor)
+
+    def finish_scrubs(self) -> list[ErasureCertificate]:
+        """Finish erasures whose WAL checkpoint a reader blocked; returns their certificates
+        re-issued (empty while a reader still blocks it, or when nothing was pending)."""
+        with self.db.read():
+            pending = self.db.erasure.pending()
+        if not pending and not self._pending:
+            self._scrub_due = False
+            return []
+        if not self.db.wal_checkpoint().complete:
+            self._scrub_due = True
+            return []
+        self._finishing = True
+        try:
+            with self._writing():
+                self.db.erasure.clear_pending()
+        finally:
+            self._finishing = False
+        self.db.wal_checkpoint()
+        certificates = [erasure.reissue(self, cert, needles, short)
+                        for cert, needles, short in self._pending.values()]
+        self._pending.clear()
+        self._scrub_due = False
+        return certificates
+
+    def _remember_pending(self, cert: ErasureCertificate, needles: list[bytes],
+                          short_values: int) -> None:
+        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (cert, needles,
+                                                                          short_values)
+        self._finishing = True
+        try:
+            with self._writing():
+                self.db.erasure.add_pending([e.fact_id for e in cert.erased], cert.issued_at)
+        finally:
+            self._finishing = False
+        self._scrub_due = True
+
     def as_of(self, valid_at: str | None = None, tx_at: str | None = None,
               **filters: Any) -> AsOfResult:
         """Facts believed at valid time `valid_at` as the ledger knew them at `tx_at`.
@@ -232,12 +315,19 @@ class Ledger:
     def why(self, fact_id: str) -> WhyResult:
         return self._do(Why, WhyResult, fact_id=fact_id)
 
-    def verify(self, progress: Callable[[int], None] | None = None) -> VerifyResult:
-        """Walk the whole chain; `valid` is false with the first bad seq when it is broken."""
+    def verify(self, progress: Callable[[int], None] | None = None, *,
+               public_key: str | None = None) -> VerifyResult:
+        """Walk the whole chain; `valid` is false with the first bad seq when it is broken.
+        Signed checkpoints are checked under `public_key` (PEM), else the ledger's own key."""
+        pem = public_key or (self.keys.public_pem() if self.keys is not None
+                             and self.keys.store.meta("signing") is not None else None)
         with self.db.read():
-            report = verify_chain(self.db.events.iter_all(), progress, self.values.opener)
+            audit = CheckpointAudit(self.db.erasure.events_of_kind("checkpoint"), pem)
+            report = verify_chain(self.db.events.iter_all(), progress, self.values.opener,
+                                  audit.check)
         return VerifyResult(valid=report.valid, events=report.events, head=report.head,
-                            first_bad_seq=report.first_bad_seq, problem=report.problem)
+                            first_bad_seq=report.first_bad_seq, problem=report.problem,
+                            checkpoints=audit.count, last_checkpoint_seq=audit.last)
 
     def set_clock(self, moment: str) -> ClockResult:
         return self._do(SetClock, ClockResult, set=moment)
@@ -253,7 +343,15 @@ class Ledger:
         if cmd.provenance != "claimed" and not pol.provenance.allow_declared:
             raise LedgerError("provenance_not_allowed",
                               f"the policy in force does not let writers declare {cmd.provenance}")
+        provenance, marks = cmd.provenance, None
         with self._writing():
+            if self._previously_forgotten(cmd.subject, cmd.predicate, value_text):
+                if pol.erasure.previously_forgotten == "refuse":
+                    raise LedgerError(
+                        "previously_forgotten",
+                        f"this value of {cmd.subject} {cmd.predicate} was forgotten before and "
+                        "the policy refuses it")
+                provenance, marks = "claimed", ["previously_forgotten"]
             tx_at = self._tx_at()
             valid_from = cmd.valid_from or tx_at
             if cmd.valid_to is not None and cmd.valid_to <= valid_from:
@@ -269,7 +367,7 @@ class Ledger:
             fields = {
                 "subject": cmd.subject, "predicate": cmd.predicate,
                 "space": cmd.space or pol.default_space, "valid_from": valid_from,
-                "valid_to": cmd.valid_to, "provenance": cmd.provenance,
+                "valid_to": cmd.valid_to, "provenance": provenance, "marks": marks,
                 "cause": cmd.cause.model_dump(exclude_none=True), "session": cmd.session,
                 "supersedes": cmd.supersedes,
                 "sources": list(dict.fromkeys(cmd.sources)) if cmd.sources else None,
@@ -282,7 +380,13 @@ class Ledger:
                                value=sealed, salt=salt)
             fact = reads.require_fact(self.db, fact_id)
         return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
-                            status=fact.status, provenance=cmd.provenance)
+                            status=fact.status, provenance=provenance)
+
+    def _previously_forgotten(self, subject: str, predicate: str, value_text: str) -> bool:
+        if self.keys is None or self.policy.policy.erasure.digest == "none":
+            return False
+        digest = erasure.previously_forgotten_digest(self, subject, predicate, value_text)
+        return self.db.erasure.has_digest(self.keys.subject_ref(subject), predicate, digest)
 
     def _fact_event(self, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
                     check: Callable[[], object]) -> FactOpResult:
@@ -310,6 +414,24 @@ class Ledger:
         return self._fact_event("affirm", cmd.fact_id, cmd.actor, {},
                                 lambda: lifecycle.check_affirm(self.db.facts.get(cmd.fact_id),
                                                                cmd.fact_id))
+
+    def _hold(self, cmd: Hold | Release) -> FactOpResult:
+        kind = "hold" if isinstance(cmd, Hold) else "release"
+        check = lifecycle.check_hold if kind == "hold" else lifecycle.check_release
+        return self._fact_event(kind, cmd.fact_id, cmd.actor, {"reason": cmd.reason},
+                                lambda: check(self.db.facts.get(cmd.fact_id), cmd.fact_id))
+
+    def _forget(self, cmd: Forget) -> ForgetResult:
+        return erasure.forget(self, cmd)
+
+    def _forget_subject(self, cmd: ForgetSubject) -> SubjectForgetResult:
+        return erasure.forget_subject(self, cmd)
+
+    def _sweep(self, cmd: Sweep) -> SweepResult:
+        return erasure.sweep(self, cmd)
+
+    def _checkpoint(self, cmd: Checkpoint) -> CheckpointResult:
+        return sign_checkpoint(self, cmd.actor)
 
     def _as_of(self, cmd: AsOf) -> AsOfResult:
         with self.db.read():
@@ -401,5 +523,6 @@ def _compare(stored: tuple[list[Any], list[Any], list[Any]],
 _HANDLERS: dict[type[Command], str] = {
     AssertFact: "_assert", Retract: "_retract", Confirm: "_review", Reject: "_review",
     Affirm: "_affirm", AsOf: "_as_of", History: "_history", Why: "_why", Verify: "_verify",
-    SetClock: "_set_clock",
+    SetClock: "_set_clock", Hold: "_hold", Release: "_hold", Forget: "_forget",
+    ForgetSubject: "_forget_subject", Sweep: "_sweep", Checkpoint: "_checkpoint",
 }

@@ -58,7 +58,7 @@ def same_state(a: StateRow | None, b: StateRow) -> bool:
                                                  b.status_trusted, b.vto_all, b.vto_trusted)
 
 
-def _require(fact: FactRow | None, fact_id: str) -> FactRow:
+def require(fact: FactRow | None, fact_id: str) -> FactRow:
     if fact is None:
         raise LedgerError("unknown_fact", f"fact {fact_id} does not exist in this ledger")
     return fact
@@ -72,7 +72,7 @@ def _not_erased(fact: FactRow) -> None:
 def check_supersede(
     old: FactRow | None, old_id: str, subject: str, predicate: str, valid_from: str
 ) -> FactRow:
-    fact = _require(old, old_id)
+    fact = require(old, old_id)
     _not_erased(fact)
     if fact.ended is not None:
         raise LedgerError("fact_retracted", f"fact {old_id} was retracted and cannot be superseded")
@@ -95,13 +95,13 @@ def check_supersede(
 
 
 def check_source(fact: FactRow | None, fact_id: str) -> FactRow:
-    source = _require(fact, fact_id)
+    source = require(fact, fact_id)
     _not_erased(source)
     return source
 
 
 def check_retract(fact: FactRow | None, fact_id: str) -> FactRow:
-    found = _require(fact, fact_id)
+    found = require(fact, fact_id)
     _not_erased(found)
     if found.ended is not None:
         raise LedgerError("already_retracted", f"fact {fact_id} is already retracted")
@@ -110,7 +110,7 @@ def check_retract(fact: FactRow | None, fact_id: str) -> FactRow:
 
 def check_review(fact: FactRow | None, fact_id: str, actor: str, policy: Policy) -> FactRow:
     """Confirm and reject: a still-claimed fact, by a policy reviewer who did not write it."""
-    found = _require(fact, fact_id)
+    found = require(fact, fact_id)
     _not_erased(found)
     if found.ended is not None:
         raise LedgerError("fact_retracted", f"fact {fact_id} was retracted; there is nothing to review")
@@ -124,11 +124,27 @@ def check_review(fact: FactRow | None, fact_id: str, actor: str, policy: Policy)
 
 
 def check_affirm(fact: FactRow | None, fact_id: str) -> FactRow:
-    found = _require(fact, fact_id)
+    found = require(fact, fact_id)
     _not_erased(found)
     if found.ended is not None:
         raise LedgerError("fact_retracted", f"fact {fact_id} was retracted and cannot be affirmed")
     if found.status == "superseded":
         raise LedgerError("already_superseded",
                           f"fact {fact_id} is superseded by {found.superseded_by}; affirm that")
+    return found
+
+
+def check_hold(fact: FactRow | None, fact_id: str) -> FactRow:
+    """A hold needs a fact whose value still exists and that is not held yet."""
+    found = require(fact, fact_id)
+    _not_erased(found)
+    if found.held:
+        raise LedgerError("already_held", f"fact {fact_id} is already on hold")
+    return found
+
+
+def check_release(fact: FactRow | None, fact_id: str) -> FactRow:
+    found = require(fact, fact_id)
+    if not found.held:
+        raise LedgerError("not_held", f"fact {fact_id} is not on hold")
     return found

@@ -114,6 +114,7 @@ class FactAsserted(Event):
     sources: Annotated[list[FactId], Field(min_length=1)] | None = None
     llm: LlmBlock | None = None
     marks: list[str] | None = None
+    redactions: list[dict[str, Any]] | None = None
     commitment: Hash
 
     @model_validator(mode="after")
@@ -158,8 +159,73 @@ class FactAffirmed(Event):
     fact_id: FactId
 
 
+class FactHeld(Event):
+    """A legal hold: the fact cannot be forgotten or swept until released."""
+
+    kind: Literal["hold"] = "hold"
+    fact_id: FactId
+    reason: Text
+
+
+class FactReleased(Event):
+    """A legal hold was lifted."""
+
+    kind: Literal["release"] = "release"
+    fact_id: FactId
+    reason: Text
+
+
+DigestKind = Literal["hmac-sha256", "sha256", "none"]
+
+
+class FactForgotten(Event):
+    """The value was erased; `root` names the forgotten fact a cascade started from."""
+
+    kind: Literal["forget"] = "forget"
+    fact_id: FactId
+    reason: ReasonCode
+    digest_kind: DigestKind
+    digest: Hash | None = None
+    root: FactId | None = None
+    subject_hash: Hash | None = None
+
+
+class FactExpired(Event):
+    """A retention sweep erased the value (as a forget, with status `expired`)."""
+
+    kind: Literal["expire"] = "expire"
+    fact_id: FactId
+    reason: ReasonCode
+    cutoff: Time
+    window: str | None = None
+    digest_kind: DigestKind
+    digest: Hash | None = None
+    root: FactId | None = None
+
+
+class SubjectForgotten(Event):
+    """A data principal was erased: content-free (peppered subject hash, counts, reason)."""
+
+    kind: Literal["forget_subject"] = "forget_subject"
+    subject_hash: Hash
+    reason: ReasonCode
+    counts: dict[str, Annotated[int, Field(ge=0)]]
+
+
+class ChainCheckpoint(Event):
+    """A signed statement of the chain head, checkable with the ledger's public key."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    checkpoint_seq: Annotated[int, Field(ge=1)]
+    head_hash: Hash
+    head_tx_at: Time
+    key_fingerprint: str
+    signature: Annotated[str, Field(pattern=r"^[0-9a-f]{128}$")]
+
+
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (PolicyAdopted, FactAsserted, FactRetracted, FactConfirmed, FactRejected,
-              FactAffirmed)
+              FactAffirmed, FactHeld, FactReleased, FactForgotten, FactExpired, SubjectForgotten,
+              ChainCheckpoint)
 }

@@ -123,3 +123,9 @@ def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: 
         fact = replace(fact, confirmed_seq=seq)
         _refresh(port, fact, seq, tx_at)
         _refresh_replaced(port, fact, seq, tx_at)
+    elif kind in ("forget", "expire"):
+        # Erasure is not a correction: what this fact superseded stays superseded.
+        fact = replace(fact, ended="forgotten" if kind == "forget" else "expired", ended_seq=seq)
+        _refresh(port, fact, seq, tx_at)
+    elif kind in ("hold", "release"):
+        _refresh(port, replace(fact, held=1 if kind == "hold" else 0), seq, tx_at)

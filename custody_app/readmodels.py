@@ -118,6 +118,9 @@ class VerifyResult(ReadModel):
     head: str | None
     first_bad_seq: int | None = None
     problem: str | None = None
+    checkpoints: int = 0
+    last_checkpoint_seq: int | None = None
+    values_unchecked: int = 0
 
 
 class RebuildResult(ReadModel):
@@ -131,3 +134,14 @@ class RebuildResult(ReadModel):
 
 class ClockResult(ReadModel):
     now: str
+
+
+class CheckpointResult(ReadModel):
+    """A signed statement of the chain head, appended as a `checkpoint` event."""
+
+    event_id: str
+    seq: int
+    tx_at: str
+    checkpoint_seq: int
+    head_hash: str
+    key_fingerprint: str

@@ -12,11 +12,13 @@ import apsw
 import apsw.bestpractice
 import sqlite_vec
 
+from store.erasure import ErasureStore
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError
 from store.events import EventStore
 from store.policies import PolicyStore
 from store.projection import FactStore
 from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from store.scrub import CheckpointOutcome, checkpoint_truncate, scan_files, wal_path
 
 BUSY_TIMEOUT_MS = 5000
 # BEGIN IMMEDIATE is retried this many times (with jittered backoff) after the busy timeout.
@@ -32,6 +34,7 @@ class LedgerFile:
         self.events = EventStore(conn)
         self.facts = FactStore(conn)
         self.policies = PolicyStore(conn)
+        self.erasure = ErasureStore(conn)
         self._depth = 0
 
     @property
@@ -88,6 +91,18 @@ class LedgerFile:
         finally:
             self._depth = 0
             self.conn.execute("COMMIT")
+
+    def wal_checkpoint(self) -> CheckpointOutcome:
+        """A truncating WAL checkpoint (outside any transaction), retried while readers block it."""
+        return checkpoint_truncate(self.conn, self.path)
+
+    def scan(self, needles: list[bytes]) -> dict[str, list[int]]:
+        """Which of `needles` each of the ledger's files still contains."""
+        return scan_files(self.files(), needles)
+
+    def files(self) -> list[str]:
+        """The files that hold this ledger's bytes: the database and its WAL."""
+        return [self.path, wal_path(self.path)]
 
     def close(self) -> None:
         self.conn.close()

@@ -37,6 +37,7 @@ CREATE TABLE events(
 CREATE INDEX events_by_fact ON events(fact_id, seq) WHERE fact_id IS NOT NULL;
 CREATE INDEX events_by_hash ON events(hash);
 CREATE INDEX events_policy ON events(seq) WHERE kind = 'policy';
+CREATE INDEX events_special ON events(kind, seq) WHERE kind IN ('forget_subject', 'checkpoint');
 
 CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
 BEGIN
@@ -97,6 +98,34 @@ CREATE TABLE fact_states(
     vto_all        TEXT,
     vto_trusted    TEXT,
     PRIMARY KEY(fact_seq, from_seq)
+) WITHOUT ROWID;
+
+-- Keyed digests (HMAC under the forget key, kept outside this file) of forgotten values, so a
+-- write of the same value for the same subject and predicate does not silently come back.
+CREATE TABLE forgotten_digests(
+    subject_ref TEXT NOT NULL,
+    predicate   TEXT NOT NULL,
+    digest      TEXT NOT NULL,
+    PRIMARY KEY(subject_ref, predicate, digest)
+) WITHOUT ROWID;
+
+-- Content-free erasure tombstones of data principals: written once, never changed.
+CREATE TABLE tombstones(
+    seq          INTEGER PRIMARY KEY,
+    subject_hash TEXT NOT NULL,
+    reason       TEXT NOT NULL,
+    counts       TEXT NOT NULL,
+    at           TEXT NOT NULL
+);
+CREATE TRIGGER tombstones_no_update BEFORE UPDATE ON tombstones
+BEGIN SELECT RAISE(ABORT, 'custody: an erasure tombstone cannot be changed'); END;
+CREATE TRIGGER tombstones_no_delete BEFORE DELETE ON tombstones
+BEGIN SELECT RAISE(ABORT, 'custody: an erasure tombstone cannot be deleted'); END;
+
+-- Erasures whose truncating WAL checkpoint could not complete yet (a reader held the WAL).
+CREATE TABLE pending_scrubs(
+    fact_id TEXT PRIMARY KEY,
+    since   TEXT NOT NULL
 ) WITHOUT ROWID;
 
 CREATE TABLE fact_sources(

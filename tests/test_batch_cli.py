@@ -337,7 +337,8 @@ def test_exit_code_1_when_one_op_fails_and_the_others_still_run(ledger_copy: Pat
     assert done.returncode == 1
     assert [(r["id"], r["ok"]) for r in results(done)] == [
         ("ok-1", True), ("bad", False), ("ok-2", True)]
-    assert snapshot(ledger_copy)[0] == before[0] + 2
+    # Two asserts, then the signed checkpoint that ends every run that wrote.
+    assert snapshot(ledger_copy)[0] == before[0] + 3
 
 
 def test_fail_fast_stops_at_the_first_failure(ledger_copy: Path) -> None:
@@ -358,7 +359,8 @@ def test_fail_fast_stops_at_the_first_failure(ledger_copy: Path) -> None:
         (2, "v", True), (3, "w1", True), (5, "boom", False)]
     [summary] = done.stderr.splitlines()
     assert "line 5" in summary and "unknown_fact" in summary and "f_00000000dead" in summary
-    assert snapshot(ledger_copy)[0] == before[0] + 1  # w1 only; w2 never ran
+    # w1 and the run's closing signed checkpoint; w2 never ran.
+    assert snapshot(ledger_copy)[0] == before[0] + 2
 
 
 def test_without_fail_fast_every_line_is_reported(ledger_copy: Path) -> None:
@@ -449,7 +451,10 @@ def test_batch_from_stdin(tmp_path: Path) -> None:
     [fact] = out[2]["result"]["facts"]
     assert fact["fact_id"] == written["fact_id"] and fact["value"] == "gold"
     assert out[3]["result"]["fact_id"] == written["fact_id"]
-    assert snapshot(ledger)[0] == 2  # the policy event, then the assert
+    # The policy event, the assert, and the signed checkpoint that closes the run.
+    assert snapshot(ledger)[0] == 3
+    with Ledger.open(ledger, readonly=True) as opened:
+        assert [e.kind for e in opened.events()] == ["policy", "assert", "checkpoint"]
 
 
 def test_batch_never_imports_textual(tmp_path: Path) -> None:

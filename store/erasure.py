@@ -1,0 +1,81 @@
+"""SQL for erasure: digests of forgotten values, tombstones, pending scrubs, sweep candidates."""
+
+from __future__ import annotations
+
+import apsw
+
+from store.rows import FACT_COLUMNS, FactRow
+
+_FCOLS = ", ".join(f"f.{c}" for c in FACT_COLUMNS)
+ADD_DIGEST = ("INSERT OR IGNORE INTO forgotten_digests(subject_ref, predicate, digest) "
+              "VALUES (?, ?, ?)")
+HAS_DIGEST = ("SELECT 1 FROM forgotten_digests WHERE subject_ref = ? AND predicate = ? "
+              "AND digest = ?")
+ADD_TOMBSTONE = ("INSERT INTO tombstones(seq, subject_hash, reason, counts, at) "
+                 "VALUES (?, ?, ?, ?, ?)")
+TOMBSTONES = "SELECT seq, subject_hash, reason, counts, at FROM tombstones ORDER BY seq"
+ADD_PENDING = "INSERT OR IGNORE INTO pending_scrubs(fact_id, since) VALUES (?, ?)"
+PENDING = "SELECT fact_id, since FROM pending_scrubs ORDER BY since, fact_id"
+CLEAR_PENDING = "DELETE FROM pending_scrubs"
+FACTS_OF_SUBJECT = (f"SELECT {_FCOLS} FROM facts f WHERE f.subject = ? "
+                    "AND (f.ended IS NULL OR f.ended NOT IN ('forgotten', 'expired')) "
+                    "ORDER BY f.assert_seq")
+# Facts of a space learned (asserted) strictly before a cutoff, not yet erased.
+SWEEP_CANDIDATES = (f"SELECT {_FCOLS} FROM facts f JOIN events e ON e.seq = f.assert_seq "
+                    "WHERE f.space = ? AND e.tx_at < ? "
+                    "AND (f.ended IS NULL OR f.ended NOT IN ('forgotten', 'expired')) "
+                    "ORDER BY f.assert_seq")
+# Distinct spaces by a loose index scan: one index probe per space, not a scan of all facts.
+SPACES = """
+WITH RECURSIVE s(space) AS (
+    SELECT min(space) FROM facts
+    UNION ALL
+    SELECT (SELECT min(space) FROM facts WHERE space > s.space) FROM s WHERE s.space IS NOT NULL
+)
+SELECT space FROM s WHERE space IS NOT NULL"""
+SPECIAL_EVENTS = "SELECT seq, body FROM events WHERE kind = ? ORDER BY seq"
+HELD = f"SELECT {_FCOLS} FROM facts f WHERE f.held = 1 ORDER BY f.assert_seq"
+
+
+class ErasureStore:
+    """Rows that erasure reads and writes, beside the events and the projection."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def add_digest(self, subject_ref: str, predicate: str, digest: str) -> None:
+        self._conn.execute(ADD_DIGEST, (subject_ref, predicate, digest))
+
+    def has_digest(self, subject_ref: str, predicate: str, digest: str) -> bool:
+        return self._conn.execute(HAS_DIGEST, (subject_ref, predicate, digest)).fetchone() is not None
+
+    def add_tombstone(self, seq: int, subject_hash: str, reason: str, counts: str, at: str) -> None:
+        self._conn.execute(ADD_TOMBSTONE, (seq, subject_hash, reason, counts, at))
+
+    def tombstones(self) -> list[tuple[int, str, str, str, str]]:
+        return [(int(a), str(b), str(c), str(d), str(e)) for a, b, c, d, e in
+                self._conn.execute(TOMBSTONES)]
+
+    def add_pending(self, fact_ids: list[str], since: str) -> None:
+        self._conn.executemany(ADD_PENDING, [(f, since) for f in fact_ids])
+
+    def pending(self) -> list[tuple[str, str]]:
+        return [(str(f), str(s)) for f, s in self._conn.execute(PENDING)]
+
+    def clear_pending(self) -> None:
+        self._conn.execute(CLEAR_PENDING)
+
+    def facts_of_subject(self, subject: str) -> list[FactRow]:
+        return [FactRow(*r) for r in self._conn.execute(FACTS_OF_SUBJECT, (subject,))]
+
+    def sweep_candidates(self, space: str, cutoff: str) -> list[FactRow]:
+        return [FactRow(*r) for r in self._conn.execute(SWEEP_CANDIDATES, (space, cutoff))]
+
+    def spaces(self) -> list[str]:
+        return [str(r[0]) for r in self._conn.execute(SPACES)]
+
+    def events_of_kind(self, kind: str) -> list[tuple[int, str]]:
+        return [(int(s), str(b)) for s, b in self._conn.execute(SPECIAL_EVENTS, (kind,))]
+
+    def held(self) -> list[FactRow]:
+        return [FactRow(*r) for r in self._conn.execute(HELD)]
