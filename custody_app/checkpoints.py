@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from custody_app import crypto
 from custody_app.chain import canonical
 from custody_app.errors import LedgerError
+from custody_app.keys import public_key_path_for
 from custody_app.readmodels import CheckpointResult
 from store.rows import EventRow
 
@@ -35,6 +36,10 @@ def sign_checkpoint(ledger: Ledger, actor: str) -> CheckpointResult:
         row = ledger._append("checkpoint", actor, tx_at, {
             "checkpoint_seq": seq, "head_hash": head_hash, "head_tx_at": head_tx,
             "key_fingerprint": crypto.public_fingerprint(pem), "signature": signature})
+    # The public half beside the ledger, for `verify --key` by whoever holds a copy.
+    public = public_key_path_for(ledger.db.path)
+    if not public.exists():
+        public.write_text(pem)
     return CheckpointResult(event_id=row.hash, seq=row.seq, tx_at=tx_at, checkpoint_seq=seq,
                             head_hash=head_hash, key_fingerprint=crypto.public_fingerprint(pem))
 

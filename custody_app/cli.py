@@ -8,12 +8,19 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from custody_app.batch import run_batch
+from custody_app.certificate import ErasureCertificate, ForgetResult, SubjectForgetResult, SweepResult
+from custody_app.crypto import public_fingerprint
 from custody_app.errors import LedgerError
+from custody_app.keys import KEYSTORE_ENV, MASTER_ENV, master_path_for, public_key_path_for
 from custody_app.ledger import Ledger
+from custody_app.models import REASON_CODES
 from custody_app.resources import sample_batch_path
 from custody_app.timeutil import ManualClock
 
@@ -32,12 +39,14 @@ class Exit(IntEnum):
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ledger", help=f"ledger file (default: ${LEDGER_ENV} or ./{DEFAULT_LEDGER})")
     parser.add_argument("--policy", help=f"policy TOML (default: ${POLICY_ENV} or the shipped default)")
+    parser.add_argument("--keystore", help=f"key store (default: ${KEYSTORE_ENV} or LEDGER.keys)")
 
 
 def _main_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="custody-app",
-        description="Governed memory for AI agents. Subcommands: verify, why, history, rebuild.",
+        description="Governed memory for AI agents. Subcommands: " + ", ".join(SUBCOMMANDS)
+        + " (custody-app SUBCOMMAND --help).",
     )
     p.add_argument("ledger_path", nargs="?", metavar="LEDGER", help="ledger file")
     p.add_argument("--batch", metavar="FILE", help="run JSON Lines ops from FILE ('-' for stdin)")
@@ -53,20 +62,53 @@ def _main_parser() -> argparse.ArgumentParser:
 def _sub_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="custody-app")
     sub = p.add_subparsers(dest="command", required=True)
-    for name, helptext in (("verify", "walk the hash chain"),
-                           ("rebuild", "recompute the projection and report differences")):
-        s = sub.add_parser(name, help=helptext)
+
+    def add(name: str, helptext: str, *positional: str) -> argparse.ArgumentParser:
+        s = sub.add_parser(name, help=helptext, description=helptext)
+        for arg in positional:
+            s.add_argument(arg.lower(), metavar=arg)
         _common(s)
-        if name == "rebuild":
-            s.add_argument("--repair", action="store_true", help="replace a differing projection")
-    for name, helptext in (("why", "why a fact is believed"), ("history", "a fact's events")):
-        s = sub.add_parser(name, help=helptext)
-        s.add_argument("fact_id", metavar="FACT")
-        _common(s)
+        return s
+
+    def who(s: argparse.ArgumentParser, reason: str) -> None:
+        s.add_argument("--actor", required=True, help="who does this, as kind:id")
+        if reason == "code":
+            s.add_argument("--reason", required=True, choices=REASON_CODES, help="reason code")
+        else:
+            s.add_argument("--reason", required=True, help="why, in words (at most 500 chars)")
+
+    add("init", "create a ledger with its key store, master key, forget key and signing key")
+    add("verify", "walk the hash chain and check signed checkpoints").add_argument(
+        "--key", metavar="PUB", help="public key PEM to check checkpoints against")
+    add("rebuild", "recompute the projection and report differences").add_argument(
+        "--repair", action="store_true", help="replace a differing projection")
+    add("why", "why a fact is believed", "FACT")
+    add("history", "a fact's events", "FACT")
+    for name, target, helptext in (
+            ("forget", "FACT", "erase a fact's value and everything derived from it"),
+            ("forget-subject", "SUBJECT", "erase a data principal: its facts, what derives from "
+             "them, and its data key")):
+        s = add(name, helptext, target)
+        who(s, "code")
+        s.add_argument("--json", action="store_true", help="print the certificate as JSON")
+    who(add("hold", "place a legal hold on a fact", "FACT"), "text")
+    who(add("release", "release a legal hold", "FACT"), "text")
+    s = add("sweep", "expire what the retention windows (or --before) allow; exit 1 when "
+            "something due could not be erased")
+    s.add_argument("--before", metavar="ISO", help="cutoff instead of the policy's windows")
+    s.add_argument("--space", help="only this space")
+    s.add_argument("--dry-run", action="store_true", help="show what would expire; write nothing")
+    s.add_argument("--actor", default="system:retention")
+    s.add_argument("--reason", default="retention", choices=REASON_CODES)
+    s.add_argument("--json", action="store_true")
+    add("checkpoint", "sign the chain head with the ledger key").add_argument(
+        "--actor", default="system:custody")
     return p
 
 
-SUBCOMMANDS = ("verify", "rebuild", "why", "history")
+SUBCOMMANDS = ("init", "verify", "rebuild", "why", "history", "forget", "forget-subject", "hold",
+               "release", "sweep", "checkpoint")
+READ_ONLY = ("verify", "why", "history")
 
 
 def _ledger_path(args: argparse.Namespace) -> str:
@@ -77,7 +119,7 @@ def _ledger_path(args: argparse.Namespace) -> str:
 def _open(args: argparse.Namespace, *, manual_clock: bool = False,
           readonly: bool = False) -> Ledger:
     policy = args.policy or os.environ.get(POLICY_ENV)
-    return Ledger.open(_ledger_path(args), policy=policy,
+    return Ledger.open(_ledger_path(args), policy=policy, keystore=args.keystore,
                        clock=ManualClock() if manual_clock else None, readonly=readonly)
 
 
@@ -93,26 +135,97 @@ def _print(obj: object) -> None:
 def _subcommand(argv: list[str]) -> int:
     args = _sub_parser().parse_args(argv)
     try:
-        ledger = _open(args, readonly=args.command != "rebuild")
+        ledger = _open(args, readonly=args.command in READ_ONLY)
     except LedgerError as exc:
         return _fail(exc, Exit.UNOPENABLE)
     with ledger:
         try:
-            if args.command == "verify":
-                report = ledger.verify()
-                _print(report.model_dump(mode="json"))
-                return int(Exit.OK if report.valid else Exit.OP_FAILED)
-            if args.command == "rebuild":
-                rebuilt = ledger.rebuild(repair=args.repair)
-                _print(rebuilt.model_dump(mode="json"))
-                return int(Exit.OK if not rebuilt.differences or rebuilt.repaired
-                           else Exit.OP_FAILED)
-            result = ledger.why(args.fact_id) if args.command == "why" else ledger.history(
-                args.fact_id)
-            _print(result.model_dump(mode="json"))
-            return int(Exit.OK)
+            return _COMMANDS[args.command](ledger, args)
         except LedgerError as exc:
             return _fail(exc, Exit.OP_FAILED)
+
+
+def _init(ledger: Ledger, args: argparse.Namespace) -> int:
+    assert ledger.keys is not None
+    pem = ledger.keys.public_pem()
+    _ = ledger.keys.forget_key
+    pub = public_key_path_for(ledger.db.path)
+    pub.write_text(pem)
+    files = [ledger.db.path, ledger.keys.path, str(master_path_for(Path(ledger.keys.path)))]
+    for path in files:
+        if os.path.exists(path):
+            os.chmod(path, 0o600)
+    _print({"ledger": ledger.db.path, "keystore": ledger.keys.path,
+            "master_key": files[2] if not os.environ.get(MASTER_ENV) else f"${MASTER_ENV}",
+            "public_key": str(pub), "key_fingerprint": public_fingerprint(pem),
+            "advice": "keep the key store and master key out of the backups that hold the "
+                      "ledger, or crypto-shredding cannot protect those backups"})
+    return int(Exit.OK)
+
+
+def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
+    pem = None
+    if args.key:
+        try:
+            pem = Path(args.key).read_text()
+        except OSError as exc:
+            raise LedgerError("key_unreadable", f"cannot read public key {args.key}: "
+                              f"{exc.strerror}") from None
+    report = ledger.verify(public_key=pem)
+    _print(report.model_dump(mode="json"))
+    return int(Exit.OK if report.valid else Exit.OP_FAILED)
+
+
+def _rebuild(ledger: Ledger, args: argparse.Namespace) -> int:
+    rebuilt = ledger.rebuild(repair=args.repair)
+    _print(rebuilt.model_dump(mode="json"))
+    return int(Exit.OK if not rebuilt.differences or rebuilt.repaired else Exit.OP_FAILED)
+
+
+def _show(result: BaseModel) -> int:
+    _print(result.model_dump(mode="json"))
+    return int(Exit.OK)
+
+
+def _erasure(args: argparse.Namespace, result: ForgetResult | SubjectForgetResult | SweepResult,
+             certificate: ErasureCertificate | None, extra_failure: bool = False) -> int:
+    if args.json:
+        _print(result.model_dump(mode="json"))
+    elif certificate is not None:
+        sys.stdout.write(certificate.render() + "\n")
+    complete = certificate is None or certificate.complete
+    return int(Exit.OK if complete and not extra_failure else Exit.OP_FAILED)
+
+
+def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.sweep(before=args.before, space=args.space, dry_run=args.dry_run,
+                          actor=args.actor, reason=args.reason)
+    if not args.json:
+        verb = "would expire" if result.dry_run else "expired"
+        sys.stdout.write(f"cutoffs: {json.dumps(result.cutoffs)}\n{verb} {len(result.expired)}"
+                         f" fact(s): {' '.join(result.expired)}\n")
+        if result.held:
+            sys.stdout.write(f"skipped, on legal hold: {' '.join(result.held)}\n")
+        if result.note:
+            sys.stdout.write(result.note + "\n")
+    return _erasure(args, result, result.certificate, extra_failure=bool(result.held))
+
+
+_COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
+    "init": _init,
+    "verify": _verify,
+    "rebuild": _rebuild,
+    "why": lambda led, a: _show(led.why(a.fact)),
+    "history": lambda led, a: _show(led.history(a.fact)),
+    "forget": lambda led, a: _erasure(a, r := led.forget(a.fact, actor=a.actor, reason=a.reason),
+                                      r.certificate),
+    "forget-subject": lambda led, a: _erasure(
+        a, r := led.forget_subject(a.subject, actor=a.actor, reason=a.reason), r.certificate),
+    "hold": lambda led, a: _show(led.hold(a.fact, actor=a.actor, reason=a.reason)),
+    "release": lambda led, a: _show(led.release(a.fact, actor=a.actor, reason=a.reason)),
+    "sweep": _sweep,
+    "checkpoint": lambda led, a: _show(led.checkpoint(actor=a.actor)),
+}
 
 
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool) -> int:
@@ -136,7 +249,7 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool) -> int
 def _demo(args: argparse.Namespace) -> int:
     """Replay the sample into a fresh ledger (./custody-demo.db unless --ledger) and show it."""
     target = Path(args.ledger or "custody-demo.db")
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
         Path(f"{target}{suffix}").unlink(missing_ok=True)
     args.ledger = str(target)
     with tempfile.TemporaryDirectory() as tmp:

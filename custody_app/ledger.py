@@ -61,6 +61,7 @@ from custody_app.readmodels import (
     VerifyResult,
     WhyResult,
 )
+from custody_app.redaction import redact
 from custody_app.timeutil import Clock, ManualClock, WallClock, format_time
 from custody_app.values import ValueCodec
 from store import LedgerFile, StoreError, open_ledger
@@ -334,12 +335,13 @@ class Ledger:
 
     # ---- handlers ----------------------------------------------------------------------
     def _assert(self, cmd: AssertFact) -> AssertResult:
+        pol = self.policy.policy
+        value, findings = redact(cmd.value, pol.redaction.detectors)
         try:
-            value_text = canonical(cmd.value)
+            value_text = canonical(value)
         except Exception as exc:  # rfc8785 raises several types for non-JSON values
             raise LedgerError("bad_request", f"field 'value' is not JSON: {exc}",
                               field="value") from None
-        pol = self.policy.policy
         if cmd.provenance != "claimed" and not pol.provenance.allow_declared:
             raise LedgerError("provenance_not_allowed",
                               f"the policy in force does not let writers declare {cmd.provenance}")
@@ -373,6 +375,7 @@ class Ledger:
                 "sources": list(dict.fromkeys(cmd.sources)) if cmd.sources else None,
                 "llm": cmd.llm.model_dump(exclude_none=True) if cmd.llm else None,
                 "commitment": commitment(salt, value_text),
+                "redactions": [f.to_json() for f in findings] or None,
             }
             sealed = self.values.seal(fact_id, cmd.subject, value_text,
                                       work_started=self.work_started, now=tx_at)

@@ -49,6 +49,14 @@ class ErasurePolicy(_Section):
     """What happens to a write whose value was forgotten before for the same subject/predicate."""
 
 
+Detector = Literal["email", "phone", "card", "iban", "aadhaar", "pan", "gstin"]
+
+
+class RedactionPolicy(_Section):
+    detectors: tuple[Detector, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin")
+    """Identifiers masked in every string of a value before anything is stored or indexed."""
+
+
 class RetentionPolicy(_Section):
     windows: dict[str, Duration] = Field(default_factory=dict)
     """Space pattern (`team:*`) to ISO 8601 duration; the most specific pattern wins."""
@@ -69,6 +77,8 @@ class Policy(_Section):
     """Forget digests and the handling of previously forgotten values."""
     retention: RetentionPolicy = RetentionPolicy()
     """Retention windows per space."""
+    redaction: RedactionPolicy = RedactionPolicy()
+    """Redaction at ingest."""
 
     def may_review(self, actor: str) -> bool:
         kind = actor.split(":", 1)[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -125,6 +126,9 @@ def _begin_immediate(conn: apsw.Connection) -> None:
 def open_ledger(path: str | Path, *, readonly: bool = False) -> LedgerFile:
     """Open (creating if missing) a ledger file with every pragma set and the schema current."""
     path = str(path)
+    if not readonly and not os.path.exists(path):
+        # A new ledger is readable by its owner only.
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
     flags = apsw.SQLITE_OPEN_READONLY if readonly else (
         apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     )

@@ -1,0 +1,293 @@
+"""Redaction at ingest: mask emails, phones, cards, IBANs, Aadhaar, PAN and GSTIN in JSON values."""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+DETECTORS: tuple[str, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin")
+# Overlapping spans of equal length: the more specific identifier names the region.
+_PRIORITY: tuple[str, ...] = ("gstin", "iban", "card", "aadhaar", "pan", "phone", "email")
+_MASKS: dict[str, str] = {kind: f"[{kind}]" for kind in DETECTORS}
+
+_Span = tuple[int, int, str]
+_Detector = Callable[[str], Iterator[tuple[int, int]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One masked identifier: where it was and what kind, never the matched text itself."""
+
+    path: str  # RFC 6901 pointer into the redacted value; "" for a top-level string
+    kind: str  # one of DETECTORS
+    start: int  # span in the original string, in code points
+    end: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "kind": self.kind, "start": self.start, "end": self.end}
+
+
+# A numeric identifier must be a whole run: not glued to a word, a "+", a decimal or thousands part, or
+# another space/hyphen-separated digit group, so that a slice of a longer number never matches alone.
+_LEFT = r"(?<![\w+])(?<![0-9][ -])(?<![0-9][.,])"
+_RIGHT = r"(?!\w)(?![ -][0-9])(?![.,][0-9])"
+
+_EMAIL = re.compile(
+    r"(?<![\w.%+-])[A-Za-z0-9_%+-]+(?:\.[A-Za-z0-9_%+-]+)*"
+    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}(?![\w-])(?!\.[A-Za-z0-9])"
+)
+# Dots are not phone separators here: "+1234567.89" is an amount, not a number to call.
+_PHONE_INTL = re.compile(r"(?<![\w+])\+[1-9](?:[ -]?(?:[0-9]|\([0-9]{1,4}\))){6,18}" + _RIGHT)
+_PHONE_IN = re.compile(_LEFT + r"(?:(?:\+|00)91[ -]?|0)?[6-9][0-9]{4}[ -]?[0-9]{5}" + _RIGHT)
+_CARD = re.compile(
+    _LEFT + r"(?:[0-9]{13,19}"
+    r"|[0-9]{4}(?P<s>[ -])[0-9]{4}(?P=s)[0-9]{4}(?P=s)(?:[0-9]{4}(?P=s)[0-9]{1,3}|[0-9]{1,4})"
+    r"|[0-9]{4}(?P<t>[ -])[0-9]{6}(?P=t)[0-9]{4,5})" + _RIGHT
+)
+_AADHAAR = re.compile(_LEFT + r"[2-9](?:[0-9]{11}|[0-9]{3}(?P<s>[ -])[0-9]{4}(?P=s)[0-9]{4})" + _RIGHT)
+_IBAN_COMPACT = re.compile(r"(?<!\w)[A-Za-z]{2}[0-9]{2}[A-Za-z0-9]{11,30}(?!\w)")
+_IBAN_GROUPED = re.compile(r"(?<!\w)[A-Za-z]{2}[0-9]{2}(?: [A-Za-z0-9]{4}){2,7}(?: [A-Za-z0-9]{1,3})?(?!\w)")
+_PAN_BODY = r"[A-Z]{3}[PCHFATBLJG][A-Z][0-9]{4}[A-Z]"
+_PAN = re.compile(r"(?<!\w)" + _PAN_BODY + r"(?!\w)")
+_GSTIN = re.compile(r"(?<!\w)(?:0[1-9]|[12][0-9]|3[0-8]|97|99)" + _PAN_BODY + r"[1-9A-Z]Z[0-9A-Z](?!\w)")
+
+_B36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_VERHOEFF_D = (
+    (0, 1, 2, 3, 4, 5, 6, 7, 8, 9),
+    (1, 2, 3, 4, 0, 6, 7, 8, 9, 5),
+    (2, 3, 4, 0, 1, 7, 8, 9, 5, 6),
+    (3, 4, 0, 1, 2, 8, 9, 5, 6, 7),
+    (4, 0, 1, 2, 3, 9, 5, 6, 7, 8),
+    (5, 9, 8, 7, 6, 0, 4, 3, 2, 1),
+    (6, 5, 9, 8, 7, 1, 0, 4, 3, 2),
+    (7, 6, 5, 9, 8, 2, 1, 0, 4, 3),
+    (8, 7, 6, 5, 9, 3, 2, 1, 0, 4),
+    (9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+)
+_VERHOEFF_P = (
+    (0, 1, 2, 3, 4, 5, 6, 7, 8, 9),
+    (1, 5, 7, 6, 2, 8, 3, 0, 9, 4),
+    (5, 8, 0, 3, 7, 9, 6, 1, 4, 2),
+    (8, 9, 1, 6, 0, 4, 3, 5, 2, 7),
+    (9, 4, 5, 3, 1, 2, 6, 8, 7, 0),
+    (4, 2, 8, 6, 5, 7, 3, 9, 0, 1),
+    (2, 7, 9, 3, 8, 0, 6, 4, 1, 5),
+    (7, 0, 4, 6, 9, 1, 3, 2, 5, 8),
+)
+
+
+def _digits(s: str) -> str:
+    return "".join(ch for ch in s if "0" <= ch <= "9")
+
+
+def _luhn_ok(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch) * (2 if i % 2 else 1)
+        total += d - 9 if d > 9 else d
+    return total % 10 == 0
+
+
+def _verhoeff_ok(digits: str) -> bool:
+    c = 0
+    for i, ch in enumerate(reversed(digits)):
+        c = _VERHOEFF_D[c][_VERHOEFF_P[i % 8][int(ch)]]
+    return c == 0
+
+
+def _iban_ok(compact: str) -> bool:
+    # ISO 13616 never issues check digits 00, 01 or 99. Mixed case is refused so that a word after a
+    # grouped IBAN ("... 7034 from") is not read as one more group.
+    if not 15 <= len(compact) <= 34 or not 2 <= int(compact[2:4]) <= 98:
+        return False
+    if not (compact.isupper() or compact.islower()):
+        return False
+    s = compact.upper()
+    return int("".join(str(_B36.index(ch)) for ch in s[4:] + s[:4])) % 97 == 1
+
+
+def _gstin_ok(s: str) -> bool:
+    total = 0
+    for i, ch in enumerate(s[:14]):
+        product = _B36.index(ch) * (2 if i % 2 else 1)
+        total += product // 36 + product % 36
+    return _B36[(36 - total % 36) % 36] == s[14]
+
+
+def _matches(pattern: re.Pattern[str], check: Callable[[str], bool]) -> _Detector:
+    def detect(text: str) -> Iterator[tuple[int, int]]:
+        for m in pattern.finditer(text):
+            if check(m.group()):
+                yield m.span()
+
+    return detect
+
+
+def _phone(text: str) -> Iterator[tuple[int, int]]:
+    for m in _PHONE_INTL.finditer(text):
+        # E.164 allows at most 15 digits; below 8 it is more likely a score or an offset than a phone.
+        if 8 <= len(_digits(m.group())) <= 15 and m.group().count("(") <= 1:
+            yield m.span()
+    for m in _PHONE_IN.finditer(text):
+        yield m.span()
+
+
+def _iban(text: str) -> Iterator[tuple[int, int]]:
+    for m in _IBAN_COMPACT.finditer(text):
+        if _iban_ok(m.group()):
+            yield m.span()
+    pos = 0
+    while (g := _IBAN_GROUPED.search(text, pos)) is not None:
+        # The group pattern may swallow the short words that follow an IBAN: keep the longest valid prefix.
+        groups = g.group().split(" ")
+        for n in range(len(groups), 2, -1):
+            if _iban_ok("".join(groups[:n])):
+                end = g.start() + len(" ".join(groups[:n]))
+                yield g.start(), end
+                pos = end
+                break
+        else:
+            pos = g.start() + 1
+
+
+_DETECT: dict[str, _Detector] = {
+    "email": _matches(_EMAIL, lambda s: True),
+    "phone": _phone,
+    # Leading 0/1 excluded: no issuer uses 0, and 1 would claim every 13-digit epoch-millisecond timestamp.
+    "card": _matches(_CARD, lambda s: s[0] not in "01" and _luhn_ok(_digits(s))),
+    "iban": _iban,
+    "aadhaar": _matches(_AADHAAR, lambda s: _verhoeff_ok(_digits(s))),
+    "pan": _matches(_PAN, lambda s: True),
+    "gstin": _matches(_GSTIN, _gstin_ok),
+}
+
+
+def _checked(detectors: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(detectors, str):
+        raise TypeError("detectors must be a sequence of detector names, not a single string")
+    unknown = sorted({d for d in detectors if d not in _DETECT}, key=str)
+    if unknown:
+        raise ValueError(f"unknown detector(s) {unknown}; known: {', '.join(DETECTORS)}")
+    return tuple(dict.fromkeys(detectors))
+
+
+def _resolve(candidates: list[_Span]) -> list[_Span]:
+    """One span per overlapping region: longest first, then by _PRIORITY; returned sorted by start."""
+    chosen: list[_Span] = []
+    starts: list[int] = []
+    for span in sorted(set(candidates), key=lambda c: (c[0] - c[1], _PRIORITY.index(c[2]), c[0])):
+        i = bisect.bisect_left(starts, span[0])
+        if (i > 0 and chosen[i - 1][1] > span[0]) or (i < len(chosen) and chosen[i][0] < span[1]):
+            continue
+        starts.insert(i, span[0])
+        chosen.insert(i, span)
+    return chosen
+
+
+def _mask(text: str, spans: list[_Span]) -> str:
+    parts: list[str] = []
+    last = 0
+    for start, end, kind in spans:
+        parts += (text[last:start], _MASKS[kind])
+        last = end
+    parts.append(text[last:])
+    return "".join(parts)
+
+
+def _to_original(start: int, end: int, spans: list[_Span]) -> tuple[int, int]:
+    """Map a span of the masked text back to the original, given the (sorted) spans already masked."""
+    shift = 0
+    for s, e, kind in spans:
+        masked_start = s + shift
+        if end <= masked_start:
+            break
+        if start < masked_start + len(_MASKS[kind]):
+            # Unreachable: no detector consumes "[" or "]", so a new match never crosses a mask.
+            raise RuntimeError("redaction: a new finding overlaps an earlier mask")
+        shift += len(_MASKS[kind]) - (e - s)
+    return start - shift, end - shift
+
+
+def _redact_text(text: str, kinds: tuple[str, ...]) -> tuple[str, list[_Span]]:
+    spans: list[_Span] = []
+    current = text
+    # Masking can free a neighbour that a boundary rule had blocked ("... 32 9876543210" after an IBAN);
+    # repeating until nothing new is found is what makes redact() idempotent.
+    while True:
+        found = _resolve([(s, e, kind) for kind in kinds for s, e in _DETECT[kind](current)])
+        if not found:
+            return current, spans
+        spans = sorted(spans + [(*_to_original(s, e, spans), kind) for s, e, kind in found])
+        current = _mask(text, spans)
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _walk(value: Any, path: str, kinds: tuple[str, ...], out: list[Finding]) -> Any:
+    if isinstance(value, str):
+        masked, spans = _redact_text(value, kinds)
+        out.extend(Finding(path, kind, s, e) for s, e, kind in spans)
+        return masked
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        return type(value)(_walk(item, f"{path}/{i}", kinds, out) for i, item in enumerate(value))
+    if isinstance(value, dict):
+        return _walk_dict(value, path, kinds, out)
+    raise TypeError(f"redact() takes JSON values; found {type(value).__name__} at {path!r}")
+
+
+def _walk_dict(
+    value: dict[Any, Any], path: str, kinds: tuple[str, ...], out: list[Finding]
+) -> dict[Any, Any]:
+    keyed: list[tuple[Any, Any, list[_Span]]] = []
+    for key in value:
+        if isinstance(key, str):
+            keyed.append((key, *_redact_text(key, kinds)))
+        elif key is None or isinstance(key, bool | int | float):
+            keyed.append((key, key, []))
+        else:
+            raise TypeError(f"redact() takes JSON values; found a {type(key).__name__} key at {path!r}")
+    # Two keys can mask to the same text; number the later ones rather than let one overwrite another.
+    taken = {new for _, new, spans in keyed if not spans}
+    result: dict[Any, Any] = {}
+    for key, new, spans in keyed:
+        if spans:
+            base, n = new, 1
+            while new in taken:
+                n += 1
+                new = f"{base}#{n}"
+            taken.add(new)
+        member = f"{path}/{_escape(str(new))}"
+        out.extend(Finding(member, kind, s, e) for s, e, kind in spans)
+        result[new] = _walk(value[key], member, kinds, out)
+    return result
+
+
+def redact(value: Any, detectors: Sequence[str] = DETECTORS) -> tuple[Any, list[Finding]]:
+    """Return a copy of the JSON value with every detected identifier in every string (recursively through
+    dicts and lists; dict keys too) replaced by a mask like "[email]" / "[card]" / "[aadhaar]", and the
+    findings. Non-string scalars (numbers, bools, null) are never touched. Unknown detector names raise
+    ValueError naming them.
+
+    Finding paths point into the returned value, so a member whose key was masked is reported under its
+    masked key (the raw key would put the identifier in the path). Findings are sorted by (path, start).
+    """
+    kinds = _checked(detectors)
+    findings: list[Finding] = []
+    result = _walk(value, "", kinds, findings)
+    findings.sort(key=lambda f: (f.path, f.start))
+    return result, findings
+
+
+def find(text: str, detectors: Sequence[str] = DETECTORS) -> list[Finding]:
+    """The findings redact() would report for one string (all with path "")."""
+    kinds = _checked(detectors)
+    if not isinstance(text, str):
+        raise TypeError(f"find() takes a str, not {type(text).__name__}")
+    return [Finding("", kind, s, e) for s, e, kind in _redact_text(text, kinds)[1]]
