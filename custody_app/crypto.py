@@ -49,6 +49,8 @@ def seal(key: bytes, generation: int, plaintext: bytes, bind: str) -> bytes:
 
 
 def sealed_generation(blob: bytes) -> int:
+    if len(blob) < _HEADER.size:
+        raise DecryptError("a stored value is too short to be a sealed custody value")
     magic, generation, _ = _HEADER.unpack_from(blob)
     if magic != _MAGIC:
         raise DecryptError("not a sealed custody value")

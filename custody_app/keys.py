@@ -34,17 +34,25 @@ def _write_secret(path: Path, data: bytes) -> None:
         handle.write(data)
 
 
+def master_from_env() -> bytes | None:
+    """$CUSTODY_MASTER_KEY as bytes, None when unset; refused unless 64 hex digits."""
+    env = os.environ.get(MASTER_ENV)
+    if not env:
+        return None
+    try:
+        key = bytes.fromhex(env.strip())
+    except ValueError:
+        key = b""
+    if len(key) != crypto.KEY_BYTES:
+        raise LedgerError("master_key_invalid", f"{MASTER_ENV} must be 64 hex digits")
+    return key
+
+
 def load_master(keystore: Path, *, create: bool) -> bytes:
     """The master key: $CUSTODY_MASTER_KEY (64 hex digits), else the key file beside the store."""
-    env = os.environ.get(MASTER_ENV)
-    if env:
-        try:
-            key = bytes.fromhex(env.strip())
-        except ValueError:
-            key = b""
-        if len(key) != crypto.KEY_BYTES:
-            raise LedgerError("master_key_invalid", f"{MASTER_ENV} must be 64 hex digits")
-        return key
+    env = master_from_env()
+    if env is not None:
+        return env
     path = master_path_for(keystore)
     if not path.exists():
         if not create:
@@ -90,7 +98,11 @@ class KeyRing:
             store = open_keystore(path)
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
-        return cls(store, master)
+        try:
+            return cls(store, master)
+        except BaseException:
+            store.close()
+            raise
 
     @property
     def path(self) -> str:

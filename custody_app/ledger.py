@@ -45,7 +45,7 @@ from custody_app.commands import (
     refusal,
 )
 from custody_app.errors import LedgerError
-from custody_app.keys import KeyRing, keystore_path_for
+from custody_app.keys import KeyRing, keystore_path_for, master_from_env
 from custody_app.models import EVENT_MODELS, PROV_RANK, PROVENANCES
 from custody_app.policy import LoadedPolicy, load_policy
 from custody_app.projector import MemoryProjection, apply_event
@@ -100,6 +100,7 @@ class Ledger:
         """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default).
         Read-only opens create nothing; without a key store their values read as erased."""
         loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
+        master_from_env()  # a malformed master key is refused before any file is created
         try:
             db = open_ledger(path, readonly=readonly)
         except StoreError as exc:
@@ -322,13 +323,24 @@ class Ledger:
         Signed checkpoints are checked under `public_key` (PEM), else the ledger's own key."""
         pem = public_key or (self.keys.public_pem() if self.keys is not None
                              and self.keys.store.meta("signing") is not None else None)
+        unchecked = 0
+
+        def opener(row: EventRow, body: dict[str, Any]) -> str | None:
+            nonlocal unchecked
+            text = self.values.opener(row, body)
+            unchecked += text is None
+            return text
+
         with self.db.read():
             audit = CheckpointAudit(self.db.erasure.events_of_kind("checkpoint"), pem)
-            report = verify_chain(self.db.events.iter_all(), progress, self.values.opener,
-                                  audit.check)
-        return VerifyResult(valid=report.valid, events=report.events, head=report.head,
-                            first_bad_seq=report.first_bad_seq, problem=report.problem,
-                            checkpoints=audit.count, last_checkpoint_seq=audit.last)
+            report = verify_chain(self.db.events.iter_all(), progress, opener, audit.check)
+        valid, bad, problem = report.valid, report.first_bad_seq, report.problem
+        if valid and public_key is not None and audit.count == 0 and report.events:
+            valid, problem = False, ("no signed checkpoint in this ledger: the given public key "
+                                     "cannot vouch for any of its events")
+        return VerifyResult(valid=valid, events=report.events, head=report.head,
+                            first_bad_seq=bad, problem=problem, checkpoints=audit.count,
+                            last_checkpoint_seq=audit.last, values_unchecked=unchecked)
 
     def set_clock(self, moment: str) -> ClockResult:
         return self._do(SetClock, ClockResult, set=moment)
