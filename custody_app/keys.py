@@ -80,6 +80,10 @@ class KeyRing:
         self._master = master
         self._cache: dict[tuple[str, int], bytes] = {}
         self._slots: dict[str, bytes] = {}
+        self._refs: dict[str, str] = {}
+        # Live (generation, key) per subject ref, trusted while no other connection committed.
+        self._live: dict[str, tuple[int, bytes]] = {}
+        self._seen_version = -1
         check = store.meta("check")
         if check is None:
             store.put_meta("check", crypto.wrap(master, b"custody", "check"))
@@ -139,11 +143,30 @@ class KeyRing:
 
     def subject_ref(self, subject: str) -> str:
         """The peppered subject hash: names a subject without its plaintext."""
-        return crypto.keyed_digest(self._slot("pepper"), "subject", subject)
+        ref = self._refs.get(subject)
+        if ref is None:
+            if len(self._refs) > 100_000:
+                self._refs.clear()
+            ref = self._refs[subject] = crypto.keyed_digest(self._slot("pepper"), "subject",
+                                                            subject)
+        return ref
 
     def key_for_write(self, subject: str, work_started: str, now: str) -> tuple[int, bytes]:
         """The subject's current data key; refuses work that began before its key was destroyed."""
         ref = self.subject_ref(subject)
+        version = self.store.data_version()
+        if version != self._seen_version:
+            self._live.clear()
+            self._seen_version = version
+        live = self._live.get(ref)
+        if live is not None:
+            return live
+        found = self._key_for_write(ref, subject, work_started, now)
+        self._live[ref] = found
+        return found
+
+    def _key_for_write(self, ref: str, subject: str, work_started: str,
+                       now: str) -> tuple[int, bytes]:
         row = self.store.latest(ref)
         if row is not None and row[3] is None:
             return row[0], self._unwrap(ref, row[0], row[1])
@@ -176,10 +199,16 @@ class KeyRing:
                                                           f"data:{ref}:{generation}")
         return self._cache[(ref, generation)]
 
+    def drop_cache(self) -> None:
+        """Forget unwrapped keys: a rolled-back write may have created one that never landed."""
+        self._live.clear()
+        self._cache.clear()
+
     def destroy(self, subject: str, at: str) -> int:
         """Destroy every live data key of the subject (crypto-shredding); the rows stay as tombstones."""
         ref = self.subject_ref(subject)
         self._cache = {k: v for k, v in self._cache.items() if k[0] != ref}
+        self._live.pop(ref, None)
         return self.store.destroy(ref, at)
 
     def destroyed_at(self, subject: str) -> str | None:

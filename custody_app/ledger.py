@@ -161,6 +161,8 @@ class Ledger:
                     yield
                 except BaseException:
                     self._head, self._recorded_policy = saved
+                    if self.keys is not None:
+                        self.keys.drop_cache()
                     raise
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None

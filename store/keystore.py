@@ -65,6 +65,10 @@ class KeyStoreFile:
         self.conn = conn
         self.path = path
 
+    def data_version(self) -> int:
+        """Changes whenever another connection commits to the key store (cheap: no disk I/O)."""
+        return int(self.conn.pragma("data_version"))
+
     def meta(self, name: str) -> bytes | None:
         row = self.conn.execute(GET_META, (name,)).fetchone()
         return None if row is None else bytes(row[0])
