@@ -122,7 +122,8 @@ def why(db: LedgerFile, codec: ValueCodec, fact_id: str) -> WhyResult:
     reviews = [
         Review(kind=r.kind, actor=r.actor, tx_at=r.tx_at, seq=r.seq,
                reason=json.loads(r.body).get("reason"))
-        for r in own if r.kind in ("confirm", "reject", "retract")
+        for r in own if r.kind in ("confirm", "reject", "retract", "hold", "release", "forget",
+                                   "expire")
     ]
     sources = [_ref(f) for f in (db.facts.get(s) for s in body.get("sources") or []) if f]
     dependents = [_ref(f) for f in (db.facts.get(d) for d in db.facts.derived_from(fact_id)) if f]

@@ -54,6 +54,9 @@ INSERT_KEY = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, create
               "VALUES (?, ?, ?, ?)")
 DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = ? "
            "WHERE subject_ref = ? AND destroyed_at IS NULL")
+# A keyless row born destroyed: the fence for a subject that had no live key at its erasure.
+INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at, "
+                    "destroyed_at) VALUES (?, ?, NULL, ?, ?)")
 
 KeyRow = tuple[int, bytes | None, str, str | None]
 
@@ -91,10 +94,18 @@ class KeyStoreFile:
             self.conn.execute(INSERT_KEY, (subject_ref, generation, wrapped, created_at))
 
     def destroy(self, subject_ref: str, destroyed_at: str) -> int:
-        """Null every live key of the subject; returns how many were destroyed."""
+        """Null every live key of the subject; returns how many were destroyed. With none live
+        (never keyed, or already shredded) a keyless destroyed row still records the instant,
+        so work begun before it stays fenced."""
         with self.write():
             self.conn.execute(DESTROY, (destroyed_at, subject_ref))
-            return int(self.conn.changes())
+            destroyed = int(self.conn.changes())
+            if destroyed == 0:
+                latest = self.latest(subject_ref)
+                generation = 1 if latest is None else latest[0] + 1
+                self.conn.execute(INSERT_DESTROYED, (subject_ref, generation, destroyed_at,
+                                                     destroyed_at))
+            return destroyed
 
     @contextmanager
     def write(self) -> Iterator[None]:

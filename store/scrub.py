@@ -36,17 +36,24 @@ def checkpoint_truncate(conn: apsw.Connection, db_path: str,
     """PRAGMA wal_checkpoint(TRUNCATE), retried with backoff; complete only at (0, 0, 0) and an
     empty -wal file. (Connection.wal_checkpoint raises instead of reporting, so the PRAGMA.)"""
     last = (1, -1, -1)
-    for attempt, delay in enumerate(delays, start=1):
-        if delay:
-            time.sleep(delay)
-        try:
-            row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        except apsw.BusyError:
-            continue
-        if row is not None:
-            last = (int(row[0]), int(row[1]), int(row[2]))
-        if last == (0, 0, 0) and _size(wal_path(db_path)) == 0:
-            return CheckpointOutcome(True, attempt, 0, "checkpoint complete; the WAL is empty")
+    # This loop is the wait: with the connection's busy timeout in force, each blocked attempt
+    # would itself wait out the whole timeout (5 s) before reporting busy.
+    previous = int(conn.pragma("busy_timeout"))
+    conn.set_busy_timeout(0)
+    try:
+        for attempt, delay in enumerate(delays, start=1):
+            if delay:
+                time.sleep(delay)
+            try:
+                row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except apsw.BusyError:
+                continue
+            if row is not None:
+                last = (int(row[0]), int(row[1]), int(row[2]))
+            if last == (0, 0, 0) and _size(wal_path(db_path)) == 0:
+                return CheckpointOutcome(True, attempt, 0, "checkpoint complete; the WAL is empty")
+    finally:
+        conn.set_busy_timeout(previous)
     return CheckpointOutcome(
         False, len(delays), _size(wal_path(db_path)),
         f"a reader kept the WAL in use (checkpoint returned {last}); it will be finished at "
