@@ -80,8 +80,8 @@ def check_event(row: EventRow, prev_hash: str, expected_seq: int,
                     return f"event {row.seq} value does not match its commitment"
             except ValueError:
                 return f"event {row.seq} has a malformed salt"
-    elif row.value is not None or row.salt is not None:
-        return f"event {row.seq} is not an assert but carries a value"
+    elif row.value is not None or row.salt is not None or row.subject is not None:
+        return f"event {row.seq} is not an assert but carries a value or a subject"
     return None
 
 

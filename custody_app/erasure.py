@@ -99,20 +99,24 @@ def _needles(sealed: bytes | None, text: str | None, work: _Erasure) -> None:
             work.short_values += 1
 
 
-def previously_forgotten_digest(ledger: Ledger, subject: str, predicate: str, text: str) -> str:
+def previously_forgotten_digest(ledger: Ledger, subject_ref: str, predicate: str,
+                                text: str) -> str:
     assert ledger.keys is not None
-    return crypto.keyed_digest(ledger.keys.forget_key, "previously", subject, predicate, text)
+    return crypto.keyed_digest(ledger.keys.forget_key, "previously", subject_ref, predicate, text)
 
 
 def _erase(ledger: Ledger, facts: list[FactRow], root_of: dict[str, str], *,
            kind: Literal["forget", "expire"], reason: str, actor: str, tx_at: str,
-           extra: dict[str, Any] | None = None, work: _Erasure) -> None:
-    """Inside a write transaction: null each value and salt, append its forget/expire event."""
+           extra: dict[str, Any] | None = None, work: _Erasure,
+           subject_hash: str | None = None) -> None:
+    """Inside a write transaction: null each value and salt, append its forget/expire event.
+    With `subject_hash`, facts of that subject lose their plaintext subject too."""
     policy = ledger.policy.policy.erasure
     for fact in facts:
         event = ledger.db.events.get(fact.assert_seq)
         assert event is not None
-        text = ledger.values.open(fact.fact_id, fact.subject, event.value)
+        ref = json.loads(event.body)["subject_ref"]
+        text = ledger.values.open(fact.fact_id, ref, event.value)
         digest_kind = policy.digest if text is not None else "none"
         digest = None
         if text is not None and digest_kind == "hmac-sha256":
@@ -121,13 +125,15 @@ def _erase(ledger: Ledger, facts: list[FactRow], root_of: dict[str, str], *,
         elif text is not None and digest_kind == "sha256":
             digest = crypto.plain_digest(text)
         if text is not None and policy.digest != "none" and ledger.keys is not None:
-            ledger.db.erasure.add_digest(ledger.keys.subject_ref(fact.subject), fact.predicate,
-                                         previously_forgotten_digest(ledger, fact.subject,
-                                                                     fact.predicate, text))
+            ledger.db.erasure.add_digest(ref, fact.predicate, previously_forgotten_digest(
+                ledger, ref, fact.predicate, text))
         _needles(event.value, text, work)
         ledger.db.events.erase_value(fact.assert_seq)
         fields: dict[str, Any] = {"reason": reason, "digest_kind": digest_kind, "digest": digest,
                                   "root": root_of.get(fact.fact_id), **(extra or {})}
+        if subject_hash is not None and ref == subject_hash:
+            ledger.db.events.erase_subject(fact.assert_seq)
+            fields["subject_hash"] = subject_hash
         row = ledger._append(kind, actor, tx_at, fields, fact_id=fact.fact_id)
         work.erased.append(ErasedFact(
             fact_id=fact.fact_id, kind=kind, status_before=fact.status, seq=row.seq,
@@ -241,7 +247,10 @@ def forget_subject(ledger: Ledger, cmd: ForgetSubject) -> SubjectForgetResult:
         tx_at = ledger._tx_at()
         subject_hash = ledger.keys.subject_ref(cmd.subject)
         _erase(ledger, facts, root_of, kind="forget", reason=cmd.reason, actor=cmd.actor,
-               tx_at=tx_at, work=work)
+               tx_at=tx_at, work=work, subject_hash=subject_hash)
+        subject_bytes = cmd.subject.encode("utf-8")
+        if own and len(subject_bytes) >= MIN_SCAN_BYTES:
+            work.needles.append(subject_bytes)
         row = ledger._append("forget_subject", cmd.actor, tx_at,
                              {"subject_hash": subject_hash, "reason": cmd.reason,
                               "counts": counts})

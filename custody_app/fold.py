@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from custody_app.models import PROV_RANK
+from custody_app.projector import erased_subject
 from store.rows import EventRow
 
 
@@ -75,7 +76,8 @@ def fold_as_of(
     for fid, (event, body) in asserts.items():
         if fid in killed or fid in erased_by_t or rank(fid) < want:
             continue
-        if (subject is not None and body["subject"] != subject) or (
+        subject_now = event.subject or erased_subject(body["subject_ref"])
+        if (subject is not None and subject_now != subject) or (
             predicate is not None and body["predicate"] != predicate
         ) or (space is not None and body["space"] != space):
             continue
@@ -89,7 +91,7 @@ def fold_as_of(
         if not (body["valid_from"] <= valid_at and (valid_to is None or valid_at < valid_to)):
             continue
         out.append(FoldedFact(
-            fid, body["subject"], body["predicate"], body["space"],
+            fid, subject_now, body["predicate"], body["space"],
             None if event.value is None else json.loads(event.value), status,
             [p for p, r in PROV_RANK.items() if r == rank(fid)][0], body["valid_from"],
             valid_to, body["actor"], event.value is None,

@@ -182,9 +182,8 @@ class KeyRing:
         self._cache[(ref, generation)] = key
         return generation, key
 
-    def key_for_read(self, subject: str, generation: int) -> bytes | None:
-        """The key a value was sealed with, or None when it was destroyed."""
-        ref = self.subject_ref(subject)
+    def key_for_read(self, ref: str, generation: int) -> bytes | None:
+        """The key (by subject ref) a value was sealed with, or None when it was destroyed."""
         if (ref, generation) in self._cache:
             return self._cache[(ref, generation)]
         row = self.store.generation(ref, generation)

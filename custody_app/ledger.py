@@ -187,7 +187,7 @@ class Ledger:
 
     def _append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
                 fact_id: str | None = None, value: bytes | None = None,
-                salt: str | None = None) -> EventRow:
+                salt: str | None = None, subject: str | None = None) -> EventRow:
         """Validate, hash, store and project one event (inside a write transaction)."""
         if kind != "policy" and self._recorded_policy != self.policy.hash:
             self._record_policy(tx_at)
@@ -204,10 +204,10 @@ class Ledger:
             # An invalid event never enters the log, and the caller gets a coded refusal.
             raise refusal(exc) from None
         body = canonical(envelope)
-        row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, body, value, salt,
-                       prev, event_hash(prev, body))
+        row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, subject, body, value,
+                       salt, prev, event_hash(prev, body))
         self.db.events.append(row)
-        apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope)
+        apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope, subject)
         self._head = (seq, row.hash, tx_at)
         return row
 
@@ -380,8 +380,9 @@ class Ledger:
                 lifecycle.check_source(self.db.facts.get(source), source)
             fact_id = self._new_fact_id(tx_at)
             salt = new_salt()
+            assert self.keys is not None  # seal() above refused a ledger without its key store
             fields = {
-                "subject": cmd.subject, "predicate": cmd.predicate,
+                "subject_ref": self.keys.subject_ref(cmd.subject), "predicate": cmd.predicate,
                 "space": cmd.space or pol.default_space, "valid_from": valid_from,
                 "valid_to": cmd.valid_to, "provenance": provenance, "marks": marks,
                 "cause": cmd.cause.model_dump(exclude_none=True), "session": cmd.session,
@@ -394,7 +395,7 @@ class Ledger:
             sealed = self.values.seal(fact_id, cmd.subject, value_text,
                                       work_started=self.work_started, now=tx_at)
             row = self._append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
-                               value=sealed, salt=salt)
+                               value=sealed, salt=salt, subject=cmd.subject)
             fact = reads.require_fact(self.db, fact_id)
         return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                             status=fact.status, provenance=provenance)
@@ -402,8 +403,9 @@ class Ledger:
     def _previously_forgotten(self, subject: str, predicate: str, value_text: str) -> bool:
         if self.keys is None or self.policy.policy.erasure.digest == "none":
             return False
-        digest = erasure.previously_forgotten_digest(self, subject, predicate, value_text)
-        return self.db.erasure.has_digest(self.keys.subject_ref(subject), predicate, digest)
+        ref = self.keys.subject_ref(subject)
+        digest = erasure.previously_forgotten_digest(self, ref, predicate, value_text)
+        return self.db.erasure.has_digest(ref, predicate, digest)
 
     def _fact_event(self, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
                     check: Callable[[], object]) -> FactOpResult:
@@ -460,7 +462,7 @@ class Ledger:
                 predicate=cmd.predicate, space=cmd.space, limit=cmd.limit or -1)
         facts = []
         for r in rows:
-            text = self.values.open_or_refuse(r.fact_id, r.subject, r.value)
+            text = self.values.open_subject(r.fact_id, r.subject, r.value)
             facts.append(FactView(
                 fact_id=r.fact_id, subject=r.subject, predicate=r.predicate,
                 value=reads.load_value(text), space=r.space, status=r.status,
@@ -516,7 +518,8 @@ class Ledger:
         memory = MemoryProjection()
         with self.db.read():
             for e in self.db.events.iter_all():
-                apply_event(memory, e.kind, e.seq, e.tx_at, e.fact_id, json.loads(e.body))
+                apply_event(memory, e.kind, e.seq, e.tx_at, e.fact_id, json.loads(e.body),
+                            e.subject)
             stored = self.db.facts.dump()
         rebuilt = memory.dump()
         differences = _compare(stored, rebuilt)

@@ -98,11 +98,12 @@ class PolicyAdopted(Event):
 
 
 class FactAsserted(Event):
-    """A fact was written. The value is not here: only its salted commitment is hashed."""
+    """A fact was written. Neither the value nor the subject is here: the chain hashes the
+    value's salted commitment and the subject's peppered hash, so both can be erased."""
 
     kind: Literal["assert"] = "assert"
     fact_id: FactId
-    subject: Text
+    subject_ref: Hash
     predicate: Text
     space: Text
     valid_from: Time

@@ -87,13 +87,20 @@ def _refresh_replaced(port: ProjectionPort, replacement: FactRow, seq: int, tx_a
             _refresh(port, old, seq, tx_at)
 
 
+def erased_subject(subject_ref: str) -> str:
+    """What stands for a subject whose plaintext identifier was erased."""
+    return f"erased:{subject_ref[:16]}"
+
+
 def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: str | None,
-                body: dict[str, Any]) -> None:
-    """Fold one event (its hashed body as a dict) into the projection."""
+                body: dict[str, Any], subject: str | None = None) -> None:
+    """Fold one event (its hashed body as a dict, and an assert's plaintext subject unless it
+    was erased) into the projection."""
     if kind == "assert":
         assert fact_id is not None
         fact = FactRow(
-            assert_seq=seq, fact_id=fact_id, subject=body["subject"],
+            assert_seq=seq, fact_id=fact_id,
+            subject=subject if subject is not None else erased_subject(body["subject_ref"]),
             predicate=body["predicate"], space=body["space"], valid_from=body["valid_from"],
             valid_to=body.get("valid_to"), provenance=body["provenance"], confirmed_seq=None,
             ended=None, ended_seq=None, supersedes=body.get("supersedes"), superseded_by=None,
@@ -126,6 +133,8 @@ def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: 
     elif kind in ("forget", "expire"):
         # Erasure is not a correction: what this fact superseded stays superseded.
         fact = replace(fact, ended="forgotten" if kind == "forget" else "expired", ended_seq=seq)
+        if body.get("subject_hash"):
+            fact = replace(fact, subject=erased_subject(body["subject_hash"]))
         _refresh(port, fact, seq, tx_at)
     elif kind in ("hold", "release"):
         _refresh(port, replace(fact, held=1 if kind == "hold" else 0), seq, tx_at)

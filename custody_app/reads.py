@@ -31,7 +31,8 @@ def event_view(codec: ValueCodec, row: EventRow) -> EventView:
     data: dict[str, Any] = json.loads(row.body)
     data["event_id"] = row.hash
     if row.kind == "assert":
-        text = codec.open_or_refuse(row.fact_id or "", data["subject"], row.value)
+        data["subject"] = row.subject
+        text = codec.open_or_refuse(row.fact_id or "", data["subject_ref"], row.value)
         data["value"] = load_value(text)
         data["erased"] = text is None
     return EventView(**data)
@@ -40,8 +41,7 @@ def event_view(codec: ValueCodec, row: EventRow) -> EventView:
 def fact_view(db: LedgerFile, codec: ValueCodec, fact: FactRow) -> FactView:
     """A fact as it stands now."""
     event = db.events.get(fact.assert_seq)
-    value = None if event is None else codec.open_or_refuse(fact.fact_id, fact.subject,
-                                                            event.value)
+    value = None if event is None else codec.open_subject(fact.fact_id, fact.subject, event.value)
     valid_to = fact.valid_to
     if fact.status == "superseded" and fact.superseded_by:
         replacement = db.facts.get(fact.superseded_by)

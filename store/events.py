@@ -20,6 +20,7 @@ FOR_FACTS = f"SELECT {_COLS} FROM events WHERE fact_id = ? ORDER BY seq"
 LAST_POLICY = "SELECT policy_hash FROM events WHERE kind = 'policy' ORDER BY seq DESC LIMIT 1"
 POLICY_EVENTS = "SELECT seq, tx_at, policy_hash FROM events WHERE kind = 'policy' ORDER BY seq"
 ERASE_VALUE = "UPDATE events SET value = NULL, salt = NULL WHERE seq = ? AND kind = 'assert'"
+ERASE_SUBJECT = "UPDATE events SET subject = NULL WHERE seq = ? AND kind = 'assert'"
 
 
 def _row(r: tuple[object, ...]) -> EventRow:
@@ -78,3 +79,6 @@ class EventStore:
 
     def erase_value(self, seq: int) -> None:
         self._conn.execute(ERASE_VALUE, (seq,))
+
+    def erase_subject(self, seq: int) -> None:
+        self._conn.execute(ERASE_SUBJECT, (seq,))

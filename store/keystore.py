@@ -23,6 +23,9 @@ CREATE TRIGGER keystore_meta_no_update BEFORE UPDATE ON keystore_meta
 BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
 CREATE TRIGGER keystore_meta_no_delete BEFORE DELETE ON keystore_meta
 BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
+CREATE TRIGGER keystore_meta_no_replace BEFORE INSERT ON keystore_meta
+WHEN EXISTS (SELECT 1 FROM keystore_meta WHERE name = NEW.name)
+BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
 
 -- One data key per subject and generation, wrapped under the master key. Destroying a key
 -- nulls `wrapped` and sets `destroyed_at`; the row stays as its tombstone, immutable after.
@@ -36,6 +39,10 @@ CREATE TABLE subject_keys(
 ) WITHOUT ROWID;
 CREATE TRIGGER subject_keys_no_delete BEFORE DELETE ON subject_keys
 BEGIN SELECT RAISE(ABORT, 'custody: a subject key is destroyed, never deleted'); END;
+CREATE TRIGGER subject_keys_no_replace BEFORE INSERT ON subject_keys
+WHEN EXISTS (SELECT 1 FROM subject_keys
+             WHERE subject_ref = NEW.subject_ref AND generation = NEW.generation)
+BEGIN SELECT RAISE(ABORT, 'custody: a subject key row cannot be replaced'); END;
 CREATE TRIGGER subject_keys_destroy_only BEFORE UPDATE ON subject_keys
 WHEN NOT (OLD.destroyed_at IS NULL AND NEW.destroyed_at IS NOT NULL AND NEW.wrapped IS NULL
           AND NEW.subject_ref IS OLD.subject_ref AND NEW.generation IS OLD.generation

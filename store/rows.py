@@ -15,6 +15,7 @@ class EventRow:
     actor: str
     policy_hash: str
     fact_id: str | None
+    subject: str | None
     body: str
     value: bytes | None
     salt: str | None

@@ -19,8 +19,9 @@ CREATE TABLE policies(
 ) WITHOUT ROWID;
 
 -- The truth. `body` is the exact canonical JSON that was hashed (the envelope, with the value
--- replaced by its salted commitment); the other columns repeat parts of it for querying and
--- verify checks that they agree. Only `value` and `salt` of an assert may ever change (to NULL).
+-- replaced by its salted commitment and the subject by its peppered hash); the other columns
+-- repeat parts of it for querying and verify checks that they agree. Only an assert's `value`
+-- with its `salt`, and its plaintext `subject`, may ever change, and only to NULL (erasure).
 CREATE TABLE events(
     seq         INTEGER PRIMARY KEY,
     kind        TEXT NOT NULL,
@@ -28,6 +29,7 @@ CREATE TABLE events(
     actor       TEXT NOT NULL,
     policy_hash TEXT NOT NULL,
     fact_id     TEXT,
+    subject     TEXT,
     body        TEXT NOT NULL,
     value       BLOB,
     salt        TEXT,
@@ -44,17 +46,27 @@ BEGIN
     SELECT RAISE(ABORT, 'custody: events are append-only; an event cannot be deleted');
 END;
 
+-- INSERT OR REPLACE deletes without firing delete triggers: refuse any insert over a row.
+CREATE TRIGGER events_no_replace BEFORE INSERT ON events
+WHEN EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq)
+BEGIN
+    SELECT RAISE(ABORT, 'custody: events are append-only; an event cannot be replaced');
+END;
+
 CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
 WHEN NOT (
     OLD.kind = 'assert'
-    AND NEW.value IS NULL AND NEW.salt IS NULL
+    AND (NEW.value IS NULL OR NEW.value IS OLD.value)
+    AND (NEW.salt IS NULL OR NEW.salt IS OLD.salt)
+    AND ((NEW.value IS NULL) = (NEW.salt IS NULL))
+    AND (NEW.subject IS NULL OR NEW.subject IS OLD.subject)
     AND NEW.seq IS OLD.seq AND NEW.kind IS OLD.kind AND NEW.tx_at IS OLD.tx_at
     AND NEW.actor IS OLD.actor AND NEW.policy_hash IS OLD.policy_hash
     AND NEW.fact_id IS OLD.fact_id AND NEW.body IS OLD.body
     AND NEW.prev_hash IS OLD.prev_hash AND NEW.hash IS OLD.hash
 )
 BEGIN
-    SELECT RAISE(ABORT, 'custody: events are append-only; only an assert''s value and salt may be erased');
+    SELECT RAISE(ABORT, 'custody: events are append-only; only erasure may null parts of an assert');
 END;
 
 -- The projection: one row per fact, its state now.
@@ -121,6 +133,9 @@ CREATE TRIGGER tombstones_no_update BEFORE UPDATE ON tombstones
 BEGIN SELECT RAISE(ABORT, 'custody: an erasure tombstone cannot be changed'); END;
 CREATE TRIGGER tombstones_no_delete BEFORE DELETE ON tombstones
 BEGIN SELECT RAISE(ABORT, 'custody: an erasure tombstone cannot be deleted'); END;
+CREATE TRIGGER tombstones_no_replace BEFORE INSERT ON tombstones
+WHEN EXISTS (SELECT 1 FROM tombstones WHERE seq = NEW.seq)
+BEGIN SELECT RAISE(ABORT, 'custody: an erasure tombstone cannot be replaced'); END;
 
 -- Erasures whose truncating WAL checkpoint could not complete yet (a reader held the WAL).
 CREATE TABLE pending_scrubs(

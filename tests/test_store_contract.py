@@ -151,7 +151,8 @@ def test_raw_session_cannot_delete_an_event(env: Env) -> None:
 
 NEW_VALUES: dict[str, Any] = {
     "seq": 1000, "kind": "retract", "tx_at": "2000-01-01T00:00:00.000000Z", "actor": "user:evil",
-    "policy_hash": "0" * 64, "fact_id": "f_other", "body": "{}", "value": '"evil"',
+    "policy_hash": "0" * 64, "fact_id": "f_other", "subject": "acct:evil", "body": "{}",
+    "value": '"evil"',
     "salt": "00" * 16, "prev_hash": "1" * 64, "hash": "2" * 64,
 }
 
@@ -499,3 +500,25 @@ def test_rebuild_reports_and_repairs_a_tampered_projection(env: Env, tamper: str
     assert ledger.as_of(include="claimed").facts == before.facts
     assert ledger.history(ids["c"]).status == "active"
     assert ledger.verify().events == 6
+
+
+def test_raw_session_cannot_replace_an_event(env: Env) -> None:
+    """INSERT OR REPLACE deletes without firing delete triggers; a BEFORE INSERT trigger stops it."""
+    populated(env)
+    env.ledger.close()
+    with raw(env.path) as conn:
+        row = conn.execute("SELECT * FROM events WHERE seq = 2").fetchone()
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            conn.execute(f"INSERT OR REPLACE INTO events VALUES ({', '.join('?' * len(row))})",
+                         row)
+    assert env.reopen().verify().valid
+
+
+def test_raw_session_can_null_an_asserts_subject_and_verify_still_passes(env: Env) -> None:
+    populated(env)
+    env.ledger.close()
+    with raw(env.path) as conn:
+        conn.execute("UPDATE events SET subject = NULL WHERE seq = 6")
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            conn.execute("UPDATE events SET subject = 'acct:other' WHERE seq = 3")
+    assert env.reopen().verify().valid
