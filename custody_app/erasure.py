@@ -129,6 +129,7 @@ def _erase(ledger: Ledger, facts: list[FactRow], root_of: dict[str, str], *,
                 ledger, ref, fact.predicate, text))
         _needles(event.value, text, work)
         ledger.db.events.erase_value(fact.assert_seq)
+        ledger.db.erasure.add_pending([fact.fact_id], tx_at)
         fields: dict[str, Any] = {"reason": reason, "digest_kind": digest_kind, "digest": digest,
                                   "root": root_of.get(fact.fact_id), **(extra or {})}
         if subject_hash is not None and ref == subject_hash:
@@ -196,6 +197,8 @@ def _certificate(ledger: Ledger, operation: Literal["forget", "forget_subject", 
                  subject_hash: str | None = None, keys_place: PlaceCheck) -> ErasureCertificate:
     places = _places(ledger, work, keys_place=keys_place)
     complete = all(p.outcome not in ("pending", "found") for p in places)
+    if complete:
+        ledger._clear_pending()
     cert = ErasureCertificate(
         operation=operation, issued_at=format_time(ledger.clock.now()), actor=actor,
         reason=reason, ledger=ledger.db.path, root=root, subject_hash=subject_hash,

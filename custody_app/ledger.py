@@ -167,7 +167,7 @@ class Ledger:
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         if self._scrub_due and self.db.depth == 0 and not self._finishing:
-            self.finish_scrubs()
+            self.finish_scrubs(wait=False)
 
     def _tx_at(self) -> str:
         now = format_time(self.clock.now())
@@ -271,40 +271,41 @@ class Ledger:
         """Sign the chain head with the ledger key, as a `checkpoint` event."""
         return self._do(Checkpoint, CheckpointResult, actor=actor)
 
-    def finish_scrubs(self) -> list[ErasureCertificate]:
+    def finish_scrubs(self, *, wait: bool = True) -> list[ErasureCertificate]:
         """Finish erasures whose WAL checkpoint a reader blocked; returns their certificates
-        re-issued (empty while a reader still blocks it, or when nothing was pending)."""
+        re-issued (empty while a reader still blocks it, or when nothing was pending, or when
+        the certificates were issued by another process: then only the checkpoint is done)."""
         with self.db.read():
             pending = self.db.erasure.pending()
         if not pending and not self._pending:
             self._scrub_due = False
             return []
-        if not self.db.wal_checkpoint().complete:
+        if not self.db.wal_checkpoint(wait=wait).complete:
             self._scrub_due = True
             return []
-        self._finishing = True
-        try:
-            with self._writing():
-                self.db.erasure.clear_pending()
-        finally:
-            self._finishing = False
-        self.db.wal_checkpoint()
+        self._clear_pending()
         certificates = [erasure.reissue(self, cert, needles, short)
                         for cert, needles, short in self._pending.values()]
         self._pending.clear()
         self._scrub_due = False
         return certificates
 
-    def _remember_pending(self, cert: ErasureCertificate, needles: list[bytes],
-                          short_values: int) -> None:
-        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (cert, needles,
-                                                                          short_values)
+    def _clear_pending(self) -> None:
+        """After a complete checkpoint: drop the pending-scrub rows (written with each erasure,
+        so a crash cannot lose them) and leave the WAL empty again."""
         self._finishing = True
         try:
             with self._writing():
-                self.db.erasure.add_pending([e.fact_id for e in cert.erased], cert.issued_at)
+                self.db.erasure.clear_pending()
         finally:
             self._finishing = False
+        self.db.wal_checkpoint(wait=False)
+
+    def _remember_pending(self, cert: ErasureCertificate, needles: list[bytes],
+                          short_values: int) -> None:
+        """Keep what a re-issued certificate needs; the rows were written with the erasure."""
+        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (cert, needles,
+                                                                          short_values)
         self._scrub_due = True
 
     def as_of(self, valid_at: str | None = None, tx_at: str | None = None,

@@ -19,7 +19,13 @@ from store.events import EventStore
 from store.policies import PolicyStore
 from store.projection import FactStore
 from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from store.scrub import CheckpointOutcome, checkpoint_truncate, scan_files, wal_path
+from store.scrub import (
+    CHECKPOINT_DELAYS,
+    CheckpointOutcome,
+    checkpoint_truncate,
+    scan_files,
+    wal_path,
+)
 
 BUSY_TIMEOUT_MS = 5000
 # BEGIN IMMEDIATE is retried this many times (with jittered backoff) after the busy timeout.
@@ -93,9 +99,10 @@ class LedgerFile:
             self._depth = 0
             self.conn.execute("COMMIT")
 
-    def wal_checkpoint(self) -> CheckpointOutcome:
-        """A truncating WAL checkpoint (outside any transaction), retried while readers block it."""
-        return checkpoint_truncate(self.conn, self.path)
+    def wal_checkpoint(self, *, wait: bool = True) -> CheckpointOutcome:
+        """A truncating WAL checkpoint (outside any transaction), retried while readers block
+        it unless `wait` is false (one attempt)."""
+        return checkpoint_truncate(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,))
 
     def scan(self, needles: list[bytes]) -> dict[str, list[int]]:
         """Which of `needles` each of the ledger's files still contains."""
