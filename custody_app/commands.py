@@ -78,6 +78,16 @@ class AsOf(Command):
     predicate: Text | None = None
     include: Provenance = "attested"
     limit: Annotated[int, Field(ge=1)] | None = None
+    session: Text | None = None
+
+
+class Recall(Command):
+    query: Annotated[str, Field(min_length=1, max_length=2000)]
+    k: Annotated[int, Field(ge=1, le=1000)] = 10
+    space: Text | None = None
+    subject: Text | None = None
+    session: Text | None = None
+    include_claimed: bool = False
 
 
 class History(Command):
@@ -137,10 +147,10 @@ OPS: dict[str, type[Command]] = {
     "assert": AssertFact, "retract": Retract, "confirm": Confirm, "reject": Reject,
     "affirm": Affirm, "as_of": AsOf, "history": History, "why": Why, "verify": Verify,
     "clock": SetClock, "hold": Hold, "release": Release, "forget": Forget,
-    "forget_subject": ForgetSubject, "sweep": Sweep, "checkpoint": Checkpoint,
+    "forget_subject": ForgetSubject, "sweep": Sweep, "checkpoint": Checkpoint, "recall": Recall,
 }
 # Ops of the protocol that later versions bring; named so the error says so.
-NOT_YET = ("recall", "act", "blast")
+NOT_YET = ("act", "blast")
 
 
 def refusal(exc: ValidationError) -> LedgerError:

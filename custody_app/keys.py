@@ -133,6 +133,11 @@ class KeyRing:
         return self._slot("forget")
 
     @property
+    def index_key(self) -> bytes:
+        """Keys the word hashes of the lexical index, so it holds no plaintext words."""
+        return self._slot("index")
+
+    @property
     def signing_key(self) -> bytes:
         if "signing" not in self._slots and self.store.meta("signing") is None:
             return self._slot("signing", crypto.new_signing_key())

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from custody_app import erasure, lifecycle, reads
+from custody_app import erasure, lifecycle, reads, recall
 from custody_app.certificate import (
     ErasureCertificate,
     ForgetResult,
@@ -34,6 +34,7 @@ from custody_app.commands import (
     ForgetSubject,
     History,
     Hold,
+    Recall,
     Reject,
     Release,
     Retract,
@@ -44,6 +45,7 @@ from custody_app.commands import (
     parse_command,
     refusal,
 )
+from custody_app.embedders import Embedder, make_embedder
 from custody_app.errors import LedgerError
 from custody_app.keys import KeyRing, keystore_path_for, master_from_env
 from custody_app.models import EVENT_MODELS, PROV_RANK, PROVENANCES
@@ -58,6 +60,7 @@ from custody_app.readmodels import (
     FactView,
     HistoryResult,
     RebuildResult,
+    RecallResult,
     VerifyResult,
     WhyResult,
 )
@@ -82,6 +85,7 @@ class Ledger:
         self.clock: Clock = clock or WallClock()
         self.keys = keys
         self.values = ValueCodec(keys)
+        self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
         self.readonly = readonly
         self._rng = random.Random(id_seed) if id_seed is not None else None
         self._head: tuple[int, str, str] | None = None
@@ -113,9 +117,23 @@ class Ledger:
             db.close()
             raise
         ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
-        if not readonly and db.erasure.pending():
-            ledger.finish_scrubs()
+        if not readonly:
+            if db.recall.embedder() != (ledger.embedder.name, ledger.embedder.dimensions):
+                ledger.reindex()
+            if db.erasure.pending():
+                ledger.finish_scrubs()
         return ledger
+
+    def reindex(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Rebuild the recall indexes with the policy's embedder (done at open when the
+        embedder changed); returns how many believed facts were indexed."""
+        with self._writing():
+            return recall.rebuild_index(self, progress)
+
+    def _index_key(self) -> bytes:
+        if self.keys is None:
+            raise LedgerError("keystore_missing", "the key store is not available")
+        return self.keys.index_key
 
     def close(self) -> None:
         if self.keys is not None:
@@ -187,7 +205,8 @@ class Ledger:
 
     def _append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
                 fact_id: str | None = None, value: bytes | None = None,
-                salt: str | None = None, subject: str | None = None) -> EventRow:
+                salt: str | None = None, subject: str | None = None,
+                plaintext: str | None = None) -> EventRow:
         """Validate, hash, store and project one event (inside a write transaction)."""
         if kind != "policy" and self._recorded_policy != self.policy.hash:
             self._record_policy(tx_at)
@@ -207,7 +226,9 @@ class Ledger:
         row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, subject, body, value,
                        salt, prev, event_hash(prev, body))
         self.db.events.append(row)
-        apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope, subject)
+        changes = apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope, subject)
+        if changes:
+            recall.sync(self, changes, {fact_id: plaintext} if fact_id and plaintext else {})
         self._head = (seq, row.hash, tx_at)
         return row
 
@@ -246,6 +267,11 @@ class Ledger:
 
     def affirm(self, fact_id: str, *, actor: str) -> FactOpResult:
         return self._do(Affirm, FactOpResult, fact_id=fact_id, actor=actor)
+
+    def recall(self, query: str, k: int = 10, **options: Any) -> RecallResult:
+        """Facts believed now that match `query` (hybrid lexical + vector). Options: space,
+        subject, session (records a `served` event), include_claimed."""
+        return self._do(Recall, RecallResult, query=query, k=k, **options)
 
     def hold(self, fact_id: str, *, actor: str, reason: str) -> FactOpResult:
         """Legal hold: the fact cannot be forgotten or swept (it can still be retracted)."""
@@ -337,13 +363,17 @@ class Ledger:
         with self.db.read():
             audit = CheckpointAudit(self.db.erasure.events_of_kind("checkpoint"), pem)
             report = verify_chain(self.db.events.iter_all(), progress, opener, audit.check)
+            index_problems = recall.index_differences(self) if self.db.recall.exists() else []
         valid, bad, problem = report.valid, report.first_bad_seq, report.problem
+        if valid and index_problems:
+            valid, problem = False, "recall indexes: " + "; ".join(index_problems)
         if valid and public_key is not None and audit.count == 0 and report.events:
             valid, problem = False, ("no signed checkpoint in this ledger: the given public key "
                                      "cannot vouch for any of its events")
         return VerifyResult(valid=valid, events=report.events, head=report.head,
                             first_bad_seq=bad, problem=problem, checkpoints=audit.count,
-                            last_checkpoint_seq=audit.last, values_unchecked=unchecked)
+                            last_checkpoint_seq=audit.last, values_unchecked=unchecked,
+                            index_problems=index_problems)
 
     def set_clock(self, moment: str) -> ClockResult:
         return self._do(SetClock, ClockResult, set=moment)
@@ -396,7 +426,8 @@ class Ledger:
             sealed = self.values.seal(fact_id, cmd.subject, value_text,
                                       work_started=self.work_started, now=tx_at)
             row = self._append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
-                               value=sealed, salt=salt, subject=cmd.subject)
+                               value=sealed, salt=salt, subject=cmd.subject,
+                               plaintext=value_text)
             fact = reads.require_fact(self.db, fact_id)
         return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                             status=fact.status, provenance=provenance)
@@ -453,6 +484,19 @@ class Ledger:
     def _checkpoint(self, cmd: Checkpoint) -> CheckpointResult:
         return sign_checkpoint(self, cmd.actor)
 
+    def _recall(self, cmd: Recall) -> RecallResult:
+        with self.db.read():
+            result = recall.recall(self, cmd)
+        if cmd.session is not None:
+            self._serve(cmd.session, [h.fact.fact_id for h in result.results], "recall")
+        return result
+
+    def _serve(self, session: str, fact_ids: list[str], via: str) -> None:
+        """Record which facts a read handed to a session (ids only)."""
+        with self._writing():
+            self._append("served", f"system:{via}", self._tx_at(),
+                         {"session": session, "fact_ids": fact_ids, "via": via})
+
     def _as_of(self, cmd: AsOf) -> AsOfResult:
         with self.db.read():
             now = self._now()
@@ -469,6 +513,8 @@ class Ledger:
                 value=reads.load_value(text), space=r.space, status=r.status,
                 provenance=PROVENANCES[r.prov_rank], valid_from=r.valid_from,
                 valid_to=r.valid_to, actor=r.actor, erased=text is None))
+        if cmd.session is not None:
+            self._serve(cmd.session, [f.fact_id for f in facts], "as_of")
         return AsOfResult(valid_at=valid_at, tx_at=tx_at, facts=facts)
 
     def _history(self, cmd: History) -> HistoryResult:
@@ -546,4 +592,5 @@ _HANDLERS: dict[type[Command], str] = {
     Affirm: "_affirm", AsOf: "_as_of", History: "_history", Why: "_why", Verify: "_verify",
     SetClock: "_set_clock", Hold: "_hold", Release: "_hold", Forget: "_forget",
     ForgetSubject: "_forget_subject", Sweep: "_sweep", Checkpoint: "_checkpoint",
+    Recall: "_recall",
 }

@@ -224,9 +224,18 @@ class ChainCheckpoint(Event):
     signature: Annotated[str, Field(pattern=r"^[0-9a-f]{128}$")]
 
 
+class FactsServed(Event):
+    """Facts a read or recall returned to a session (ids only, never values)."""
+
+    kind: Literal["served"] = "served"
+    session: Text
+    fact_ids: list[FactId]
+    via: Literal["as_of", "recall"]
+
+
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (PolicyAdopted, FactAsserted, FactRetracted, FactConfirmed, FactRejected,
               FactAffirmed, FactHeld, FactReleased, FactForgotten, FactExpired, SubjectForgotten,
-              ChainCheckpoint)
+              ChainCheckpoint, FactsServed)
 }

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import rfc8785
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
 
 from custody_app.errors import PolicyError
 from custody_app.models import ACTOR_KINDS, Actor
@@ -62,6 +70,25 @@ class RetentionPolicy(_Section):
     """Space pattern (`team:*`) to ISO 8601 duration; the most specific pattern wins."""
 
 
+class RecallPolicy(_Section):
+    embedder: Literal["hashed-ngram"] = "hashed-ngram"
+    """Embedder for the vector index; changing it re-embeds every believed fact."""
+    decay: Annotated[float, Field(gt=0, le=2)] = 0.5
+    """ACT-R decay d in salience B = ln(sum of dt^-d), dt in days since each assert or affirm."""
+    decay_by_space: dict[str, Annotated[float, Field(gt=0, le=2)]] = Field(default_factory=dict)
+    """Per-space decay overrides (space pattern = d); the most specific pattern wins."""
+    hot: float = 0.0
+    """Salience at or above this is hot (e.g. written or affirmed within about a day)."""
+    cold: float = -1.5
+    """Salience below this is cold (untouched for about three weeks at d = 0.5)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RecallPolicy:
+        if self.cold > self.hot:
+            raise ValueError("cold must not be above hot")
+        return self
+
+
 class Policy(_Section):
     """The rules in force. Unknown keys are an error."""
 
@@ -79,6 +106,8 @@ class Policy(_Section):
     """Retention windows per space."""
     redaction: RedactionPolicy = RedactionPolicy()
     """Redaction at ingest."""
+    recall: RecallPolicy = RecallPolicy()
+    """Recall embedder and salience."""
 
     def may_review(self, actor: str) -> bool:
         kind = actor.split(":", 1)[0]

@@ -62,29 +62,37 @@ class MemoryProjection:
         return facts, states, sorted(self.sources)
 
 
-def _refresh(port: ProjectionPort, fact: FactRow, seq: int, tx_at: str,
+# (fact after the event, its status before) for every fact whose status an event changed.
+Changes = list[tuple[FactRow, "str | None"]]
+
+
+def _refresh(port: ProjectionPort, fact: FactRow, seq: int, tx_at: str, changes: Changes,
              *, new: bool = False) -> None:
     replacement = port.get(fact.superseded_by) if fact.superseded_by else None
     state = derive_state(fact, replacement, seq, tx_at)
     previous = None if new else port.latest_state(fact.assert_seq)
     check_move(fact.fact_id, previous.status_trusted if previous else None, state.status_trusted)
+    old_status = None if new else fact.status
     fact = replace(fact, status=state.status_trusted)
     if previous is None:
         port.insert(fact)
     else:
         port.update(fact)
+    if old_status != fact.status:
+        changes.append((fact, old_status))
     if not same_state(previous, state):
         port.push_state(state)
 
 
-def _refresh_replaced(port: ProjectionPort, replacement: FactRow, seq: int, tx_at: str) -> None:
+def _refresh_replaced(port: ProjectionPort, replacement: FactRow, seq: int, tx_at: str,
+                      changes: Changes) -> None:
     """Recompute the facts `replacement` supersedes. When it no longer stands (retracted or
     rejected), they pass to its own live replacement if it has one, else they are restored."""
     for old in port.superseded_by(replacement.fact_id):
         if old.ended is None:
             if replacement.ended in ("retracted", "rejected"):
                 old = replace(old, superseded_by=replacement.superseded_by)
-            _refresh(port, old, seq, tx_at)
+            _refresh(port, old, seq, tx_at, changes)
 
 
 def erased_subject(subject_ref: str) -> str:
@@ -93,9 +101,10 @@ def erased_subject(subject_ref: str) -> str:
 
 
 def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: str | None,
-                body: dict[str, Any], subject: str | None = None) -> None:
+                body: dict[str, Any], subject: str | None = None) -> Changes:
     """Fold one event (its hashed body as a dict, and an assert's plaintext subject unless it
-    was erased) into the projection."""
+    was erased) into the projection; returns the facts whose status changed."""
+    changes: Changes = []
     if kind == "assert":
         assert fact_id is not None
         fact = FactRow(
@@ -107,34 +116,35 @@ def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: 
             held=0, actor=body["actor"], session=body.get("session"), status="",
             marks=",".join(body["marks"]) if body.get("marks") else None,
         )
-        _refresh(port, fact, seq, tx_at, new=True)
+        _refresh(port, fact, seq, tx_at, changes, new=True)
         if body.get("sources"):
             port.add_sources(fact_id, list(body["sources"]))
         if fact.supersedes is not None:
             old = port.get(fact.supersedes)
             if old is not None:
-                _refresh(port, replace(old, superseded_by=fact_id), seq, tx_at)
-        return
+                _refresh(port, replace(old, superseded_by=fact_id), seq, tx_at, changes)
+        return changes
     if fact_id is None:
-        return
+        return changes
     found = port.get(fact_id)
     if found is None:
-        return
+        return changes
     fact = found
     if kind in ("retract", "reject"):
         ended = "retracted" if kind == "retract" else "rejected"
         fact = replace(fact, ended=ended, ended_seq=seq)
-        _refresh(port, fact, seq, tx_at)
-        _refresh_replaced(port, fact, seq, tx_at)
+        _refresh(port, fact, seq, tx_at, changes)
+        _refresh_replaced(port, fact, seq, tx_at, changes)
     elif kind == "confirm":
         fact = replace(fact, confirmed_seq=seq)
-        _refresh(port, fact, seq, tx_at)
-        _refresh_replaced(port, fact, seq, tx_at)
+        _refresh(port, fact, seq, tx_at, changes)
+        _refresh_replaced(port, fact, seq, tx_at, changes)
     elif kind in ("forget", "expire"):
         # Erasure is not a correction: what this fact superseded stays superseded.
         fact = replace(fact, ended="forgotten" if kind == "forget" else "expired", ended_seq=seq)
         if body.get("subject_hash"):
             fact = replace(fact, subject=erased_subject(body["subject_hash"]))
-        _refresh(port, fact, seq, tx_at)
+        _refresh(port, fact, seq, tx_at, changes)
     elif kind in ("hold", "release"):
-        _refresh(port, replace(fact, held=1 if kind == "hold" else 0), seq, tx_at)
+        _refresh(port, replace(fact, held=1 if kind == "hold" else 0), seq, tx_at, changes)
+    return changes

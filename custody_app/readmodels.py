@@ -121,6 +121,7 @@ class VerifyResult(ReadModel):
     checkpoints: int = 0
     last_checkpoint_seq: int | None = None
     values_unchecked: int = 0
+    index_problems: list[str] = []
 
 
 class RebuildResult(ReadModel):
@@ -145,3 +146,22 @@ class CheckpointResult(ReadModel):
     checkpoint_seq: int
     head_hash: str
     key_fingerprint: str
+
+
+class RecallHit(ReadModel):
+    """One recalled fact, its fused score, and its salience now."""
+
+    fact: FactView
+    score: float
+    lexical_rank: int | None
+    vector_rank: int | None
+    salience: float
+    salience_class: str
+
+
+class RecallResult(ReadModel):
+    query: str
+    strategy: str
+    note: str
+    embedder: str | None
+    results: list[RecallHit]

@@ -18,6 +18,7 @@ from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError
 from store.events import EventStore
 from store.policies import PolicyStore
 from store.projection import FactStore
+from store.recall import RecallStore
 from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from store.scrub import (
     CHECKPOINT_DELAYS,
@@ -42,6 +43,7 @@ class LedgerFile:
         self.facts = FactStore(conn)
         self.policies = PolicyStore(conn)
         self.erasure = ErasureStore(conn)
+        self.recall = RecallStore(conn)
         self._depth = 0
 
     @property

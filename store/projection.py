@@ -33,6 +33,7 @@ ALL_STATES = f"SELECT {_SCOLS} FROM fact_states ORDER BY fact_seq, from_seq"
 ALL_SOURCES = "SELECT fact_id, source_id FROM fact_sources ORDER BY fact_id, source_id"
 CLEAR = "DELETE FROM fact_sources; DELETE FROM fact_states; DELETE FROM facts;"
 COUNT_BY_STATUS = "SELECT status, count(*) FROM facts GROUP BY status"
+WITH_STATUS = f"SELECT {_FCOLS} FROM facts WHERE status = ? ORDER BY assert_seq"
 
 
 @cache
@@ -125,6 +126,9 @@ class FactStore:
         params = {"v": valid_at, "t": tx_at, "inc": min_rank, "after": after_seq,
                   "limit": limit, "subject": subject, "predicate": predicate, "space": space}
         return [AsOfRow(*r) for r in self._conn.execute(sql, params)]
+
+    def with_status(self, status: str) -> list[FactRow]:
+        return [FactRow(*r) for r in self._conn.execute(WITH_STATUS, (status,))]
 
     def counts_by_status(self) -> dict[str, int]:
         return {str(s): int(n) for s, n in self._conn.execute(COUNT_BY_STATUS)}

@@ -1,0 +1,81 @@
+"""The embedder port, and the default: a dependency-free hashed character n-gram embedder."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from custody_app.errors import LedgerError
+from custody_app.text import fold, words
+
+Vectors = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    """Turns texts into unit vectors. `name` and `dimensions` are recorded with every vector;
+    vectors from different embedders are never compared."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimensions(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+class HashedNgramEmbedder:
+    """Character 3-5-grams of each folded word plus the stemmed words, hashed into a signed
+    feature vector (the hashing trick), log-scaled and L2-normalised. Deterministic, fast,
+    numpy only; it matches spelling variants and shared word pieces, not meaning."""
+
+    def __init__(self, dimensions: int = 1024) -> None:
+        self._dims = dimensions
+
+    @property
+    def name(self) -> str:
+        return f"hashed-ngram-v1-{self._dims}"
+
+    @property
+    def dimensions(self) -> int:
+        return self._dims
+
+    def _features(self, text: str) -> list[int]:
+        feats: list[int] = []
+        for word in fold(text).split():
+            padded = f"<{word}>"
+            for n in (3, 4, 5):
+                feats += [zlib.crc32(padded[i:i + n].encode()) for i in range(len(padded) - n + 1)]
+        feats += [zlib.crc32(b"w:" + w.encode()) for w in words(text)] * 2
+        return feats
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        out = np.zeros((len(texts), self._dims), dtype=np.float32)
+        for row, text in enumerate(texts):
+            feats = np.asarray(self._features(text), dtype=np.uint64)
+            if feats.size == 0:
+                continue
+            index = (feats % self._dims).astype(np.intp)
+            sign = np.where((feats >> np.uint64(31)) & np.uint64(1), -1.0, 1.0).astype(np.float32)
+            np.add.at(out[row], index, sign)
+        out = np.sign(out) * np.log1p(np.abs(out))
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        result: Vectors = (out / norms).astype(np.float32)
+        return result
+
+
+EMBEDDERS = ("hashed-ngram",)
+
+
+def make_embedder(name: str) -> Embedder:
+    """The embedder a policy names."""
+    if name == "hashed-ngram":
+        return HashedNgramEmbedder()
+    raise LedgerError("embedder_unavailable",
+                      f"embedder {name!r} is not available in this install (known: "
+                      f"{', '.join(EMBEDDERS)})")

@@ -1,0 +1,174 @@
+"""Recall over the facts believed now: hybrid FTS5 bm25 + sqlite-vec KNN, fused, with salience."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from custody_app import text
+from custody_app.commands import Recall
+from custody_app.lifecycle import effective_rank
+from custody_app.models import PROVENANCES
+from custody_app.readmodels import FactView, RecallHit, RecallResult
+from custody_app.retention import window_for
+from custody_app.timeutil import parse_time
+from store.rows import FactRow
+
+if TYPE_CHECKING:
+    from custody_app.ledger import Ledger
+
+# Status in the indexes for each fact status; a fact in any other status is not indexed.
+INDEXED = {"active": "live", "quarantined": "quarantined"}
+RRF_K = 60
+_STATUS_TOKEN = {"live": "zslive", "quarantined": "zsquarantined"}
+
+
+def _scope(ledger: Ledger, status: str, space: str, subject: str) -> str:
+    key = ledger._index_key()
+    return " ".join([_STATUS_TOKEN[status], text.term(key, "space:" + space),
+                     text.term(key, "subject:" + subject)])
+
+
+def _index_one(ledger: Ledger, fact: FactRow, status: str, value_text: str) -> None:
+    key = ledger._index_key()
+    body = text.fact_text(fact.subject, fact.predicate, json.loads(value_text))
+    terms = " ".join(text.term(key, w) for w in text.words(body))
+    vector = ledger.embedder.embed([body])[0]
+    assert ledger.keys is not None
+    ledger.db.recall.add(fact.assert_seq, terms, _scope(ledger, status, fact.space, fact.subject),
+                         vector.tobytes(), status, fact.space, ledger.keys.subject_ref(fact.subject),
+                         ledger.embedder.name)
+
+
+def sync(ledger: Ledger, changes: list[tuple[FactRow, str | None]],
+         fresh: dict[str, str]) -> None:
+    """Keep the indexes equal to the believed facts, in the transaction of the event that
+    changed belief. `fresh` holds value texts just written (no need to decrypt them)."""
+    for fact, old in changes:
+        want = INDEXED.get(fact.status)
+        had = INDEXED.get(old) if old is not None else None
+        if want == had:
+            continue
+        if want is None:
+            ledger.db.recall.remove(fact.assert_seq)
+        elif had is None:
+            value_text = fresh.get(fact.fact_id) or _stored_text(ledger, fact)
+            if value_text is not None:
+                _index_one(ledger, fact, want, value_text)
+        else:
+            ledger.db.recall.set_status(fact.assert_seq, want,
+                                        _scope(ledger, want, fact.space, fact.subject))
+
+
+def _stored_text(ledger: Ledger, fact: FactRow) -> str | None:
+    event = ledger.db.events.get(fact.assert_seq)
+    if event is None or event.value is None:
+        return None
+    return ledger.values.open(fact.fact_id, json.loads(event.body)["subject_ref"], event.value)
+
+
+def rebuild_index(ledger: Ledger, progress: Callable[[int, int], None] | None = None) -> int:
+    """Drop and rebuild both indexes for the policy's embedder, re-embedding every believed
+    fact (inside the caller's write transaction). Returns how many facts were indexed."""
+    ledger.db.recall.create(ledger.embedder.name, ledger.embedder.dimensions)
+    believed = [f for status in INDEXED for f in ledger.db.facts.with_status(status)]
+    for n, fact in enumerate(sorted(believed, key=lambda f: f.assert_seq), start=1):
+        value_text = _stored_text(ledger, fact)
+        if value_text is not None:
+            _index_one(ledger, fact, INDEXED[fact.status], value_text)
+        if progress is not None and (n % 500 == 0 or n == len(believed)):
+            progress(n, len(believed))
+    return len(believed)
+
+
+def index_differences(ledger: Ledger) -> list[str]:
+    """Where the indexes disagree with the believed facts (what verify reports)."""
+    want = {f.assert_seq: INDEXED[status] for status in INDEXED
+            for f in ledger.db.facts.with_status(status)}
+    lexical, vector = ledger.db.recall.indexed()
+    out: list[str] = []
+    if set(lexical) != set(want):
+        out.append(f"lexical index holds {len(set(lexical) - set(want))} fact(s) not believed and "
+                   f"misses {len(set(want) - set(lexical))}")
+    if dict(vector) != want:
+        out.append("vector index does not match the believed facts and their statuses")
+    return out
+
+
+def salience(ledger: Ledger, fact: FactRow, now: datetime) -> float:
+    """ACT-R base-level activation B = ln(sum of dt^-d) over assert and affirm times."""
+    pol = ledger.policy.policy.recall
+    override = window_for(fact.space, {k: str(v) for k, v in pol.decay_by_space.items()})
+    decay = float(override[1]) if override else pol.decay
+    total = 0.0
+    for event in ledger.db.events.for_fact(fact.fact_id):
+        if event.kind in ("assert", "affirm"):
+            days = (now - parse_time(event.tx_at)).total_seconds() / 86400
+            total += max(days, 0.5) ** -decay
+    return math.log(total) if total > 0 else float("-inf")
+
+
+def salience_class(ledger: Ledger, value: float) -> str:
+    pol = ledger.policy.policy.recall
+    return "hot" if value >= pol.hot else "cold" if value < pol.cold else "warm"
+
+
+def _fused(lexical: list[int], vector: list[int]) -> list[tuple[int, float]]:
+    scores: dict[int, float] = {}
+    for ranking in (lexical, vector):
+        for rank, seq in enumerate(ranking, start=1):
+            scores[seq] = scores.get(seq, 0.0) + 1.0 / (RRF_K + rank)
+    return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def recall(ledger: Ledger, cmd: Recall) -> RecallResult:
+    statuses = ("live", "quarantined") if cmd.include_claimed else ("live",)
+    key = ledger._index_key()
+    words = text.words(cmd.query)
+    pool = max(cmd.k * 4, 50)
+    lexical: list[int] = []
+    if words:
+        match = "terms: (" + " OR ".join(text.term(key, w) for w in dict.fromkeys(words)) + ")"
+        match += " AND scope: (" + " OR ".join(_STATUS_TOKEN[s] for s in statuses) + ")"
+        if cmd.space is not None:
+            match += " AND scope: " + text.term(key, "space:" + cmd.space)
+        if cmd.subject is not None:
+            match += " AND scope: " + text.term(key, "subject:" + cmd.subject)
+        lexical = [seq for seq, _ in ledger.db.recall.lexical(match, pool)]
+    assert ledger.keys is not None
+    vector_query = ledger.embedder.embed([cmd.query])[0].tobytes()
+    vector = [seq for seq, _ in ledger.db.recall.vector(
+        vector_query, pool, statuses, cmd.space,
+        ledger.keys.subject_ref(cmd.subject) if cmd.subject is not None else None)]
+    strategy = "hybrid" if words else "vector"
+    now = parse_time(ledger._now())
+    fused = _fused(lexical, vector if strategy != "lexical" else [])
+    hits: list[RecallHit] = []
+    lex_rank = {seq: i for i, seq in enumerate(lexical, start=1)}
+    vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
+    for seq, score in fused[:cmd.k * 2]:
+        fact = ledger.db.facts.get_by_seq(seq)
+        if fact is None:
+            continue
+        value_text = _stored_text(ledger, fact)
+        b = salience(ledger, fact, now)
+        hits.append(RecallHit(
+            fact=FactView(fact_id=fact.fact_id, subject=fact.subject, predicate=fact.predicate,
+                          value=None if value_text is None else json.loads(value_text),
+                          space=fact.space, status=fact.status,
+                          provenance=PROVENANCES[effective_rank(fact)],
+                          valid_from=fact.valid_from, valid_to=fact.valid_to, actor=fact.actor,
+                          erased=value_text is None),
+            score=round(score, 6), lexical_rank=lex_rank.get(seq), vector_rank=vec_rank.get(seq),
+            salience=b if math.isfinite(b) else -99.0, salience_class=salience_class(ledger, b)))
+    # Salience only breaks ties between equal fused scores.
+    hits.sort(key=lambda h: (-h.score, -h.salience))
+    note = (f"ranked inside SQLite: FTS5 bm25 gave {len(lexical)} candidate(s) and sqlite-vec "
+            f"KNN ({ledger.embedder.name}, cosine) gave {len(vector)}, both filtered to "
+            f"{'/'.join(statuses)} facts inside the search; fused by reciprocal rank "
+            f"(k={RRF_K}); salience breaks ties")
+    return RecallResult(query=cmd.query, strategy=strategy, note=note,
+                        embedder=ledger.embedder.name, results=hits[:cmd.k])

@@ -1,0 +1,105 @@
+"""The recall indexes: FTS5 over keyed word hashes, and a sqlite-vec table filtered by status."""
+
+from __future__ import annotations
+
+import apsw
+
+# The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
+# for status, space and subject tokens so filters act inside the MATCH, not after the limit.
+CREATE_FTS = """
+CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(terms, scope, tokenize='unicode61');
+INSERT INTO recall_fts(recall_fts, rank) VALUES('secure-delete', 1);
+"""
+FTS_INSERT = "INSERT INTO recall_fts(rowid, terms, scope) VALUES (?, ?, ?)"
+FTS_DELETE = "DELETE FROM recall_fts WHERE rowid = ?"
+FTS_SEARCH = ("SELECT rowid, bm25(recall_fts) FROM recall_fts WHERE recall_fts MATCH ? "
+              "ORDER BY bm25(recall_fts) LIMIT ?")
+FTS_COUNT = "SELECT count(*) FROM recall_fts"
+FTS_ROWIDS = "SELECT rowid FROM recall_fts ORDER BY rowid"
+VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, embedding, status, space, subject_ref, embedder) "
+              "VALUES (?, ?, ?, ?, ?, ?)")
+VEC_DELETE = "DELETE FROM recall_vec WHERE fact_seq = ?"
+VEC_STATUS = "UPDATE recall_vec SET status = ? WHERE fact_seq = ?"
+VEC_COUNT = "SELECT count(*) FROM recall_vec"
+VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
+VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
+META_GET = "SELECT value FROM ledger_meta WHERE key = ?"
+META_PUT = "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES (?, ?)"
+
+
+class RecallStore:
+    """Rows of the two recall indexes, keyed by the fact's assert seq."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def embedder(self) -> tuple[str, int] | None:
+        """(name, dimensions) of the embedder the vectors were made with, if any."""
+        name = self._conn.execute(META_GET, ("embedder",)).fetchone()
+        dims = self._conn.execute(META_GET, ("embedder_dims",)).fetchone()
+        return None if name is None or dims is None else (str(name[0]), int(dims[0]))
+
+    def create(self, embedder: str, dimensions: int) -> None:
+        """(Re)create both indexes empty for an embedder (inside the caller's transaction).
+        vec0 tables are dropped and made anew, never renamed (a rename breaks them)."""
+        self._conn.execute("DROP TABLE IF EXISTS recall_fts")
+        self._conn.execute("DROP TABLE IF EXISTS recall_vec")
+        self._conn.execute(CREATE_FTS)
+        self._conn.execute(
+            "CREATE VIRTUAL TABLE recall_vec USING vec0(fact_seq integer primary key, "
+            f"embedding float[{int(dimensions)}] distance_metric=cosine, status text, space text, "
+            "subject_ref text, +embedder text)")
+        self._conn.execute(META_PUT, ("embedder", embedder))
+        self._conn.execute(META_PUT, ("embedder_dims", str(int(dimensions))))
+
+    def add(self, fact_seq: int, terms: str, scope: str, vector: bytes, status: str, space: str,
+            subject_ref: str, embedder: str) -> None:
+        self._conn.execute(FTS_INSERT, (fact_seq, terms, scope))
+        self._conn.execute(VEC_INSERT, (fact_seq, vector, status, space, subject_ref, embedder))
+
+    def remove(self, fact_seq: int) -> None:
+        self._conn.execute(FTS_DELETE, (fact_seq,))
+        self._conn.execute(VEC_DELETE, (fact_seq,))
+
+    def set_status(self, fact_seq: int, status: str, scope: str) -> None:
+        """Move an indexed fact between live and quarantined in both indexes."""
+        row = self._conn.execute("SELECT terms FROM recall_fts WHERE rowid = ?",
+                                 (fact_seq,)).fetchone()
+        if row is not None:
+            self._conn.execute(FTS_DELETE, (fact_seq,))
+            self._conn.execute(FTS_INSERT, (fact_seq, row[0], scope))
+        self._conn.execute(VEC_STATUS, (status, fact_seq))
+
+    def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
+        try:
+            return [(int(r), float(s)) for r, s in self._conn.execute(FTS_SEARCH, (match, limit))]
+        except apsw.SQLError:
+            return []
+
+    def vector(self, query: bytes, limit: int, statuses: tuple[str, ...], space: str | None,
+               subject_ref: str | None) -> list[tuple[int, float]]:
+        """KNN with the filters inside the search, so no filtered-out row takes a slot."""
+        where = [f"status IN ({', '.join('?' * len(statuses))})"]
+        params: list[object] = [query, limit, *statuses]
+        if space is not None:
+            where.append("space = ?")
+            params.append(space)
+        if subject_ref is not None:
+            where.append("subject_ref = ?")
+            params.append(subject_ref)
+        sql = ("SELECT fact_seq, distance FROM recall_vec WHERE embedding MATCH ? AND k = ? AND "
+               + " AND ".join(where) + " ORDER BY distance")
+        return [(int(r), float(d)) for r, d in self._conn.execute(sql, params)]
+
+    def counts(self) -> tuple[int, int]:
+        fts = self._conn.execute(FTS_COUNT).fetchone()
+        vec = self._conn.execute(VEC_COUNT).fetchone()
+        return (int(fts[0]) if fts else 0, int(vec[0]) if vec else 0)
+
+    def indexed(self) -> tuple[list[int], list[tuple[int, str]]]:
+        """Fact seqs in the lexical index; (fact seq, status) in the vector index."""
+        return ([int(r[0]) for r in self._conn.execute(FTS_ROWIDS)],
+                [(int(s), str(t)) for s, t in self._conn.execute(VEC_ROWIDS)])
+
+    def exists(self) -> bool:
+        return self._conn.execute(VEC_EXISTS).fetchone() is not None
