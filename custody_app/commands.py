@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -88,6 +88,7 @@ class Recall(Command):
     subject: Text | None = None
     session: Text | None = None
     include_claimed: bool = False
+    strategy: Literal["hybrid", "lexical", "vector"] = "hybrid"
 
 
 class History(Command):

@@ -130,7 +130,7 @@ def recall(ledger: Ledger, cmd: Recall) -> RecallResult:
     words = text.words(cmd.query)
     pool = max(cmd.k * 4, 50)
     lexical: list[int] = []
-    if words:
+    if words and cmd.strategy != "vector":
         match = "terms: (" + " OR ".join(text.term(key, w) for w in dict.fromkeys(words)) + ")"
         match += " AND scope: (" + " OR ".join(_STATUS_TOKEN[s] for s in statuses) + ")"
         if cmd.space is not None:
@@ -139,13 +139,16 @@ def recall(ledger: Ledger, cmd: Recall) -> RecallResult:
             match += " AND scope: " + text.term(key, "subject:" + cmd.subject)
         lexical = [seq for seq, _ in ledger.db.recall.lexical(match, pool)]
     assert ledger.keys is not None
-    vector_query = ledger.embedder.embed([cmd.query])[0].tobytes()
-    vector = [seq for seq, _ in ledger.db.recall.vector(
-        vector_query, pool, statuses, cmd.space,
-        ledger.keys.subject_ref(cmd.subject) if cmd.subject is not None else None)]
-    strategy = "hybrid" if words else "vector"
+    vector: list[int] = []
+    if cmd.strategy != "lexical":
+        vector_query = ledger.embedder.embed([cmd.query])[0].tobytes()
+        vector = [seq for seq, _ in ledger.db.recall.vector(
+            vector_query, pool, statuses, cmd.space,
+            ledger.keys.subject_ref(cmd.subject) if cmd.subject is not None else None)]
+    # Hybrid needs query words; a query of stopwords only is answered by vectors alone.
+    strategy = cmd.strategy if cmd.strategy != "hybrid" or words else "vector"
     now = parse_time(ledger._now())
-    fused = _fused(lexical, vector if strategy != "lexical" else [])
+    fused = _fused(lexical, vector)
     hits: list[RecallHit] = []
     lex_rank = {seq: i for i, seq in enumerate(lexical, start=1)}
     vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
