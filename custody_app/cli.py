@@ -103,11 +103,19 @@ def _sub_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     add("checkpoint", "sign the chain head with the ledger key").add_argument(
         "--actor", default="system:custody")
+    s = add("recall", "facts believed now that match a query (hybrid lexical + vector)", "QUERY")
+    s.add_argument("-k", type=int, default=10, help="how many results (default 10)")
+    s.add_argument("--space")
+    s.add_argument("--subject")
+    s.add_argument("--session", help="record a served event for this session")
+    s.add_argument("--include-claimed", action="store_true", help="include quarantined facts")
+    s.add_argument("--strategy", choices=("hybrid", "lexical", "vector"), default="hybrid")
+    s.add_argument("--json", action="store_true")
     return p
 
 
 SUBCOMMANDS = ("init", "verify", "rebuild", "why", "history", "forget", "forget-subject", "hold",
-               "release", "sweep", "checkpoint")
+               "release", "sweep", "checkpoint", "recall")
 READ_ONLY = ("verify", "why", "history")
 
 
@@ -211,6 +219,23 @@ def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
     return _erasure(args, result, result.certificate, extra_failure=bool(result.held))
 
 
+def _recall(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.recall(args.query, k=args.k, space=args.space, subject=args.subject,
+                           session=args.session, include_claimed=args.include_claimed,
+                           strategy=args.strategy)
+    if args.json:
+        return _show(result)
+    sys.stdout.write(f"{result.strategy}: {result.note}\n")
+    for n, hit in enumerate(result.results, start=1):
+        f = hit.fact
+        value = json.dumps(f.value, ensure_ascii=False)
+        sys.stdout.write(f"{n:>3}. {f.subject} {f.predicate} = {value[:80]}  [{f.status}, "
+                         f"{hit.salience_class}, score {hit.score:.4f}] {f.fact_id}\n")
+    if not result.results:
+        sys.stdout.write("no believed fact matches\n")
+    return int(Exit.OK)
+
+
 _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "init": _init,
     "verify": _verify,
@@ -225,6 +250,7 @@ _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "release": lambda led, a: _show(led.release(a.fact, actor=a.actor, reason=a.reason)),
     "sweep": _sweep,
     "checkpoint": lambda led, a: _show(led.checkpoint(actor=a.actor)),
+    "recall": _recall,
 }
 
 

@@ -65,7 +65,7 @@ from custody_app.readmodels import (
     WhyResult,
 )
 from custody_app.redaction import redact
-from custody_app.timeutil import Clock, ManualClock, WallClock, format_time
+from custody_app.timeutil import Clock, ManualClock, WallClock, format_time, parse_time
 from custody_app.values import ValueCodec
 from store import LedgerFile, StoreError, open_ledger
 from store.rows import EventRow
@@ -523,7 +523,12 @@ class Ledger:
 
     def _why(self, cmd: Why) -> WhyResult:
         with self.db.read():
-            return reads.why(self.db, self.values, cmd.fact_id)
+            result = reads.why(self.db, self.values, cmd.fact_id)
+            fact = reads.require_fact(self.db, cmd.fact_id)
+            b = recall.salience(self, fact, parse_time(self._now()))
+        b = b if b > -99.0 else -99.0
+        return result.model_copy(update={"salience": round(b, 4),
+                                         "salience_class": recall.salience_class(self, b)})
 
     def _verify(self, cmd: Verify) -> VerifyResult:
         return self.verify()

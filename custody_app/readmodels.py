@@ -110,6 +110,8 @@ class WhyResult(ReadModel):
     superseded_by: list[FactRef]
     reviews: list[Review]
     events_verified: bool
+    salience: float | None = None
+    salience_class: str | None = None
 
 
 class VerifyResult(ReadModel):
