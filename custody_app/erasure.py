@@ -159,9 +159,17 @@ def _places(ledger: Ledger, work: _Erasure, *, keys_place: PlaceCheck) -> list[P
         place="facts projection", outcome="found" if bad else "clean",
         detail="every erased fact is forgotten or expired; no value is kept there" if not bad
         else f"still live: {', '.join(bad)}"))
-    places.append(PlaceCheck(
-        place="recall indexes (FTS5, sqlite-vec)", outcome="not_applicable",
-        detail="this version keeps no recall index"))
+    if ledger.db.recall.exists():
+        lexical, vector = ledger.db.recall.indexed()
+        indexed = set(lexical) | {seq for seq, _ in vector}
+        stale = [f.fact_id for f in asserts if f is not None and f.assert_seq in indexed]
+        places.append(PlaceCheck(
+            place="recall indexes (FTS5, sqlite-vec)", outcome="found" if stale else "clean",
+            detail="no erased fact is indexed (removed with secure-delete in the erasure's "
+            "transaction)" if not stale else f"still indexed: {', '.join(stale)}"))
+    else:
+        places.append(PlaceCheck(place="recall indexes (FTS5, sqlite-vec)",
+                                 outcome="not_applicable", detail="this ledger has no recall index"))
     places.append(keys_place)
     outcome = ledger.db.wal_checkpoint()
     places.append(PlaceCheck(

@@ -21,6 +21,8 @@ _STEM = snowballstemmer.stemmer("english")
 
 def fold(text: str) -> str:
     """Case-folded, with diacritics removed (Zürich -> zurich, São -> sao)."""
+    if text.isascii():
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text)
     return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
 
@@ -34,7 +36,7 @@ def words(text: str, *, stem: bool = True, fold_accents: bool = True) -> list[st
     """The words a fact or a query is matched on."""
     base = fold(text) if fold_accents else text.casefold()
     out = [w for w in _WORD.findall(base) if w not in STOPWORDS]
-    return [_stem(w) for w in out] if stem else out
+    return [w if w.isdigit() else _stem(w) for w in out] if stem else out
 
 
 def fact_text(subject: str, predicate: str, value: Any) -> str:

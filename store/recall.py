@@ -12,8 +12,10 @@ INSERT INTO recall_fts(recall_fts, rank) VALUES('secure-delete', 1);
 """
 FTS_INSERT = "INSERT INTO recall_fts(rowid, terms, scope) VALUES (?, ?, ?)"
 FTS_DELETE = "DELETE FROM recall_fts WHERE rowid = ?"
-FTS_SEARCH = ("SELECT rowid, bm25(recall_fts) FROM recall_fts WHERE recall_fts MATCH ? "
-              "ORDER BY bm25(recall_fts) LIMIT ?")
+# The scope column is a filter only: weight 0, so a rare status, space or subject token does not
+# lift its facts' bm25 (with include_claimed, a lone live fact outranked better quarantined ones).
+FTS_SEARCH = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHERE recall_fts MATCH ? "
+              "ORDER BY bm25(recall_fts, 1.0, 0.0) LIMIT ?")
 FTS_COUNT = "SELECT count(*) FROM recall_fts"
 FTS_ROWIDS = "SELECT rowid FROM recall_fts ORDER BY rowid"
 VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, embedding, status, space, subject_ref, embedder) "
@@ -48,7 +50,9 @@ class RecallStore:
         self._conn.execute(
             "CREATE VIRTUAL TABLE recall_vec USING vec0(fact_seq integer primary key, "
             f"embedding float[{int(dimensions)}] distance_metric=cosine, status text, space text, "
-            "subject_ref text, +embedder text)")
+            # Chunks of 256 vectors: every insert rewrites a chunk's blob, and at the default
+            # 1024 that cost 200 us per 1024-dim insert here.
+            "subject_ref text, +embedder text, chunk_size=256)")
         self._conn.execute(META_PUT, ("embedder", embedder))
         self._conn.execute(META_PUT, ("embedder_dims", str(int(dimensions))))
 
