@@ -169,9 +169,13 @@ def recall(ledger: Ledger, cmd: Recall) -> RecallResult:
             salience=b if math.isfinite(b) else -99.0, salience_class=salience_class(ledger, b)))
     # Salience only breaks ties between equal fused scores.
     hits.sort(key=lambda h: (-h.score, -h.salience))
-    note = (f"ranked inside SQLite: FTS5 bm25 gave {len(lexical)} candidate(s) and sqlite-vec "
-            f"KNN ({ledger.embedder.name}, cosine) gave {len(vector)}, both filtered to "
-            f"{'/'.join(statuses)} facts inside the search; fused by reciprocal rank "
-            f"(k={RRF_K}); salience breaks ties")
+    parts = []
+    if strategy != "vector":
+        parts.append(f"FTS5 bm25 gave {len(lexical)} candidate(s)")
+    if strategy != "lexical":
+        parts.append(f"sqlite-vec KNN ({ledger.embedder.name}, cosine) gave {len(vector)}")
+    note = (f"ranked inside SQLite: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
+            f"facts inside the search; fused by reciprocal rank (k={RRF_K}); salience breaks "
+            "ties")
     return RecallResult(query=cmd.query, strategy=strategy, note=note,
                         embedder=ledger.embedder.name, results=hits[:cmd.k])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -68,3 +68,33 @@ def env(tmp_path: Path) -> Iterator[Env]:
     e = Env(tmp_path / "ledger.db")
     yield e
     e.ledger.close()
+
+
+@pytest.fixture
+def make_env(tmp_path: Path) -> Iterator[Callable[..., Env]]:
+    """Ledgers in tmp_path, each optionally under a policy written from TOML text."""
+    made: list[Env] = []
+
+    def make(policy_text: str | None = None, name: str = "ledger.db") -> Env:
+        policy = None
+        if policy_text is not None:
+            policy = tmp_path / f"{name}.policy.toml"
+            policy.write_text(policy_text, encoding="utf-8")
+        made.append(Env(tmp_path / name, policy))
+        return made[-1]
+
+    yield make
+    for e in made:
+        e.ledger.close()
+
+
+def ledger_bytes(path: Path) -> bytes:
+    """The raw bytes of the ledger file followed by its WAL's (if any)."""
+    out = b""
+    for name in (str(path), f"{path}-wal"):
+        try:
+            with open(name, "rb") as handle:
+                out += handle.read()
+        except FileNotFoundError:
+            pass
+    return out

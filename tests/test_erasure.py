@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -71,24 +71,6 @@ def refused(code: str, call: Callable[[], object]) -> LedgerError:
         call()
     assert caught.value.code == code, caught.value.message
     return caught.value
-
-
-@pytest.fixture
-def make_env(tmp_path: Path) -> Iterator[Callable[..., Env]]:
-    """Ledgers in tmp_path, each optionally under a policy written from TOML text."""
-    made: list[Env] = []
-
-    def make(policy_text: str | None = None, name: str = "ledger.db") -> Env:
-        policy = None
-        if policy_text is not None:
-            policy = tmp_path / f"{name}.policy.toml"
-            policy.write_text(policy_text, encoding="utf-8")
-        made.append(Env(tmp_path / name, policy))
-        return made[-1]
-
-    yield make
-    for e in made:
-        e.ledger.close()
 
 
 def chain_of_three(env: Env) -> tuple[str, str, str]:

@@ -10,7 +10,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +21,13 @@ from custody_app import text
 from custody_app.ledger import Ledger
 from custody_app.readmodels import RecallResult
 from custody_app.text import fact_text
-from tests.conftest import CAUSE, REVIEWER, WRITER, Env, day
+from tests.conftest import CAUSE, REVIEWER, WRITER, Env, day, ledger_bytes
 
 DPO = "user:dpo"
 STRATEGIES = ("hybrid", "lexical", "vector")
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-@pytest.fixture
-def make_env(tmp_path: Path) -> Iterator[Callable[..., Env]]:
-    """Ledgers in tmp_path, each optionally under a policy written from TOML text."""
-    made: list[Env] = []
-
-    def make(policy_text: str | None = None, name: str = "ledger.db") -> Env:
-        policy = None
-        if policy_text is not None:
-            policy = tmp_path / f"{name}.policy.toml"
-            policy.write_text(policy_text, encoding="utf-8")
-        made.append(Env(tmp_path / name, policy))
-        return made[-1]
-
-    yield make
-    for e in made:
-        e.ledger.close()
-
-
 def ids(result: RecallResult) -> list[str]:
     return [h.fact.fact_id for h in result.results]
 
@@ -55,18 +37,6 @@ def found(env: Env, query: str, **options: Any) -> set[str]:
     out: set[str] = set()
     for strategy in STRATEGIES:
         out |= set(ids(env.ledger.recall(query, k=50, strategy=strategy, **options)))
-    return out
-
-
-def file_bytes(path: Path) -> bytes:
-    """The raw bytes of the ledger file and its WAL together."""
-    out = b""
-    for name in (str(path), f"{path}-wal"):
-        try:
-            with open(name, "rb") as handle:
-                out += handle.read()
-        except FileNotFoundError:
-            pass
     return out
 
 
@@ -238,7 +208,7 @@ def test_forget_removes_value_tokens_and_vector_bytes_from_the_file(env: Env) ->
                                   "zeppelin", "vortex", VALUE)]
 
     assert ledger.db.wal_checkpoint().complete
-    before = file_bytes(env.path)
+    before = ledger_bytes(env.path)
     assert all(n in before for n in term_needles)
     # A few slices may straddle a page boundary; nearly all are on disk as they are.
     assert sum(s in before for s in slices) >= 0.9 * len(slices)
@@ -249,7 +219,7 @@ def test_forget_removes_value_tokens_and_vector_bytes_from_the_file(env: Env) ->
     result = ledger.forget(fact, actor=DPO, reason="subject_request")
     assert result.certificate.complete
     assert ledger.db.wal_checkpoint().complete
-    after = file_bytes(env.path)
+    after = ledger_bytes(env.path)
     assert [n for n in term_needles if n in after] == []
     assert [s for s in slices if s in after] == []
     assert [p for p in plain if p in after] == []

@@ -19,24 +19,12 @@ from custody_app import crypto
 from custody_app.errors import LedgerError
 from custody_app.ledger import Ledger
 from custody_app.timeutil import ManualClock, format_time
-from tests.conftest import CAUSE, T0, Env, day
+from tests.conftest import CAUSE, T0, Env, day, ledger_bytes
 
 SUBJECT = "acct:ZQX-SUBJ-5150"
 OTHER = "acct:ZQX-OTHER-6260"
 THIRD = "acct:ZQX-THIRD-7370"
 DPO = "user:dpo"
-
-
-def files_of(path: Path) -> bytes:
-    """The raw bytes of the ledger file followed by its WAL's (if any)."""
-    out = b""
-    for name in (str(path), f"{path}-wal"):
-        try:
-            with open(name, "rb") as handle:
-                out += handle.read()
-        except FileNotFoundError:
-            pass
-    return out
 
 
 def sealed(ledger: Ledger, fact_id: str) -> bytes:
@@ -108,7 +96,7 @@ def test_forget_subject_erases_the_subject_and_everything_derived(env: Env) -> N
     [key_place] = [p for p in cert.places if p.place.startswith("key store")]
     assert key_place.outcome == "clean"
     assert SUBJECT not in cert.render() and SUBJECT not in cert.model_dump_json()
-    data = files_of(env.path)
+    data = ledger_bytes(env.path)
     assert not [b for b in blobs if b in data]
     assert keep_blob in data
 
@@ -146,7 +134,7 @@ def test_forget_subject_leaves_no_plaintext_subject_in_the_file(env: Env) -> Non
     env.put(OTHER, "plan", "ZQX-O-PLAN-00008")
     env.at(day(2))
     env.ledger.forget_subject(SUBJECT, actor=DPO, reason="subject_request")
-    data = files_of(env.path)
+    data = ledger_bytes(env.path)
     assert OTHER.encode() in data
     assert SUBJECT.encode() not in data
 
@@ -417,7 +405,7 @@ def test_redaction_masks_before_anything_is_stored(env: Env) -> None:
     history = ledger.history(result.fact_id).events[0].model_dump()
     assert history["value"] == view.value and email not in json.dumps(history)
     assert ledger.db.wal_checkpoint().complete
-    data = files_of(env.path)
+    data = ledger_bytes(env.path)
     for raw in (email, card, card.replace(" ", ""), "zqx.person"):
         assert raw.encode() not in data
     assert ledger.verify().valid
