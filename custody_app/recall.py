@@ -141,7 +141,7 @@ def recall(ledger: Ledger, cmd: Recall) -> RecallResult:
     assert ledger.keys is not None
     vector: list[int] = []
     if cmd.strategy != "lexical":
-        vector_query = ledger.embedder.embed([cmd.query])[0].tobytes()
+        vector_query = ledger.embedder.embed_query(cmd.query).tobytes()
         vector = [seq for seq, _ in ledger.db.recall.vector(
             vector_query, pool, statuses, cmd.space,
             ledger.keys.subject_ref(cmd.subject) if cmd.subject is not None else None)]

