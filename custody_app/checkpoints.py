@@ -13,7 +13,7 @@ from custody_app.readmodels import CheckpointResult
 from store.rows import EventRow
 
 if TYPE_CHECKING:
-    from custody_app.ledger import Ledger
+    from custody_app.core import LedgerCore
 
 
 def statement(seq: int, head_hash: str, tx_at: str) -> bytes:
@@ -22,7 +22,7 @@ def statement(seq: int, head_hash: str, tx_at: str) -> bytes:
                       "tx_at": tx_at}).encode()
 
 
-def sign_checkpoint(ledger: Ledger, actor: str) -> CheckpointResult:
+def sign_checkpoint(ledger: LedgerCore, actor: str) -> CheckpointResult:
     if ledger.keys is None:
         raise LedgerError("keystore_missing", "the key store (with the signing key) is not available")
     with ledger._writing():

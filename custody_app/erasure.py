@@ -23,7 +23,7 @@ from custody_app.timeutil import format_time, parse_time
 from store.rows import FactRow
 
 if TYPE_CHECKING:
-    from custody_app.ledger import Ledger
+    from custody_app.core import LedgerCore
 
 ERASED = ("forgotten", "expired")
 # A value this short could match bytes by chance, so a byte scan cannot prove it absent.
@@ -39,7 +39,7 @@ class _Erasure:
     short_values: int = 0
 
 
-def cascade(ledger: Ledger, roots: Iterable[FactRow]) -> tuple[list[FactRow], dict[str, str]]:
+def cascade(ledger: LedgerCore, roots: Iterable[FactRow]) -> tuple[list[FactRow], dict[str, str]]:
     """Roots and every fact derived from them, transitively, to a fixpoint (roots first).
     Returns the facts still holding a value and, for each derived one, the root it came from."""
     order: list[FactRow] = []
@@ -99,13 +99,13 @@ def _needles(sealed: bytes | None, text: str | None, work: _Erasure) -> None:
             work.short_values += 1
 
 
-def previously_forgotten_digest(ledger: Ledger, subject_ref: str, predicate: str,
+def previously_forgotten_digest(ledger: LedgerCore, subject_ref: str, predicate: str,
                                 text: str) -> str:
     assert ledger.keys is not None
     return crypto.keyed_digest(ledger.keys.forget_key, "previously", subject_ref, predicate, text)
 
 
-def _erase(ledger: Ledger, facts: list[FactRow], root_of: dict[str, str], *,
+def _erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
            kind: Literal["forget", "expire"], reason: str, actor: str, tx_at: str,
            extra: dict[str, Any] | None = None, work: _Erasure,
            subject_hash: str | None = None) -> None:
@@ -142,7 +142,7 @@ def _erase(ledger: Ledger, facts: list[FactRow], root_of: dict[str, str], *,
             digest=digest))
 
 
-def _places(ledger: Ledger, work: _Erasure, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
+def _places(ledger: LedgerCore, work: _Erasure, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
     """Check every place the values could be, after the transaction committed."""
     places: list[PlaceCheck] = []
     rows = [ledger.db.events.get(e.seq) for e in work.erased]
@@ -179,7 +179,7 @@ def _places(ledger: Ledger, work: _Erasure, *, keys_place: PlaceCheck) -> list[P
     return places
 
 
-def _scan_places(ledger: Ledger, work: _Erasure, *, checkpoint_done: bool) -> list[PlaceCheck]:
+def _scan_places(ledger: LedgerCore, work: _Erasure, *, checkpoint_done: bool) -> list[PlaceCheck]:
     out: list[PlaceCheck] = []
     hits = ledger.db.scan(work.needles)
     for path, found in hits.items():
@@ -200,7 +200,7 @@ def _scan_places(ledger: Ledger, work: _Erasure, *, checkpoint_done: bool) -> li
     return out
 
 
-def _certificate(ledger: Ledger, operation: Literal["forget", "forget_subject", "sweep"],
+def _certificate(ledger: LedgerCore, operation: Literal["forget", "forget_subject", "sweep"],
                  work: _Erasure, *, actor: str, reason: str, root: str | None = None,
                  subject_hash: str | None = None, keys_place: PlaceCheck) -> ErasureCertificate:
     places = _places(ledger, work, keys_place=keys_place)
@@ -223,7 +223,7 @@ SUBJECT_KEY_KEPT = PlaceCheck(
     "forget can still be decrypted with it; forget_subject destroys it")
 
 
-def forget(ledger: Ledger, cmd: Forget) -> ForgetResult:
+def forget(ledger: LedgerCore, cmd: Forget) -> ForgetResult:
     work = _Erasure()
     with ledger._writing():
         fact = ledger.db.facts.get(cmd.fact_id)
@@ -243,7 +243,7 @@ def forget(ledger: Ledger, cmd: Forget) -> ForgetResult:
                         status="forgotten", certificate=cert)
 
 
-def forget_subject(ledger: Ledger, cmd: ForgetSubject) -> SubjectForgetResult:
+def forget_subject(ledger: LedgerCore, cmd: ForgetSubject) -> SubjectForgetResult:
     if ledger.keys is None:
         raise LedgerError("keystore_missing", "the key store is not available")
     work = _Erasure()
@@ -281,7 +281,7 @@ def forget_subject(ledger: Ledger, cmd: ForgetSubject) -> SubjectForgetResult:
                                certificate=cert)
 
 
-def _cutoffs(ledger: Ledger, cmd: Sweep) -> tuple[dict[str, str], dict[str, str]]:
+def _cutoffs(ledger: LedgerCore, cmd: Sweep) -> tuple[dict[str, str], dict[str, str]]:
     """Cutoff per space, and the window each came from (none for an explicit cutoff)."""
     spaces = [cmd.space] if cmd.space else ledger.db.erasure.spaces()
     if cmd.before:
@@ -297,7 +297,7 @@ def _cutoffs(ledger: Ledger, cmd: Sweep) -> tuple[dict[str, str], dict[str, str]
     return cutoffs, windows
 
 
-def sweep(ledger: Ledger, cmd: Sweep) -> SweepResult:
+def sweep(ledger: LedgerCore, cmd: Sweep) -> SweepResult:
     work = _Erasure()
     with ledger.db.read():
         cutoffs, windows = _cutoffs(ledger, cmd)
@@ -334,7 +334,7 @@ def sweep(ledger: Ledger, cmd: Sweep) -> SweepResult:
                        certificate=cert)
 
 
-def reissue(ledger: Ledger, cert: ErasureCertificate, needles: list[bytes],
+def reissue(ledger: LedgerCore, cert: ErasureCertificate, needles: list[bytes],
             short_values: int) -> ErasureCertificate:
     """The certificate again once a pending checkpoint completed: checkpoint and scans redone."""
     work = _Erasure(erased=list(cert.erased), needles=needles, short_values=short_values)

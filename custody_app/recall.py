@@ -18,7 +18,7 @@ from custody_app.timeutil import parse_time
 from store.rows import FactRow
 
 if TYPE_CHECKING:
-    from custody_app.ledger import Ledger
+    from custody_app.core import LedgerCore
 
 # Status in the indexes for each fact status; a fact in any other status is not indexed.
 INDEXED = {"active": "live", "quarantined": "quarantined"}
@@ -26,13 +26,13 @@ RRF_K = 60
 _STATUS_TOKEN = {"live": "zslive", "quarantined": "zsquarantined"}
 
 
-def _scope(ledger: Ledger, status: str, space: str, subject: str) -> str:
+def _scope(ledger: LedgerCore, status: str, space: str, subject: str) -> str:
     key = ledger._index_key()
     return " ".join([_STATUS_TOKEN[status], text.term(key, "space:" + space),
                      text.term(key, "subject:" + subject)])
 
 
-def _index_one(ledger: Ledger, fact: FactRow, status: str, value_text: str) -> None:
+def _index_one(ledger: LedgerCore, fact: FactRow, status: str, value_text: str) -> None:
     key = ledger._index_key()
     body = text.fact_text(fact.subject, fact.predicate, json.loads(value_text))
     terms = " ".join(text.term(key, w) for w in text.words(body))
@@ -43,7 +43,7 @@ def _index_one(ledger: Ledger, fact: FactRow, status: str, value_text: str) -> N
                          ledger.embedder.name)
 
 
-def sync(ledger: Ledger, changes: list[tuple[FactRow, str | None]],
+def sync(ledger: LedgerCore, changes: list[tuple[FactRow, str | None]],
          fresh: dict[str, str]) -> None:
     """Keep the indexes equal to the believed facts, in the transaction of the event that
     changed belief. `fresh` holds value texts just written (no need to decrypt them)."""
@@ -63,14 +63,14 @@ def sync(ledger: Ledger, changes: list[tuple[FactRow, str | None]],
                                         _scope(ledger, want, fact.space, fact.subject))
 
 
-def _stored_text(ledger: Ledger, fact: FactRow) -> str | None:
+def _stored_text(ledger: LedgerCore, fact: FactRow) -> str | None:
     event = ledger.db.events.get(fact.assert_seq)
     if event is None or event.value is None:
         return None
     return ledger.values.open(fact.fact_id, json.loads(event.body)["subject_ref"], event.value)
 
 
-def rebuild_index(ledger: Ledger, progress: Callable[[int, int], None] | None = None) -> int:
+def rebuild_index(ledger: LedgerCore, progress: Callable[[int, int], None] | None = None) -> int:
     """Drop and rebuild both indexes for the policy's embedder, re-embedding every believed
     fact (inside the caller's write transaction). Returns how many facts were indexed."""
     ledger.db.recall.create(ledger.embedder.name, ledger.embedder.dimensions)
@@ -84,7 +84,7 @@ def rebuild_index(ledger: Ledger, progress: Callable[[int, int], None] | None = 
     return len(believed)
 
 
-def index_differences(ledger: Ledger) -> list[str]:
+def index_differences(ledger: LedgerCore) -> list[str]:
     """Where the indexes disagree with the believed facts (what verify reports)."""
     want = {f.assert_seq: INDEXED[status] for status in INDEXED
             for f in ledger.db.facts.with_status(status)}
@@ -98,7 +98,7 @@ def index_differences(ledger: Ledger) -> list[str]:
     return out
 
 
-def salience(ledger: Ledger, fact: FactRow, now: datetime) -> float:
+def salience(ledger: LedgerCore, fact: FactRow, now: datetime) -> float:
     """ACT-R base-level activation B = ln(sum of dt^-d) over assert and affirm times."""
     pol = ledger.policy.policy.recall
     override = window_for(fact.space, {k: str(v) for k, v in pol.decay_by_space.items()})
@@ -111,7 +111,7 @@ def salience(ledger: Ledger, fact: FactRow, now: datetime) -> float:
     return math.log(total) if total > 0 else float("-inf")
 
 
-def salience_class(ledger: Ledger, value: float) -> str:
+def salience_class(ledger: LedgerCore, value: float) -> str:
     pol = ledger.policy.policy.recall
     return "hot" if value >= pol.hot else "cold" if value < pol.cold else "warm"
 
@@ -124,7 +124,7 @@ def _fused(lexical: list[int], vector: list[int]) -> list[tuple[int, float]]:
     return sorted(scores.items(), key=lambda item: -item[1])
 
 
-def recall(ledger: Ledger, cmd: Recall) -> RecallResult:
+def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
     statuses = ("live", "quarantined") if cmd.include_claimed else ("live",)
     key = ledger._index_key()
     words = text.words(cmd.query)
