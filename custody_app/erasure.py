@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -71,8 +71,10 @@ def _refuse_held(facts: list[FactRow], action: str) -> None:
                               "is refused whole (release the hold first)", fact_id=fact.fact_id)
 
 
-def _needles(sealed: bytes | None, text: str | None, work: _Erasure) -> None:
-    """The byte strings a scan must not find: the sealed value, its JSON and each long string."""
+def _needles(sealed: bytes | None, text: str | None, work: _Erasure,
+             is_name: Callable[[str], bool]) -> None:
+    """The byte strings a scan must not find: the sealed value, its JSON and each long string
+    (but not a string that names a subject or space: identifiers stay in the file)."""
     if sealed:
         work.needles.append(bytes(sealed))
     if text is None:
@@ -91,8 +93,10 @@ def _needles(sealed: bytes | None, text: str | None, work: _Erasure) -> None:
                 walk(v)
 
     walk(json.loads(text))
-    for candidate in [text, *leaves]:
+    for candidate in [text, *dict.fromkeys(leaves)]:
         data = candidate.encode("utf-8")
+        if candidate is not text and is_name(candidate):
+            continue
         if len(data) >= MIN_SCAN_BYTES:
             work.needles.append(data)
         elif candidate is text:
@@ -127,7 +131,7 @@ def _erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
         if text is not None and policy.digest != "none" and ledger.keys is not None:
             ledger.db.erasure.add_digest(ref, fact.predicate, previously_forgotten_digest(
                 ledger, ref, fact.predicate, text))
-        _needles(event.value, text, work)
+        _needles(event.value, text, work, ledger.db.erasure.is_name)
         ledger.db.events.erase_value(fact.assert_seq)
         ledger.db.erasure.add_pending([fact.fact_id], tx_at)
         fields: dict[str, Any] = {"reason": reason, "digest_kind": digest_kind, "digest": digest,
@@ -160,8 +164,7 @@ def _places(ledger: LedgerCore, work: _Erasure, *, keys_place: PlaceCheck) -> li
         detail="every erased fact is forgotten or expired; no value is kept there" if not bad
         else f"still live: {', '.join(bad)}"))
     if ledger.db.recall.exists():
-        lexical, vector = ledger.db.recall.indexed()
-        indexed = set(lexical) | {seq for seq, _ in vector}
+        indexed = ledger.db.recall.which_indexed([f.assert_seq for f in asserts if f is not None])
         stale = [f.fact_id for f in asserts if f is not None and f.assert_seq in indexed]
         places.append(PlaceCheck(
             place="recall indexes (FTS5, sqlite-vec)", outcome="found" if stale else "clean",
@@ -283,9 +286,10 @@ def forget_subject(ledger: LedgerCore, cmd: ForgetSubject) -> SubjectForgetResul
 
 def _cutoffs(ledger: LedgerCore, cmd: Sweep) -> tuple[dict[str, str], dict[str, str]]:
     """Cutoff per space, and the window each came from (none for an explicit cutoff)."""
-    spaces = [cmd.space] if cmd.space else ledger.db.erasure.spaces()
     if cmd.before:
-        return {s: cmd.before for s in spaces}, {}
+        # One cutoff for every space ("*") or for the one named.
+        return {cmd.space or "*": cmd.before}, {}
+    spaces = [cmd.space] if cmd.space else ledger.db.erasure.spaces()
     now = parse_time(ledger._now())
     cutoffs: dict[str, str] = {}
     windows: dict[str, str] = {}
@@ -311,7 +315,9 @@ def sweep(ledger: LedgerCore, cmd: Sweep) -> SweepResult:
         tx_at = ledger._tx_at() if not cmd.dry_run else ledger._now()
         done: set[str] = set()
         for space, cutoff in sorted(cutoffs.items()):
-            for root in ledger.db.erasure.sweep_candidates(space, cutoff):
+            candidates = (ledger.db.erasure.sweep_candidates_all(cutoff) if space == "*"
+                          else ledger.db.erasure.sweep_candidates(space, cutoff))
+            for root in candidates:
                 if root.fact_id in done:
                     continue
                 facts, root_of = cascade(ledger, [root])

@@ -25,6 +25,10 @@ SWEEP_CANDIDATES = (f"SELECT {_FCOLS} FROM facts f JOIN events e ON e.seq = f.as
                     "WHERE f.space = ? AND e.tx_at < ? "
                     "AND (f.ended IS NULL OR f.ended NOT IN ('forgotten', 'expired')) "
                     "ORDER BY f.assert_seq")
+SWEEP_ALL = (f"SELECT {_FCOLS} FROM facts f JOIN events e ON e.seq = f.assert_seq "
+             "WHERE e.tx_at < ? "
+             "AND (f.ended IS NULL OR f.ended NOT IN ('forgotten', 'expired')) "
+             "ORDER BY f.assert_seq")
 # Distinct spaces by a loose index scan: one index probe per space, not a scan of all facts.
 SPACES = """
 WITH RECURSIVE s(space) AS (
@@ -34,6 +38,8 @@ WITH RECURSIVE s(space) AS (
 )
 SELECT space FROM s WHERE space IS NOT NULL"""
 SPECIAL_EVENTS = "SELECT seq, body FROM events WHERE kind = ? ORDER BY seq"
+IS_NAME = ("SELECT 1 FROM facts WHERE subject = ?1 UNION ALL "
+           "SELECT 1 FROM facts WHERE space = ?1 LIMIT 1")
 HELD = f"SELECT {_FCOLS} FROM facts f WHERE f.held = 1 ORDER BY f.assert_seq"
 
 
@@ -71,11 +77,19 @@ class ErasureStore:
     def sweep_candidates(self, space: str, cutoff: str) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(SWEEP_CANDIDATES, (space, cutoff))]
 
+    def sweep_candidates_all(self, cutoff: str) -> list[FactRow]:
+        """Every space at once (an explicit cutoff): one query, not one per space."""
+        return [FactRow(*r) for r in self._conn.execute(SWEEP_ALL, (cutoff,))]
+
     def spaces(self) -> list[str]:
         return [str(r[0]) for r in self._conn.execute(SPACES)]
 
     def events_of_kind(self, kind: str) -> list[tuple[int, str]]:
         return [(int(s), str(b)) for s, b in self._conn.execute(SPECIAL_EVENTS, (kind,))]
+
+    def is_name(self, text: str) -> bool:
+        """Is this string a subject or space of some fact (an identifier that stays)?"""
+        return self._conn.execute(IS_NAME, (text,)).fetchone() is not None
 
     def held(self) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(HELD)]

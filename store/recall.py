@@ -105,5 +105,15 @@ class RecallStore:
         return ([int(r[0]) for r in self._conn.execute(FTS_ROWIDS)],
                 [(int(s), str(t)) for s, t in self._conn.execute(VEC_ROWIDS)])
 
+    def which_indexed(self, fact_seqs: list[int]) -> set[int]:
+        """Those of `fact_seqs` still present in either index."""
+        out: set[int] = set()
+        for seq in fact_seqs:
+            if self._conn.execute("SELECT 1 FROM recall_fts WHERE rowid = ?", (seq,)).fetchone() \
+                    or self._conn.execute("SELECT 1 FROM recall_vec WHERE fact_seq = ?",
+                                          (seq,)).fetchone():
+                out.add(seq)
+        return out
+
     def exists(self) -> bool:
         return self._conn.execute(VEC_EXISTS).fetchone() is not None
