@@ -580,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         text = ledger.values.open(sample_fact[0], json.loads(ev.body)["subject_ref"], ev.value)
         from custody_app.erasure import _Erasure, _needles
         work = _Erasure()
-        _needles(ev.value, text, work)
+        _needles(ev.value, text, work, ledger.db.erasure.is_name)
         log(f"scan growth with {len(work.needles)} needles")
         sg = scan_growth(path, tmp, work.needles)
         log(f"sweep of ~{args.sweep_facts:,} facts")

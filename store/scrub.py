@@ -65,7 +65,7 @@ def checkpoint_truncate(conn: apsw.Connection, db_path: str,
 def _finder(needles: list[bytes]) -> Callable[[bytes], set[int]]:
     """Which needles occur in a block: a few are searched one by one (memmem), many in a
     single Aho-Corasick pass, so a sweep's thousands of values cost one read of the file."""
-    if len(needles) <= 8:
+    if len(needles) <= 2:
         return lambda block: {i for i, n in enumerate(needles) if n in block}
     automaton = ahocorasick_rs.BytesAhoCorasick(needles)
     return lambda block: {i for i, _, _ in automaton.find_matches_as_indexes(block,
