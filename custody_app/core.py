@@ -76,14 +76,16 @@ class LedgerCore:
             db = open_ledger(path, readonly=readonly)
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
+        keys = None
         try:
-            keys = None
             if not readonly or keystore_path_for(path, keystore).exists():
                 keys = KeyRing.open(path, keystore)
+            ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
         except BaseException:
+            if keys is not None:
+                keys.close()
             db.close()
             raise
-        ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
         if not readonly:
             if db.recall.embedder() != (ledger.embedder.name, ledger.embedder.dimensions):
                 ledger.reindex()
