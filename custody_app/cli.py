@@ -283,7 +283,8 @@ def _demo(args: argparse.Namespace) -> int:
         shutil.copyfile(sample_batch_path(), sample)
         code = _run_batch(args, str(sample), manual_clock=True)
     sys.stderr.write(f"custody-app: demo ledger written to {target}; try "
-                     f"`custody-app verify --ledger {target}`\n")
+                     f"`custody-app verify --ledger {target} --key {target}.pub` or "
+                     f"`custody-app recall \"refund\" --ledger {target}`\n")
     return code
 
 
