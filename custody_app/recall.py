@@ -124,6 +124,22 @@ def _fused(lexical: list[int], vector: list[int]) -> list[tuple[int, float]]:
     return sorted(scores.items(), key=lambda item: -item[1])
 
 
+# A query term found in more than this share of the believed facts adds almost nothing to bm25
+# but makes FTS5 score every one of them; it is dropped (unless it is the only term).
+COMMON_TERM_SHARE = 0.2
+
+
+def _useful_terms(ledger: LedgerCore, terms: list[str]) -> list[str]:
+    """The query terms worth scoring: present somewhere, and not in nearly every fact."""
+    statuses = list(_STATUS_TOKEN.values())
+    freq = ledger.db.recall.doc_freq([*terms, *statuses])
+    if freq is None or len(terms) < 2:
+        return terms
+    total = max(sum(freq.pop(s) for s in statuses), 1)
+    kept = [t for t in terms if 0 < freq.get(t, 0) <= COMMON_TERM_SHARE * total]
+    return kept or terms
+
+
 def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
     statuses = ("live", "quarantined") if cmd.include_claimed else ("live",)
     key = ledger._index_key()
@@ -131,7 +147,8 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
     pool = max(cmd.k * 4, 50)
     lexical: list[int] = []
     if words and cmd.strategy != "vector":
-        match = "terms: (" + " OR ".join(text.term(key, w) for w in dict.fromkeys(words)) + ")"
+        terms = _useful_terms(ledger, [text.term(key, w) for w in dict.fromkeys(words)])
+        match = "terms: (" + " OR ".join(terms) + ")"
         match += " AND scope: (" + " OR ".join(_STATUS_TOKEN[s] for s in statuses) + ")"
         if cmd.space is not None:
             match += " AND scope: " + text.term(key, "space:" + cmd.space)

@@ -9,7 +9,11 @@ import apsw
 CREATE_FTS = """
 CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(terms, scope, tokenize='unicode61');
 INSERT INTO recall_fts(recall_fts, rank) VALUES('secure-delete', 1);
+CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row');
 """
+# Documents containing a term (fts5vocab 'row'): used to drop near-universal query terms.
+DOC_FREQ = "SELECT doc FROM recall_vocab WHERE term = ?"
+VOCAB_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vocab'"
 FTS_INSERT = "INSERT INTO recall_fts(rowid, terms, scope) VALUES (?, ?, ?)"
 FTS_DELETE = "DELETE FROM recall_fts WHERE rowid = ?"
 # The scope column is a filter only: weight 0, so a rare status, space or subject token does not
@@ -44,6 +48,7 @@ class RecallStore:
     def create(self, embedder: str, dimensions: int) -> None:
         """(Re)create both indexes empty for an embedder (inside the caller's transaction).
         vec0 tables are dropped and made anew, never renamed (a rename breaks them)."""
+        self._conn.execute("DROP TABLE IF EXISTS recall_vocab")
         self._conn.execute("DROP TABLE IF EXISTS recall_fts")
         self._conn.execute("DROP TABLE IF EXISTS recall_vec")
         self._conn.execute(CREATE_FTS)
@@ -73,6 +78,16 @@ class RecallStore:
             self._conn.execute(FTS_DELETE, (fact_seq,))
             self._conn.execute(FTS_INSERT, (fact_seq, row[0], scope))
         self._conn.execute(VEC_STATUS, (status, fact_seq))
+
+    def doc_freq(self, terms: list[str]) -> dict[str, int] | None:
+        """How many indexed facts contain each term (None when the vocabulary is missing)."""
+        if self._conn.execute(VOCAB_EXISTS).fetchone() is None:
+            return None
+        out = {}
+        for term in terms:
+            row = self._conn.execute(DOC_FREQ, (term,)).fetchone()
+            out[term] = int(row[0]) if row else 0
+        return out
 
     def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
         try:
