@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -45,11 +46,11 @@ def cascade(ledger: LedgerCore, roots: Iterable[FactRow]) -> tuple[list[FactRow]
     order: list[FactRow] = []
     root_of: dict[str, str] = {}
     seen: set[str] = set()
-    queue = [(r, r.fact_id) for r in roots]
+    queue = deque((r, r.fact_id) for r in roots)
     for fact, _ in queue:
         seen.add(fact.fact_id)
     while queue:
-        fact, root = queue.pop(0)
+        fact, root = queue.popleft()
         if fact.ended in ERASED:
             continue
         order.append(fact)
