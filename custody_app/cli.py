@@ -128,7 +128,15 @@ def _open(args: argparse.Namespace, *, manual_clock: bool = False,
           readonly: bool = False) -> Ledger:
     policy = args.policy or os.environ.get(POLICY_ENV)
     return Ledger.open(_ledger_path(args), policy=policy, keystore=args.keystore,
+                       reindex_progress=_reindex_progress,
                        clock=ManualClock() if manual_clock else None, readonly=readonly)
+
+
+def _reindex_progress(done: int, total: int) -> None:
+    """The embedder changed: the recall indexes are being rebuilt at open."""
+    sys.stderr.write(f"\rcustody-app: re-embedding believed facts for the new embedder: "
+                     f"{done:,}/{total:,}" + ("\n" if done == total else ""))
+    sys.stderr.flush()
 
 
 def _fail(exc: LedgerError, code: Exit) -> int:

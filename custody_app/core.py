@@ -67,9 +67,12 @@ class LedgerCore:
     @classmethod
     def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,
              clock: Clock | None = None, readonly: bool = False, id_seed: int | None = None,
-             keystore: str | Path | None = None) -> Self:
+             keystore: str | Path | None = None,
+             reindex_progress: Callable[[int, int], None] | None = None) -> Self:
         """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default).
-        Read-only opens create nothing; without a key store their values read as erased."""
+        Read-only opens create nothing; without a key store their values read as erased.
+        When the policy's embedder changed, the recall indexes are rebuilt here, reporting
+        (done, total) to `reindex_progress`."""
         loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
         master_from_env()  # a malformed master key is refused before any file is created
         try:
@@ -88,7 +91,7 @@ class LedgerCore:
             raise
         if not readonly:
             if db.recall.embedder() != (ledger.embedder.name, ledger.embedder.dimensions):
-                ledger.reindex()
+                ledger.reindex(reindex_progress)
             if db.erasure.pending():
                 ledger.finish_scrubs()
         return ledger
