@@ -6,7 +6,6 @@ import json
 import os
 import random
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime
@@ -64,7 +63,6 @@ class LedgerCore:
         self._pending: dict[str, tuple[ErasureCertificate, list[bytes], int]] = {}
         self._scrub_due = False
         self._finishing = False
-        self._pool: ThreadPoolExecutor | None = None
 
     @classmethod
     def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,
@@ -109,15 +107,7 @@ class LedgerCore:
             raise LedgerError("keystore_missing", "the key store is not available")
         return self.keys.index_key
 
-    def _workers(self) -> ThreadPoolExecutor:
-        """One worker thread, for a search that runs beside another on its own connection."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="custody-recall")
-        return self._pool
-
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
         if self.keys is not None:
             self.keys.close()
         self.db.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from concurrent.futures import Future
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -147,7 +146,6 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
     words = text.words(cmd.query)
     pool = max(cmd.k * 4, 50)
     lexical: list[int] = []
-    pending: Future[list[tuple[int, float]]] | None = None
     if words and cmd.strategy != "vector":
         terms = _useful_terms(ledger, [text.term(key, w) for w in dict.fromkeys(words)])
         match = "terms: (" + " OR ".join(terms) + ")"
@@ -156,12 +154,7 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
             match += " AND scope: " + text.term(key, "space:" + cmd.space)
         if cmd.subject is not None:
             match += " AND scope: " + text.term(key, "subject:" + cmd.subject)
-        if ledger.db.in_write or cmd.strategy == "lexical":
-            lexical = [seq for seq, _ in ledger.db.recall.lexical(match, pool)]
-        else:
-            # Committed state only: FTS5 on a second connection in a worker thread while this
-            # thread runs the KNN (both release the GIL inside SQLite).
-            pending = ledger._workers().submit(ledger.db.side_recall().lexical, match, pool)
+        lexical = [seq for seq, _ in ledger.db.recall.lexical(match, pool)]
     assert ledger.keys is not None
     vector: list[int] = []
     if cmd.strategy != "lexical":
@@ -169,8 +162,6 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
         vector = [seq for seq, _ in ledger.db.recall.vector(
             vector_query, pool, statuses, cmd.space,
             ledger.keys.subject_ref(cmd.subject) if cmd.subject is not None else None)]
-    if pending is not None:
-        lexical = [seq for seq, _ in pending.result()]
     # Hybrid needs query words; a query of stopwords only is answered by vectors alone.
     strategy = cmd.strategy if cmd.strategy != "hybrid" or words else "vector"
     now = parse_time(ledger._now())

@@ -45,28 +45,11 @@ class LedgerFile:
         self.erasure = ErasureStore(conn)
         self.recall = RecallStore(conn)
         self._depth = 0
-        self._in_write = False
-        self._side: apsw.Connection | None = None
 
     @property
     def depth(self) -> int:
         """0 outside a transaction, 1 in the outermost write, more inside savepoints."""
         return self._depth
-
-    @property
-    def in_write(self) -> bool:
-        """True inside a write transaction (whose changes other connections cannot see yet)."""
-        return self._in_write
-
-    def side_recall(self) -> RecallStore:
-        """Recall statements on a second, read-only connection of this file, for running the
-        lexical search in another thread beside the vector search (each thread its own
-        connection)."""
-        if self._side is None:
-            side = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READONLY)
-            _configure(side)
-            self._side = side
-        return RecallStore(self._side)
 
     @property
     def sqlite_vec_version(self) -> str:
@@ -90,12 +73,10 @@ class LedgerFile:
             return
         _begin_immediate(self.conn)
         self._depth = 1
-        self._in_write = True
         try:
             yield
         except BaseException:
             self._depth = 0
-            self._in_write = False
             self.conn.execute("ROLLBACK")
             raise
         try:
@@ -105,7 +86,6 @@ class LedgerFile:
             raise StoreError(f"commit failed: {exc}") from exc
         finally:
             self._depth = 0
-            self._in_write = False
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -135,8 +115,6 @@ class LedgerFile:
         return [self.path, wal_path(self.path)]
 
     def close(self) -> None:
-        if self._side is not None:
-            self._side.close()
         self.conn.close()
 
 
