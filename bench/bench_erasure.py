@@ -36,11 +36,9 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +58,7 @@ import apsw  # noqa: E402
 import bench_ledger  # noqa: E402  (the ingest bench's workload and service ingest, reused)
 
 import store.connection as store_connection  # noqa: E402
+from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.ledger import Ledger  # noqa: E402
 from custody_app.timeutil import ManualClock, parse_time  # noqa: E402
 from store.erasure import ErasureStore  # noqa: E402
@@ -388,42 +387,6 @@ def subject_in_value_demo(ledger: Ledger, probe: Probe) -> dict[str, Any]:
 
 
 # ---- report -----------------------------------------------------------------------------------
-
-def machine_note() -> str:
-    ps = subprocess.run(["ps", "-eo", "pid,pcpu,etime,args", "--sort=-pcpu"], capture_output=True,
-                        text=True).stdout.splitlines()[1:]
-    mine = os.getpid()
-    busy = []
-    for line in ps:
-        parts = line.split(None, 3)
-        if len(parts) < 4 or int(parts[0]) == mine:
-            continue
-        if float(parts[1]) >= 20.0:
-            busy.append(f"pid {parts[0]} {parts[1]}% CPU: {parts[3][:90]}")
-    return "; ".join(busy) if busy else "no other process above 20% CPU"
-
-
-def header(notes: list[str]) -> str:
-    def git(*cmd: str) -> str:
-        done = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True)
-        return done.stdout.strip()
-
-    dirty = git("status", "--porcelain", "--", "store", "custody_app")
-    cpu = "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return "\n".join([
-        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- commit: {git('rev-parse', '--short', 'HEAD')}"
-        + (" (uncommitted changes in store/ or custody_app/)" if dirty else " (clean product code)"),
-        f"- machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}, "
-        f"load average now {os.getloadavg()[0]:.2f}; Python {platform.python_version()}, "
-        f"SQLite {apsw.sqlite_lib_version()}",
-        *[f"- {n}" for n in notes],
-    ])
-
 
 def mark(ok: bool) -> str:
     return "met" if ok else "**NOT met**"

@@ -32,12 +32,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
-import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,9 +50,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import apsw  # noqa: E402
 
 import custody_app.text as text_mod  # noqa: E402
+from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app import recall as recall_mod  # noqa: E402
 from custody_app.ledger import Ledger  # noqa: E402
 from custody_app.timeutil import ManualClock  # noqa: E402
@@ -427,36 +424,6 @@ def reindex(ledger: Ledger) -> tuple[int, float]:
 
 # ---- report -----------------------------------------------------------------------------------
 
-def machine_note() -> str:
-    ps = subprocess.run(["ps", "-eo", "pid,pcpu,args", "--sort=-pcpu"], capture_output=True,
-                        text=True).stdout.splitlines()[1:]
-    busy = []
-    for line in ps:
-        parts = line.split(None, 2)
-        if len(parts) < 3 or int(parts[0]) == os.getpid():
-            continue
-        if float(parts[1]) >= 20.0:
-            busy.append(f"pid {parts[0]} {parts[1]}% CPU: {parts[2][:90]}")
-    return "; ".join(busy) if busy else "no other process above 20% CPU"
-
-
-def header(notes: list[str]) -> str:
-    def git(*cmd: str) -> str:
-        return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-    dirty = git("status", "--porcelain", "--", "store", "custody_app")
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "unknown CPU")
-    return "\n".join([
-        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- commit: {git('rev-parse', '--short', 'HEAD')}"
-        + (" (uncommitted changes in store/ or custody_app/)" if dirty else " (clean product code)"),
-        f"- machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}, "
-        f"load average now {os.getloadavg()[0]:.2f}; Python {platform.python_version()}, "
-        f"SQLite {apsw.sqlite_lib_version()}, numpy {np.__version__}",
-        *[f"- {n}" for n in notes]])
-
-
 def render_quality(q: dict[str, Any]) -> str:
     res = q["results"]
     lines = [f"## (a) Quality on `bench/data/recall_set.json` ({q['facts']} facts, {q['queries']} "
@@ -597,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     notes.append(f"other load at end: {machine_note()}")
     notes.append("the 2-core machine is shared and was busy (see the load notes): treat "
                  "differences under ~20-30% as noise")
-    out = header(notes) + "\n\n" + "\n\n".join(parts)
+    out = header(notes, f", numpy {np.__version__}") + "\n\n" + "\n\n".join(parts)
     print(out)
     if args.out:
         Path(args.out).write_text("# custody-app recall benchmark\n\n" + out + "\n")

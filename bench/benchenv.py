@@ -1,0 +1,45 @@
+"""What a benchmark report says about where it ran: commit, machine, and other load."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import apsw
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def machine_note() -> str:
+    """Other processes using at least 20% of a CPU (this 2-core machine is shared)."""
+    ps = subprocess.run(["ps", "-eo", "pid,pcpu,args", "--sort=-pcpu"], capture_output=True,
+                        text=True).stdout.splitlines()[1:]
+    busy = []
+    for line in ps:
+        parts = line.split(None, 2)
+        if len(parts) < 3 or int(parts[0]) == os.getpid():
+            continue
+        if float(parts[1]) >= 20.0:
+            busy.append(f"pid {parts[0]} {parts[1]}% CPU: {parts[2][:90]}")
+    return "; ".join(busy) if busy else "no other process above 20% CPU"
+
+
+def header(notes: list[str], versions: str = "") -> str:
+    """Date, commit (and whether product code was dirty), machine, and the given notes."""
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--", "store", "custody_app")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), "unknown CPU")
+    return "\n".join([
+        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- commit: {git('rev-parse', '--short', 'HEAD')}"
+        + (" (uncommitted changes in store/ or custody_app/)" if dirty else " (clean product code)"),
+        f"- machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}, "
+        f"load average now {os.getloadavg()[0]:.2f}; Python {platform.python_version()}, "
+        f"SQLite {apsw.sqlite_lib_version()}{versions}",
+        *[f"- {n}" for n in notes]])
