@@ -150,7 +150,7 @@ class KeyRing:
         """The peppered subject hash: names a subject without its plaintext."""
         ref = self._refs.get(subject)
         if ref is None:
-            if len(self._refs) > 100_000:
+            if len(self._refs) > 1_000_000:
                 self._refs.clear()
             ref = self._refs[subject] = crypto.keyed_digest(self._slot("pepper"), "subject",
                                                             subject)

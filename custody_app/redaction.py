@@ -211,8 +211,14 @@ def _to_original(start: int, end: int, spans: list[_Span]) -> tuple[int, int]:
     return start - shift, end - shift
 
 
+_NEEDED = re.compile(r"[0-9@]")
+
+
 def _redact_text(text: str, kinds: tuple[str, ...]) -> tuple[str, list[_Span]]:
     spans: list[_Span] = []
+    # Every detector needs an ASCII digit or an "@": without one there is nothing to find.
+    if _NEEDED.search(text) is None:
+        return text, spans
     current = text
     # Masking can free a neighbour that a boundary rule had blocked ("... 32 9876543210" after an IBAN);
     # repeating until nothing new is found is what makes redact() idempotent.

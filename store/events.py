@@ -14,7 +14,6 @@ INSERT = f"INSERT INTO events({_COLS}) VALUES ({', '.join('?' * len(EVENT_COLUMN
 HEAD = "SELECT seq, hash, tx_at FROM events ORDER BY seq DESC LIMIT 1"
 COUNT = "SELECT count(*) FROM events"
 BY_SEQ = f"SELECT {_COLS} FROM events WHERE seq = ?"
-BY_HASH = f"SELECT {_COLS} FROM events WHERE hash = ?"
 RANGE = f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
 FOR_FACTS = f"SELECT {_COLS} FROM events WHERE fact_id = ? ORDER BY seq"
 LAST_POLICY = "SELECT policy_hash FROM events WHERE kind = 'policy' ORDER BY seq DESC LIMIT 1"
@@ -50,10 +49,6 @@ class EventStore:
 
     def get(self, seq: int) -> EventRow | None:
         row = self._conn.execute(BY_SEQ, (seq,)).fetchone()
-        return None if row is None else _row(row)
-
-    def by_hash(self, event_hash: str) -> EventRow | None:
-        row = self._conn.execute(BY_HASH, (event_hash,)).fetchone()
         return None if row is None else _row(row)
 
     def for_fact(self, fact_id: str) -> list[EventRow]:

@@ -37,7 +37,6 @@ CREATE TABLE events(
     hash        TEXT NOT NULL
 );
 CREATE INDEX events_by_fact ON events(fact_id, seq) WHERE fact_id IS NOT NULL;
-CREATE INDEX events_by_hash ON events(hash);
 CREATE INDEX events_policy ON events(seq) WHERE kind = 'policy';
 CREATE INDEX events_special ON events(kind, seq) WHERE kind IN ('forget_subject', 'checkpoint');
 
