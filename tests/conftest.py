@@ -98,3 +98,12 @@ def ledger_bytes(path: Path) -> bytes:
         except FileNotFoundError:
             pass
     return out
+
+
+def sealed(ledger: Ledger, fact_id: str) -> bytes:
+    """The sealed value blob of a fact's assert event, as stored."""
+    fact = ledger.db.facts.get(fact_id)
+    assert fact is not None
+    event = ledger.db.events.get(fact.assert_seq)
+    assert event is not None and event.value is not None
+    return bytes(event.value)

@@ -24,7 +24,7 @@ from custody_app.chain import canonical
 from custody_app.errors import LedgerError
 from custody_app.ledger import Ledger
 from custody_app.timeutil import format_time
-from tests.conftest import CAUSE, T0, Env, day
+from tests.conftest import CAUSE, T0, Env, day, sealed
 
 ROOT_V = "ZQX-ROOT-4471-UNIQUE"
 SUMMARY_V = "ZQX-SUMMARY-5582-UNIQUE"
@@ -51,15 +51,6 @@ def found_in_files(path: Path, needles: list[bytes]) -> list[tuple[str, int]]:
     """(file, needle index) for every needle present in the db or WAL bytes."""
     return [(name, i) for name, data in files_of(path).items()
             for i, needle in enumerate(needles) if needle in data]
-
-
-def sealed(ledger: Ledger, fact_id: str) -> bytes:
-    """The sealed value blob of a fact's assert event, as stored."""
-    fact = ledger.db.facts.get(fact_id)
-    assert fact is not None
-    event = ledger.db.events.get(fact.assert_seq)
-    assert event is not None and event.value is not None
-    return bytes(event.value)
 
 
 def head(env: Env) -> tuple[int, Any]:

@@ -19,20 +19,12 @@ from custody_app import crypto
 from custody_app.errors import LedgerError
 from custody_app.ledger import Ledger
 from custody_app.timeutil import ManualClock, format_time
-from tests.conftest import CAUSE, T0, Env, day, ledger_bytes
+from tests.conftest import CAUSE, T0, Env, day, ledger_bytes, sealed
 
 SUBJECT = "acct:ZQX-SUBJ-5150"
 OTHER = "acct:ZQX-OTHER-6260"
 THIRD = "acct:ZQX-THIRD-7370"
 DPO = "user:dpo"
-
-
-def sealed(ledger: Ledger, fact_id: str) -> bytes:
-    fact = ledger.db.facts.get(fact_id)
-    assert fact is not None
-    event = ledger.db.events.get(fact.assert_seq)
-    assert event is not None and event.value is not None
-    return bytes(event.value)
 
 
 def key_rows(ledger: Ledger, subject: str) -> list[tuple[int, bytes | None, str, str | None]]:
