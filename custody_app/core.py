@@ -35,6 +35,7 @@ from custody_app.readmodels import (
 )
 from custody_app.timeutil import Clock, WallClock, format_time
 from custody_app.values import ValueCodec
+from custody_app.vector_cells import CellIndex
 from store import LedgerFile, StoreError, open_ledger
 from store.rows import EventRow
 
@@ -53,6 +54,7 @@ class LedgerCore:
         self.keys = keys
         self.values = ValueCodec(keys)
         self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
+        self.cells = CellIndex()
         self.readonly = readonly
         self._rng = random.Random(id_seed) if id_seed is not None else None
         self._head: tuple[int, str, str] | None = None

@@ -81,6 +81,11 @@ class RecallPolicy(_Section):
     """Salience at or above this is hot (e.g. written or affirmed within about a day)."""
     cold: float = -1.5
     """Salience below this is cold (untouched for about three weeks at d = 0.5)."""
+    ann_min_facts: Annotated[int, Field(ge=100)] = 20_000
+    """From this many indexed facts on, vectors are clustered into about sqrt(n) k-means cells
+    and a query reads only the nearest cells (below it, every vector: exact search)."""
+    ann_probe: Annotated[float, Field(gt=0, le=1)] = 0.08
+    """Share of the cells a clustered vector search reads (1 = all of them, exact)."""
 
     @model_validator(mode="after")
     def _ordered(self) -> RecallPolicy:

@@ -15,6 +15,7 @@ from custody_app.models import PROVENANCES
 from custody_app.readmodels import FactView, RecallHit, RecallResult
 from custody_app.retention import window_for
 from custody_app.timeutil import parse_time
+from custody_app.vector_cells import unit
 from store.rows import FactRow
 
 if TYPE_CHECKING:
@@ -36,17 +37,18 @@ def _index_one(ledger: LedgerCore, fact: FactRow, status: str, value_text: str) 
     key = ledger._index_key()
     body = text.fact_text(fact.subject, fact.predicate, json.loads(value_text))
     terms = " ".join(text.term(key, w) for w in text.words(body))
-    vector = ledger.embedder.embed([body])[0]
+    vector = unit(ledger.embedder.embed([body])[0])
     assert ledger.keys is not None
     ledger.db.recall.add(fact.assert_seq, terms, _scope(ledger, status, fact.space, fact.subject),
-                         vector.tobytes(), status, fact.space, ledger.keys.subject_ref(fact.subject),
-                         ledger.embedder.name)
+                         ledger.cells.cell_for(ledger, vector), vector.tobytes(), status,
+                         fact.space, ledger.keys.subject_ref(fact.subject), ledger.embedder.name)
 
 
 def sync(ledger: LedgerCore, changes: list[tuple[FactRow, str | None]],
          fresh: dict[str, str]) -> None:
     """Keep the indexes equal to the believed facts, in the transaction of the event that
     changed belief. `fresh` holds value texts just written (no need to decrypt them)."""
+    delta = 0
     for fact, old in changes:
         want = INDEXED.get(fact.status)
         had = INDEXED.get(old) if old is not None else None
@@ -54,13 +56,17 @@ def sync(ledger: LedgerCore, changes: list[tuple[FactRow, str | None]],
             continue
         if want is None:
             ledger.db.recall.remove(fact.assert_seq)
+            delta -= 1
         elif had is None:
             value_text = fresh.get(fact.fact_id) or _stored_text(ledger, fact)
             if value_text is not None:
                 _index_one(ledger, fact, want, value_text)
+                delta += 1
         else:
             ledger.db.recall.set_status(fact.assert_seq, want,
                                         _scope(ledger, want, fact.space, fact.subject))
+    if delta:
+        ledger.cells.added(ledger, delta)
 
 
 def _stored_text(ledger: LedgerCore, fact: FactRow) -> str | None:
@@ -81,6 +87,7 @@ def rebuild_index(ledger: LedgerCore, progress: Callable[[int, int], None] | Non
             _index_one(ledger, fact, INDEXED[fact.status], value_text)
         if progress is not None and (n % 500 == 0 or n == len(believed)):
             progress(n, len(believed))
+    ledger.cells.rebuilt(ledger)
     return len(believed)
 
 
@@ -124,9 +131,12 @@ def _fused(lexical: list[int], vector: list[int]) -> list[tuple[int, float]]:
     return sorted(scores.items(), key=lambda item: -item[1])
 
 
-# A query term found in more than this share of the believed facts adds almost nothing to bm25
-# but makes FTS5 score every one of them; it is dropped (unless it is the only term).
-COMMON_TERM_SHARE = 0.2
+# A query term found in more than this share of the believed facts (and in more than
+# COMMON_TERM_DOCS of them) adds little to bm25 but makes FTS5 score every one of them: it is
+# dropped, unless it is the only term. At 100k facts 5% cut the median number of scored rows
+# from ~15k to ~4k (bench/results_recall.md); small ledgers keep every term.
+COMMON_TERM_SHARE = 0.05
+COMMON_TERM_DOCS = 500
 
 
 def _useful_terms(ledger: LedgerCore, terms: list[str]) -> list[str]:
@@ -136,8 +146,25 @@ def _useful_terms(ledger: LedgerCore, terms: list[str]) -> list[str]:
     if freq is None or len(terms) < 2:
         return terms
     total = max(sum(freq.pop(s) for s in statuses), 1)
-    kept = [t for t in terms if 0 < freq.get(t, 0) <= COMMON_TERM_SHARE * total]
+    limit = max(COMMON_TERM_SHARE * total, COMMON_TERM_DOCS)
+    kept = [t for t in terms if 0 < freq.get(t, 0) <= limit]
     return kept or terms
+
+
+def _vector_search(ledger: LedgerCore, cmd: Recall, statuses: tuple[str, ...],
+                   pool: int) -> tuple[list[int], list[int] | None]:
+    """sqlite-vec KNN over the cells nearest the query; when those cells hold fewer matches
+    than the pool (a rare space or subject filter), over every vector instead."""
+    query = unit(ledger.embedder.embed_query(cmd.query))
+    assert ledger.keys is not None
+    subject_ref = ledger.keys.subject_ref(cmd.subject) if cmd.subject is not None else None
+    cells = ledger.cells.probe(ledger, query, pool)
+    found = ledger.db.recall.vector(query.tobytes(), pool, statuses, cmd.space, subject_ref,
+                                    cells)
+    if cells is not None and len(found) < pool:
+        cells = None
+        found = ledger.db.recall.vector(query.tobytes(), pool, statuses, cmd.space, subject_ref)
+    return [seq for seq, _ in found], cells
 
 
 def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
@@ -149,7 +176,10 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
     if words and cmd.strategy != "vector":
         terms = _useful_terms(ledger, [text.term(key, w) for w in dict.fromkeys(words)])
         match = "terms: (" + " OR ".join(terms) + ")"
-        match += " AND scope: (" + " OR ".join(_STATUS_TOKEN[s] for s in statuses) + ")"
+        if not cmd.include_claimed:
+            # The index holds believed facts only, so live = not quarantined: FTS5 checks the
+            # short quarantined doclist instead of walking a live token that every fact has.
+            match += " NOT scope: " + _STATUS_TOKEN["quarantined"]
         if cmd.space is not None:
             match += " AND scope: " + text.term(key, "space:" + cmd.space)
         if cmd.subject is not None:
@@ -157,11 +187,9 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
         lexical = [seq for seq, _ in ledger.db.recall.lexical(match, pool)]
     assert ledger.keys is not None
     vector: list[int] = []
+    cells: list[int] | None = None
     if cmd.strategy != "lexical":
-        vector_query = ledger.embedder.embed_query(cmd.query).tobytes()
-        vector = [seq for seq, _ in ledger.db.recall.vector(
-            vector_query, pool, statuses, cmd.space,
-            ledger.keys.subject_ref(cmd.subject) if cmd.subject is not None else None)]
+        vector, cells = _vector_search(ledger, cmd, statuses, pool)
     # Hybrid needs query words; a query of stopwords only is answered by vectors alone.
     strategy = cmd.strategy if cmd.strategy != "hybrid" or words else "vector"
     now = parse_time(ledger._now())
@@ -190,7 +218,10 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
     if strategy != "vector":
         parts.append(f"FTS5 bm25 gave {len(lexical)} candidate(s)")
     if strategy != "lexical":
-        parts.append(f"sqlite-vec KNN ({ledger.embedder.name}, cosine) gave {len(vector)}")
+        where = ("every vector" if cells is None else
+                 f"the {len(cells)} nearest of {ledger.cells.count_cells(ledger)} k-means cells")
+        parts.append(f"sqlite-vec KNN ({ledger.embedder.name}, cosine) over {where} gave "
+                     f"{len(vector)}")
     note = (f"ranked inside SQLite: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
             f"facts inside the search; fused by reciprocal rank (k={RRF_K}); salience breaks "
             "ties")

@@ -1,4 +1,5 @@
-"""The recall indexes: FTS5 over keyed word hashes, and a sqlite-vec table filtered by status."""
+"""The recall indexes: FTS5 over keyed word hashes, and a sqlite-vec table filtered by status
+and partitioned into k-means cells (an inverted-file index: a query reads the nearest cells)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row
 """
 # Documents containing a term (fts5vocab 'row'): used to drop near-universal query terms.
 DOC_FREQ = "SELECT doc FROM recall_vocab WHERE term = ?"
+DATA_VERSION = "PRAGMA data_version"
 VOCAB_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vocab'"
 FTS_INSERT = "INSERT INTO recall_fts(rowid, terms, scope) VALUES (?, ?, ?)"
 FTS_DELETE = "DELETE FROM recall_fts WHERE rowid = ?"
@@ -22,8 +24,15 @@ FTS_SEARCH = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHERE re
               "ORDER BY bm25(recall_fts, 1.0, 0.0) LIMIT ?")
 FTS_COUNT = "SELECT count(*) FROM recall_fts"
 FTS_ROWIDS = "SELECT rowid FROM recall_fts ORDER BY rowid"
-VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, embedding, status, space, subject_ref, embedder) "
-              "VALUES (?, ?, ?, ?, ?, ?)")
+VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, cell, embedding, status, space, subject_ref, "
+              "embedder) VALUES (?, ?, ?, ?, ?, ?, ?)")
+VEC_ALL = "SELECT fact_seq, embedding, status, space, subject_ref, embedder FROM recall_vec"
+CELLS_CREATE = ("CREATE TABLE IF NOT EXISTS recall_cells(cell INTEGER PRIMARY KEY, "
+                "centroid BLOB NOT NULL)")
+CELLS_ALL = "SELECT cell, centroid FROM recall_cells ORDER BY cell"
+CELLS_INSERT = "INSERT INTO recall_cells(cell, centroid) VALUES (?, ?)"
+# Bumped when the index layout changes: an older layout is rebuilt at open like an embedder change.
+LAYOUT = "ivf-l2-1"
 VEC_DELETE = "DELETE FROM recall_vec WHERE fact_seq = ?"
 VEC_STATUS = "UPDATE recall_vec SET status = ? WHERE fact_seq = ?"
 VEC_COUNT = "SELECT count(*) FROM recall_vec"
@@ -38,33 +47,85 @@ class RecallStore:
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
+        self._freq: dict[str, int] = {}
+        self._freq_version: tuple[int, int] | None = None
 
     def embedder(self) -> tuple[str, int] | None:
         """(name, dimensions) of the embedder the vectors were made with, if any."""
         name = self._conn.execute(META_GET, ("embedder",)).fetchone()
         dims = self._conn.execute(META_GET, ("embedder_dims",)).fetchone()
-        return None if name is None or dims is None else (str(name[0]), int(dims[0]))
+        layout = self._conn.execute(META_GET, ("recall_layout",)).fetchone()
+        if name is None or dims is None or layout is None or layout[0] != LAYOUT:
+            return None
+        return (str(name[0]), int(dims[0]))
 
     def create(self, embedder: str, dimensions: int) -> None:
         """(Re)create both indexes empty for an embedder (inside the caller's transaction).
         vec0 tables are dropped and made anew, never renamed (a rename breaks them)."""
         self._conn.execute("DROP TABLE IF EXISTS recall_vocab")
         self._conn.execute("DROP TABLE IF EXISTS recall_fts")
-        self._conn.execute("DROP TABLE IF EXISTS recall_vec")
         self._conn.execute(CREATE_FTS)
+        self._create_vec(dimensions)
+        self._conn.execute(META_PUT, ("embedder", embedder))
+        self._conn.execute(META_PUT, ("embedder_dims", str(int(dimensions))))
+        self._conn.execute(META_PUT, ("recall_layout", LAYOUT))
+        self._new_cells(0)
+
+    def _new_cells(self, clustered_on: int) -> None:
+        """Record that the cells changed (readers reload their centroids) and how many vectors
+        they were clustered on (0: not clustered)."""
+        self._conn.execute(META_PUT, ("recall_cells_version", str(int(self.cells_version()) + 1)))
+        self._conn.execute(META_PUT, ("recall_cells_n", str(clustered_on)))
+
+    def clustered_on(self) -> int:
+        row = self._conn.execute(META_GET, ("recall_cells_n",)).fetchone()
+        return int(row[0]) if row else 0
+
+    def _create_vec(self, dimensions: int) -> None:
+        self._conn.execute("DROP TABLE IF EXISTS recall_vec")
+        self._conn.execute("DROP TABLE IF EXISTS recall_cells")
+        self._conn.execute(CELLS_CREATE)
         self._conn.execute(
             "CREATE VIRTUAL TABLE recall_vec USING vec0(fact_seq integer primary key, "
-            f"embedding float[{int(dimensions)}] distance_metric=cosine, status text, space text, "
+            # The cell (a k-means partition; 0 while the index is small and searched whole)
+            # lets a KNN read only the chunks of the cells nearest the query.
+            "cell integer partition key, "
+            # Embedders give unit vectors, so L2 ranks exactly as cosine (and is ~25% faster
+            # in sqlite-vec 0.1.9 here).
+            f"embedding float[{int(dimensions)}] distance_metric=L2, status text, space text, "
             # Chunks of 256 vectors: every insert rewrites a chunk's blob, and at the default
             # 1024 that cost 200 us per 1024-dim insert here.
             "subject_ref text, +embedder text, chunk_size=256)")
-        self._conn.execute(META_PUT, ("embedder", embedder))
-        self._conn.execute(META_PUT, ("embedder_dims", str(int(dimensions))))
 
-    def add(self, fact_seq: int, terms: str, scope: str, vector: bytes, status: str, space: str,
-            subject_ref: str, embedder: str) -> None:
+    def cells(self) -> list[tuple[int, bytes]]:
+        """The k-means centroids the vectors are partitioned by (none: one cell, exact search)."""
+        return [(int(c), bytes(b)) for c, b in self._conn.execute(CELLS_ALL)]
+
+    def cells_version(self) -> str:
+        row = self._conn.execute(META_GET, ("recall_cells_version",)).fetchone()
+        return str(row[0]) if row else "0"
+
+    def repartition(self, dimensions: int, centroids: list[bytes],
+                    rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+        """Replace the vector table with `rows` (fact_seq, cell, vector, status, space,
+        subject_ref, embedder) under new centroids (inside the caller's transaction). The old
+        table is dropped, not renamed; secure_delete zeroes its pages."""
+        self._create_vec(dimensions)
+        self._conn.executemany(CELLS_INSERT, enumerate(centroids))
+        self._conn.executemany(VEC_INSERT, rows)
+        self._new_cells(len(rows))
+
+    def vectors(self) -> list[tuple[int, bytes, str, str, str, str]]:
+        """Every row of the vector index: (fact_seq, vector, status, space, subject_ref,
+        embedder)."""
+        return [(int(r[0]), bytes(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]))
+                for r in self._conn.execute(VEC_ALL)]
+
+    def add(self, fact_seq: int, terms: str, scope: str, cell: int, vector: bytes, status: str,
+            space: str, subject_ref: str, embedder: str) -> None:
         self._conn.execute(FTS_INSERT, (fact_seq, terms, scope))
-        self._conn.execute(VEC_INSERT, (fact_seq, vector, status, space, subject_ref, embedder))
+        self._conn.execute(VEC_INSERT, (fact_seq, cell, vector, status, space, subject_ref,
+                                        embedder))
 
     def remove(self, fact_seq: int) -> None:
         self._conn.execute(FTS_DELETE, (fact_seq,))
@@ -80,13 +141,24 @@ class RecallStore:
         self._conn.execute(VEC_STATUS, (status, fact_seq))
 
     def doc_freq(self, terms: list[str]) -> dict[str, int] | None:
-        """How many indexed facts contain each term (None when the vocabulary is missing)."""
+        """How many indexed facts contain each term (None when the vocabulary is missing).
+        fts5vocab counts by walking a term's doclist, so counts are kept until this or another
+        connection changes the database."""
         if self._conn.execute(VOCAB_EXISTS).fetchone() is None:
             return None
+        row = self._conn.execute(DATA_VERSION).fetchone()
+        version = (int(row[0]) if row else 0, self._conn.total_changes())
+        if version != self._freq_version:
+            self._freq.clear()
+            self._freq_version = version
         out = {}
         for term in terms:
-            row = self._conn.execute(DOC_FREQ, (term,)).fetchone()
-            out[term] = int(row[0]) if row else 0
+            if term not in self._freq:
+                row = self._conn.execute(DOC_FREQ, (term,)).fetchone()
+                if len(self._freq) > 50_000:
+                    self._freq.clear()
+                self._freq[term] = int(row[0]) if row else 0
+            out[term] = self._freq[term]
         return out
 
     def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
@@ -96,10 +168,15 @@ class RecallStore:
             return []
 
     def vector(self, query: bytes, limit: int, statuses: tuple[str, ...], space: str | None,
-               subject_ref: str | None) -> list[tuple[int, float]]:
-        """KNN with the filters inside the search, so no filtered-out row takes a slot."""
+               subject_ref: str | None, cells: list[int] | None = None) -> list[tuple[int, float]]:
+        """KNN with the filters inside the search, so no filtered-out row takes a slot; with
+        `cells`, only those partitions are read (each gives up to `limit`; the nearest
+        `limit` of them all are returned)."""
         where = [f"status IN ({', '.join('?' * len(statuses))})"]
         params: list[object] = [query, limit, *statuses]
+        if cells is not None:
+            where.append(f"cell IN ({', '.join('?' * len(cells))})")
+            params.extend(cells)
         if space is not None:
             where.append("space = ?")
             params.append(space)
@@ -107,7 +184,10 @@ class RecallStore:
             where.append("subject_ref = ?")
             params.append(subject_ref)
         sql = ("SELECT fact_seq, distance FROM recall_vec WHERE embedding MATCH ? AND k = ? AND "
-               + " AND ".join(where) + " ORDER BY distance")
+               + " AND ".join(where))
+        # Each cell yields its own k nearest: SQLite merges them and keeps the nearest `limit`.
+        sql = (f"WITH hits AS MATERIALIZED ({sql}) "
+               f"SELECT fact_seq, distance FROM hits ORDER BY distance LIMIT {int(limit)}")
         return [(int(r), float(d)) for r, d in self._conn.execute(sql, params)]
 
     def counts(self) -> tuple[int, int]:

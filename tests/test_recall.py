@@ -266,7 +266,7 @@ def test_verify_reports_a_dead_fact_left_in_the_index(env: Env) -> None:
     vector = ledger.embedder.embed([fact_text("acct:1", "note", "violet umbrella stand")])[0]
     assert ledger.keys is not None
     with ledger.db.write():
-        ledger.db.recall.add(fact.assert_seq, "hdeadbeef", "zslive", vector.tobytes(), "live",
+        ledger.db.recall.add(fact.assert_seq, "hdeadbeef", "zslive", 0, vector.tobytes(), "live",
                              "org", ledger.keys.subject_ref("acct:1"), ledger.embedder.name)
     report = ledger.verify()
     assert not report.valid and report.index_problems
