@@ -131,6 +131,17 @@ def _fused(lexical: list[int], vector: list[int]) -> list[tuple[int, float]]:
     return sorted(scores.items(), key=lambda item: -item[1])
 
 
+def _top_with_ties(fused: list[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+    """The k best, and any further ones whose score ties the k-th (salience orders those):
+    only these are read and decrypted."""
+    out = [(seq, round(score, 6)) for seq, score in fused[:k]]
+    for seq, score in fused[k:]:
+        if round(score, 6) != out[-1][1]:
+            break
+        out.append((seq, round(score, 6)))
+    return out
+
+
 # A query term found in more than this share of the believed facts (and in more than
 # COMMON_TERM_DOCS of them) adds little to bm25 but makes FTS5 score every one of them: it is
 # dropped, unless it is the only term. At 100k facts 5% cut the median number of scored rows
@@ -151,6 +162,23 @@ def _useful_terms(ledger: LedgerCore, terms: list[str]) -> list[str]:
     return kept or terms
 
 
+def lexical_match(ledger: LedgerCore, words: list[str], include_claimed: bool,
+                  space: str | None, subject: str | None) -> str:
+    """The FTS5 MATCH expression for query words, with the filters inside it."""
+    key = ledger._index_key()
+    terms = _useful_terms(ledger, [text.term(key, w) for w in dict.fromkeys(words)])
+    match = "terms: (" + " OR ".join(terms) + ")"
+    if not include_claimed:
+        # The index holds believed facts only, so live = not quarantined: FTS5 checks the
+        # short quarantined doclist instead of walking a live token that every fact has.
+        match += " NOT scope: " + _STATUS_TOKEN["quarantined"]
+    if space is not None:
+        match += " AND scope: " + text.term(key, "space:" + space)
+    if subject is not None:
+        match += " AND scope: " + text.term(key, "subject:" + subject)
+    return match
+
+
 def _vector_search(ledger: LedgerCore, cmd: Recall, statuses: tuple[str, ...],
                    pool: int) -> tuple[list[int], list[int] | None]:
     """sqlite-vec KNN over the cells nearest the query; when those cells hold fewer matches
@@ -169,23 +197,12 @@ def _vector_search(ledger: LedgerCore, cmd: Recall, statuses: tuple[str, ...],
 
 def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
     statuses = ("live", "quarantined") if cmd.include_claimed else ("live",)
-    key = ledger._index_key()
     words = text.words(cmd.query)
     pool = max(cmd.k * 4, 50)
     lexical: list[int] = []
     if words and cmd.strategy != "vector":
-        terms = _useful_terms(ledger, [text.term(key, w) for w in dict.fromkeys(words)])
-        match = "terms: (" + " OR ".join(terms) + ")"
-        if not cmd.include_claimed:
-            # The index holds believed facts only, so live = not quarantined: FTS5 checks the
-            # short quarantined doclist instead of walking a live token that every fact has.
-            match += " NOT scope: " + _STATUS_TOKEN["quarantined"]
-        if cmd.space is not None:
-            match += " AND scope: " + text.term(key, "space:" + cmd.space)
-        if cmd.subject is not None:
-            match += " AND scope: " + text.term(key, "subject:" + cmd.subject)
+        match = lexical_match(ledger, words, cmd.include_claimed, cmd.space, cmd.subject)
         lexical = [seq for seq, _ in ledger.db.recall.lexical(match, pool)]
-    assert ledger.keys is not None
     vector: list[int] = []
     cells: list[int] | None = None
     if cmd.strategy != "lexical":
@@ -197,7 +214,7 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
     hits: list[RecallHit] = []
     lex_rank = {seq: i for i, seq in enumerate(lexical, start=1)}
     vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
-    for seq, score in fused[:cmd.k * 2]:
+    for seq, score in _top_with_ties(fused, cmd.k):
         fact = ledger.db.facts.get_by_seq(seq)
         if fact is None:
             continue
@@ -210,7 +227,7 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
                           provenance=PROVENANCES[effective_rank(fact)],
                           valid_from=fact.valid_from, valid_to=fact.valid_to, actor=fact.actor,
                           erased=value_text is None),
-            score=round(score, 6), lexical_rank=lex_rank.get(seq), vector_rank=vec_rank.get(seq),
+            score=score, lexical_rank=lex_rank.get(seq), vector_rank=vec_rank.get(seq),
             salience=b if math.isfinite(b) else -99.0, salience_class=salience_class(ledger, b)))
     # Salience only breaks ties between equal fused scores.
     hits.sort(key=lambda h: (-h.score, -h.salience))
