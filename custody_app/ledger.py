@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from custody_app import blast, erasure, lifecycle, reads, recall
+from custody_app import blast, erasure, evidence, lifecycle, reads, recall
 from custody_app.certificate import (
     ForgetResult,
     SubjectForgetResult,
@@ -42,6 +43,9 @@ from custody_app.commands import (
 )
 from custody_app.core import SYSTEM_ACTOR, LedgerCore
 from custody_app.errors import LedgerError
+from custody_app.evidence import EvidencePack
+from custody_app.export import ExportResult
+from custody_app.export import export as export_events
 from custody_app.models import PROV_RANK, PROVENANCES
 from custody_app.readmodels import (
     ActResult,
@@ -153,6 +157,16 @@ class Ledger(LedgerCore):
         """Everything that could have relied on a fact: sessions served it, their later writes
         and actions, derived facts, to a fixpoint. An upper bound."""
         return self._do(Blast, BlastResult, fact_id=fact_id)
+
+    def pack(self, fact_id: str) -> EvidencePack:
+        """One fact's whole story (events with their chain links, holds, blast radius, policy
+        texts, forget certificate), signed with the ledger's Ed25519 key."""
+        return evidence.build_pack(self, fact_id)
+
+    def export(self, path: str | Path) -> ExportResult:
+        """The whole event log as JSON Lines at `path` (erased values null), with a trailer
+        signed by the ledger key; `offline.verify_export` checks it from the file alone."""
+        return export_events(self, path)
 
     def explain(self, action_ref: str) -> ExplainResult:
         """What had been served to an action's session before it, and which of those facts
