@@ -41,6 +41,11 @@ class EvidencePack(ReadModel):
     signature: dict[str, str]
 
 
+def pack_text(pack: EvidencePack) -> str:
+    """A pack as its file holds it: canonical JSON (one line), so any changed byte shows."""
+    return canonical(pack.model_dump(mode="json")) + "\n"
+
+
 def event_record(row: EventRow, value_text: str | None) -> dict[str, Any]:
     """One event as packs and exports carry it: the hashed body, its chain links, and (asserts)
     the value with its salt, null where erased, so the commitment can be checked."""

@@ -56,7 +56,8 @@ def export(ledger: LedgerCore, path: str | Path) -> ExportResult:
                     if row.kind == "assert" and row.value is not None else None)
             record = event_record(row, text)
             record["line_hash"] = prev = line_hash(prev, record)
-            out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+            # Canonical JSON, so the checker can tell that not one byte of a line changed.
+            out.write(canonical(record) + "\n")
             count, head = count + 1, row.hash
         trailer: dict[str, Any] = {"format": EXPORT_FORMAT, "events": count, "head": head,
                                    "last_line_hash": prev, "exported_at": ledger._now()}
@@ -66,7 +67,7 @@ def export(ledger: LedgerCore, path: str | Path) -> ExportResult:
             fingerprint = crypto.public_fingerprint(pem)
             trailer.update(key_fingerprint=fingerprint, signature=crypto.sign(
                 ledger.keys.signing_key, trailer_statement(count, head, prev)))
-        out.write(json.dumps({"export": trailer}, separators=(",", ":")) + "\n")
+        out.write(canonical({"export": trailer}) + "\n")
     tmp.replace(target)
     return ExportResult(path=str(target), events=count, head=head, last_line_hash=prev,
                         signed=fingerprint is not None, key_fingerprint=fingerprint)

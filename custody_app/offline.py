@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,8 @@ def _check_signature(document: dict[str, Any], pem: str, problems: list[str]) ->
     sig = document.get("signature")
     if not isinstance(sig, dict) or not isinstance(sig.get("value"), str):
         problems.append("the pack carries no signature")
+    elif sig.get("alg") != "ed25519" or set(sig) != {"alg", "key_fingerprint", "value"}:
+        problems.append("the pack's signature block is not an ed25519 signature")
     elif sig.get("key_fingerprint") != fingerprint:
         problems.append(f"the pack was signed by key {sig.get('key_fingerprint')}, not by the "
                         f"given key {fingerprint}")
@@ -103,12 +106,23 @@ def _check_certificate(document: dict[str, Any], events: list[dict[str, Any]],
         problems.append(f"the forget certificate lists no erasure of {fact_id}")
 
 
-def verify_pack(document: Any, pem: str) -> OfflineReport:
-    """Check a pack with nothing but the pack and the ledger's public key (PEM)."""
+def verify_pack(pack: str | dict[str, Any], pem: str) -> OfflineReport:
+    """Check a pack with nothing but the pack (its file's text, or the parsed document) and the
+    ledger's public key (PEM)."""
     problems: list[str] = []
+    document: Any = pack
+    if isinstance(pack, str):
+        try:
+            document = json.loads(pack)
+        except ValueError as exc:
+            return OfflineReport(valid=False, what="pack", events=0,
+                                 problems=[f"the pack is not JSON: {exc}"])
+        if not _canonical_line(pack, document):
+            problems.append("the pack file is not the canonical JSON it was written as: it was "
+                            "edited")
     if not isinstance(document, dict) or document.get("format") != PACK_FORMAT:
         return OfflineReport(valid=False, what="pack", events=0,
-                             problems=[f"not a {PACK_FORMAT} document"])
+                             problems=[*problems, f"not a {PACK_FORMAT} document"])
     fingerprint = _check_signature(document, pem, problems)
     events = [e for e in document.get("events") or [] if isinstance(e, dict)]
     first_bad = None
@@ -161,37 +175,51 @@ def verify_pack(document: Any, pem: str) -> OfflineReport:
 
 # ---- exports -------------------------------------------------------------------------------
 
-def _lines(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open(encoding="utf-8") as handle:
+def _lines(path: Path) -> Iterator[tuple[int, str, Any]]:
+    with path.open(encoding="utf-8", newline="\n") as handle:
         for number, text in enumerate(handle, start=1):
             try:
-                yield number, json.loads(text)
+                yield number, text, json.loads(text)
             except ValueError:
-                yield number, None
+                yield number, text, None
+
+
+def _canonical_line(text: str, record: Any) -> bool:
+    """Is the line exactly as an export writes it (canonical JSON and one newline)?"""
+    try:
+        return text == canonical(record) + "\n"
+    except Exception:  # rfc8785 raises several types for what is not plain JSON
+        return False
 
 
 def verify_export(path: str | Path, pem: str | None = None) -> OfflineReport:
     """Recompute an export's chain from the file alone; with `pem`, also check its signed
     checkpoints and the trailer's signature."""
     path = Path(path)
-    checkpoints = [(r["seq"], canonical(r["event"])) for _, r in _lines(path)
+    checkpoints = [(r["seq"], canonical(r["event"])) for _, _, r in _lines(path)
                    if isinstance(r, dict) and r.get("kind") == "checkpoint"
                    and isinstance(r.get("event"), dict) and isinstance(r.get("seq"), int)]
     audit = CheckpointAudit(checkpoints, pem)
-    state: dict[str, Any] = {"line": 0, "prev": GENESIS, "trailer": None, "problem": None}
+    state: dict[str, Any] = {"line": 0, "prev": GENESIS, "trailer": None, "problem": None,
+                             "seq": None}
 
     def rows() -> Iterator[EventRow]:
-        for number, record in _lines(path):
+        for number, text, record in _lines(path):
             state["line"] = number
             if state["trailer"] is not None:
                 state["problem"] = f"line {number} comes after the export's trailer"
                 return
-            if isinstance(record, dict) and set(record) == {"export"}:
-                state["trailer"] = record["export"]
-                continue
             if not isinstance(record, dict):
                 state["problem"] = f"line {number} is not a JSON object"
                 return
+            state["seq"] = record.get("seq")
+            if not _canonical_line(text, record):
+                state["problem"] = (f"line {number} (seq {record.get('seq')}) was edited: it is "
+                                    "not the canonical JSON it was written as")
+                return
+            if set(record) == {"export"}:
+                state["trailer"] = record["export"]
+                continue
             expected = line_hash(state["prev"], record)
             if record.get("line_hash") != expected:
                 state["problem"] = (f"line {number} (seq {record.get('seq')}) was changed: it "
@@ -210,6 +238,8 @@ def verify_export(path: str | Path, pem: str | None = None) -> OfflineReport:
     if state["problem"] is not None:
         problems.append(state["problem"])
         bad_line = state["line"]
+        report = replace(report, first_bad_seq=state["seq"] if isinstance(state["seq"], int)
+                         else None)
     elif not report.valid:
         problems.append(f"line {state['line']}: {report.problem}")
         bad_line = state["line"]
