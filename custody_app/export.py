@@ -38,10 +38,10 @@ def line_hash(prev: str, record: dict[str, Any]) -> str:
     return hashlib.sha256(prev.encode("ascii") + body.encode("utf-8")).hexdigest()
 
 
-def trailer_statement(events: int, head: str | None, last_line_hash: str) -> bytes:
-    """The exact bytes an export's trailer signs."""
-    return canonical({"custody_export": 1, "events": events, "head": head,
-                      "last_line_hash": last_line_hash}).encode("utf-8")
+def trailer_statement(trailer_hash: str) -> bytes:
+    """The exact bytes an export's trailer signs: the hash of the trailer line, which covers
+    the trailer's fields and, through the chain of line hashes, every line before it."""
+    return canonical({"custody_export": 1, "line_hash": trailer_hash}).encode("utf-8")
 
 
 def export(ledger: LedgerCore, path: str | Path) -> ExportResult:
@@ -59,15 +59,16 @@ def export(ledger: LedgerCore, path: str | Path) -> ExportResult:
             # Canonical JSON, so the checker can tell that not one byte of a line changed.
             out.write(canonical(record) + "\n")
             count, head = count + 1, row.hash
-        trailer: dict[str, Any] = {"format": EXPORT_FORMAT, "events": count, "head": head,
-                                   "last_line_hash": prev, "exported_at": ledger._now()}
-        fingerprint = None
+        fingerprint = (crypto.public_fingerprint(ledger.keys.public_pem())
+                       if ledger.keys is not None else None)
+        trailer: dict[str, Any] = {"export": {
+            "format": EXPORT_FORMAT, "events": count, "head": head, "last_line_hash": prev,
+            "exported_at": ledger._now(), "key_fingerprint": fingerprint}}
+        trailer["line_hash"] = line_hash(prev, trailer)
         if ledger.keys is not None:
-            pem = ledger.keys.public_pem()
-            fingerprint = crypto.public_fingerprint(pem)
-            trailer.update(key_fingerprint=fingerprint, signature=crypto.sign(
-                ledger.keys.signing_key, trailer_statement(count, head, prev)))
-        out.write(canonical({"export": trailer}) + "\n")
+            trailer["signature"] = crypto.sign(ledger.keys.signing_key,
+                                               trailer_statement(trailer["line_hash"]))
+        out.write(canonical(trailer) + "\n")
     tmp.replace(target)
     return ExportResult(path=str(target), events=count, head=head, last_line_hash=prev,
                         signed=fingerprint is not None, key_fingerprint=fingerprint)

@@ -13,7 +13,7 @@ from custody_app import crypto
 from custody_app.chain import GENESIS, canonical, check_event, commitment, verify_chain
 from custody_app.checkpoints import CheckpointAudit, statement
 from custody_app.evidence import PACK_FORMAT, signed_bytes
-from custody_app.export import line_hash, trailer_statement
+from custody_app.export import EXPORT_FORMAT, line_hash, trailer_statement
 from custody_app.readmodels import ReadModel
 from store.rows import EventRow
 
@@ -201,7 +201,7 @@ def verify_export(path: str | Path, pem: str | None = None) -> OfflineReport:
                    and isinstance(r.get("event"), dict) and isinstance(r.get("seq"), int)]
     audit = CheckpointAudit(checkpoints, pem)
     state: dict[str, Any] = {"line": 0, "prev": GENESIS, "trailer": None, "problem": None,
-                             "seq": None}
+                             "seq": None, "last_seq": 0}
 
     def rows() -> Iterator[EventRow]:
         for number, text, record in _lines(path):
@@ -217,9 +217,15 @@ def verify_export(path: str | Path, pem: str | None = None) -> OfflineReport:
                 state["problem"] = (f"line {number} (seq {record.get('seq')}) was edited: it is "
                                     "not the canonical JSON it was written as")
                 return
-            if set(record) == {"export"}:
-                state["trailer"] = record["export"]
+            if "export" in record:
+                state["trailer"], state["trailer_line"] = record, number
                 continue
+            wanted = state["last_seq"] + 1
+            if record.get("seq") != wanted:
+                state["problem"] = (f"line {number}: event {wanted} is missing or out of order "
+                                    f"(this line holds seq {record.get('seq')})")
+                return
+            state["last_seq"] = wanted
             expected = line_hash(state["prev"], record)
             if record.get("line_hash") != expected:
                 state["problem"] = (f"line {number} (seq {record.get('seq')}) was changed: it "
@@ -246,24 +252,34 @@ def verify_export(path: str | Path, pem: str | None = None) -> OfflineReport:
     signed = False
     trailer = state["trailer"]
     if not problems:
-        if not isinstance(trailer, dict):
+        bad_line = state.get("trailer_line")
+        summary = trailer.get("export") if isinstance(trailer, dict) else None
+        if not isinstance(summary, dict) or not isinstance(trailer, dict):
             problems.append("the export has no trailer: it was cut short or is not an export")
-        elif (trailer.get("events") != report.events or trailer.get("head") != report.head
-              or trailer.get("last_line_hash") != state["prev"]):
-            problems.append(f"the trailer vouches for {trailer.get('events')} event(s) ending "
-                            f"{str(trailer.get('head'))[:12]}..., but the file holds "
+        elif trailer.get("line_hash") != line_hash(state["prev"], {"export": summary}):
+            problems.append(f"line {bad_line} (the trailer) was changed: it does not match its "
+                            "line hash")
+        elif summary.get("format") != EXPORT_FORMAT:
+            problems.append(f"the trailer names format {summary.get('format')!r}, not "
+                            f"{EXPORT_FORMAT}")
+        elif (summary.get("events") != report.events or summary.get("head") != report.head
+              or summary.get("last_line_hash") != state["prev"]):
+            problems.append(f"the trailer vouches for {summary.get('events')} event(s) ending "
+                            f"{str(summary.get('head'))[:12]}..., but the file holds "
                             f"{report.events} ending {str(report.head)[:12]}...: lines were "
                             "removed or added")
         elif pem is not None:
             signed = True
             fingerprint = crypto.public_fingerprint(pem)
-            if trailer.get("key_fingerprint") != fingerprint:
-                problems.append(f"the export was signed by key {trailer.get('key_fingerprint')},"
+            if summary.get("key_fingerprint") != fingerprint:
+                problems.append(f"the export was signed by key {summary.get('key_fingerprint')},"
                                 f" not by the given key {fingerprint}")
-            elif not crypto.verify_signature(pem, trailer_statement(
-                    report.events, report.head, state["prev"]), str(trailer.get("signature"))):
+            elif not crypto.verify_signature(pem, trailer_statement(str(trailer["line_hash"])),
+                                             str(trailer.get("signature"))):
                 problems.append("the export's trailer signature does not verify under the "
                                 "given key")
+        if not problems:
+            bad_line = None
     return OfflineReport(valid=not problems, what="export", events=report.events,
                          problems=problems, first_bad_seq=report.first_bad_seq,
                          first_bad_line=bad_line,
