@@ -68,18 +68,14 @@ def _action(seq: int, tx_at: str, actor: str, body: dict[str, Any], hash_: str) 
                        args_digest=body.get("args_digest"))
 
 
-def _events(db: LedgerFile, seqs: list[int]) -> dict[int, tuple[str, str, str, dict[str, Any]]]:
-    """seq -> (kind, tx_at, actor, body) for several events."""
-    return {q: (k, t, a, json.loads(b)) for q, k, t, a, b in db.sessions.events_by_seq(seqs)}
+def _events(db: LedgerFile, seqs: list[int]) -> dict[int, tuple[str, str, str, str]]:
+    """seq -> (kind, tx_at, actor, hash) for several events."""
+    return {q: (k, t, a, h) for q, k, t, a, _, h in db.sessions.events_by_seq(seqs)}
 
 
 def _actions(db: LedgerFile, seqs: list[int]) -> dict[int, BlastAction]:
-    out = {}
-    for seq in sorted(set(seqs)):
-        row = db.events.get(seq)
-        if row is not None:
-            out[seq] = _action(seq, row.tx_at, row.actor, json.loads(row.body), row.hash)
-    return out
+    return {q: _action(q, t, a, json.loads(b), h)
+            for q, k, t, a, b, h in db.sessions.events_by_seq(seqs) if k == "acted"}
 
 
 def _collect(db: LedgerFile, name: str, state: _Session, after: int, before: int | None,

@@ -26,7 +26,7 @@ ACTIONS_BY_REF = "SELECT seq FROM session_events WHERE ref = ? AND kind = 'acted
 SERVED_BEFORE = """
 SELECT fact_id, min(seq), count(*) FROM served_facts WHERE session = ? AND seq < ?
 GROUP BY fact_id ORDER BY min(seq), fact_id"""
-EVENTS_BY_SEQS = ("SELECT seq, kind, tx_at, actor, body FROM events "
+EVENTS_BY_SEQS = ("SELECT seq, kind, tx_at, actor, body, hash FROM events "
                   "WHERE seq IN (SELECT value FROM json_each(?)) ORDER BY seq")
 ALL_SERVED = "SELECT fact_id, session, seq FROM served_facts ORDER BY fact_id, session, seq"
 ALL_EVENTS = "SELECT session, seq, kind, fact_id, ref FROM session_events ORDER BY session, seq"
@@ -75,11 +75,11 @@ class SessionStore:
         return [(str(f), int(q), int(n)) for f, q, n in
                 self._conn.execute(SERVED_BEFORE, (session, seq))]
 
-    def events_by_seq(self, seqs: list[int]) -> list[tuple[int, str, str, str, str]]:
-        """(seq, kind, tx_at, actor, body) of several events in one query."""
+    def events_by_seq(self, seqs: list[int]) -> list[tuple[int, str, str, str, str, str]]:
+        """(seq, kind, tx_at, actor, body, hash) of several events in one query."""
         if not seqs:
             return []
-        return [(int(q), str(k), str(t), str(a), str(b)) for q, k, t, a, b in
+        return [(int(q), str(k), str(t), str(a), str(b), str(h)) for q, k, t, a, b, h in
                 self._conn.execute(EVENTS_BY_SEQS, (json.dumps(sorted(set(seqs))),))]
 
     def dump(self) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]],
