@@ -64,6 +64,9 @@ def offline(args: argparse.Namespace) -> int | None:
     """`pack --verify` and `verify --export` need no ledger: run them here, else None."""
     try:
         if args.command == "verify" and getattr(args, "export", None):
+            if not Path(args.export).is_file():
+                raise LedgerError("export_unreadable", f"cannot read export {args.export}: no "
+                                  "such file")
             return _report(verify_export(args.export, _read_key(args.key) if args.key else None))
         if args.command == "pack" and args.verify:
             if not args.key:

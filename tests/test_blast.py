@@ -297,3 +297,41 @@ def test_schema_upgrade_backfills_the_session_index(tmp_path: Path) -> None:
         assert reopened.db.conn.pragma("user_version") == 2
         assert reopened.blast(root) == expected
         assert reopened.rebuild().differences == []
+
+
+# ---- the command line -------------------------------------------------------------------------
+
+def test_blast_and_explain_subcommands(tmp_path: Path) -> None:
+    from tests.test_batch_cli import cli, results
+
+    path = tmp_path / "inc.db"
+    done = cli("--batch", INCIDENT, "--ledger", path, "--manual-clock", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [plan] = [r["result"]["fact_id"] for r in results(done) if r["id"] == "wrong-plan"]
+    text = cli("blast", plan, "--ledger", path)
+    assert text.returncode == 0, text.stderr
+    out = text.stdout
+    assert f"Blast radius of {plan} (acct:4520 plan), now retracted" in out
+    assert "ended by retract" in out and "user:maria" in out
+    assert "2 session(s), 1 action(s), 4 belief(s) of which 4 still believed" in out
+    assert "acted billing.issue_refund RF-2026-0412" in out
+    assert "INCOMPLETE session sess_0403_nightly" in out and "upper bound" in out
+    assert "sess_0401_hooli" not in out
+    as_json = json.loads(cli("blast", plan, "--ledger", path, "--json").stdout)
+    assert as_json["incomplete_sessions"] == ["sess_0403_nightly"]
+    text = cli("explain", "RF-2026-0412", "--ledger", path)
+    assert text.returncode == 0, text.stderr
+    assert f"{plan} acct:4520 plan" in text.stdout and "now retracted" in text.stdout
+    assert f"since retracted or erased: {plan}" in text.stdout
+    assert json.loads(cli("explain", "RF-2026-0412", "--ledger", path, "--json").stdout)[
+        "served"][0]["ended_by_kind"] == "retract"
+    missing = cli("explain", "RF-404", "--ledger", path)
+    assert missing.returncode == 1 and "unknown_action" in missing.stderr
+    missing = cli("blast", "f_nope", "--ledger", path)
+    assert missing.returncode == 1 and "unknown_fact" in missing.stderr
+    usage = cli("pack", plan, "--ledger", path)
+    assert usage.returncode == 2 and "--out" in usage.stderr
+    usage = cli("pack", "--verify", tmp_path / "x.json")
+    assert usage.returncode == 2 and "--key" in usage.stderr
+    gone = cli("verify", "--export", tmp_path / "nope.jsonl")
+    assert gone.returncode == 1 and "export_unreadable" in gone.stderr
