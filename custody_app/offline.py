@@ -106,6 +106,31 @@ def _check_certificate(document: dict[str, Any], events: list[dict[str, Any]],
         problems.append(f"the forget certificate lists no erasure of {fact_id}")
 
 
+def _check_blast(radius: Any, related: list[dict[str, Any]], problems: list[str]) -> None:
+    """Each action and each session's first read in the blast radius is a hashed event here."""
+    if not isinstance(radius, dict):
+        problems.append("the pack holds no blast radius")
+        return
+    by_seq = {e.get("seq"): e for e in related}
+    for action in radius.get("actions") or []:
+        event = by_seq.get(action.get("seq"), {})
+        body = event.get("event", {})
+        if (event.get("kind") != "acted" or event.get("hash") != action.get("event_id")
+                or any(body.get(k) != action.get(k) for k in ("session", "tool", "ref", "outcome"))):
+            problems.append(f"the blast radius names action {action.get('ref')} (seq "
+                            f"{action.get('seq')}), which no acted event in the pack matches")
+    for session in radius.get("sessions") or []:
+        seq = session.get("first_served_seq")
+        if seq is None:
+            continue
+        body = by_seq.get(seq, {}).get("event", {})
+        if (body.get("kind") != "served" or body.get("session") != session.get("session")
+                or not set(session.get("served") or []) & set(body.get("fact_ids") or [])):
+            problems.append(f"the blast radius says session {session.get('session')} was served "
+                            f"a reached fact at seq {seq}, which no served event in the pack "
+                            "matches")
+
+
 def verify_pack(pack: str | dict[str, Any], pem: str) -> OfflineReport:
     """Check a pack with nothing but the pack (its file's text, or the parsed document) and the
     ledger's public key (PEM)."""
@@ -136,7 +161,14 @@ def verify_pack(pack: str | dict[str, Any], pem: str) -> OfflineReport:
         before = by_seq.get(e.get("seq", 0) - 1) if isinstance(e.get("seq"), int) else None
         if before is not None and e.get("prev_hash") != before.get("hash"):
             problems.append(f"event {e.get('seq')} does not link to event {before.get('seq')}")
-    manifest = [[e.get("seq"), e.get("hash")] for e in events]
+    related = [e for e in document.get("related_events") or [] if isinstance(e, dict)]
+    for event in related:
+        problem = _event_problem(event)
+        if problem is not None:
+            problems.append(problem)
+            first_bad = first_bad or event.get("seq")
+    _check_blast(document.get("blast"), related, problems)
+    manifest = [[e.get("seq"), e.get("hash")] for e in [*events, *related]]
     if manifest != document.get("manifest"):
         listed = {tuple(m) for m in document.get("manifest") or [] if isinstance(m, list)}
         missing = sorted(str(s) for s, _ in listed - {tuple(m) for m in manifest})

@@ -153,7 +153,20 @@ def test_pack_holds_the_whole_story_and_verifies(sample: Incident, tmp_path: Pat
     assert pack.blast["root"]["fact_id"] == root and len(pack.blast["facts"]) == 4
     assert pack.policies and pack.policies[0]["hash"] == pack.events[0]["policy_hash"]
     assert pack.checkpoint is not None and pack.forget_certificate is None
+    assert sorted(e["kind"] for e in pack.related_events) == ["acted", "served", "served"]
     assert verify_pack(pack_text(pack), _pem(sample)).valid
+    # the blast radius rests on hashed events: a doctored action fails even when re-signed
+    assert sample.ledger.keys is not None
+    doctored = pack.model_dump(mode="json")
+    doctored["blast"]["actions"][0]["outcome"] = "declined"
+    report = verify_pack(_resign(doctored, sample.ledger.keys.signing_key), _pem(sample))
+    assert report.problems == ["the blast radius names action RF-2026-0412 (seq "
+                               f"{pack.blast['actions'][0]['seq']}), which no acted event in the "
+                               "pack matches"]
+    doctored = pack.model_dump(mode="json")
+    doctored["blast"]["sessions"][1]["session"] = "sess_someone_else"
+    report = verify_pack(_resign(doctored, sample.ledger.keys.signing_key), _pem(sample))
+    assert len(report.problems) == 1 and "sess_someone_else" in report.problems[0]
     out = tmp_path / "pack.json"
     done = cli("pack", root, "--ledger", sample.ledger.db.path, "--out", out)
     assert done.returncode == 0, done.stderr
