@@ -122,6 +122,32 @@ def score(ledger: Ledger, ids: dict[str, str], queries: list[dict[str, Any]],
             for kind, rows in per.items()}
 
 
+FUSION_WEIGHTS = (0.5, 1.0, 2.0, 3.0)
+SWEEPS: list[tuple[str, float, float, dict[str, float]]] = []
+
+
+def fusion_sweep(ledger: Ledger, ids: dict[str, str], queries: list[dict[str, Any]]) -> None:
+    """Hybrid quality at several vector weights in the fusion (the embedder's own marked)."""
+    orig = recall_mod.fused
+    try:
+        for w in FUSION_WEIGHTS:
+            recall_mod.fused = functools.partial(orig, vector_weight=w)  # type: ignore[assignment]
+            SWEEPS.append((ledger.embedder.name, w, ledger.embedder.fusion_weight,
+                           score(ledger, ids, queries, "hybrid")["all"]))
+    finally:
+        recall_mod.fused = orig
+
+
+def render_sweeps() -> str:
+    lines = ["### Fusion weights (hybrid; vector ranking weighted against bm25's 1.0 in "
+             "reciprocal rank fusion; * = the embedder's `fusion_weight`, used by recall)", "",
+             "| embedder | vector weight | recall@1 | recall@10 | MRR |", "| --- | --- | --- | --- | --- |"]
+    for name, w, mine, a in SWEEPS:
+        lines.append(f"| {name} | {w:g}{' *' if w == mine else ''} | {a['r@1']:.3f} | "
+                     f"{a['r@10']:.3f} | {a['mrr']:.3f} |")
+    return "\n".join(lines)
+
+
 def other_embedders(tmp: Path, names: list[str]) -> list[tuple[str, dict[str, Any], float]]:
     """Quality of each extra embedder (default tokenizer), for the three strategies."""
     data = json.loads(DATA.read_text(encoding="utf-8"))
@@ -136,6 +162,7 @@ def other_embedders(tmp: Path, names: list[str]) -> list[tuple[str, dict[str, An
         ids = load_set(ledger, clock, data["facts"])
         load_s = time.perf_counter() - t0
         res = {s: score(ledger, ids, data["queries"], s) for s in STRATEGIES}
+        fusion_sweep(ledger, ids, data["queries"])
         out.append((ledger.embedder.name, res, load_s))
         ledger.close()
     return out
@@ -176,6 +203,8 @@ def quality(tmp: Path) -> dict[str, Any]:
             for strategy in strategies:
                 results[(name, strategy)] = score(ledger, ids, data["queries"], strategy)
                 log(f"  {name} / {strategy}: r@10 {results[(name, strategy)]['all']['r@10']:.3f}")
+            if i == 0:
+                fusion_sweep(ledger, ids, data["queries"])
             ledger.close()
         finally:
             text_mod.words = ORIG_WORDS
@@ -541,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             extra = [e for e in args.embedders.split(",") if e.strip()]
             if extra:
                 parts.append(render_embedders(other_embedders(tmp, extra)))
+            parts.append(render_sweeps())
         if not args.skip_latency and sizes:
             facts = synth_facts(sizes[-1], args.seed)
             ledger, clock = fresh_ledger(tmp, "latency", START)

@@ -123,11 +123,13 @@ def salience_class(ledger: LedgerCore, value: float) -> str:
     return "hot" if value >= pol.hot else "cold" if value < pol.cold else "warm"
 
 
-def _fused(lexical: list[int], vector: list[int]) -> list[tuple[int, float]]:
+def fused(lexical: list[int], vector: list[int],
+          vector_weight: float = 1.0) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion: sum of weight / (RRF_K + rank) over both rankings."""
     scores: dict[int, float] = {}
-    for ranking in (lexical, vector):
+    for weight, ranking in ((1.0, lexical), (vector_weight, vector)):
         for rank, seq in enumerate(ranking, start=1):
-            scores[seq] = scores.get(seq, 0.0) + 1.0 / (RRF_K + rank)
+            scores[seq] = scores.get(seq, 0.0) + weight / (RRF_K + rank)
     return sorted(scores.items(), key=lambda item: -item[1])
 
 
@@ -210,11 +212,11 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
     # Hybrid needs query words; a query of stopwords only is answered by vectors alone.
     strategy = cmd.strategy if cmd.strategy != "hybrid" or words else "vector"
     now = parse_time(ledger._now())
-    fused = _fused(lexical, vector)
+    ranked = fused(lexical, vector, ledger.embedder.fusion_weight)
     hits: list[RecallHit] = []
     lex_rank = {seq: i for i, seq in enumerate(lexical, start=1)}
     vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
-    for seq, score in _top_with_ties(fused, cmd.k):
+    for seq, score in _top_with_ties(ranked, cmd.k):
         fact = ledger.db.facts.get_by_seq(seq)
         if fact is None:
             continue
@@ -240,7 +242,7 @@ def recall(ledger: LedgerCore, cmd: Recall) -> RecallResult:
         parts.append(f"sqlite-vec KNN ({ledger.embedder.name}, cosine) over {where} gave "
                      f"{len(vector)}")
     note = (f"ranked inside SQLite: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
-            f"facts inside the search; fused by reciprocal rank (k={RRF_K}); salience breaks "
-            "ties")
+            f"facts inside the search; fused by reciprocal rank (k={RRF_K}, vector weight "
+            f"{ledger.embedder.fusion_weight:g}); salience breaks ties")
     return RecallResult(query=cmd.query, strategy=strategy, note=note,
                         embedder=ledger.embedder.name, results=hits[:cmd.k])
