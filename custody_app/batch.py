@@ -48,6 +48,10 @@ class _Aliases:
             data["sources"] = [self.resolve(s) for s in data["sources"]]
 
 
+# Public name for callers that run ops one at a time (the eval harness).
+Aliases = _Aliases
+
+
 def _lines(stream: Iterable[str]) -> Iterator[tuple[int, str]]:
     for number, text in enumerate(stream, start=1):
         stripped = text.strip()

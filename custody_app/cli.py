@@ -45,7 +45,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _main_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="custody-app",
-        description="Governed memory for AI agents. Subcommands: " + ", ".join(SUBCOMMANDS)
+        description="Governed memory for AI agents. Subcommands: " + ", ".join((*SUBCOMMANDS, "eval"))
         + " (custody-app SUBCOMMAND --help).",
     )
     p.add_argument("ledger_path", nargs="?", metavar="LEDGER", help="ledger file")
@@ -298,6 +298,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "eval":
+        from custody_app.evaluation.cli import eval_main
+        return eval_main(argv[1:])
     if argv and argv[0] in SUBCOMMANDS:
         return _subcommand(argv)
     args = _main_parser().parse_args(argv)
