@@ -174,7 +174,8 @@ class ConcurrencyStats:
     events: int = 0
 
 
-def concurrency_run(path: Path, *, seconds: float = 6.0, seed: int = 11) -> ConcurrencyStats:
+def concurrency_run(path: Path, *, seconds: float = 6.0, seed: int = 11,
+                    forget_rate: float = 0.02) -> ConcurrencyStats:
     """Two writer processes and a reader process on one ledger for `seconds` (after all three
     are ready): no refusal and no crash reaches them, the chain stays linear and verifies, and
     what the reader sees only moves forward."""
@@ -183,7 +184,7 @@ def concurrency_run(path: Path, *, seconds: float = 6.0, seed: int = 11) -> Conc
         ledger.checkpoint() if ledger.db.events.head() else None
     start_at = time.time() + 4.0
     deadline = start_at + seconds
-    procs = [spawn("writer", path, seed + i, deadline, forget_rate=0.01) for i in range(2)]
+    procs = [spawn("writer", path, seed + i, deadline, forget_rate=forget_rate) for i in range(2)]
     procs.append(spawn("reader", path, seed + 2, deadline))
     outs = [Collector(p) for p in procs]
     for p in procs:
