@@ -30,7 +30,10 @@ def parse_time(text: str, field: str = "time") -> datetime:
         raise LedgerError(
             "invalid_time", f"{field} {text!r} has no time zone; add Z or an offset"
         )
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise LedgerError("invalid_time", f"{field} {text!r} is out of range in UTC") from None
 
 
 def normalise(text: str, field: str = "time") -> str:
