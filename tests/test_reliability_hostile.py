@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from custody_app.batch import run_batch
+from custody_app.errors import LedgerError
 from custody_app.ledger import Ledger
 from custody_app.timeutil import ManualClock
 from tests.hostile import check_line, hostile_lines, valid_setup
@@ -69,10 +70,11 @@ def test_lines_that_used_to_crash_the_runner(tmp_path: Path, line: str) -> None:
 
 
 def test_deep_value_through_the_python_api_is_a_coded_refusal(tmp_path: Path) -> None:
-    from custody_app.errors import LedgerError
+    deep: object = 1
+    for _ in range(50):
+        deep = [deep]
     with Ledger.open(tmp_path / "h.db") as ledger, pytest.raises(LedgerError) as caught:
-        ledger.assert_fact("a:1", "p", [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
-                           actor="agent:x", cause={"kind": "tool", "ref": "r"})
+        ledger.assert_fact("a:1", "p", deep, actor="agent:x", cause={"kind": "tool", "ref": "r"})
     assert caught.value.code == "bad_request" and "deeper than" in caught.value.message
 
 
