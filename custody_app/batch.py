@@ -138,6 +138,18 @@ def result_line(result: dict[str, Any]) -> str:
     return text + "\n"
 
 
+def _group_failed(pending: list[dict[str, Any]], exc: LedgerError, outcome: BatchOutcome,
+                  fail_fast: bool) -> None:
+    for result in pending:
+        if result["ok"]:
+            outcome.ok -= 1
+            outcome.failed += 1
+            result.pop("result", None)
+            result.update(ok=False, error=exc.to_json())
+            outcome.first_failure = outcome.first_failure or result
+    outcome.stopped = outcome.stopped or (fail_fast and bool(pending))
+
+
 # Erasure ops run in a transaction of their own, so their WAL checkpoint and byte scan see
 # the erasure committed.
 _STANDALONE = ("forget", "forget_subject", "sweep")
@@ -194,6 +206,10 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
                     if fail_fast:
                         outcome.stopped = True
                         break
+        except LedgerError as exc:
+            # The group's transaction did not commit (e.g. disk_full): none of its ops stands.
+            aliases.names = saved
+            _group_failed(pending, exc, outcome, fail_fast)
         except BaseException:
             aliases.names = saved
             raise
@@ -204,7 +220,11 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
         if outcome.stopped:
             break
     if sign and ledger.keys is not None and ledger.db.events.head() != head_before:
-        ledger.checkpoint()
+        try:
+            ledger.checkpoint()
+        except LedgerError as exc:  # e.g. disk_full: the ops' results above stand
+            sys.stderr.write(f"custody-app: the closing signed checkpoint was not written: "
+                             f"{exc.message} ({exc.code})\n")
     if outcome.stopped and outcome.first_failure is not None:
         f = outcome.first_failure
         sys.stderr.write(f"custody-app: stopped at line {f['line']} ({f['error']['code']}): "
