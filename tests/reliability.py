@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from custody_app.ledger import Ledger
 
@@ -217,3 +218,151 @@ def concurrency_run(path: Path, *, seconds: float = 6.0, seed: int = 11,
         stats.events = ledger.verify().events
     stats.seconds = seconds
     return stats
+
+
+# ---- tampering -------------------------------------------------------------------------------
+@dataclass
+class TamperCase:
+    kind: str
+    seq: int
+    detected: bool
+    located: bool
+    problem: str
+
+
+def build_tamper_base(path: Path, *, events: int = 36, checkpoint_every: int = 6) -> None:
+    """A ledger of asserts, supersessions, retractions and reviews with a signed checkpoint every
+    few events and one at the end (the files are closed, so copies are self-contained)."""
+    cause = {"kind": "tool", "ref": "t#1"}
+    rng = random.Random(3)
+    with Ledger.open(path) as ledger:
+        live: list[str] = []
+        while ledger.db.events.count() < events:
+            n = ledger.db.events.count()
+            if n and n % checkpoint_every == 0:
+                ledger.checkpoint()
+                continue
+            roll = rng.random()
+            if roll < 0.6 or not live:
+                r = ledger.assert_fact(f"acct:{n % 7}", "plan", {"tier": f"t{n}"}, actor="agent:a",
+                                       cause=cause, provenance=rng.choice(["attested", "claimed"]))
+                live.append(r.fact_id)
+            elif roll < 0.8:
+                ledger.retract(live.pop(0), actor="user:m", reason="wrong")
+            else:
+                try:
+                    ledger.confirm(live[-1], actor="user:rev")
+                except Exception:  # noqa: BLE001 - not quarantined: affirm it instead
+                    ledger.affirm(live[-1], actor="agent:a")
+        ledger.checkpoint()
+
+
+def _copy(base: Path, target: Path) -> None:
+    import shutil
+    for suffix in ("", ".keys", ".keys.master", ".pub"):
+        if Path(f"{base}{suffix}").exists():
+            shutil.copyfile(f"{base}{suffix}", f"{target}{suffix}")
+
+
+def _raw(path: Path) -> Any:
+    import sqlite3
+    con = sqlite3.connect(path)
+    con.execute("DROP TRIGGER IF EXISTS events_append_only_update")
+    con.execute("DROP TRIGGER IF EXISTS events_append_only_delete")
+    con.execute("DROP TRIGGER IF EXISTS events_no_replace")
+    return con
+
+
+def _flip(text: str, at: int) -> str:
+    c = text[at]
+    return text[:at] + ("0" if c != "0" else "1") + text[at + 1:]
+
+
+def _recompute_from(con: Any, seq: int) -> None:
+    """Re-hash every event from `seq` on exactly as the ledger does (what an attacker with the
+    file and this code can do), so a plain chain walk passes."""
+    from custody_app.chain import GENESIS, event_hash
+    prev = GENESIS
+    for s, body, old_hash in con.execute("SELECT seq, body, hash FROM events ORDER BY seq").fetchall():
+        if s < seq:
+            prev = old_hash
+            continue
+        new_hash = event_hash(prev, body)
+        con.execute("UPDATE events SET prev_hash = ?, hash = ? WHERE seq = ?", (prev, new_hash, s))
+        prev = new_hash
+
+
+def tamper_cases(base: Path, work: Path) -> list[TamperCase]:
+    """Every tampering of the base ledger we model, each verified on its own copy."""
+    from custody_app.chain import canonical
+    with Ledger.open(base, readonly=True) as ledger:
+        rows = ledger.events()
+        checkpointed = sorted(json.loads(r.body)["checkpoint_seq"] for r in rows
+                              if r.kind == "checkpoint")
+    last = rows[-1].seq
+    plans: list[tuple[str, int, Any]] = []
+    for r in rows:
+        plans.append(("changed byte: body", r.seq, ("body", _flip(r.body, len(r.body) // 2))))
+        plans.append(("changed byte: hash", r.seq, ("hash", _flip(r.hash, 7))))
+        plans.append(("changed byte: prev_hash", r.seq, ("prev_hash", _flip(r.prev_hash, 7))))
+        plans.append(("changed byte: tx_at", r.seq, ("tx_at", _flip(r.tx_at, 20))))
+        if r.value is not None:
+            blob = bytearray(r.value)
+            blob[len(blob) // 2] ^= 0x01
+            plans.append(("changed byte: value", r.seq, ("value", bytes(blob))))
+        if r.seq < last:  # a cut-off tail is not detectable: see the README's limits
+            plans.append(("deleted event", r.seq, None))
+            plans.append(("reordered events", r.seq, None))
+        if r.seq <= checkpointed[-1] and r.kind == "assert":
+            body = json.loads(r.body)
+            body["space"] = "team:attacker"
+            plans.append(("chain recomputed after an edit", r.seq, canonical(body)))
+    cases: list[TamperCase] = []
+    for n, (kind, seq, edit) in enumerate(plans):
+        copy = work / f"case{n}.db"
+        _copy(base, copy)
+        con = _raw(copy)
+        if kind.startswith("changed byte"):
+            column, new = edit
+            con.execute(f"UPDATE events SET {column} = ? WHERE seq = ?", (new, seq))
+        elif kind == "deleted event":
+            con.execute("DELETE FROM events WHERE seq = ?", (seq,))
+        elif kind == "reordered events":
+            con.execute("UPDATE events SET seq = -1 WHERE seq = ?", (seq,))
+            con.execute("UPDATE events SET seq = ? WHERE seq = ?", (seq, seq + 1))
+            con.execute("UPDATE events SET seq = ? WHERE seq = -1", (seq + 1,))
+        else:
+            con.execute("UPDATE events SET body = ? WHERE seq = ?", (edit, seq))
+            _recompute_from(con, seq)
+        con.commit()
+        con.close()
+        with Ledger.open(copy, readonly=True) as ledger:
+            report = ledger.verify()
+        bad, problem = report.first_bad_seq, report.problem or ""
+        if kind == "chain recomputed after an edit":
+            covering = min(c for c in checkpointed if c >= seq)
+            located = bad == covering and f"at or before event {covering}" in problem and (
+                all(c >= seq for c in checkpointed) or
+                f"after event {max(c for c in checkpointed if c < seq)} " in problem)
+        else:
+            located = bad == seq
+        cases.append(TamperCase(kind, seq, not report.valid, located, problem))
+        for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
+            Path(f"{copy}{suffix}").unlink(missing_ok=True)
+    return cases
+
+
+def plain_walk_passes_after_recompute(base: Path, work: Path, seq: int) -> bool:
+    """The chain-recompute attack is real: without the checkpoints a plain walk accepts it."""
+    from custody_app.chain import canonical, verify_chain
+    copy = work / "plain.db"
+    _copy(base, copy)
+    con = _raw(copy)
+    body = json.loads(con.execute("SELECT body FROM events WHERE seq = ?", (seq,)).fetchone()[0])
+    body["space"] = "team:attacker"
+    con.execute("UPDATE events SET body = ? WHERE seq = ?", (canonical(body), seq))
+    _recompute_from(con, seq)
+    con.commit()
+    con.close()
+    with Ledger.open(copy, readonly=True) as ledger:
+        return verify_chain(ledger.events()).valid

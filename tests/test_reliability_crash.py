@@ -41,3 +41,26 @@ def test_checker_reports_a_half_written_group(env: Env) -> None:
     env.ledger.close()
     assert check_ledger(env.path, Acks()) == ["group grp-x is half-written: 2 of 3 asserts"]
     env.reopen()
+
+
+def test_a_master_key_write_cut_short_leaves_no_empty_key_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process dying while it creates the master key must not leave a half-written key file
+    (the ledger could never be opened again)."""
+    import os
+
+    from custody_app.keys import MASTER_ENV
+    from custody_app.ledger import Ledger
+    monkeypatch.delenv(MASTER_ENV, raising=False)
+
+    def dies(fd: int) -> None:
+        raise KeyboardInterrupt("killed while writing the key")
+
+    monkeypatch.setattr(os, "fsync", dies)
+    with pytest.raises(KeyboardInterrupt):
+        Ledger.open(tmp_path / "new.db")
+    assert not (tmp_path / "new.db.keys.master").exists()
+    monkeypatch.undo()
+    with Ledger.open(tmp_path / "new.db") as ledger:
+        ledger.assert_fact("acct:1", "plan", "pro", actor="agent:a", cause=CAUSE)
+        assert ledger.verify().valid
