@@ -193,8 +193,10 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
     head_before = ledger.db.events.head()
     for shared, group in _groups(_lines(stream), chunk):
         saved = dict(aliases.names)
+        entered = False
         try:
             with ledger.transaction() if shared else nullcontext():
+                entered = True
                 for number, text in group:
                     result = run_op(ledger, aliases, number, text)
                     pending.append(result)
@@ -207,8 +209,10 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
                         outcome.stopped = True
                         break
         except LedgerError as exc:
-            # The group's transaction did not commit (e.g. disk_full): none of its ops stands.
             aliases.names = saved
+            if not entered:
+                raise
+            # The group's transaction did not commit (e.g. disk_full): none of its ops stands.
             _group_failed(pending, exc, outcome, fail_fast)
         except BaseException:
             aliases.names = saved
