@@ -57,6 +57,7 @@ def test_hostile_lines_through_the_batch_runner(tmp_path: Path) -> None:
     "[" * 100_000 + "]" * 100_000,
     '{"op":"as_of","valid_at":"9999-12-31T23:59:59-14:00"}',
     '{"op":"as_of","limit":99999999999999999999999}',
+    '{"op":"as_of","valid_at":"0765-05-30T19:25:37+00:00","valid_to":1}',
     '{"id":"\\ud800","op":"nope"}',
     '{"op":"assert","subject":"a:1","predicate":"p","actor":"agent:x",'
     '"cause":{"kind":"tool","ref":"r"},"value":' + "[" * 900 + "]" * 900 + "}",
@@ -67,6 +68,14 @@ def test_lines_that_used_to_crash_the_runner(tmp_path: Path, line: str) -> None:
         aliases = valid_setup(ledger)
         out = check_line(ledger, aliases, 1, line)
         assert out["ok"] is False
+
+
+def test_a_time_before_year_1000_keeps_four_digits(tmp_path: Path) -> None:
+    """Found by the hostile-input run: the clock set to year 765 broke every later op."""
+    with Ledger.open(tmp_path / "h.db", clock=ManualClock()) as ledger:
+        aliases = valid_setup(ledger)
+        out = check_line(ledger, aliases, 1, '{"op":"as_of","valid_at":"0765-05-30T19:25:37Z"}')
+        assert out["ok"] and out["result"]["valid_at"] == "0765-05-30T19:25:37.000000Z"
 
 
 def test_deep_value_through_the_python_api_is_a_coded_refusal(tmp_path: Path) -> None:
