@@ -48,6 +48,10 @@ class _Aliases:
             data["sources"] = [self.resolve(s) for s in data["sources"]]
 
 
+# Public name for callers that run ops one at a time (the eval harness).
+Aliases = _Aliases
+
+
 def _lines(stream: Iterable[str]) -> Iterator[tuple[int, str]]:
     for number, text in enumerate(stream, start=1):
         stripped = text.strip()
@@ -63,14 +67,17 @@ def run_op(ledger: Ledger, aliases: _Aliases, number: int, text: str) -> dict[st
             data = json.loads(text)
         except ValueError as exc:
             raise LedgerError("bad_json", f"line {number} is not JSON: {exc}") from None
+        except RecursionError:
+            raise LedgerError("bad_json", f"line {number} nests too deeply to parse") from None
         if not isinstance(data, dict):
             raise LedgerError("bad_request", f"line {number} is not a JSON object")
+        check_line(data, number)
         out["id"] = data.pop("id", None)
         op = data.pop("op", None)
         out["op"] = op if isinstance(op, str) else None
         if op is None:
             raise LedgerError("bad_request", "missing field 'op'", field="op")
-        if op not in OPS:
+        if not isinstance(op, str) or op not in OPS:
             hint = " (not available in this version)" if op in NOT_YET else ""
             raise LedgerError("unknown_op", f"unknown op {op!r}{hint}")
         ref = data.pop("ref", None) if op == "assert" else None
@@ -90,7 +97,57 @@ def run_op(ledger: Ledger, aliases: _Aliases, number: int, text: str) -> dict[st
         out.update(ok=True, result=result.model_dump(mode="json"))
     except LedgerError as exc:
         out.update(ok=False, error=exc.to_json())
+    except Exception as exc:  # a defect; the op's savepoint was rolled back, the run goes on
+        sys.stderr.write(f"custody-app: internal error on line {number}: {exc!r}\n")
+        out.update(ok=False, error={"code": "internal_error", "message": f"line {number} hit "
+                                    f"an internal error ({type(exc).__name__}); nothing was "
+                                    "written"})
     return out
+
+
+# Deeper lines are refused before any op sees them (parsers and the canonical form recurse).
+MAX_DEPTH = 64
+
+
+def check_line(data: dict[str, Any], number: int) -> None:
+    """Refuse a line nested deeper than MAX_DEPTH or holding text that is not valid Unicode
+    (invalid UTF-8 read with surrogateescape, or a lone surrogate escape such as \\ud800)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise LedgerError("bad_request", f"line {number} nests deeper than {MAX_DEPTH} levels")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise LedgerError("bad_json", f"line {number} is not valid UTF-8 text (or holds a lone "
+                          "surrogate escape)") from None
+
+
+def result_line(result: dict[str, Any]) -> str:
+    """One output line; text the output encoding cannot carry is escaped, never a crash."""
+    text = json.dumps(result, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(result)
+    return text + "\n"
+
+
+def _group_failed(pending: list[dict[str, Any]], exc: LedgerError, outcome: BatchOutcome,
+                  fail_fast: bool) -> None:
+    for result in pending:
+        if result["ok"]:
+            outcome.ok -= 1
+            outcome.failed += 1
+            result.pop("result", None)
+            result.update(ok=False, error=exc.to_json())
+            outcome.first_failure = outcome.first_failure or result
+    outcome.stopped = outcome.stopped or (fail_fast and bool(pending))
 
 
 # Erasure ops run in a transaction of their own, so their WAL checkpoint and byte scan see
@@ -101,7 +158,7 @@ _STANDALONE = ("forget", "forget_subject", "sweep")
 def _op_name(text: str) -> Any:
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return data.get("op") if isinstance(data, dict) else None
 
@@ -136,8 +193,10 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
     head_before = ledger.db.events.head()
     for shared, group in _groups(_lines(stream), chunk):
         saved = dict(aliases.names)
+        entered = False
         try:
             with ledger.transaction() if shared else nullcontext():
+                entered = True
                 for number, text in group:
                     result = run_op(ledger, aliases, number, text)
                     pending.append(result)
@@ -149,17 +208,27 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
                     if fail_fast:
                         outcome.stopped = True
                         break
+        except LedgerError as exc:
+            aliases.names = saved
+            if not entered:
+                raise
+            # The group's transaction did not commit (e.g. disk_full): none of its ops stands.
+            _group_failed(pending, exc, outcome, fail_fast)
         except BaseException:
             aliases.names = saved
             raise
         for result in pending:
-            out.write(json.dumps(result, ensure_ascii=False) + "\n")
+            out.write(result_line(result))
         out.flush()
         pending.clear()
         if outcome.stopped:
             break
     if sign and ledger.keys is not None and ledger.db.events.head() != head_before:
-        ledger.checkpoint()
+        try:
+            ledger.checkpoint()
+        except LedgerError as exc:  # e.g. disk_full: the ops' results above stand
+            sys.stderr.write(f"custody-app: the closing signed checkpoint was not written: "
+                             f"{exc.message} ({exc.code})\n")
     if outcome.stopped and outcome.first_failure is not None:
         f = outcome.first_failure
         sys.stderr.write(f"custody-app: stopped at line {f['line']} ({f['error']['code']}): "

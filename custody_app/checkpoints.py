@@ -54,14 +54,19 @@ class CheckpointAudit:
         self.wanted = {b["checkpoint_seq"]: (seq, b["head_hash"]) for seq, b in self.bodies.items()}
         self.count = len(checkpoints)
         self.last = max(self.bodies, default=None)
+        # The newest signed event that still hashes as signed: a rewrite lies after it.
+        self.last_good: int | None = None
 
     def check(self, row: EventRow) -> str | None:
         if row.seq in self.wanted:
             at, signed = self.wanted[row.seq]
             if row.hash != signed:
+                since = (f"after event {self.last_good} (the newest signed event that still "
+                         "matches)" if self.last_good is not None else "from the first event")
                 return (f"the checkpoint at seq {at} signed event {row.seq} with hash "
                         f"{signed[:12]}..., but it now hashes to {row.hash[:12]}...: the chain "
-                        "was rewritten")
+                        f"was rewritten at or before event {row.seq}, {since}")
+            self.last_good = row.seq
         if row.kind == "checkpoint" and self.public_pem is not None:
             body = self.bodies.get(row.seq) or json.loads(row.body)
             message = statement(body["checkpoint_seq"], body["head_hash"], body["head_tx_at"])

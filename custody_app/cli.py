@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -46,7 +47,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _main_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="custody-app",
-        description="Governed memory for AI agents. Subcommands: " + ", ".join(SUBCOMMANDS)
+        description="Governed memory for AI agents. Subcommands: " + ", ".join((*SUBCOMMANDS, "eval"))
         + " (custody-app SUBCOMMAND --help).",
     )
     p.add_argument("ledger_path", nargs="?", metavar="LEDGER", help="ledger file")
@@ -271,14 +272,17 @@ _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool) -> int:
     # The batch file first: a usage error must not create a ledger file as a side effect.
     try:
-        stream = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
+        # surrogateescape: a line of invalid UTF-8 becomes that line's bad_json, not a crash.
+        stream = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+                  if source == "-" else open(source, encoding="utf-8",  # noqa: SIM115
+                                             errors="surrogateescape"))
     except OSError as exc:
         sys.stderr.write(f"custody-app: cannot read batch file {source}: {exc.strerror}\n")
         return int(Exit.USAGE)
     try:
         ledger = _open(args, manual_clock=manual_clock)
     except LedgerError as exc:
-        if stream is not sys.stdin:
+        if source != "-":
             stream.close()
         return _fail(exc, Exit.UNOPENABLE)
     with ledger, stream:
@@ -304,6 +308,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "eval":
+        from custody_app.evaluation.cli import eval_main
+        return eval_main(argv[1:])
     if argv and argv[0] in SUBCOMMANDS:
         return _subcommand(argv)
     args = _main_parser().parse_args(argv)

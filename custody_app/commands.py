@@ -45,7 +45,25 @@ class AssertFact(Command):
     def _not_null(cls, value: Any) -> Any:
         if value is None:
             raise ValueError("value must not be null (null means erased)")
+        if _depth(value) > MAX_VALUE_DEPTH:
+            raise ValueError(f"value nests deeper than {MAX_VALUE_DEPTH} levels")
         return value
+
+
+MAX_VALUE_DEPTH = 48
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest (iteratively: a hostile value cannot blow the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend((v, depth + 1) for v in node)
+    return deepest
 
 
 class Retract(Command):
@@ -78,7 +96,7 @@ class AsOf(Command):
     subject: Text | None = None
     predicate: Text | None = None
     include: Provenance = "attested"
-    limit: Annotated[int, Field(ge=1)] | None = None
+    limit: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
     session: Text | None = None
 
 

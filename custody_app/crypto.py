@@ -108,3 +108,22 @@ def verify_signature(pem: str, message: bytes, signature_hex: str) -> bool:
     except (InvalidSignature, ValueError):
         return False
     return True
+
+
+def private_pem(private_raw: bytes) -> str:
+    """An Ed25519 private key as unencrypted PKCS#8 PEM (what `eval --sign` reads)."""
+    return Ed25519PrivateKey.from_private_bytes(private_raw).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()).decode()
+
+
+def private_from_pem(text: str) -> bytes:
+    """The raw Ed25519 private key of a PKCS#8 PEM; ValueError when it is not one."""
+    try:
+        key = serialization.load_pem_private_key(text.encode(), password=None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError("not an Ed25519 private key")
+    return key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                             serialization.NoEncryption())

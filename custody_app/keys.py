@@ -29,9 +29,18 @@ def public_key_path_for(ledger_path: str | Path) -> Path:
 
 
 def _write_secret(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    """Create `path` (0600) holding `data`, all or nothing: a process killed half-way leaves no
+    empty key file behind (that would make the ledger unopenable). Never replaces a file."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(temp, path)  # fails if the file exists, like O_EXCL
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def master_from_env() -> bytes | None:
@@ -57,7 +66,10 @@ def load_master(keystore: Path, *, create: bool) -> bytes:
     if not path.exists():
         if not create:
             raise LedgerError("master_key_missing", f"master key file {path} does not exist")
-        _write_secret(path, crypto.new_key().hex().encode())
+        try:
+            _write_secret(path, crypto.new_key().hex().encode())
+        except FileExistsError:
+            pass  # another process opening the same new ledger made it first: use theirs
     try:
         key = bytes.fromhex(path.read_text().strip())
     except (OSError, ValueError):

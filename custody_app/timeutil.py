@@ -12,8 +12,11 @@ FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def format_time(moment: datetime) -> str:
-    """UTC with microseconds and `Z`, so stored times sort as strings."""
-    return moment.astimezone(UTC).strftime(FORMAT)
+    """UTC with microseconds and `Z`, so stored times sort as strings (the year always four
+    digits: strftime's %Y drops the padding before year 1000 on some platforms)."""
+    m = moment.astimezone(UTC)
+    return (f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:"
+            f"{m.second:02d}.{m.microsecond:06d}Z")
 
 
 def parse_time(text: str, field: str = "time") -> datetime:
@@ -30,7 +33,10 @@ def parse_time(text: str, field: str = "time") -> datetime:
         raise LedgerError(
             "invalid_time", f"{field} {text!r} has no time zone; add Z or an offset"
         )
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise LedgerError("invalid_time", f"{field} {text!r} is out of range in UTC") from None
 
 
 def normalise(text: str, field: str = "time") -> str:

@@ -14,7 +14,7 @@ import apsw.bestpractice
 import sqlite_vec
 
 from store.erasure import ErasureStore
-from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError
+from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError, StoreFull
 from store.events import EventStore
 from store.policies import PolicyStore
 from store.projection import FactStore
@@ -30,6 +30,11 @@ from store.scrub import (
 from store.sessions import SessionStore
 
 BUSY_TIMEOUT_MS = 5000
+FULL_MESSAGE = ("the disk is full (or the ledger reached its page limit): the write was rolled "
+                "back and nothing of it was stored")
+SAVEPOINT = "SAVEPOINT {}"
+RELEASE = "RELEASE {}"
+ROLLBACK_TO = "ROLLBACK TO {}"
 # BEGIN IMMEDIATE is retried this many times (with jittered backoff) after the busy timeout.
 WRITE_RETRIES = 8
 
@@ -47,6 +52,8 @@ class LedgerFile:
         self.recall = RecallStore(conn)
         self.sessions = SessionStore(conn)
         self._depth = 0
+        # Set when SQLite rolled back the open transaction under a savepoint: why ("disk_full").
+        self._aborted: str | None = None
 
     @property
     def depth(self) -> int:
@@ -64,30 +71,79 @@ class LedgerFile:
 
     @contextmanager
     def write(self) -> Iterator[None]:
-        """One write transaction (BEGIN IMMEDIATE), or a savepoint when already inside one."""
+        """One write transaction (BEGIN IMMEDIATE), or a savepoint when already inside one.
+        A full disk is a StoreFull (`disk_full`), and what the block wrote is rolled back. When
+        SQLite rolls back the whole transaction under a savepoint (it can, on a full disk),
+        every later savepoint of it and its end raise too, so nothing claims to be stored."""
         if self._depth:
+            if self._aborted is not None:
+                raise self._aborted_error()
+            name = f"custody_sp{self._depth}"
+            self.conn.execute(SAVEPOINT.format(name))
             self._depth += 1
             try:
-                with self.conn:
-                    yield
+                yield
+            except BaseException as exc:
+                full = _is_full(exc) or isinstance(exc, StoreFull)
+                self._undo_savepoint(name, full)
+                if isinstance(exc, apsw.Error) and full:
+                    raise StoreFull(FULL_MESSAGE) from exc
+                raise
+            else:
+                try:
+                    self.conn.execute(RELEASE.format(name))
+                except apsw.Error as exc:
+                    self._undo_savepoint(name, _is_full(exc))
+                    raise self._aborted_error() if self._aborted else StoreError(
+                        f"savepoint release failed: {exc}") from exc
             finally:
                 self._depth -= 1
             return
         _begin_immediate(self.conn)
         self._depth = 1
+        self._aborted = None
         try:
             yield
-        except BaseException:
+        except BaseException as exc:
             self._depth = 0
-            self.conn.execute("ROLLBACK")
+            self._aborted = None
+            self._rollback()
+            if isinstance(exc, apsw.Error) and _is_full(exc):
+                raise StoreFull(FULL_MESSAGE) from exc
             raise
         try:
+            if self._aborted is not None or not self.conn.in_transaction:
+                raise self._aborted_error()
             self.conn.execute("COMMIT")
         except apsw.Error as exc:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
+            if _is_full(exc):
+                raise StoreFull(FULL_MESSAGE) from exc
             raise StoreError(f"commit failed: {exc}") from exc
         finally:
             self._depth = 0
+            self._aborted = None
+
+    def _undo_savepoint(self, name: str, full: bool) -> None:
+        """Roll a failed savepoint back; if SQLite already rolled back the whole transaction,
+        remember that so the rest of it fails too."""
+        try:
+            if self.conn.in_transaction:
+                self.conn.execute(ROLLBACK_TO.format(name))
+                self.conn.execute(RELEASE.format(name))
+                return
+        except apsw.Error:
+            pass
+        self._aborted = "disk_full" if full else "store_error"
+
+    def _aborted_error(self) -> StoreError:
+        if self._aborted == "disk_full":
+            return StoreFull(FULL_MESSAGE + " (with the rest of its transaction)")
+        return StoreError("the transaction was rolled back by SQLite before its commit")
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -118,6 +174,15 @@ class LedgerFile:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _is_full(exc: BaseException | None) -> bool:
+    """A full disk, even when a failed savepoint release raised over it."""
+    while exc is not None:
+        if isinstance(exc, apsw.FullError):
+            return True
+        exc = exc.__context__
+    return False
 
 
 def _begin_immediate(conn: apsw.Connection) -> None:

@@ -36,3 +36,9 @@ class StoreIntegrityError(StoreError):
     """A constraint or trigger refused a change (e.g. an edit of an append-only event)."""
 
     code = "integrity"
+
+
+class StoreFull(StoreError):
+    """The disk (or the connection's page limit) is full: the write was rolled back whole."""
+
+    code = "disk_full"

@@ -10,7 +10,7 @@ from pathlib import Path
 import apsw
 import apsw.bestpractice
 
-from store.errors import LedgerTooNew, NotALedger, StoreError
+from store.errors import LedgerTooNew, NotALedger, StoreError, StoreFull
 
 KEYSTORE_APPLICATION_ID = 0x4355534B  # 'CUSK'
 
@@ -66,6 +66,7 @@ INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, 
                     "destroyed_at) VALUES (?, ?, NULL, ?, ?)")
 
 KeyRow = tuple[int, bytes | None, str, str | None]
+_KEYS_FULL = "the disk is full: the key store write was rolled back"
 
 
 class KeyStoreFile:
@@ -116,6 +117,8 @@ class KeyStoreFile:
 
     @contextmanager
     def write(self) -> Iterator[None]:
+        """A key store transaction (a savepoint inside one). A full disk at its commit is a
+        StoreFull; what fails inside the block propagates as it is."""
         if self.conn.in_transaction:
             with self.conn:
                 yield
@@ -124,9 +127,15 @@ class KeyStoreFile:
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
+        try:
+            self.conn.execute("COMMIT")
+        except apsw.FullError as exc:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise StoreFull(_KEYS_FULL) from exc
 
     def close(self) -> None:
         self.conn.close()

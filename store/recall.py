@@ -3,7 +3,11 @@ and partitioned into k-means cells (an inverted-file index: a query reads the ne
 
 from __future__ import annotations
 
+import os
+
 import apsw
+
+from store.errors import StoreFull
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
 # for status, space and subject tokens so filters act inside the MATCH, not after the limit.
@@ -112,7 +116,7 @@ class RecallStore:
         table is dropped, not renamed; secure_delete zeroes its pages."""
         self._create_vec(dimensions)
         self._conn.executemany(CELLS_INSERT, enumerate(centroids))
-        self._conn.executemany(VEC_INSERT, rows)
+        self._insert_vectors(rows)
         self._new_cells(len(rows))
 
     def vectors(self) -> list[tuple[int, bytes, str, str, str, str]]:
@@ -124,8 +128,19 @@ class RecallStore:
     def add(self, fact_seq: int, terms: str, scope: str, cell: int, vector: bytes, status: str,
             space: str, subject_ref: str, embedder: str) -> None:
         self._conn.execute(FTS_INSERT, (fact_seq, terms, scope))
-        self._conn.execute(VEC_INSERT, (fact_seq, cell, vector, status, space, subject_ref,
-                                        embedder))
+        self._insert_vectors([(fact_seq, cell, vector, status, space, subject_ref, embedder)])
+
+    def _insert_vectors(self, rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+        try:
+            self._conn.executemany(VEC_INSERT, rows)
+        except apsw.SQLError as exc:
+            # sqlite-vec reports a full disk as its own error when a new vector chunk (room
+            # for a whole chunk of vectors at once) cannot be allocated.
+            if "vector chunk" in str(exc) and _no_room(self._conn):
+                raise StoreFull("the disk is full (or the ledger reached its page limit): "
+                                "the recall index could not grow, and the write was rolled "
+                                "back and nothing of it was stored") from exc
+            raise
 
     def remove(self, fact_seq: int) -> None:
         self._conn.execute(FTS_DELETE, (fact_seq,))
@@ -212,3 +227,16 @@ class RecallStore:
 
     def exists(self) -> bool:
         return self._conn.execute(VEC_EXISTS).fetchone() is not None
+
+
+def _no_room(conn: apsw.Connection) -> bool:
+    """The page limit is (nearly) reached, or the file system has less than 64 MB free."""
+    pages, limit = int(conn.pragma("page_count")), int(conn.pragma("max_page_count"))
+    if limit - pages < 1024:
+        return True
+    path = conn.filename
+    try:
+        stat = os.statvfs(os.path.dirname(os.path.abspath(path)) if path else ".")
+    except OSError:
+        return False
+    return stat.f_bavail * stat.f_frsize < 64 << 20

@@ -62,14 +62,30 @@ def checkpoint_truncate(conn: apsw.Connection, db_path: str,
         "the next write or open")
 
 
+# Aho-Corasick gets at most this many leading bytes of each needle; a hit is then checked in
+# full. Building the automaton for a long self-overlapping needle ("x" * 3000, padding, rules of
+# "-----") is quadratic in its length: seconds for one forget before this cap.
+PREFIX_BYTES = 64
+
+
 def _finder(needles: list[bytes]) -> Callable[[bytes], set[int]]:
     """Which needles occur in a block: a few are searched one by one (memmem), many in a
-    single Aho-Corasick pass, so a sweep's thousands of values cost one read of the file."""
+    single Aho-Corasick pass over their prefixes, so a sweep's thousands of values cost one
+    read of the file."""
     if len(needles) <= 2:
         return lambda block: {i for i, n in enumerate(needles) if n in block}
-    automaton = ahocorasick_rs.BytesAhoCorasick(needles)
-    return lambda block: {i for i, _, _ in automaton.find_matches_as_indexes(block,
-                                                                          overlapping=True)}
+    prefixes = [n[:PREFIX_BYTES] for n in needles]
+    automaton = ahocorasick_rs.BytesAhoCorasick(prefixes)
+
+    def find(block: bytes) -> set[int]:
+        found: set[int] = set()
+        for i, start, _ in automaton.find_matches_as_indexes(block, overlapping=True):
+            if i not in found and (len(needles[i]) <= PREFIX_BYTES
+                                   or block.startswith(needles[i], start)):
+                found.add(i)
+        return found
+
+    return find
 
 
 def scan_files(paths: list[str], needles: list[bytes], chunk: int = 1 << 23) -> dict[str, list[int]]:
