@@ -131,7 +131,10 @@ def fusion_sweep(ledger: Ledger, ids: dict[str, str], queries: list[dict[str, An
     orig = recall_mod.fused
     try:
         for w in FUSION_WEIGHTS:
-            recall_mod.fused = functools.partial(orig, vector_weight=w)  # type: ignore[assignment]
+            def weighted(lexical: list[int], vector: list[int], _own: float = 1.0,
+                         w: float = w) -> list[tuple[int, float]]:
+                return orig(lexical, vector, w)
+            recall_mod.fused = weighted
             SWEEPS.append((ledger.embedder.name, w, ledger.embedder.fusion_weight,
                            score(ledger, ids, queries, "hybrid")["all"]))
     finally:
