@@ -435,9 +435,9 @@ def latency(ledger: Ledger, facts: list[tuple[str, str, str, str]], n: int,
     undo = [wrap(ledger.db.recall, "lexical", "FTS5 MATCH (pool 50)"),
             wrap(ledger.db.recall, "vector", "vec0 KNN (k=50, nearest cells, status filter)"),
             wrap(ledger.embedder, "embed", "query embedding"),
-            wrap(ledger.db.facts, "get_by_seq", "hydrate: facts row by seq (x20)"),
-            wrap(recall_mod, "_stored_text", "hydrate: event read + decrypt value (x20)"),
-            wrap(recall_mod, "salience", "hydrate: salience, events of the fact (x20)")]
+            wrap(ledger.db.facts, "get_by_seq", "hydrate: facts row by seq (top k and ties)"),
+            wrap(recall_mod, "_stored_text", "hydrate: event read + decrypt value (top k and ties)"),
+            wrap(recall_mod, "salience", "hydrate: salience, events of the fact (top k and ties)")]
     sample = queries[:50]
     t0 = time.perf_counter()
     for q in sample:
