@@ -14,7 +14,7 @@ from typing import Any, Self
 
 from pydantic import ValidationError
 
-from custody_app import erasure, recall, sessions
+from custody_app import erasure_proof, recall, sessions
 from custody_app.certificate import (
     ErasureCertificate,
 )
@@ -226,7 +226,7 @@ class LedgerCore:
             self._scrub_due = True
             return []
         self._clear_pending()
-        certificates = [erasure.reissue(self, cert, needles, short)
+        certificates = [erasure_proof.reissue(self, cert, needles, short)
                         for cert, needles, short in self._pending.values()]
         self._pending.clear()
         self._scrub_due = False
