@@ -52,14 +52,15 @@ def _master(keystore: Path, store: health.Inspection | None) -> tuple[DoctorChec
     from_env = bool(os.environ.get(MASTER_ENV))
     path = master_path_for(keystore)
     where = f"${MASTER_ENV}" if from_env else str(path)
-    if not from_env and path.exists() and (mode := loose_mode(path)) is not None:
-        return check("master-key", "FAIL", f"the master key file {path} is mode {mode:04o}: "
-                     f"{LOOSE}."), None
     try:
         master = load_master(keystore, create=False)
     except LedgerError as exc:
         return check("master-key", "FAIL", f"{exc.message}: no key of the key store {keystore} "
                      "can be unwrapped."), None
+    # Checked after loading, so the checks of the keys it unwraps still run.
+    if not from_env and (mode := loose_mode(path)) is not None:
+        return check("master-key", "FAIL", f"the master key file {path} is mode {mode:04o}: "
+                     f"{LOOSE}."), master
     if store is None:
         return check("master-key", "warn", f"the master key in {where} is well formed, but the "
                      f"key store {keystore} is unusable, so it was not tried on it."), master
