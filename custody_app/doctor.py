@@ -164,6 +164,7 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> Docto
         checks.append(_ledger_file(path))
         schema, version = _schema(db)
         checks += [schema, _triggers(db, version), _secure_delete(db), _wal(path), _pending(db)]
-    checks += doctor_keys.check_keys(path, keystore)
+        sample = db.last_subject()
+    checks += doctor_keys.check_keys(path, keystore, sample)
     return DoctorReport(ledger=path, opened=True, checks=checks,
                         ok=all(c.outcome != "FAIL" for c in checks))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -122,15 +123,45 @@ def _signing(ledger: str, store: health.Inspection | None, keystore: Path,
                  f"is its public half ({crypto.public_fingerprint(pem)}).")
 
 
-def check_keys(ledger: str, keystore: str | Path | None) -> list[DoctorCheck]:
+def _match(ledger: str, sample: tuple[int, str, str] | None, store: health.Inspection | None,
+           keystore: Path, master: bytes | None) -> DoctorCheck:
+    """Does this key store belong to this ledger? Its pepper must give the subject hash that the
+    ledger's newest assert recorded (another ledger's key store reads every value as erased)."""
+    if sample is None:
+        return check("keys-match", "ok", f"{ledger} has no assert with a subject yet to match "
+                     f"the key store {keystore} against.")
+    seq, subject, body = sample
+    failed, pepper = _slot("keys-match", "pepper", store, keystore, master)
+    if failed is not None and failed.outcome == "warn":
+        failed = check("keys-match", "FAIL", f"the key store {keystore} has no pepper, yet "
+                       f"{ledger} holds subject hashes made with one: it is not this ledger's "
+                       "key store.")
+    if failed is not None or pepper is None:
+        assert failed is not None
+        return failed
+    try:
+        recorded = json.loads(body).get("subject_ref")
+    except ValueError:
+        recorded = None
+    if crypto.keyed_digest(pepper, "subject", subject) != recorded:
+        return check("keys-match", "FAIL", f"the key store {keystore} does not reproduce the "
+                     f"subject hash of event {seq} in {ledger}: it belongs to another ledger, "
+                     "and this ledger's values would read as erased.")
+    return check("keys-match", "ok", f"the key store {keystore} reproduces the subject hash of "
+                 f"event {seq} in {ledger}: it is this ledger's key store.")
+
+
+def check_keys(ledger: str, keystore: str | Path | None,
+               sample: tuple[int, str, str] | None = None) -> list[DoctorCheck]:
     """The key store beside the ledger (or where `keystore`/$CUSTODY_KEYSTORE says), its master
-    key, and the forget and signing keys inside it."""
+    key, the forget and signing keys inside it, and that it is this ledger's (`sample`: the
+    newest assert with its subject, from the ledger)."""
     path = keystore_path_for(ledger, keystore)
     first, store = _keystore(path)
     try:
         master_check, master = _master(path, store)
         return [first, master_check, _forget(store, path, master),
-                _signing(ledger, store, path, master)]
+                _signing(ledger, store, path, master), _match(ledger, sample, store, path, master)]
     finally:
         if store is not None:
             store.close()

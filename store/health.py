@@ -24,6 +24,10 @@ OBJECTS = ("SELECT type, name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%' 
 HAS_TABLE = "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?"
 FTS_SECURE_DELETE = "SELECT v FROM recall_fts_config WHERE k = 'secure-delete'"
 ANY_OBJECT = "SELECT 1 FROM sqlite_schema LIMIT 1"
+# The newest assert whose plaintext subject is still there (not erased): its body holds the
+# subject's peppered hash, which only the ledger's own key store reproduces.
+LAST_SUBJECT = ("SELECT seq, subject, body FROM events WHERE kind = 'assert' "
+                "AND subject IS NOT NULL ORDER BY seq DESC LIMIT 1")
 # Bytes 18 and 19 of a SQLite header are the write and read format versions: 2 means WAL.
 HEADER_BYTES = 100
 WAL_FORMAT = 2
@@ -117,6 +121,13 @@ class Inspection:
         if not self.has_table("pending_scrubs"):
             return None
         return ErasureStore(self.conn).pending()
+
+    def last_subject(self) -> tuple[int, str, str] | None:
+        """(seq, subject, hashed body) of the newest assert whose subject is not erased."""
+        if not self.has_table("events"):
+            return None
+        row = self.conn.execute(LAST_SUBJECT).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
 
     def meta(self, name: str) -> bytes | None:
         """A key store entry (wrapped, as stored)."""
