@@ -161,10 +161,15 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> Docto
         checks.append(check("ledger", "FAIL", f"{exc} ({exc.code}): nothing else was checked."))
         return DoctorReport(ledger=path, opened=False, checks=checks, ok=False)
     with closing(db):
-        checks.append(_ledger_file(path))
-        schema, version = _schema(db)
-        checks += [schema, _triggers(db, version), _secure_delete(db), _wal(path), _pending(db)]
-        sample = db.last_subject()
+        try:
+            checks.append(_ledger_file(path))
+            schema, version = _schema(db)
+            checks += [schema, _triggers(db, version), _secure_delete(db), _wal(path),
+                       _pending(db)]
+            sample = db.last_subject()
+        except StoreError as exc:
+            checks.append(check("ledger", "FAIL", f"{exc} ({exc.code}): the file is damaged."))
+            return DoctorReport(ledger=path, opened=False, checks=checks, ok=False)
     checks += doctor_keys.check_keys(path, keystore, sample)
     return DoctorReport(ledger=path, opened=True, checks=checks,
                         ok=all(c.outcome != "FAIL" for c in checks))

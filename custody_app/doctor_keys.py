@@ -157,11 +157,14 @@ def check_keys(ledger: str, keystore: str | Path | None,
     key, the forget and signing keys inside it, and that it is this ledger's (`sample`: the
     newest assert with its subject, from the ledger)."""
     path = keystore_path_for(ledger, keystore)
-    first, store = _keystore(path)
+    store = None
     try:
+        first, store = _keystore(path)
         master_check, master = _master(path, store)
         return [first, master_check, _forget(store, path, master),
                 _signing(ledger, store, path, master), _match(ledger, sample, store, path, master)]
+    except StoreError as exc:
+        return [check("key-store", "FAIL", f"{exc} ({exc.code}): the key store is damaged.")]
     finally:
         if store is not None:
             store.close()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from collections.abc import Callable
+from functools import lru_cache, wraps
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 from urllib.parse import quote
 
 import apsw
@@ -33,6 +35,20 @@ HEADER_BYTES = 100
 WAL_FORMAT = 2
 
 Schema = tuple[frozenset[tuple[str, str]], dict[str, str]]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _translated(method: Callable[P, R]) -> Callable[P, R]:
+    """A damaged file fails a read with an apsw error: the doctor sees a StoreError instead."""
+    @wraps(method)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except apsw.Error as exc:
+            raise StoreError(f"cannot read {getattr(args[0], 'path', 'the file')}: {exc}",
+                             "ledger_unreadable") from exc
+    return run
 
 
 def sqlite_vec_version() -> str:
@@ -96,19 +112,24 @@ class Inspection:
     def close(self) -> None:
         self.conn.close()
 
+    @_translated
     def pragma(self, name: str) -> int | None:
         value = self.conn.pragma(name)
         return None if value is None else int(value)
 
+    @_translated
     def schema(self) -> Schema:
         return _schema_of(self.conn)
 
+    @_translated
     def triggers(self) -> dict[str, str]:
         return self.schema()[1]
 
+    @_translated
     def has_table(self, name: str) -> bool:
         return self.conn.execute(HAS_TABLE, (name,)).fetchone() is not None
 
+    @_translated
     def fts_secure_delete(self) -> int | None:
         """The recall FTS5 table's persistent secure-delete option (None: no such table)."""
         if not self.has_table("recall_fts_config"):
@@ -116,12 +137,14 @@ class Inspection:
         row = self.conn.execute(FTS_SECURE_DELETE).fetchone()
         return 0 if row is None else int(row[0])
 
+    @_translated
     def pending_scrubs(self) -> list[tuple[str, str]] | None:
         """Erasures whose WAL checkpoint was blocked (None: the table does not exist)."""
         if not self.has_table("pending_scrubs"):
             return None
         return ErasureStore(self.conn).pending()
 
+    @_translated
     def last_subject(self) -> tuple[int, str, str] | None:
         """(seq, subject, hashed body) of the newest assert whose subject is not erased."""
         if not self.has_table("events"):
@@ -129,6 +152,7 @@ class Inspection:
         row = self.conn.execute(LAST_SUBJECT).fetchone()
         return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
 
+    @_translated
     def meta(self, name: str) -> bytes | None:
         """A key store entry (wrapped, as stored)."""
         row = self.conn.execute(GET_META, (name,)).fetchone()
@@ -141,8 +165,10 @@ def inspect_ledger(path: str | Path) -> Inspection:
     nothing is waiting in a WAL) it is opened immutable, so not even those files are created;
     otherwise read-only, reading the WAL that is there."""
     path = str(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise StoreError(f"ledger {path} does not exist", "ledger_missing")
+    if not os.path.isfile(path):
+        raise StoreError(f"ledger {path} is not a file", "ledger_unopenable")
     quiet = not os.path.exists(wal_path(path)) and not os.path.exists(f"{path}-shm")
     try:
         conn = _readonly(path, immutable=quiet)

@@ -323,3 +323,17 @@ def test_a_missing_ledger_exits_3_and_is_not_created(tmp_path: Path) -> None:
                                              ("v0.0.99", False), ("garbage", False)])
 def test_sqlite_vec_version_floor(version: str, ok: bool) -> None:
     assert sqlite_vec_ok(version) is ok
+
+
+def test_damaged_files_are_reported_not_a_traceback(ledger: Path, tmp_path: Path) -> None:
+    keys = Path(f"{ledger}.keys")
+    with open(keys, "r+b") as handle:
+        handle.truncate(4096)
+    code, report = doctor(ledger)
+    assert code == 1 and outcomes(report)["key-store"] == "FAIL"
+    assert "malformed" in detail(report, "key-store")
+    with open(ledger, "r+b") as handle:
+        handle.truncate(ledger.stat().st_size // 3)
+    done = cli("doctor", "--ledger", ledger)
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert "FAIL ledger" in done.stdout and "malformed" in done.stdout
