@@ -47,8 +47,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _main_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="custody-app",
-        description="Governed memory for AI agents. Subcommands: " + ", ".join((*SUBCOMMANDS, "eval"))
-        + " (custody-app SUBCOMMAND --help).",
+        description="Governed memory for AI agents. Subcommands: "
+        + ", ".join((*SUBCOMMANDS, "eval", "doctor")) + " (custody-app SUBCOMMAND --help).",
     )
     p.add_argument("ledger_path", nargs="?", metavar="LEDGER", help="ledger file")
     p.add_argument("--batch", metavar="FILE", help="run JSON Lines ops from FILE ('-' for stdin)")
@@ -311,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "eval":
         from custody_app.evaluation.cli import eval_main
         return eval_main(argv[1:])
+    if argv and argv[0] == "doctor":
+        from custody_app.cli_doctor import doctor_main
+        return doctor_main(argv[1:])
     if argv and argv[0] in SUBCOMMANDS:
         return _subcommand(argv)
     args = _main_parser().parse_args(argv)

@@ -228,6 +228,18 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> LedgerFile:
 
 
 def _configure(conn: apsw.Connection) -> None:
+    configure_pragmas(conn)
+    load_sqlite_vec(conn)
+
+
+def load_sqlite_vec(conn: apsw.Connection) -> None:
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    conn.enable_load_extension(False)
+
+
+def configure_pragmas(conn: apsw.Connection) -> None:
+    """The per-connection settings every ledger connection gets (none is stored in the file)."""
     apsw.bestpractice.connection_busy_timeout(conn, BUSY_TIMEOUT_MS)
     apsw.bestpractice.connection_dqs(conn)
     apsw.bestpractice.connection_enable_foreign_keys(conn)
@@ -240,9 +252,6 @@ def _configure(conn: apsw.Connection) -> None:
     # Reads through a memory map: sqlite-vec's brute-force KNN reads every vector per query,
     # and mapped pages spare a copy each (64 -> 38 ms at 100k x 256 here).
     conn.pragma("mmap_size", 1 << 30)
-    conn.enable_load_extension(True)
-    conn.load_extension(sqlite_vec.loadable_path())
-    conn.enable_load_extension(False)
 
 
 def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
