@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from custody_app import erasure, lifecycle, reads, recall
+from custody_app.browse import BrowseReads
 from custody_app.certificate import (
     ForgetResult,
     SubjectForgetResult,
@@ -37,7 +38,7 @@ from custody_app.commands import (
     Why,
     parse_command,
 )
-from custody_app.core import SYSTEM_ACTOR, LedgerCore
+from custody_app.core import SYSTEM_ACTOR
 from custody_app.errors import LedgerError
 from custody_app.models import PROV_RANK, PROVENANCES
 from custody_app.readmodels import (
@@ -59,7 +60,7 @@ R = TypeVar("R", bound=BaseModel)
 
 
 
-class Ledger(LedgerCore):
+class Ledger(BrowseReads):
     """A ledger file opened under a policy. Methods take plain values and return read models."""
 
     # ---- commands ----------------------------------------------------------------------
