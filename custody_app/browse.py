@@ -240,3 +240,15 @@ class BrowseReads(LedgerCore):
             wal_bytes=size(f"{path}-wal"), pending_scrubs=pending,
             policy_in_force=self.policy.hash, policy_recorded=recorded,
             policy_history=self.policy_history(), counts=counts)
+
+    def adopt_policy(self) -> PolicyChange | None:
+        """Record the policy in force as a `policy` event now if the ledger's last recorded
+        policy differs (otherwise it is recorded at the next write); None when already so."""
+        with self._writing():
+            if self._recorded_policy == self.policy.hash:
+                return None
+            tx_at = self._tx_at()
+            self._record_policy(tx_at)
+            assert self._head is not None
+            seq = self._head[0]
+        return PolicyChange(seq=seq, tx_at=tx_at, hash=self.policy.hash, path=self.policy.path)
