@@ -137,7 +137,7 @@ class BrowseReads(LedgerCore):
         return BeliefView(
             fact_id=r.fact_id, assert_seq=r.assert_seq, subject=r.subject,
             predicate=r.predicate, value=reads.load_value(text), space=r.space,
-            status=r.status_then if r.status_then is not None else "unknown", status_now=r.status_now,
+            status=r.status_then if r.status_then is not None else "not_asserted", status_now=r.status_now,
             provenance=PROVENANCES[r.rank_then if then else r.rank_now], valid_from=r.valid_from,
             valid_to=r.vto_then if then else r.vto_now, actor=r.actor, erased=text is None,
             held=bool(r.held), believed=bool(r.live_then), believed_now=bool(r.live_now),

@@ -32,6 +32,7 @@ class BeliefView(ReadModel):
     value: Any
     space: str
     status: str
+    """Status as of the moment asked; `not_asserted` for a fact the ledger learned later."""
     status_now: str
     provenance: str
     valid_from: str

@@ -197,9 +197,9 @@ def _event_number(text: str) -> int | None:
 def _cells(v: BeliefView) -> list[str | Text]:
     style = STYLE[v.change]
     value = "(erased)" if v.erased else short(v.value)
-    status = v.status + (" ⚑held" if v.held else "")
+    status = "—" if v.status == "not_asserted" else v.status
     cells = [MARK[v.change], v.fact_id, v.subject, v.predicate, value, v.space, status,
-             v.status_now, v.provenance, v.valid_from[:19], (v.valid_to or "")[:19], v.actor,
+             v.status_now + (" ⚑held" if v.held else ""), v.provenance, v.valid_from[:19], (v.valid_to or "")[:19], v.actor,
              v.salience_class or ""]
     return [Text(c, style=style) for c in cells]
 

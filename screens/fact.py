@@ -4,6 +4,7 @@ supersession, reviews, holds, policy in force, chain check) and what can be done
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from textual import work
@@ -72,7 +73,7 @@ class FactScreen(LedgerScreen):
         if self.why is None:
             return
         p = self.why.policy
-        text = f"[b]Policy in force when written[/b]: {p.hash}" + (f"  ({p.path})" if p.path else "")
+        text = f"[b]Policy in force when written[/b]: {p.hash}" + (f"  ({Path(p.path).name})" if p.path else "")
         if self.show_policy:
             text += "\n" + (p.source or p.canonical)
         else:

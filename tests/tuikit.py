@@ -109,3 +109,9 @@ def screen_text(app: CustodyApp, selector: str) -> str:
     from textual.widgets import Static
 
     return str(app.screen.query_one(selector, Static).render())
+
+
+def cursor_of(table: DataTable[Any]) -> str | None:
+    from screens.base import cursor_key
+
+    return cursor_key(table)
