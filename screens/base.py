@@ -4,7 +4,7 @@ table helpers that keep the cursor on the same row across a reload."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -97,7 +97,7 @@ def short(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def fill(table: DataTable[Any], rows: list[tuple[str, list[str | Text]]]) -> None:
+def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]) -> None:
     """Replace the rows (key, cells), keeping the cursor on the same key if it is still there."""
     keep = cursor_key(table)
     table.clear()

@@ -35,10 +35,10 @@ class BeliefsScreen(LedgerScreen):
         Binding("g", "goto", "Go to instant"),
         Binding("n", "now", "Now"),
         Binding("d", "diff", "Diff vs now"),
-        Binding("q", "toggle('quarantined')", "±quarantined"),
-        Binding("r", "toggle('retracted')", "±retracted"),
-        Binding("s", "toggle('superseded')", "±superseded"),
-        Binding("f", "toggle('forgotten')", "±forgotten"),
+        Binding("q", "show_status('quarantined')", "±quarantined"),
+        Binding("r", "show_status('retracted')", "±retracted"),
+        Binding("s", "show_status('superseded')", "±superseded"),
+        Binding("f", "show_status('forgotten')", "±forgotten"),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("pagedown", "page(1)", "Next page", priority=True),
         Binding("pageup", "page(-1)", "Prev page", priority=True),
@@ -128,7 +128,7 @@ class BeliefsScreen(LedgerScreen):
         self.diff = not self.diff
         self._restart()
 
-    def action_toggle(self, status: str) -> None:
+    def action_show_status(self, status: str) -> None:
         self.show = [s for s in self.show if s != status] if status in self.show \
             else [*self.show, status]
         self._restart()
@@ -199,8 +199,8 @@ def _cells(v: BeliefView) -> list[str | Text]:
     value = "(erased)" if v.erased else short(v.value)
     status = "—" if v.status == "not_asserted" else v.status
     cells = [MARK[v.change], v.fact_id, v.subject, v.predicate, value, v.space, status,
-             v.status_now + (" ⚑held" if v.held else ""), v.provenance, v.valid_from[:19], (v.valid_to or "")[:19], v.actor,
-             v.salience_class or ""]
+             v.status_now + (" ⚑held" if v.held else ""), v.provenance, v.valid_from[:19],
+             (v.valid_to or "")[:19], v.actor, v.salience_class or ""]
     return [Text(c, style=style) for c in cells]
 
 

@@ -73,7 +73,8 @@ class FactScreen(LedgerScreen):
         if self.why is None:
             return
         p = self.why.policy
-        text = f"[b]Policy in force when written[/b]: {p.hash}" + (f"  ({Path(p.path).name})" if p.path else "")
+        text = f"[b]Policy in force when written[/b]: {p.hash}"
+        text += f"  ({Path(p.path).name})" if p.path else ""
         if self.show_policy:
             text += "\n" + (p.source or p.canonical)
         else:
