@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from rich.text import Text
 from textual.message import Message
@@ -97,8 +98,17 @@ def short(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+_SHOWN: WeakKeyDictionary[DataTable[Any], list[tuple[str, list[str | Text]]]] = \
+    WeakKeyDictionary()
+
+
 def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]) -> None:
-    """Replace the rows (key, cells), keeping the cursor on the same key if it is still there."""
+    """Replace the rows (key, cells), keeping the cursor on the same key if it is still there;
+    rows equal to those shown are left alone (a reload after a screen switch repaints nothing)."""
+    wanted = [(key, list(cells)) for key, cells in rows]
+    if _SHOWN.get(table) == wanted:
+        return
+    _SHOWN[table] = wanted
     keep = cursor_key(table)
     table.clear()
     for key, cells in rows:

@@ -10,13 +10,14 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.access import LedgerAccess
 from custody_app.browsemodels import BeliefPage, BeliefView
 from custody_app.errors import LedgerError
 from custody_app.timeutil import normalise
 from screens.base import Failed, LedgerScreen, Loaded, fill, short
+from screens.keybar import KeyBar
 
 PAGE = 50
 MARK = {"same": " ", "added": "+", "ended": "-", "changed": "~"}
@@ -68,7 +69,7 @@ class BeliefsScreen(LedgerScreen):
         table.add_columns(*COLUMNS)
         yield table
         yield Static(id="pager")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#facts", DataTable).focus()

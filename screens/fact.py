@@ -11,12 +11,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from custody_app.access import LedgerAccess
 from custody_app.readmodels import FactRef, HistoryResult, WhyResult
 from screens.base import LedgerScreen, Loaded, fill, short
 from screens.confirm import ConfirmDialog
+from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
 
@@ -48,7 +49,7 @@ class FactScreen(LedgerScreen):
             table.add_columns("seq", "kind", "tx at", "actor", "detail")
             yield table
             yield Static(id="policy")
-        yield Footer()
+        yield KeyBar()
 
     def reload(self) -> None:
         self.load()

@@ -7,11 +7,12 @@ from typing import Any
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.access import LedgerAccess
 from custody_app.browsemodels import HoldPage
 from screens.base import LedgerScreen, Loaded, cursor_key, fill, short
+from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
 PAGE = 50
@@ -42,7 +43,7 @@ class HoldsScreen(LedgerScreen):
                           "since", "reason")
         yield table
         yield Static(id="pager")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#holds", DataTable).focus()

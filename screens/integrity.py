@@ -9,7 +9,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
+from textual.widgets import DataTable, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from custody_app.access import LedgerAccess
@@ -17,6 +17,7 @@ from custody_app.browsemodels import LedgerStatus
 from custody_app.errors import LedgerError
 from custody_app.readmodels import RebuildResult, VerifyResult
 from screens.base import Failed, LedgerScreen, Loaded, cursor_key, fill
+from screens.keybar import KeyBar
 
 
 class VerifyProgress(Message):
@@ -51,7 +52,7 @@ class IntegrityScreen(LedgerScreen):
         table.add_columns("since event", "tx at", "policy hash", "file", "")
         yield table
         yield Static(id="policy_text")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#policies", DataTable).focus()

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Input, ProgressBar, Static
+from textual.widgets import DataTable, Header, Input, ProgressBar, Static
 
 from custody_app.access import LedgerAccess
 from custody_app.certificate import SweepResult
@@ -19,6 +19,7 @@ from custody_app.readmodels import FactRef
 from custody_app.timeutil import normalise
 from screens.base import Failed, LedgerScreen, Loaded, fill
 from screens.confirm import ConfirmDialog
+from screens.keybar import KeyBar
 
 SHOWN = 500  # preview rows listed (the counts are always complete)
 
@@ -65,7 +66,7 @@ class RetentionScreen(LedgerScreen):
         yield table
         yield ProgressBar(id="progress", show_eta=False)
         yield Static(id="certificate")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#spaces", DataTable).focus()
@@ -186,5 +187,5 @@ class RetentionScreen(LedgerScreen):
         self.notify(f"sweep expired {expired} fact(s)", title="Sweep")
         self.preview = None
         self.query_one("#summary", Static).update("p: preview what a sweep would expire")
-        self.query_one("#preview", DataTable).clear()
+        fill(self.query_one("#preview", DataTable), [])
         self.reload()

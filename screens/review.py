@@ -9,13 +9,14 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
 from custody_app.access import LedgerAccess
 from custody_app.browsemodels import ReviewItem, ReviewPage
 from custody_app.errors import LedgerError
 from screens.base import Failed, LedgerScreen, Loaded, Succeeded, cursor_key, fill, short
+from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
 PAGE = 50
@@ -48,7 +49,7 @@ class ReviewScreen(LedgerScreen):
                           "value", "would supersede", "marks")
         yield table
         yield Static(id="pager")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#queue", DataTable).focus()
