@@ -28,6 +28,7 @@ from store.scrub import (
     scan_files,
     wal_path,
 )
+from store.sessions import SessionStore
 
 BUSY_TIMEOUT_MS = 5000
 # BEGIN IMMEDIATE is retried this many times (with jittered backoff) after the busy timeout.
@@ -46,6 +47,7 @@ class LedgerFile:
         self.erasure = ErasureStore(conn)
         self.recall = RecallStore(conn)
         self.browse = BrowseStore(conn)
+        self.sessions = SessionStore(conn)
         self._depth = 0
 
     @property
