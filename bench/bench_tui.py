@@ -332,8 +332,11 @@ def main(argv: list[str] | None = None) -> int:
         built: float | None = None
         fresh = not path.exists()
         if not fresh:
-            with Ledger.open(path, readonly=True) as led:
-                fresh = led.head_seq() != n
+            try:
+                with Ledger.open(path, readonly=True) as led:
+                    fresh = led.head_seq() != n
+            except LedgerError:  # left half-built, or by an older schema
+                fresh = True
         if fresh:
             for suffix in ("", "-wal", "-shm", ".keys", ".keys.master"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
