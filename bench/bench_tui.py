@@ -199,7 +199,7 @@ async def _live_refresh(app: Any, pilot: Any, path: Path) -> list[float]:
     screen = app.screen
     out = []
     for n in range(3):
-        subject = f"acct:live-{n}"
+        subject = f"acct:live-{os.getpid()}-{n}"
         screen.filters["subject"] = subject
         screen._restart()
         await _settle(pilot)
