@@ -11,7 +11,7 @@ from weakref import WeakKeyDictionary
 from rich.text import Text
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from custody_app.access import LedgerAccess
@@ -49,12 +49,21 @@ class LedgerScreen(Screen[None]):
     """A screen over the ledger. Subclasses implement `reload()` (start a read worker) and
     `on_loaded(message)`; all ledger work runs in thread workers that post messages."""
 
+    # A screen opened again shows the page it had (the live watcher reloads it whenever the
+    # ledger changes) and reloads it this much later, so the switch paints before the read.
+    RESUME_RELOAD_S = 0.25
+
     def __init__(self, access: LedgerAccess) -> None:
         super().__init__()
         self.access = access
+        self._shown_once = False
 
     def on_screen_resume(self) -> None:
-        self.reload()
+        if self._shown_once:
+            self.set_timer(self.RESUME_RELOAD_S, self.reload)
+        else:
+            self._shown_once = True
+            self.reload()
 
     def reload(self) -> None:
         """Start the read worker(s) for what this screen shows."""
@@ -118,6 +127,17 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]
             if key == keep:
                 table.move_cursor(row=index, animate=False)
                 break
+
+
+_TEXT: WeakKeyDictionary[Static, object] = WeakKeyDictionary()
+
+
+def show(widget: Static, content: Any) -> None:
+    """Update a Static only when its content changed: an update relayouts the screen, and a
+    reload after a screen switch should repaint nothing that did not change."""
+    if _TEXT.get(widget) != content:
+        _TEXT[widget] = content
+        widget.update(content)
 
 
 def cursor_key(table: DataTable[Any]) -> str | None:

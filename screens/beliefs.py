@@ -16,7 +16,7 @@ from custody_app.access import LedgerAccess
 from custody_app.browsemodels import BeliefPage, BeliefView
 from custody_app.errors import LedgerError
 from custody_app.timeutil import normalise
-from screens.base import Failed, LedgerScreen, Loaded, fill, short
+from screens.base import Failed, LedgerScreen, Loaded, fill, short, show
 from screens.keybar import KeyBar
 
 PAGE = 50
@@ -95,11 +95,12 @@ class BeliefsScreen(LedgerScreen):
         page: BeliefPage = message.data
         self.page = page
         fill(self.query_one("#facts", DataTable), [(v.fact_id, _cells(v)) for v in page.facts])
-        self.query_one("#timebar", Static).update(_timebar(page, live=self.at_seq is None))
+        show(self.query_one("#timebar", Static),
+             _timebar(page, live=self.at_seq is None, live_valid=self.valid_at is None))
         first = (len(self.pages) - 1) * PAGE
         more = "PgDn: next page" if page.next_after is not None else "last page"
         back = " · PgUp: previous" if len(self.pages) > 1 else ""
-        self.query_one("#pager", Static).update(
+        show(self.query_one("#pager", Static), 
             f"page {len(self.pages)} · rows {first + 1 if page.facts else 0}–"
             f"{first + len(page.facts)} · {more}{back}")
 
@@ -207,11 +208,12 @@ def _cells(v: BeliefView) -> list[str | Text]:
     return [Text(c, style=style) for c in cells]
 
 
-def _timebar(page: BeliefPage, *, live: bool) -> str:
+def _timebar(page: BeliefPage, *, live: bool, live_valid: bool) -> str:
     at = page.at_event
     where = (f"event #{page.seq}/{page.head_seq}" + (f" ({at.kind} by {at.actor})" if at else "")
              + f" at {page.tx_at[:19]}Z")
     mode = "now (live)" if live else "time travel"
     shown = "believed" + "".join(f" +{s}" for s in page.show)
     diff = " · diff vs now: + added, - ended, ~ changed" if page.diff else ""
-    return f"tx {where} · {mode} · valid at {page.valid_at[:19]}Z · showing {shown}{diff}"
+    valid = "now" if live_valid else f"{page.valid_at[:19]}Z"
+    return f"tx {where} · {mode} · valid at {valid} · showing {shown}{diff}"

@@ -16,7 +16,7 @@ from textual.widgets.tree import TreeNode
 from custody_app.access import LedgerAccess
 from custody_app.blastmodels import BlastFact, BlastResult
 from custody_app.evidence import pack_text
-from screens.base import LedgerScreen, Loaded
+from screens.base import LedgerScreen, Loaded, show
 from screens.keybar import KeyBar
 
 
@@ -104,12 +104,12 @@ class BlastScreen(LedgerScreen):
             e = r.root_ended_by
             ended = (f" · ended by {e['kind']} at #{e['seq']} by {e['actor']}"
                      + (f": {e['reason']}" if e.get("reason") else ""))
-        self.query_one("#summary", Static).update(
+        show(self.query_one("#summary", Static), 
             f"[b]{r.root.fact_id}[/b] {r.root.subject} {r.root.predicate} [{r.root.status}]"
             f"{ended}\n{len(r.sessions)} session(s), {len(r.actions)} action(s), "
             f"{len(r.facts)} belief(s) reached, [b]{believed} still believed[/b], "
             f"{len(r.incomplete_sessions)} incomplete")
-        self.query_one("#bound", Static).update(r.upper_bound)
+        show(self.query_one("#bound", Static), r.upper_bound)
 
     # ---- actions -----------------------------------------------------------------------
     @on(Input.Submitted, "#fact")

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Header, Static
 from custody_app.access import LedgerAccess
 from custody_app.evidence import pack_text
 from custody_app.readmodels import FactRef, HistoryResult, WhyResult
-from screens.base import LedgerScreen, Loaded, fill, short
+from screens.base import LedgerScreen, Loaded, fill, short, show
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
@@ -71,8 +71,8 @@ class FactScreen(LedgerScreen):
             return
         why, history = message.data
         self.why = why
-        self.query_one("#summary", Static).update(_summary(why))
-        self.query_one("#why", Static).update(_why(why))
+        show(self.query_one("#summary", Static), _summary(why))
+        show(self.query_one("#why", Static), _why(why))
         fill(self.query_one("#events", DataTable), _events(history))
         self._policy_text()
 
@@ -86,7 +86,7 @@ class FactScreen(LedgerScreen):
             text += "\n" + (p.source or p.canonical)
         else:
             text += "  · o: show its text"
-        self.query_one("#policy", Static).update(text)
+        show(self.query_one("#policy", Static), text)
 
     # ---- actions -----------------------------------------------------------------------
     def action_back(self) -> None:

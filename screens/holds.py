@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.access import LedgerAccess
 from custody_app.browsemodels import HoldPage
-from screens.base import LedgerScreen, Loaded, cursor_key, fill, short
+from screens.base import LedgerScreen, Loaded, cursor_key, fill, short, show
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
@@ -66,7 +66,7 @@ class HoldsScreen(LedgerScreen):
                               short(i.reason or "", 40)])
             for i in page.items])
         more = "PgDn: next page" if page.next_after is not None else "last page"
-        self.query_one("#pager", Static).update(
+        show(self.query_one("#pager", Static), 
             f"page {len(self.pages)} · {len(page.items)} on hold here · {more} · "
             f"acting as {self.access.reviewer}")
 

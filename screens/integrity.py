@@ -16,7 +16,7 @@ from custody_app.access import LedgerAccess
 from custody_app.browsemodels import LedgerStatus
 from custody_app.errors import LedgerError
 from custody_app.readmodels import RebuildResult, VerifyResult
-from screens.base import Failed, LedgerScreen, Loaded, cursor_key, fill
+from screens.base import Failed, LedgerScreen, Loaded, cursor_key, fill, show
 from screens.keybar import KeyBar
 
 
@@ -67,17 +67,17 @@ class IntegrityScreen(LedgerScreen):
     def on_loaded(self, message: Loaded) -> None:
         if message.what == "status":
             self.state = s = message.data
-            self.query_one("#status", Static).update(_status(s))
+            show(self.query_one("#status", Static), _status(s))
             fill(self.query_one("#policies", DataTable), [
                 (p.hash + str(p.seq), [str(p.seq), p.tx_at[:19], p.hash, p.path or "",
                                        "in force" if p.hash == s.policy_in_force else ""])
                 for p in reversed(s.policy_history)])
         elif message.what == "policy_text":
-            self.query_one("#policy_text", Static).update(message.data or "(text not stored)")
+            show(self.query_one("#policy_text", Static), message.data or "(text not stored)")
 
     # ---- verify ------------------------------------------------------------------------
     def action_verify(self) -> None:
-        self.query_one("#verify", Static).update("verifying the chain…")
+        show(self.query_one("#verify", Static), "verifying the chain…")
         self.verify()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="verify")
@@ -107,7 +107,7 @@ class IntegrityScreen(LedgerScreen):
     def _verified(self, message: Loaded) -> None:
         if message.what == "verified":
             r: VerifyResult = message.data
-            self.query_one("#verify", Static).update(_verified(r))
+            show(self.query_one("#verify", Static), _verified(r))
             if not r.valid:
                 self.notify(f"chain broken at event {r.first_bad_seq}: {r.problem}",
                             title="Verify", severity="error", timeout=10)
@@ -116,10 +116,10 @@ class IntegrityScreen(LedgerScreen):
             text = (f"[green]projection matches the events[/green] ({c.facts} facts, "
                     f"{c.states} states)" if not c.differences else
                     "[red]projection differs from the events[/red]: " + "; ".join(c.differences[:5]))
-            self.query_one("#check", Static).update(text)
+            show(self.query_one("#check", Static), text)
 
     def action_check(self) -> None:
-        self.query_one("#check", Static).update("recomputing the projection from the events…")
+        show(self.query_one("#check", Static), "recomputing the projection from the events…")
         self.check()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="check")

@@ -17,7 +17,7 @@ from custody_app.certificate import SweepResult
 from custody_app.errors import LedgerError
 from custody_app.readmodels import FactRef
 from custody_app.timeutil import normalise
-from screens.base import Failed, LedgerScreen, Loaded, fill
+from screens.base import Failed, LedgerScreen, Loaded, fill, show
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 
@@ -101,7 +101,7 @@ class RetentionScreen(LedgerScreen):
             windows = " · ".join(f"{p} = {d} (cutoff now {view.cutoffs.get(p, '')[:19]})"
                                  for p, d in view.windows.items())
             more = " · PgDn: more spaces" if view.next_after is not None else ""
-            self.query_one("#windows", Static).update(
+            show(self.query_one("#windows", Static), 
                 f"[b]windows[/b]: {windows or 'none: the policy keeps everything'} · spaces "
                 f"page {len(self.pages)}{more}")
             fill(self.query_one("#spaces", DataTable), [
@@ -148,7 +148,7 @@ class RetentionScreen(LedgerScreen):
         cutoffs = ", ".join(f"{k} < {v[:19]}" for k, v in result.cutoffs.items()) or "none"
         note = f" · {result.note}" if result.note else ""
         more = f" (first {SHOWN} listed)" if len(result.expired) > SHOWN else ""
-        self.query_one("#summary", Static).update(
+        show(self.query_one("#summary", Static), 
             f"preview: would expire [b]{len(result.expired)}[/b] fact(s){more}, skip "
             f"{len(result.held)} on hold · cutoffs {cutoffs}{note} · s: run it")
 
@@ -206,9 +206,9 @@ class RetentionScreen(LedgerScreen):
         for cert in certs:
             for place in cert.places:
                 lines.append(f"  [{place.outcome}] {place.place}: {place.detail}")
-        self.query_one("#certificate", Static).update("\n".join(lines))
+        show(self.query_one("#certificate", Static), "\n".join(lines))
         self.notify(f"sweep expired {expired} fact(s)", title="Sweep")
         self.preview = None
-        self.query_one("#summary", Static).update("p: preview what a sweep would expire")
+        show(self.query_one("#summary", Static), "p: preview what a sweep would expire")
         fill(self.query_one("#preview", DataTable), [])
         self.reload()

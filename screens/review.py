@@ -15,7 +15,7 @@ from textual.worker import get_current_worker
 from custody_app.access import LedgerAccess
 from custody_app.browsemodels import ReviewItem, ReviewPage
 from custody_app.errors import LedgerError
-from screens.base import Failed, LedgerScreen, Loaded, Succeeded, cursor_key, fill, short
+from screens.base import Failed, LedgerScreen, Loaded, Succeeded, cursor_key, fill, short, show
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
@@ -69,11 +69,11 @@ class ReviewScreen(LedgerScreen):
         waiting = {i.fact.fact_id for i in self.page.items}
         self.marked &= waiting
         self._show_rows()
-        self.query_one("#who", Static).update(
+        show(self.query_one("#who", Static), 
             f"reviewing as [b]{self.access.reviewer}[/b] · space: mark · a: approve · x: reject "
             "(the marked facts, or the one under the cursor)")
         more = "PgDn: next page" if self.page.next_after is not None else "end of the queue"
-        self.query_one("#pager", Static).update(
+        show(self.query_one("#pager", Static), 
             f"page {len(self.pages)} · {len(self.page.items)} waiting here · "
             f"{len(self.marked)} marked · {more}")
 
