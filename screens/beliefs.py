@@ -100,7 +100,7 @@ class BeliefsScreen(LedgerScreen):
         first = (len(self.pages) - 1) * PAGE
         more = "PgDn: next page" if page.next_after is not None else "last page"
         back = " · PgUp: previous" if len(self.pages) > 1 else ""
-        show(self.query_one("#pager", Static), 
+        show(self.query_one("#pager", Static),
             f"page {len(self.pages)} · rows {first + 1 if page.facts else 0}–"
             f"{first + len(page.facts)} · {more}{back}")
 

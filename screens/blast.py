@@ -104,7 +104,7 @@ class BlastScreen(LedgerScreen):
             e = r.root_ended_by
             ended = (f" · ended by {e['kind']} at #{e['seq']} by {e['actor']}"
                      + (f": {e['reason']}" if e.get("reason") else ""))
-        show(self.query_one("#summary", Static), 
+        show(self.query_one("#summary", Static),
             f"[b]{r.root.fact_id}[/b] {r.root.subject} {r.root.predicate} [{r.root.status}]"
             f"{ended}\n{len(r.sessions)} session(s), {len(r.actions)} action(s), "
             f"{len(r.facts)} belief(s) reached, [b]{believed} still believed[/b], "

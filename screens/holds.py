@@ -66,7 +66,7 @@ class HoldsScreen(LedgerScreen):
                               short(i.reason or "", 40)])
             for i in page.items])
         more = "PgDn: next page" if page.next_after is not None else "last page"
-        show(self.query_one("#pager", Static), 
+        show(self.query_one("#pager", Static),
             f"page {len(self.pages)} · {len(page.items)} on hold here · {more} · "
             f"acting as {self.access.reviewer}")
 

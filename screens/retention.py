@@ -101,7 +101,7 @@ class RetentionScreen(LedgerScreen):
             windows = " · ".join(f"{p} = {d} (cutoff now {view.cutoffs.get(p, '')[:19]})"
                                  for p, d in view.windows.items())
             more = " · PgDn: more spaces" if view.next_after is not None else ""
-            show(self.query_one("#windows", Static), 
+            show(self.query_one("#windows", Static),
                 f"[b]windows[/b]: {windows or 'none: the policy keeps everything'} · spaces "
                 f"page {len(self.pages)}{more}")
             fill(self.query_one("#spaces", DataTable), [
@@ -148,7 +148,7 @@ class RetentionScreen(LedgerScreen):
         cutoffs = ", ".join(f"{k} < {v[:19]}" for k, v in result.cutoffs.items()) or "none"
         note = f" · {result.note}" if result.note else ""
         more = f" (first {SHOWN} listed)" if len(result.expired) > SHOWN else ""
-        show(self.query_one("#summary", Static), 
+        show(self.query_one("#summary", Static),
             f"preview: would expire [b]{len(result.expired)}[/b] fact(s){more}, skip "
             f"{len(result.held)} on hold · cutoffs {cutoffs}{note} · s: run it")
 

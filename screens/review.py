@@ -69,19 +69,19 @@ class ReviewScreen(LedgerScreen):
         waiting = {i.fact.fact_id for i in self.page.items}
         self.marked &= waiting
         self._show_rows()
-        show(self.query_one("#who", Static), 
-            f"reviewing as [b]{self.access.reviewer}[/b] · space: mark · a: approve · x: reject "
-            "(the marked facts, or the one under the cursor)")
-        more = "PgDn: next page" if self.page.next_after is not None else "end of the queue"
-        show(self.query_one("#pager", Static), 
-            f"page {len(self.pages)} · {len(self.page.items)} waiting here · "
-            f"{len(self.marked)} marked · {more}")
+        show(self.query_one("#who", Static),
+             f"reviewing as [b]{self.access.reviewer}[/b] · space: mark · a: approve · "
+             "x: reject (the marked facts, or the one under the cursor)")
 
     def _show_rows(self) -> None:
         if self.page is None:
             return
         fill(self.query_one("#queue", DataTable),
              [(i.fact.fact_id, _cells(i, i.fact.fact_id in self.marked)) for i in self.page.items])
+        more = "PgDn: next page" if self.page.next_after is not None else "end of the queue"
+        show(self.query_one("#pager", Static),
+             f"page {len(self.pages)} · {len(self.page.items)} waiting here · "
+             f"{len(self.marked)} marked · {more}")
 
     # ---- actions -----------------------------------------------------------------------
     def action_mark(self) -> None:
