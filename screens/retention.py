@@ -202,7 +202,7 @@ class RetentionScreen(LedgerScreen):
         complete = all(c.complete for c in certs)
         lines = [f"[b]Sweep done[/b]: expired {expired} fact(s), skipped {len(held)} on hold; "
                  f"{len(certs)} certificate(s), "
-                 + ("complete" if complete else "[red]NOT complete (pending scrub)[/red]")]
+                 + ("complete" if complete else "[red]NOT complete: see the places below[/red]")]
         for cert in certs:
             for place in cert.places:
                 lines.append(f"  [{place.outcome}] {place.place}: {place.detail}")
