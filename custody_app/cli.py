@@ -45,7 +45,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _main_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="custody-app",
-        description="Governed memory for AI agents. Subcommands: " + ", ".join(SUBCOMMANDS)
+        description="Governed memory for AI agents. Subcommands: "
+        + ", ".join((*SUBCOMMANDS, "serve", "writer-key"))
         + " (custody-app SUBCOMMAND --help).",
     )
     p.add_argument("ledger_path", nargs="?", metavar="LEDGER", help="ledger file")
@@ -298,6 +299,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("serve", "writer-key"):
+        from custody_app import cli_serve  # the MCP server: never loads the TUI
+        run = cli_serve.serve_main if argv[0] == "serve" else cli_serve.writer_key_main
+        return run(argv[1:])
     if argv and argv[0] in SUBCOMMANDS:
         return _subcommand(argv)
     args = _main_parser().parse_args(argv)

@@ -51,6 +51,7 @@ class Retract(Command):
     fact_id: FactId
     actor: Actor
     reason: Text
+    session: Text | None = None
 
 
 class Confirm(Command):
@@ -93,10 +94,12 @@ class Recall(Command):
 
 class History(Command):
     fact_id: FactId
+    session: Text | None = None
 
 
 class Why(Command):
     fact_id: FactId
+    session: Text | None = None
 
 
 class Verify(Command):

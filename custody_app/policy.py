@@ -41,6 +41,10 @@ class _Section(BaseModel):
 class ProvenancePolicy(_Section):
     allow_declared: StrictBool = True
     """May a batch or Python API writer declare `attested` or `verified` itself?"""
+    writer_keys: dict[Actor, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=dict)
+    """Registered writer keys: actor (`kind:id`) to the sha256 (hex) of that writer's key file.
+    A writer that presents the key (`custody-app serve --writer-key FILE`) writes `attested`."""
 
 
 class ReviewPolicy(_Section):
