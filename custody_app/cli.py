@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from custody_app import cli_evidence
 from custody_app.batch import run_batch
 from custody_app.certificate import ErasureCertificate, ForgetResult, SubjectForgetResult, SweepResult
 from custody_app.crypto import public_fingerprint
@@ -79,8 +80,9 @@ def _sub_parser() -> argparse.ArgumentParser:
             s.add_argument("--reason", required=True, help="why, in words (at most 500 chars)")
 
     add("init", "create a ledger with its key store, master key, forget key and signing key")
-    add("verify", "walk the hash chain and check signed checkpoints").add_argument(
-        "--key", metavar="PUB", help="public key PEM to check checkpoints against")
+    s = add("verify", "walk the hash chain and check signed checkpoints")
+    s.add_argument("--key", metavar="PUB", help="public key PEM to check checkpoints against")
+    s.add_argument("--export", metavar="FILE", help="check an export offline instead (no ledger)")
     add("rebuild", "recompute the projection and report differences").add_argument(
         "--repair", action="store_true", help="replace a differing projection")
     add("why", "why a fact is believed", "FACT")
@@ -112,12 +114,13 @@ def _sub_parser() -> argparse.ArgumentParser:
     s.add_argument("--include-claimed", action="store_true", help="include quarantined facts")
     s.add_argument("--strategy", choices=("hybrid", "lexical", "vector"), default="hybrid")
     s.add_argument("--json", action="store_true")
+    cli_evidence.add_parsers(add)
     return p
 
 
 SUBCOMMANDS = ("init", "verify", "rebuild", "why", "history", "forget", "forget-subject", "hold",
-               "release", "sweep", "checkpoint", "recall")
-READ_ONLY = ("verify", "why", "history")
+               "release", "sweep", "checkpoint", "recall", *cli_evidence.NAMES)
+READ_ONLY = ("verify", "why", "history", *cli_evidence.READ_ONLY)
 
 
 def _ledger_path(args: argparse.Namespace) -> str:
@@ -151,6 +154,8 @@ def _print(obj: object) -> None:
 
 def _subcommand(argv: list[str]) -> int:
     args = _sub_parser().parse_args(argv)
+    if (code := cli_evidence.offline(args)) is not None:
+        return code
     try:
         ledger = _open(args, readonly=args.command in READ_ONLY)
     except LedgerError as exc:
@@ -260,6 +265,7 @@ _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "sweep": _sweep,
     "checkpoint": lambda led, a: _show(led.checkpoint(actor=a.actor)),
     "recall": _recall,
+    **cli_evidence.COMMANDS,
 }
 
 

@@ -9,6 +9,7 @@ from pydantic import Field, ValidationError, field_validator
 from custody_app.errors import LedgerError
 from custody_app.models import (
     Actor,
+    ArgsDigest,
     Cause,
     FactId,
     Frozen,
@@ -146,15 +147,35 @@ class Checkpoint(Command):
     actor: Actor = "system:custody"
 
 
+class Act(Command):
+    """Record an action an agent took in a session (a tool call and its outcome)."""
+
+    session: Text
+    tool: Text
+    ref: Text
+    outcome: Text
+    actor: Actor
+    args_digest: ArgsDigest | None = None
+
+
+class Blast(Command):
+    fact_id: FactId
+
+
+class Explain(Command):
+    action_ref: Text
+
+
 # Batch op names.
 OPS: dict[str, type[Command]] = {
     "assert": AssertFact, "retract": Retract, "confirm": Confirm, "reject": Reject,
     "affirm": Affirm, "as_of": AsOf, "history": History, "why": Why, "verify": Verify,
     "clock": SetClock, "hold": Hold, "release": Release, "forget": Forget,
     "forget_subject": ForgetSubject, "sweep": Sweep, "checkpoint": Checkpoint, "recall": Recall,
+    "act": Act, "blast": Blast, "explain": Explain,
 }
 # Ops of the protocol that later versions bring; named so the error says so.
-NOT_YET = ("act", "blast")
+NOT_YET: tuple[str, ...] = ()
 
 
 def refusal(exc: ValidationError) -> LedgerError:

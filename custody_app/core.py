@@ -14,7 +14,7 @@ from typing import Any, Self
 
 from pydantic import ValidationError
 
-from custody_app import erasure, recall
+from custody_app import erasure, recall, sessions
 from custody_app.certificate import (
     ErasureCertificate,
 )
@@ -202,6 +202,7 @@ class LedgerCore:
         row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, subject, body, value,
                        salt, prev, event_hash(prev, body))
         self.db.events.append(row)
+        sessions.index_event(self.db, kind, seq, fact_id, envelope)
         changes = apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope, subject)
         if changes:
             recall.sync(self, changes, {fact_id: plaintext} if fact_id and plaintext else {})
@@ -310,20 +311,29 @@ class LedgerCore:
                 apply_event(memory, e.kind, e.seq, e.tx_at, e.fact_id, json.loads(e.body),
                             e.subject)
             stored = self.db.facts.dump()
+            index = sessions.rebuilt_index(self.db.events.iter_all())
+            stored_index = self.db.sessions.dump()
         rebuilt = memory.dump()
         differences = _compare(stored, rebuilt)
+        index_differences = _compare(stored_index, index,
+                                     names=("served fact", "session event", "session"))
         if repair and differences:
             with self._writing():
                 self.db.facts.replace_all(*rebuilt)
+        if repair and index_differences:
+            with self._writing():
+                self.db.sessions.replace_all(*index)
+        differences += index_differences
         return RebuildResult(facts=len(rebuilt[0]), states=len(rebuilt[1]),
                              differences=differences, repaired=repair and bool(differences))
 
 
 
 def _compare(stored: tuple[list[Any], list[Any], list[Any]],
-             rebuilt: tuple[list[Any], list[Any], list[Any]], limit: int = 50) -> list[str]:
+             rebuilt: tuple[list[Any], list[Any], list[Any]], limit: int = 50,
+             names: tuple[str, str, str] = ("fact", "state", "source link")) -> list[str]:
     out: list[str] = []
-    for name, mine, theirs in zip(("fact", "state", "source link"), stored, rebuilt, strict=True):
+    for name, mine, theirs in zip(names, stored, rebuilt, strict=True):
         have, want = set(map(repr, mine)), set(map(repr, theirs))
         out += [f"{name} only in the stored projection: {r}" for r in sorted(have - want)]
         out += [f"{name} missing from the stored projection: {r}" for r in sorted(want - have)]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from custody_app import erasure, lifecycle, reads, recall, writer_keys
+from custody_app import blast, erasure, evidence, lifecycle, reads, recall, writer_keys
 from custody_app.certificate import (
     ForgetResult,
     SubjectForgetResult,
@@ -17,12 +18,15 @@ from custody_app.certificate import (
 from custody_app.chain import canonical, commitment, new_salt
 from custody_app.checkpoints import sign_checkpoint
 from custody_app.commands import (
+    Act,
     Affirm,
     AsOf,
     AssertFact,
+    Blast,
     Checkpoint,
     Command,
     Confirm,
+    Explain,
     Forget,
     ForgetSubject,
     History,
@@ -39,12 +43,18 @@ from custody_app.commands import (
 )
 from custody_app.core import SYSTEM_ACTOR, LedgerCore
 from custody_app.errors import LedgerError
+from custody_app.evidence import EvidencePack
+from custody_app.export import ExportResult
+from custody_app.export import export as export_events
 from custody_app.models import PROV_RANK, PROVENANCES
 from custody_app.readmodels import (
+    ActResult,
     AsOfResult,
     AssertResult,
+    BlastResult,
     CheckpointResult,
     ClockResult,
+    ExplainResult,
     FactOpResult,
     FactView,
     HistoryResult,
@@ -148,6 +158,33 @@ class Ledger(LedgerCore):
         if accepted:
             self.vouched_writers.add(actor)
         return accepted
+
+    def act(self, session: str, tool: str, ref: str, outcome: str, *, actor: str,
+            args_digest: str | None = None) -> ActResult:
+        """Record an action an agent took in a session (tool, a reference such as a
+        transaction id, its outcome, optionally a digest of its arguments)."""
+        return self._do(Act, ActResult, session=session, tool=tool, ref=ref, outcome=outcome,
+                        actor=actor, args_digest=args_digest)
+
+    def blast(self, fact_id: str) -> BlastResult:
+        """Everything that could have relied on a fact: sessions served it, their later writes
+        and actions, derived facts, to a fixpoint. An upper bound."""
+        return self._do(Blast, BlastResult, fact_id=fact_id)
+
+    def pack(self, fact_id: str) -> EvidencePack:
+        """One fact's whole story (events with their chain links, holds, blast radius, policy
+        texts, forget certificate), signed with the ledger's Ed25519 key."""
+        return evidence.build_pack(self, fact_id)
+
+    def export(self, path: str | Path) -> ExportResult:
+        """The whole event log as JSON Lines at `path` (erased values null), with a trailer
+        signed by the ledger key; `offline.verify_export` checks it from the file alone."""
+        return export_events(self, path)
+
+    def explain(self, action_ref: str) -> ExplainResult:
+        """What had been served to an action's session before it, and which of those facts
+        were since retracted or erased."""
+        return self._do(Explain, ExplainResult, action_ref=action_ref)
 
     # ---- handlers ----------------------------------------------------------------------
     def _assert(self, cmd: AssertFact) -> AssertResult:
@@ -305,6 +342,15 @@ class Ledger(LedgerCore):
     def _verify(self, cmd: Verify) -> VerifyResult:
         return self.verify()
 
+    def _act(self, cmd: Act) -> ActResult:
+        return blast.act(self, cmd)
+
+    def _blast(self, cmd: Blast) -> BlastResult:
+        return blast.blast(self, cmd.fact_id)
+
+    def _explain(self, cmd: Explain) -> ExplainResult:
+        return blast.explain(self, cmd.action_ref)
+
     def _set_clock(self, cmd: SetClock) -> ClockResult:
         if not isinstance(self.clock, ManualClock):
             raise LedgerError("manual_clock_disabled",
@@ -327,5 +373,5 @@ _HANDLERS: dict[type[Command], str] = {
     Affirm: "_affirm", AsOf: "_as_of", History: "_history", Why: "_why", Verify: "_verify",
     SetClock: "_set_clock", Hold: "_hold", Release: "_hold", Forget: "_forget",
     ForgetSubject: "_forget_subject", Sweep: "_sweep", Checkpoint: "_checkpoint",
-    Recall: "_recall",
+    Recall: "_recall", Act: "_act", Blast: "_blast", Explain: "_explain",
 }

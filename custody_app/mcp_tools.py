@@ -69,6 +69,10 @@ _TOOLS = [
     _spec("memory_why", commands.Why, True,
           "Why a fact is (or was) believed: who wrote it, its cause and session, sources, "
           "supersession chain, reviews and the policy in force. Recorded as served."),
+    _spec("memory_act", commands.Act, False,
+          "Record an action this agent took (the tool it called, a reference such as a "
+          "transaction id, the outcome, optionally a digest of its arguments), so that blast "
+          "radius can later trace what the action relied on."),
 ]
 TOOLS: dict[str, ToolSpec] = {t.name: t for t in _TOOLS}
 

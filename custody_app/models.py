@@ -234,9 +234,23 @@ class FactsServed(Event):
     via: Literal["as_of", "recall", "history", "why"]
 
 
+ArgsDigest = Annotated[str, Field(pattern=r"^([a-z0-9-]{1,20}:)?[0-9a-f]{32,128}$")]
+
+
+class ActionRecorded(Event):
+    """An action an agent took in a session (a tool call): what, a reference, the outcome."""
+
+    kind: Literal["acted"] = "acted"
+    session: Text
+    tool: Text
+    ref: Text
+    outcome: Text
+    args_digest: ArgsDigest | None = None
+
+
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (PolicyAdopted, FactAsserted, FactRetracted, FactConfirmed, FactRejected,
               FactAffirmed, FactHeld, FactReleased, FactForgotten, FactExpired, SubjectForgotten,
-              ChainCheckpoint, FactsServed)
+              ChainCheckpoint, FactsServed, ActionRecorded)
 }

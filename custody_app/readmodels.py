@@ -167,3 +167,13 @@ class RecallResult(ReadModel):
     note: str
     embedder: str | None
     results: list[RecallHit]
+
+
+# Sessions and blast radius (issue 5), re-exported so every read model is importable here.
+from custody_app.blastmodels import ActResult as ActResult  # noqa: E402
+from custody_app.blastmodels import BlastAction as BlastAction  # noqa: E402
+from custody_app.blastmodels import BlastFact as BlastFact  # noqa: E402
+from custody_app.blastmodels import BlastResult as BlastResult  # noqa: E402
+from custody_app.blastmodels import BlastSession as BlastSession  # noqa: E402
+from custody_app.blastmodels import ExplainedFact as ExplainedFact  # noqa: E402
+from custody_app.blastmodels import ExplainResult as ExplainResult  # noqa: E402

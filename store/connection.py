@@ -27,6 +27,7 @@ from store.scrub import (
     scan_files,
     wal_path,
 )
+from store.sessions import SessionStore
 
 BUSY_TIMEOUT_MS = 5000
 # BEGIN IMMEDIATE is retried this many times (with jittered backoff) after the busy timeout.
@@ -44,6 +45,7 @@ class LedgerFile:
         self.policies = PolicyStore(conn)
         self.erasure = ErasureStore(conn)
         self.recall = RecallStore(conn)
+        self.sessions = SessionStore(conn)
         self._depth = 0
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from functools import cache
 
 import apsw
@@ -32,6 +33,10 @@ ALL_FACTS = f"SELECT {_FCOLS} FROM facts ORDER BY assert_seq"
 ALL_STATES = f"SELECT {_SCOLS} FROM fact_states ORDER BY fact_seq, from_seq"
 ALL_SOURCES = "SELECT fact_id, source_id FROM fact_sources ORDER BY fact_id, source_id"
 CLEAR = "DELETE FROM fact_sources; DELETE FROM fact_states; DELETE FROM facts;"
+FACTS_BY_IDS = (f"SELECT {_FCOLS} FROM facts WHERE fact_id IN (SELECT value FROM json_each(?)) "
+                "ORDER BY assert_seq")
+DERIVED_FROM_MANY = ("SELECT fact_id, source_id FROM fact_sources "
+                     "WHERE source_id IN (SELECT value FROM json_each(?)) ORDER BY fact_id")
 COUNT_BY_STATUS = "SELECT status, count(*) FROM facts GROUP BY status"
 WITH_STATUS = f"SELECT {_FCOLS} FROM facts WHERE status = ? ORDER BY assert_seq"
 
@@ -100,6 +105,19 @@ class FactStore:
 
     def derived_from(self, fact_id: str) -> list[str]:
         return [str(r[0]) for r in self._conn.execute(DERIVED_FROM, (fact_id,))]
+
+    def get_many(self, fact_ids: list[str]) -> list[FactRow]:
+        """Several facts in one query, in assert order (unknown ids are left out)."""
+        if not fact_ids:
+            return []
+        return [FactRow(*r) for r in self._conn.execute(FACTS_BY_IDS, (json.dumps(fact_ids),))]
+
+    def derived_from_many(self, fact_ids: list[str]) -> list[tuple[str, str]]:
+        """(derived fact, its source) for every fact naming one of `fact_ids` in its sources."""
+        if not fact_ids:
+            return []
+        return [(str(a), str(b)) for a, b in
+                self._conn.execute(DERIVED_FROM_MANY, (json.dumps(fact_ids),))]
 
     def replacements(self, fact_id: str) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(REPLACEMENTS, (fact_id,))]

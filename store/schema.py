@@ -150,6 +150,52 @@ CREATE TABLE fact_sources(
 CREATE INDEX fact_sources_by_source ON fact_sources(source_id);
 """
 
+# Sessions (blast radius): which facts each served event handed to which session, every event
+# of a session (asserts made in it, served reads, acted actions) in order, and one summary row
+# per session so sessions with writes but no recorded reads are found without a scan. Filled
+# in the same transaction as the event; the backfill below covers ledgers written before.
+V2 = """
+CREATE TABLE served_facts(
+    fact_id TEXT NOT NULL,
+    session TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    PRIMARY KEY(fact_id, session, seq)
+) WITHOUT ROWID;
+CREATE INDEX served_facts_by_session ON served_facts(session, seq);
+
+CREATE TABLE session_events(
+    session TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    kind    TEXT NOT NULL,
+    fact_id TEXT,
+    ref     TEXT,
+    PRIMARY KEY(session, seq)
+) WITHOUT ROWID;
+CREATE INDEX session_actions_by_ref ON session_events(ref) WHERE kind = 'acted';
+
+CREATE TABLE sessions(
+    session        TEXT PRIMARY KEY,
+    reads          INTEGER NOT NULL,
+    last_write_seq INTEGER
+) WITHOUT ROWID;
+CREATE INDEX sessions_unread ON sessions(last_write_seq) WHERE reads = 0;
+
+INSERT INTO session_events(session, seq, kind, fact_id, ref)
+SELECT json_extract(body, '$.session'), seq, kind, fact_id,
+       CASE WHEN kind = 'acted' THEN json_extract(body, '$.ref') END
+FROM events
+WHERE kind IN ('assert', 'served', 'acted') AND json_extract(body, '$.session') IS NOT NULL;
+
+INSERT OR IGNORE INTO served_facts(fact_id, session, seq)
+SELECT j.value, json_extract(e.body, '$.session'), e.seq
+FROM events e, json_each(e.body, '$.fact_ids') j
+WHERE e.kind = 'served';
+
+INSERT INTO sessions(session, reads, last_write_seq)
+SELECT session, sum(kind = 'served'), max(CASE WHEN kind != 'served' THEN seq END)
+FROM session_events GROUP BY session;
+"""
+
 # Index i holds the script that upgrades user_version i to i+1.
-MIGRATIONS: tuple[str, ...] = (V1,)
+MIGRATIONS: tuple[str, ...] = (V1, V2)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -57,8 +57,9 @@ def served(env: Env) -> list[dict[str, Any]]:
 async def test_tool_schemas_are_the_batch_commands_minus_what_the_server_fixes() -> None:
     from custody_app.mcp_tools import arguments_model
     names = {"memory_write": "assert", "memory_read": "as_of", "memory_recall": "recall",
-             "memory_retract": "retract", "memory_history": "history", "memory_why": "why"}
-    assert set(names) <= set(TOOLS)
+             "memory_retract": "retract", "memory_history": "history", "memory_why": "why",
+             "memory_act": "act"}
+    assert set(names) == set(TOOLS)
     for tool, op in names.items():
         command = OPS[op]
         schema = TOOLS[tool].input_schema()
@@ -255,3 +256,29 @@ def test_a_malformed_writer_key_entry_is_a_policy_error_naming_the_key(
         load_policy(path)
     assert refusal.value.code == "policy_invalid"
     assert key in refusal.value.message
+
+
+async def test_an_agent_run_through_the_server_is_traced_by_blast_radius(env: Env) -> None:
+    """Reads, an action and a later write of one MCP session all show in the blast radius of
+    the fact it read, once that fact turns out wrong."""
+    plan = env.put("acct:42", "plan", "enterprise", actor="user:ops")
+    async with connect(MemoryTools(env.ledger, AGENT)) as client:
+        assert "memory_act" in {t.name for t in (await client.list_tools()).tools}
+        seen = (await call(client, "memory_recall", query="enterprise"))["results"]
+        assert [h["fact"]["fact_id"] for h in seen] == [plan]
+        acted = await call(client, "memory_act", tool="billing.refund", ref="refund#881",
+                           outcome="refunded 120 EUR")
+        note = (await call(client, "memory_write", **write_args(
+            "refund issued", predicate="refund", sources=[plan])))["fact_id"]
+        error = await refused(client, "memory_act", tool="t", ref="r", outcome="o",
+                              session="another-run")
+        assert error["code"] == "bad_request" and "session" in error["message"]
+    session = env.ledger.why(note).session
+    assert acted["session"] == session
+    env.ledger.retract(plan, actor="user:ops", reason="the account was never enterprise")
+    radius = env.ledger.blast(plan)
+    assert [s.session for s in radius.sessions] == [session]
+    reached = radius.sessions[0]
+    assert [a.ref for a in reached.actions] == ["refund#881"]
+    assert note in reached.writes
+    assert env.ledger.explain("refund#881").served[0].fact_id == plan

@@ -1,0 +1,159 @@
+"""Read models of sessions and blast radius: actions, reached facts and sessions, explanations."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+UPPER_BOUND = (
+    "This is an upper bound: it lists everything that could have relied on the root, from "
+    "recorded reads, writes, actions and derivations; it does not prove that each one did. "
+    "Sessions marked INCOMPLETE wrote after the root was known but have no recorded reads, so "
+    "whether they relied on it cannot be told.")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ActResult(_Model):
+    """An `acted` event appended in a session."""
+
+    event_id: str
+    seq: int
+    tx_at: str
+    session: str
+    ref: str
+
+
+class BlastFact(_Model):
+    """One belief the blast radius reached, and how. `believed`: its status now is active."""
+
+    fact_id: str
+    subject: str
+    predicate: str
+    status: str
+    believed: bool
+    reached_via: Literal["root", "session", "sources"]
+    session: str | None
+    from_fact: str | None
+    depth: int
+    seq: int = 0
+    tx_at: str = ""
+    actor: str = ""
+
+
+class BlastAction(_Model):
+    """One recorded agent action (an `acted` event)."""
+
+    event_id: str
+    seq: int
+    tx_at: str
+    session: str
+    tool: str
+    ref: str
+    outcome: str
+    actor: str = ""
+    args_digest: str | None = None
+
+
+class BlastSession(_Model):
+    """A session that was served a reached fact (or, `incomplete`, wrote with no recorded
+    reads): its writes and actions from its first such read on."""
+
+    session: str
+    first_served_seq: int | None
+    first_served_at: str | None
+    incomplete: bool
+    writes: list[str]
+    actions: list[BlastAction]
+    served: list[str] = []
+
+
+class BlastResult(_Model):
+    """What could have relied on a fact (DESIGN section 7): an upper bound by design."""
+
+    root: BlastFact
+    root_ended_by: dict[str, Any] | None
+    sessions: list[BlastSession]
+    actions: list[BlastAction]
+    facts: list[BlastFact]
+    incomplete_sessions: list[str]
+    upper_bound: str = UPPER_BOUND
+
+    def render(self) -> str:
+        """The report as a person reads it."""
+        reached = [s for s in self.sessions if not s.incomplete]
+        believed = [f for f in self.facts if f.believed]
+        r = self.root
+        lines = [f"Blast radius of {r.fact_id} ({r.subject} {r.predicate}), now {r.status}"]
+        if self.root_ended_by:
+            e = self.root_ended_by
+            why = f": {e['reason']}" if e.get("reason") else ""
+            lines.append(f"  ended by {e['kind']} at seq {e['seq']} ({e['tx_at']}) by "
+                         f"{e['actor']}{why}")
+        else:
+            lines.append("  not ended: the root is still in the ledger's beliefs")
+        lines.append(f"  {len(reached)} session(s), {len(self.actions)} action(s), "
+                     f"{len(self.facts)} belief(s) of which {len(believed)} still believed")
+        for s in reached:
+            lines.append(f"  session {s.session}: first served a reached fact at seq "
+                         f"{s.first_served_seq} ({s.first_served_at}); served "
+                         f"{', '.join(s.served) or '-'}")
+            lines += [f"    wrote {w}" for w in s.writes]
+            lines += [f"    acted {a.tool} {a.ref} -> {a.outcome} (seq {a.seq}, {a.tx_at})"
+                      for a in s.actions]
+        if self.facts:
+            lines.append("  beliefs reached:")
+        for f in self.facts:
+            how = (f"written in session {f.session} after it was served {f.from_fact}"
+                   if f.reached_via == "session" else f"derived from {f.from_fact}")
+            mark = "STILL BELIEVED" if f.believed else f.status
+            lines.append(f"    {f.fact_id} {f.subject} {f.predicate} [{mark}] {how}")
+        for name in self.incomplete_sessions:
+            lines.append(f"  INCOMPLETE session {name}: wrote after the root was known but "
+                         "has no recorded reads")
+        lines.append(self.upper_bound)
+        return "\n".join(lines)
+
+
+class ExplainedFact(_Model):
+    """A fact served to a session before an action, and what became of it."""
+
+    fact_id: str
+    subject: str
+    predicate: str
+    status_now: str
+    served_seq: int
+    served_at: str
+    ended: bool
+    ended_by_kind: str | None
+    ended_seq: int | None = None
+    ended_at: str | None = None
+    times_served: int = 1
+
+
+class ExplainResult(_Model):
+    """What the agent had been served in its session when it took an action."""
+
+    action: BlastAction
+    session: str
+    served: list[ExplainedFact]
+    incomplete: bool = False
+
+    def render(self) -> str:
+        a = self.action
+        lines = [f"Action {a.tool} {a.ref} -> {a.outcome} in session {self.session} "
+                 f"(seq {a.seq}, {a.tx_at}, by {a.actor})",
+                 f"  {len(self.served)} fact(s) served to the session before it:"]
+        for f in self.served:
+            end = (f" -- since {f.ended_by_kind} at seq {f.ended_seq} ({f.ended_at})"
+                   if f.ended else "")
+            lines.append(f"    {f.fact_id} {f.subject} {f.predicate}, served seq {f.served_seq}"
+                         f" ({f.served_at}), now {f.status_now}{end}")
+        ended = [f.fact_id for f in self.served if f.ended]
+        lines.append(f"  since retracted or erased: {', '.join(ended) if ended else 'none'}")
+        if self.incomplete:
+            lines.append("  INCOMPLETE: no read was recorded in this session before the action")
+        return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""The subcommands about what relied on a belief and what leaves the ledger: `blast`, `explain`,
+`pack` (and `pack --verify`), `export`, and `verify --export`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from custody_app.errors import LedgerError
+from custody_app.evidence import pack_text
+from custody_app.ledger import Ledger
+from custody_app.offline import OfflineReport, verify_export, verify_pack
+
+NAMES = ("blast", "explain", "pack", "export")
+READ_ONLY = ("blast", "explain")
+
+
+class _Add(Protocol):
+    def __call__(self, name: str, helptext: str, *positional: str) -> argparse.ArgumentParser: ...
+
+
+def add_parsers(add: _Add) -> None:
+    s = add("blast", "what could have relied on a fact: sessions served it, their later writes "
+            "and actions, derived facts (an upper bound)", "FACT")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s = add("explain", "what a recorded action's session had been served before it, and which "
+            "of those facts were since retracted or erased", "ACTION_REF")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s = add("pack", "write one fact's signed evidence pack, or check one with --verify")
+    s.add_argument("fact", nargs="?", metavar="FACT", help="the fact to pack")
+    s.add_argument("--out", metavar="PATH", help="where to write the pack")
+    s.add_argument("--verify", metavar="PACK", help="check a pack offline (needs --key)")
+    s.add_argument("--key", metavar="PUB", help="the ledger's public key PEM (LEDGER.pub)")
+    add("export", "write the whole event log as JSON Lines (one event per line, with its chain "
+        "fields; erased values null) and a signed trailer").add_argument(
+        "--out", metavar="PATH", required=True, help="where to write the export")
+
+
+def _out(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def _read_key(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LedgerError("key_unreadable",
+                          f"cannot read public key {path}: {exc.strerror}") from None
+
+
+def _report(report: OfflineReport, as_json: bool = True) -> int:
+    if as_json:
+        _out(report.model_dump(mode="json"))
+    for problem in report.problems:
+        sys.stderr.write(f"custody-app: {report.what} check failed: {problem}\n")
+    return 0 if report.valid else 1
+
+
+def offline(args: argparse.Namespace) -> int | None:
+    """`pack --verify` and `verify --export` need no ledger: run them here, else None."""
+    try:
+        if args.command == "verify" and getattr(args, "export", None):
+            if not Path(args.export).is_file():
+                raise LedgerError("export_unreadable", f"cannot read export {args.export}: no "
+                                  "such file")
+            return _report(verify_export(args.export, _read_key(args.key) if args.key else None))
+        if args.command == "pack" and args.verify:
+            if not args.key:
+                sys.stderr.write("custody-app: pack --verify needs --key LEDGER.pub\n")
+                return 2
+            try:
+                with open(args.verify, encoding="utf-8", newline="") as handle:
+                    text = handle.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise LedgerError("pack_unreadable",
+                                  f"cannot read pack {args.verify}: {exc}") from None
+            return _report(verify_pack(text, _read_key(args.key)))
+        if args.command == "pack" and (not args.fact or not args.out):
+            sys.stderr.write("custody-app: pack needs FACT and --out PATH (or --verify PACK "
+                             "--key PUB)\n")
+            return 2
+    except LedgerError as exc:
+        sys.stderr.write(f"custody-app: {exc.message} ({exc.code})\n")
+        return 1
+    return None
+
+
+def _blast(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.blast(args.fact)
+    if args.json:
+        _out(result.model_dump(mode="json"))
+    else:
+        sys.stdout.write(result.render() + "\n")
+    return 0
+
+
+def _explain(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.explain(args.action_ref)
+    if args.json:
+        _out(result.model_dump(mode="json"))
+    else:
+        sys.stdout.write(result.render() + "\n")
+    return 0
+
+
+def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
+    pack = ledger.pack(args.fact)
+    with open(args.out, "w", encoding="utf-8", newline="") as handle:
+        handle.write(pack_text(pack))
+    radius = pack.blast
+    _out({"pack": args.out, "fact_id": pack.fact_id, "events": len(pack.events),
+          "sessions": len(radius["sessions"]), "facts_reached": len(radius["facts"]),
+          "forget_certificate": pack.forget_certificate is not None,
+          "key_fingerprint": pack.signature["key_fingerprint"]})
+    return 0
+
+
+def _export(ledger: Ledger, args: argparse.Namespace) -> int:
+    _out(ledger.export(args.out).model_dump(mode="json"))
+    return 0
+
+
+COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
+    "blast": _blast, "explain": _explain, "pack": _pack, "export": _export,
+}
