@@ -69,7 +69,7 @@ async def test_tool_schemas_are_the_batch_commands_minus_what_the_server_fixes()
         full = command.model_json_schema()
         for name in want:  # same types and constraints as the batch op's
             assert schema["properties"][name] == full["properties"][name], (tool, name)
-        assert set(schema.get("required", [])) == set(full.get("required", [])) - {"actor"}
+        assert set(schema.get("required", [])) == set(full.get("required", [])) - set(SERVER_FIXED)
         assert not {"actor", "session", "provenance"} & set(schema["properties"])
         assert arguments_model(tool, command).model_json_schema() == schema
 
