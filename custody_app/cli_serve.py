@@ -45,8 +45,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"custody-app serve: {message}\n")
+def _fail(message: str, code: int, prog: str = "custody-app serve") -> int:
+    sys.stderr.write(f"{prog}: {message}\n")
     return code
 
 
@@ -99,7 +99,7 @@ def writer_key_main(argv: list[str]) -> int:
     try:
         digest = new_key(args.file)
     except LedgerError as exc:
-        return _fail(f"{exc.message} ({exc.code})", 1)
+        return _fail(f"{exc.message} ({exc.code})", 1, "custody-app writer-key")
     sys.stdout.write(f'writer_keys = {{"{args.agent}" = "{digest}"}}\n')
     sys.stderr.write(f"custody-app: put that line under [provenance] in the policy, then "
                      f"serve with --agent {args.agent} --writer-key {args.file}\n")
