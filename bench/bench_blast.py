@@ -224,8 +224,8 @@ def main() -> None:
             return ms
 
         root_ms = blast_row(f"blast(root): served to {a.root_sessions} sessions", build.root)
-        pop_ms = blast_row(f"blast(popular fact): served to {a.popular_sessions:,} sessions",
-                           build.popular)
+        pop_ms = blast_row(f"blast(popular fact): put in {a.popular_sessions:,} sessions' reads, "
+                           "plus random reads", build.popular)
         quiet = build.base[len(build.base) // 2]
         blast_row("blast(a base fact picked at random)", quiet)
         write = (build.reread or build.writes)[len(build.reread or build.writes) // 2]

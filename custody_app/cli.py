@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
+from typing import TextIO
 
 from pydantic import BaseModel
 
@@ -53,7 +54,13 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("ledger_path", nargs="?", metavar="LEDGER", help="ledger file")
     p.add_argument("--batch", metavar="FILE", help="run JSON Lines ops from FILE ('-' for stdin)")
     p.add_argument("--demo", action="store_true",
-                   help="replay the sample support-agent ledger into a fresh file and run it")
+                   help="replay the sample support-agent ledger into a fresh file and open the "
+                   "terminal app on it (with --no-tui: print the replay's JSON results instead)")
+    p.add_argument("--no-tui", action="store_true",
+                   help="with --demo: build the demo ledger only, printing one JSON result per op")
+    p.add_argument("--reviewer", metavar="KIND:ID",
+                   help="who reviews, holds and erases in the terminal app (default: "
+                   "$CUSTODY_REVIEWER, the config file's reviewer, else user:LOGIN)")
     p.add_argument("--manual-clock", action="store_true",
                    help="allow {\"op\": \"clock\", \"set\": ISO} to set transaction time")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed op")
@@ -269,7 +276,8 @@ _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
 }
 
 
-def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool) -> int:
+def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
+               out: TextIO | None = None) -> int:
     # The batch file first: a usage error must not create a ledger file as a side effect.
     try:
         stream = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
@@ -283,12 +291,13 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool) -> int
             stream.close()
         return _fail(exc, Exit.UNOPENABLE)
     with ledger, stream:
-        outcome = run_batch(ledger, stream, sys.stdout, fail_fast=args.fail_fast)
+        outcome = run_batch(ledger, stream, out or sys.stdout, fail_fast=args.fail_fast)
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Replay the sample into a fresh ledger (./custody-demo.db unless --ledger) and show it."""
+    """Replay the sample into a fresh ledger (./custody-demo.db unless --ledger), then open
+    the terminal app on it (or, with --no-tui, print the replay's results)."""
     target = Path(args.ledger or "custody-demo.db")
     for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
         Path(f"{target}{suffix}").unlink(missing_ok=True)
@@ -296,6 +305,10 @@ def _demo(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         sample = Path(tmp) / "sample.jsonl"
         shutil.copyfile(sample_batch_path(), sample)
+        if not args.no_tui:
+            with open(os.devnull, "w", encoding="utf-8") as sink:
+                code = _run_batch(args, str(sample), manual_clock=True, out=sink)
+            return _tui(args) if code == Exit.OK else code
         code = _run_batch(args, str(sample), manual_clock=True)
     sys.stderr.write(f"custody-app: demo ledger written to {target}; try "
                      f"`custody-app verify --ledger {target} --key {target}.pub` or "
@@ -309,15 +322,29 @@ def main(argv: list[str] | None = None) -> int:
         from custody_app import cli_serve  # the MCP server: never loads the TUI
         run = cli_serve.serve_main if argv[0] == "serve" else cli_serve.writer_key_main
         return run(argv[1:])
-    if argv and argv[0] in SUBCOMMANDS:
+    if argv and argv[0] == "tui":
+        argv = argv[1:]  # `custody-app tui LEDGER` is `custody-app LEDGER`
+    elif argv and argv[0] in SUBCOMMANDS:
         return _subcommand(argv)
     args = _main_parser().parse_args(argv)
     if args.demo:
         return _demo(args)
     if args.batch:
         return _run_batch(args, args.batch, args.manual_clock)
-    sys.stderr.write("custody-app: the terminal UI is not built yet; use --batch FILE or --demo\n")
-    return int(Exit.USAGE)
+    return _tui(args)
+
+
+def _tui(args: argparse.Namespace) -> int:
+    """The terminal app on the ledger; textual is imported on this interactive path only."""
+    from custody_app.app import make_app
+
+    try:
+        app = make_app(_ledger_path(args), args.policy or os.environ.get(POLICY_ENV),
+                       reviewer=args.reviewer, keystore=args.keystore)
+    except LedgerError as exc:
+        return _fail(exc, Exit.UNOPENABLE)
+    app.run()
+    return int(Exit.OK)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from custody_app import blast, erasure, evidence, lifecycle, reads, recall, writer_keys
+from custody_app.browse import BrowseReads
 from custody_app.certificate import (
     ForgetResult,
     SubjectForgetResult,
@@ -41,7 +42,7 @@ from custody_app.commands import (
     Why,
     parse_command,
 )
-from custody_app.core import SYSTEM_ACTOR, LedgerCore
+from custody_app.core import SYSTEM_ACTOR
 from custody_app.errors import LedgerError
 from custody_app.evidence import EvidencePack
 from custody_app.export import ExportResult
@@ -69,7 +70,7 @@ R = TypeVar("R", bound=BaseModel)
 
 
 
-class Ledger(LedgerCore):
+class Ledger(BrowseReads):
     """A ledger file opened under a policy. Methods take plain values and return read models."""
 
     # ---- commands ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ import apsw
 import apsw.bestpractice
 import sqlite_vec
 
+from store.browse import BrowseStore
 from store.erasure import ErasureStore
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError
 from store.events import EventStore
@@ -45,6 +46,7 @@ class LedgerFile:
         self.policies = PolicyStore(conn)
         self.erasure = ErasureStore(conn)
         self.recall = RecallStore(conn)
+        self.browse = BrowseStore(conn)
         self.sessions = SessionStore(conn)
         self._depth = 0
 

@@ -1,0 +1,130 @@
+"""What every ledger screen shares: the access it is handed, messages from its workers, and
+table helpers that keep the cursor on the same row across a reload."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from rich.text import Text
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable
+from textual.worker import get_current_worker
+
+from custody_app.access import LedgerAccess
+from custody_app.errors import LedgerError, PolicyError
+
+
+class Loaded(Message):
+    """A worker finished reading: `what` names the read, `data` is its read model."""
+
+    def __init__(self, what: str, data: Any) -> None:
+        super().__init__()
+        self.what = what
+        self.data = data
+
+
+class Failed(Message):
+    """A worker's operation was refused (or failed): the error's code and words."""
+
+    def __init__(self, code: str, message: str, title: str = "Refused") -> None:
+        super().__init__()
+        self.code = code
+        self.message = message
+        self.title = title
+
+
+class Succeeded(Message):
+    """A write went through: say so and reload."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+
+class LedgerScreen(Screen[None]):
+    """A screen over the ledger. Subclasses implement `reload()` (start a read worker) and
+    `on_loaded(message)`; all ledger work runs in thread workers that post messages."""
+
+    def __init__(self, access: LedgerAccess) -> None:
+        super().__init__()
+        self.access = access
+
+    def on_screen_resume(self) -> None:
+        self.reload()
+
+    def reload(self) -> None:
+        """Start the read worker(s) for what this screen shows."""
+
+    def run_read(self, what: str, read: Callable[[Any], Any]) -> None:
+        """In the calling worker thread: open the ledger, read, post Loaded or Failed."""
+        try:
+            with self.access.open(readonly=True) as ledger:
+                data = read(ledger)
+        except (LedgerError, PolicyError) as exc:
+            self.post_message(Failed(exc.code, exc.message, "Cannot read"))
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(Loaded(what, data))
+
+    def run_write(self, describe: Callable[[Any], str], write: Callable[[Any], Any]) -> bool:
+        """In the calling worker thread: open the ledger, write, post Succeeded or Failed."""
+        try:
+            with self.access.open() as ledger:
+                result = write(ledger)
+        except (LedgerError, PolicyError) as exc:
+            self.post_message(Failed(exc.code, exc.message))
+            return False
+        self.post_message(Succeeded(describe(result)))
+        return True
+
+    def on_failed(self, message: Failed) -> None:
+        message.stop()
+        self.notify(f"{message.message} ({message.code})", title=message.title,
+                    severity="error", timeout=8)
+
+    def on_succeeded(self, message: Succeeded) -> None:
+        message.stop()
+        self.notify(message.message, title="Done")
+        self.reload()
+
+
+def short(value: Any, width: int = 40) -> str:
+    """A value as one line of JSON, cut to `width`."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+_SHOWN: WeakKeyDictionary[DataTable[Any], list[tuple[str, list[str | Text]]]] = \
+    WeakKeyDictionary()
+
+
+def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]) -> None:
+    """Replace the rows (key, cells), keeping the cursor on the same key if it is still there;
+    rows equal to those shown are left alone (a reload after a screen switch repaints nothing)."""
+    wanted = [(key, list(cells)) for key, cells in rows]
+    if _SHOWN.get(table) == wanted:
+        return
+    _SHOWN[table] = wanted
+    keep = cursor_key(table)
+    table.clear()
+    for key, cells in rows:
+        table.add_row(*cells, key=key)
+    if keep is not None:
+        for index, (key, _) in enumerate(rows):
+            if key == keep:
+                table.move_cursor(row=index, animate=False)
+                break
+
+
+def cursor_key(table: DataTable[Any]) -> str | None:
+    if table.row_count == 0:
+        return None
+    try:
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+    except Exception:
+        return None
+    return None if key.value is None else str(key.value)

@@ -1,0 +1,215 @@
+"""Beliefs, as of a moment: the facts believed at (valid time, transaction time), paged, with
+status toggles, event-by-event time travel and a diff against now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Header, Input, Static
+
+from custody_app.access import LedgerAccess
+from custody_app.browsemodels import BeliefPage, BeliefView
+from custody_app.errors import LedgerError
+from custody_app.timeutil import normalise
+from screens.base import Failed, LedgerScreen, Loaded, fill, short
+from screens.keybar import KeyBar
+
+PAGE = 50
+MARK = {"same": " ", "added": "+", "ended": "-", "changed": "~"}
+STYLE = {"same": "", "added": "bold green", "ended": "red strike", "changed": "bold yellow"}
+COLUMNS = ("Δ", "fact", "subject", "predicate", "value", "space", "status", "now", "prov",
+           "valid from", "valid to", "actor", "salience")
+
+
+class BeliefsScreen(LedgerScreen):
+    """What the agent believed at a moment, and how that differs from now."""
+
+    CSS_PATH = "beliefs.tcss"
+    BINDINGS = [
+        Binding("left_square_bracket", "step(-1)", "Back 1 event", key_display="["),
+        Binding("right_square_bracket", "step(1)", "Fwd 1 event", key_display="]"),
+        Binding("g", "goto", "Go to instant"),
+        Binding("n", "now", "Now"),
+        Binding("d", "diff", "Diff vs now"),
+        Binding("q", "show_status('quarantined')", "±quarantined"),
+        Binding("r", "show_status('retracted')", "±retracted"),
+        Binding("s", "show_status('superseded')", "±superseded"),
+        Binding("f", "show_status('forgotten')", "±forgotten"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("pagedown", "page(1)", "Next page", priority=True),
+        Binding("pageup", "page(-1)", "Prev page", priority=True),
+        Binding("enter", "open_fact", "Why", show=False),
+    ]
+
+    def __init__(self, access: LedgerAccess) -> None:
+        super().__init__(access)
+        self.at_seq: int | None = None  # None: follow the head (now)
+        self.valid_at: str | None = None
+        self.filters: dict[str, str | None] = {"space": None, "subject": None, "predicate": None}
+        self.show: list[str] = []
+        self.diff = False
+        self.pages: list[int] = [0]  # after_seq of each page visited
+        self.page: BeliefPage | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="filters"):
+            yield Input(placeholder="space", id="space")
+            yield Input(placeholder="subject", id="subject")
+            yield Input(placeholder="predicate", id="predicate")
+            yield Input(placeholder="valid at (ISO; blank: now)", id="valid")
+            yield Input(placeholder="tx: ISO or #seq (blank: now)", id="jump")
+        yield Static(id="timebar")
+        table: DataTable[Any] = DataTable(id="facts", cursor_type="row", zebra_stripes=True)
+        table.add_columns(*COLUMNS)
+        yield table
+        yield Static(id="pager")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        self.query_one("#facts", DataTable).focus()
+
+    # ---- reading -----------------------------------------------------------------------
+    def reload(self) -> None:
+        self.load(self.pages[-1])
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="read")
+    def load(self, after: int) -> None:
+        f = self.filters
+        self.run_read("beliefs", lambda ledger: ledger.beliefs(
+            self.valid_at, at_seq=self.at_seq, space=f["space"], subject=f["subject"],
+            predicate=f["predicate"], show=self.show, diff=self.diff, after_seq=after,
+            limit=PAGE))
+
+    def on_loaded(self, message: Loaded) -> None:
+        if message.what == "instant":
+            self.at_seq = message.data
+            self.query_one("#facts", DataTable).focus()
+            self._restart()
+            return
+        page: BeliefPage = message.data
+        self.page = page
+        fill(self.query_one("#facts", DataTable), [(v.fact_id, _cells(v)) for v in page.facts])
+        self.query_one("#timebar", Static).update(_timebar(page, live=self.at_seq is None))
+        first = (len(self.pages) - 1) * PAGE
+        more = "PgDn: next page" if page.next_after is not None else "last page"
+        back = " · PgUp: previous" if len(self.pages) > 1 else ""
+        self.query_one("#pager", Static).update(
+            f"page {len(self.pages)} · rows {first + 1 if page.facts else 0}–"
+            f"{first + len(page.facts)} · {more}{back}")
+
+    # ---- actions -----------------------------------------------------------------------
+    def _restart(self) -> None:
+        self.pages = [0]
+        self.reload()
+
+    def action_step(self, delta: int) -> None:
+        if self.page is None:
+            return
+        current = self.at_seq if self.at_seq is not None else self.page.head_seq
+        self.at_seq = max(0, min(current + delta, self.page.head_seq))
+        self._restart()
+
+    def action_now(self) -> None:
+        self.at_seq = None
+        self._restart()
+
+    def action_goto(self) -> None:
+        self.query_one("#jump", Input).focus()
+
+    def action_filter(self) -> None:
+        self.query_one("#space", Input).focus()
+
+    def action_diff(self) -> None:
+        self.diff = not self.diff
+        self._restart()
+
+    def action_show_status(self, status: str) -> None:
+        self.show = [s for s in self.show if s != status] if status in self.show \
+            else [*self.show, status]
+        self._restart()
+
+    def action_page(self, delta: int) -> None:
+        if delta > 0 and self.page is not None and self.page.next_after is not None:
+            self.pages.append(self.page.next_after)
+        elif delta < 0 and len(self.pages) > 1:
+            self.pages.pop()
+        else:
+            return
+        self.reload()
+
+    def action_open_fact(self) -> None:
+        table = self.query_one("#facts", DataTable)
+        if table.row_count:
+            self._open(str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value))
+
+    @on(DataTable.RowSelected, "#facts")
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        self._open(str(event.row_key.value))
+
+    def _open(self, fact_id: str) -> None:
+        from screens.fact import FactScreen
+
+        self.app.push_screen(FactScreen(self.access, fact_id))
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        name = event.input.id or ""
+        try:
+            if name in self.filters:
+                self.filters[name] = text or None
+            elif name == "valid":
+                self.valid_at = normalise(text, "valid at") if text else None
+            elif name == "jump" and text and not text.startswith("#"):
+                self.resolve_instant(normalise(text, "transaction time"))
+                return
+            elif name == "jump":
+                self.at_seq = _event_number(text)
+        except LedgerError as exc:
+            self.post_message(Failed(exc.code, exc.message))
+            return
+        self.query_one("#facts", DataTable).focus()
+        self._restart()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="jump")
+    def resolve_instant(self, moment: str) -> None:
+        self.run_read("instant", lambda ledger: ledger.seq_at(moment))
+
+    def on_key(self, event: Any) -> None:
+        if event.key == "escape" and isinstance(self.focused, Input):
+            self.query_one("#facts", DataTable).focus()
+            event.stop()
+
+
+def _event_number(text: str) -> int | None:
+    if not text:
+        return None
+    if not text[1:].isdigit():
+        raise LedgerError("bad_request", f"{text!r} is not an event number such as #120")
+    return int(text[1:])
+
+
+def _cells(v: BeliefView) -> list[str | Text]:
+    style = STYLE[v.change]
+    value = "(erased)" if v.erased else short(v.value)
+    status = "—" if v.status == "not_asserted" else v.status
+    cells = [MARK[v.change], v.fact_id, v.subject, v.predicate, value, v.space, status,
+             v.status_now + (" ⚑held" if v.held else ""), v.provenance, v.valid_from[:19],
+             (v.valid_to or "")[:19], v.actor, v.salience_class or ""]
+    return [Text(c, style=style) for c in cells]
+
+
+def _timebar(page: BeliefPage, *, live: bool) -> str:
+    at = page.at_event
+    where = (f"event #{page.seq}/{page.head_seq}" + (f" ({at.kind} by {at.actor})" if at else "")
+             + f" at {page.tx_at[:19]}Z")
+    mode = "now (live)" if live else "time travel"
+    shown = "believed" + "".join(f" +{s}" for s in page.show)
+    diff = " · diff vs now: + added, - ended, ~ changed" if page.diff else ""
+    return f"tx {where} · {mode} · valid at {page.valid_at[:19]}Z · showing {shown}{diff}"

@@ -1,0 +1,59 @@
+"""A modal that names exactly what a destructive action will erase and asks to go ahead."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, Select, Static
+
+from custody_app.models import REASON_CODES
+
+
+class ConfirmDialog(ModalScreen[str | None]):
+    """Returns the chosen reason code on "Erase" (or "yes" without `reason_codes`), None on
+    cancel. The listed `items` are what will be erased."""
+
+    CSS_PATH = "confirm.tcss"
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("y", "confirm", "Erase")]
+
+    def __init__(self, title: str, items: list[str], *, warning: str = "",
+                 reason_codes: bool = True, default_code: str = "subject_request",
+                 verb: str = "Erase") -> None:
+        super().__init__()
+        self.title_text = title
+        self.items = items
+        self.warning = warning
+        self.reason_codes = reason_codes
+        self.default_code = default_code
+        self.verb = verb
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.title_text, id="title")
+            with VerticalScroll(id="items"):
+                yield Static("\n".join(self.items) or "(nothing)", id="list")
+            if self.warning:
+                yield Label(self.warning, id="warning")
+            if self.reason_codes:
+                yield Select([(c, c) for c in REASON_CODES], value=self.default_code,
+                             allow_blank=False, id="code")
+            with Horizontal(id="buttons"):
+                yield Button(f"{self.verb} (y)", variant="error", id="ok")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    @on(Button.Pressed, "#ok")
+    def action_confirm(self) -> None:
+        if not self.reason_codes:
+            self.dismiss("yes")
+            return
+        self.dismiss(str(self.query_one("#code", Select).value))
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,191 @@
+"""Fact: why the agent believes it (creating event, actor, cause, session, sources, dependents,
+supersession, reviews, holds, policy in force, chain check) and what can be done to it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Header, Static
+
+from custody_app.access import LedgerAccess
+from custody_app.readmodels import FactRef, HistoryResult, WhyResult
+from screens.base import LedgerScreen, Loaded, fill, short
+from screens.confirm import ConfirmDialog
+from screens.keybar import KeyBar
+from screens.reason import ReasonDialog
+
+
+class FactScreen(LedgerScreen):
+    """One fact, why it is believed, and its actions."""
+
+    CSS_PATH = "fact.tcss"
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("t", "retract", "Retract"),
+        Binding("h", "hold", "Hold"),
+        Binding("u", "release", "Release"),
+        Binding("f", "forget", "Forget"),
+        Binding("o", "policy", "Policy text"),
+    ]
+
+    def __init__(self, access: LedgerAccess, fact_id: str) -> None:
+        super().__init__(access)
+        self.fact_id = fact_id
+        self.why: WhyResult | None = None
+        self.show_policy = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="body"):
+            yield Static(id="summary")
+            yield Static(id="why")
+            table: DataTable[Any] = DataTable(id="events", cursor_type="row")
+            table.add_columns("seq", "kind", "tx at", "actor", "detail")
+            yield table
+            yield Static(id="policy")
+        yield KeyBar()
+
+    def reload(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="read")
+    def load(self) -> None:
+        self.run_read("fact", lambda ledger: (ledger.why(self.fact_id),
+                                              ledger.history(self.fact_id)))
+
+    def on_loaded(self, message: Loaded) -> None:
+        if message.what == "forget-preview":
+            self._confirm_forget(message.data)
+            return
+        why, history = message.data
+        self.why = why
+        self.query_one("#summary", Static).update(_summary(why))
+        self.query_one("#why", Static).update(_why(why))
+        fill(self.query_one("#events", DataTable), _events(history))
+        self._policy_text()
+
+    def _policy_text(self) -> None:
+        if self.why is None:
+            return
+        p = self.why.policy
+        text = f"[b]Policy in force when written[/b]: {p.hash}"
+        text += f"  ({Path(p.path).name})" if p.path else ""
+        if self.show_policy:
+            text += "\n" + (p.source or p.canonical)
+        else:
+            text += "  · o: show its text"
+        self.query_one("#policy", Static).update(text)
+
+    # ---- actions -----------------------------------------------------------------------
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_policy(self) -> None:
+        self.show_policy = not self.show_policy
+        self._policy_text()
+
+    def _ask(self, title: str, op: str) -> None:
+        def done(reason: str | None) -> None:
+            if reason is not None:
+                self.write(op, reason)
+
+        self.app.push_screen(ReasonDialog(f"{title} {self.fact_id}"), done)
+
+    def action_retract(self) -> None:
+        self._ask("Retract", "retract")
+
+    def action_hold(self) -> None:
+        self._ask("Place a legal hold on", "hold")
+
+    def action_release(self) -> None:
+        self._ask("Release the hold on", "release")
+
+    def action_forget(self) -> None:
+        self.preview_forget()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="preview")
+    def preview_forget(self) -> None:
+        self.run_read("forget-preview", lambda ledger: ledger.erasure_preview(self.fact_id))
+
+    def _confirm_forget(self, preview: Any) -> None:
+        items = [f"{f.fact_id}  {f.subject} {f.predicate} [{f.status}]"
+                 + ("  (derived)" if f.fact_id != preview.root else "") for f in preview.facts]
+        warning = (f"on legal hold, so the forget will be refused: {', '.join(preview.held)}"
+                   if preview.held else "The values are erased for good; the events stay.")
+
+        def done(code: str | None) -> None:
+            if code is not None:
+                self.write("forget", code)
+
+        self.app.push_screen(ConfirmDialog(
+            f"Forget {len(preview.facts)} fact(s)? This erases exactly:", items,
+            warning=warning), done)
+
+    @work(thread=True, exclusive=False, exit_on_error=False, group="write")
+    def write(self, op: str, reason: str) -> None:
+        actor = self.access.reviewer
+
+        def run(ledger: Any) -> Any:
+            return getattr(ledger, op)(self.fact_id, actor=actor, reason=reason)
+
+        def describe(result: Any) -> str:
+            if op == "forget":
+                cert = result.certificate
+                return (f"forgot {len(cert.erased)} fact(s), certificate "
+                        f"{'complete' if cert.complete else 'pending'} (event #{result.seq})")
+            return f"{op} {self.fact_id}: now {result.status} (event #{result.seq})"
+
+        self.run_write(describe, run)
+
+
+def _ref(r: FactRef) -> str:
+    return f"{r.fact_id} ({r.subject} {r.predicate}, {r.status})"
+
+
+def _summary(why: WhyResult) -> str:
+    f = why.fact
+    value = "(erased)" if f.erased else json.dumps(f.value, ensure_ascii=False, indent=None)
+    sal = (f" · salience {why.salience_class} ({why.salience})" if why.salience_class else "")
+    return (f"[b]{f.fact_id}[/b]  {f.subject} · {f.predicate} = {short(value, 200)}\n"
+            f"status [b]{f.status}[/b] · {f.provenance} · space {f.space} · valid "
+            f"{f.valid_from[:19]} → {(f.valid_to or '∞')[:19]}{sal}")
+
+
+def _why(why: WhyResult) -> str:
+    c = why.created_by
+    lines = [
+        f"[b]Created by[/b] event #{c.seq} ({c.kind}) at {c.tx_at} by {why.actor}",
+        f"[b]Cause[/b] {why.cause.kind} {why.cause.ref}"
+        + (f" — {why.cause.detail}" if why.cause.detail else ""),
+        f"[b]Session[/b] {why.session or '(none)'}",
+        f"[b]Sources[/b] {', '.join(map(_ref, why.sources)) or '(none)'}",
+        f"[b]Dependents[/b] {', '.join(map(_ref, why.dependents)) or '(none)'}",
+        f"[b]Supersedes[/b] {' ← '.join(map(_ref, why.supersedes)) or '(nothing)'}",
+        f"[b]Superseded by[/b] {' → '.join(map(_ref, why.superseded_by)) or '(nothing)'}",
+    ]
+    if why.llm is not None:
+        lines.append(f"[b]LLM[/b] {why.llm.model}")
+    reviews = [f"{r.kind} by {r.actor} at {r.tx_at[:19]}" + (f" ({r.reason})" if r.reason else "")
+               for r in why.reviews]
+    lines.append(f"[b]Reviews, holds, erasure[/b] {'; '.join(reviews) or '(none)'}")
+    ok = "[green]verified[/green]" if why.events_verified else "[red]FAILED[/red]"
+    lines.append(f"[b]Chain check of its events[/b] {ok}")
+    lines.append("[b]Actions[/b] t retract · h hold · u release · f forget")
+    return "\n".join(lines)
+
+
+def _events(history: HistoryResult) -> list[tuple[str, list[Any]]]:
+    rows: list[tuple[str, list[Any]]] = []
+    for e in history.events:
+        extra = e.model_extra or {}
+        detail = extra.get("reason") or extra.get("supersedes") or ""
+        if e.kind == "assert" and extra.get("fact_id") != history.fact_id:
+            detail = f"replacement {extra.get('fact_id')}"
+        rows.append((str(e.seq), [str(e.seq), e.kind, e.tx_at[:19], e.actor, short(detail, 60)]))
+    return rows

@@ -1,0 +1,49 @@
+"""A modal asking for a reason (free text, or a reason code) before a write."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label
+
+
+class ReasonDialog(ModalScreen[str | None]):
+    """Returns the reason typed (None when cancelled). `required`: an empty reason is refused."""
+
+    CSS_PATH = "reason.tcss"
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, *, required: bool = True, placeholder: str = "reason") -> None:
+        super().__init__()
+        self.title_text = title
+        self.required = required
+        self.placeholder = placeholder
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.title_text, id="title")
+            yield Input(placeholder=self.placeholder + ("" if self.required else " (optional)"),
+                        id="reason", max_length=500)
+            yield Label("", id="problem")
+            with Horizontal(id="buttons"):
+                yield Button("OK", variant="primary", id="ok")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#reason", Input).focus()
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#ok")
+    def _ok(self) -> None:
+        text = self.query_one("#reason", Input).value.strip()
+        if self.required and not text:
+            self.query_one("#problem", Label).update("a reason is required")
+            return
+        self.dismiss(text)
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)

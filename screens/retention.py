@@ -1,0 +1,191 @@
+"""Retention and sweeps: the policy's windows per space, a preview of what a sweep would expire
+(held facts shown as skipped), then the sweep itself after a confirmation, with progress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.widgets import DataTable, Header, Input, ProgressBar, Static
+
+from custody_app.access import LedgerAccess
+from custody_app.certificate import SweepResult
+from custody_app.errors import LedgerError
+from custody_app.readmodels import FactRef
+from custody_app.timeutil import normalise
+from screens.base import Failed, LedgerScreen, Loaded, fill
+from screens.confirm import ConfirmDialog
+from screens.keybar import KeyBar
+
+SHOWN = 500  # preview rows listed (the counts are always complete)
+
+
+class SweepProgress(Message):
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__()
+        self.done = done
+        self.total = total
+
+
+class SweepFinished(Message):
+    def __init__(self, results: list[SweepResult]) -> None:
+        super().__init__()
+        self.results = results
+
+
+class RetentionScreen(LedgerScreen):
+    """Windows, preview, sweep, certificate."""
+
+    CSS_PATH = "retention.tcss"
+    BINDINGS = [
+        Binding("p", "preview", "Preview sweep"),
+        Binding("s", "sweep", "Run sweep"),
+        Binding("c", "cutoff", "Cutoff"),
+    ]
+
+    def __init__(self, access: LedgerAccess) -> None:
+        super().__init__(access)
+        self.before: str | None = None
+        self.preview: tuple[SweepResult, list[FactRef], list[FactRef]] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="bar"):
+            yield Input(placeholder="cutoff (ISO) instead of the policy's windows; blank: windows",
+                        id="before")
+        spaces: DataTable[Any] = DataTable(id="spaces", cursor_type="row")
+        spaces.add_columns("space", "window pattern", "window", "cutoff now")
+        yield spaces
+        yield Static("p: preview what a sweep would expire", id="summary")
+        table: DataTable[Any] = DataTable(id="preview", cursor_type="row", zebra_stripes=True)
+        table.add_columns("fact", "subject", "predicate", "status", "sweep")
+        yield table
+        yield ProgressBar(id="progress", show_eta=False)
+        yield Static(id="certificate")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        self.query_one("#spaces", DataTable).focus()
+
+    def reload(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="read")
+    def load(self) -> None:
+        self.run_read("retention", lambda ledger: ledger.retention())
+
+    def on_loaded(self, message: Loaded) -> None:
+        if message.what == "retention":
+            view = message.data
+            fill(self.query_one("#spaces", DataTable), [
+                (s.space, [s.space, s.pattern or "(none)", s.window or "keep forever",
+                           (s.cutoff or "")[:19]]) for s in view.spaces])
+        elif message.what == "preview":
+            self._show_preview(message.data)
+
+    # ---- preview -----------------------------------------------------------------------
+    def action_cutoff(self) -> None:
+        self.query_one("#before", Input).focus()
+
+    @on(Input.Submitted, "#before")
+    def _cutoff(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        try:
+            self.before = normalise(text, "cutoff") if text else None
+        except LedgerError as exc:
+            self.post_message(Failed(exc.code, exc.message))
+            return
+        self.query_one("#spaces", DataTable).focus()
+        self.action_preview()
+
+    def action_preview(self) -> None:
+        self.run_preview(self.before)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="preview")
+    def run_preview(self, before: str | None) -> None:
+        def read(ledger: Any) -> Any:
+            result = ledger.sweep(dry_run=True, before=before)
+            return (result, ledger.facts_brief(result.expired[:SHOWN]),
+                    ledger.facts_brief(result.held))
+
+        self.run_read("preview", read)
+
+    def _show_preview(self, data: tuple[SweepResult, list[FactRef], list[FactRef]]) -> None:
+        self.preview = data
+        result, expire, held = data
+        rows = [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status, "expire"])
+                for f in expire]
+        rows += [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status, "skipped: on hold"])
+                 for f in held]
+        fill(self.query_one("#preview", DataTable), rows)
+        cutoffs = ", ".join(f"{k} < {v[:19]}" for k, v in result.cutoffs.items()) or "none"
+        note = f" · {result.note}" if result.note else ""
+        more = f" (first {SHOWN} listed)" if len(result.expired) > SHOWN else ""
+        self.query_one("#summary", Static).update(
+            f"preview: would expire [b]{len(result.expired)}[/b] fact(s){more}, skip "
+            f"{len(result.held)} on hold · cutoffs {cutoffs}{note} · s: run it")
+
+    # ---- sweep -------------------------------------------------------------------------
+    def action_sweep(self) -> None:
+        if self.preview is None:
+            self.notify("preview the sweep first (p)", severity="warning")
+            return
+        result, expire, held = self.preview
+        if not result.expired:
+            self.notify("the preview found nothing to expire", severity="warning")
+            return
+        items = [f"{f.fact_id}  {f.subject} {f.predicate} [{f.status}]" for f in expire]
+        if len(result.expired) > len(expire):
+            items.append(f"… and {len(result.expired) - len(expire)} more")
+        warning = (f"{len(held)} held fact(s) will be skipped. " if held else "") + \
+            "Expired values are erased for good; the events stay."
+
+        def done(code: str | None) -> None:
+            if code is not None:
+                self.run_sweep(dict(result.cutoffs), code)
+
+        self.app.push_screen(ConfirmDialog(
+            f"Sweep: expire {len(result.expired)} fact(s)? This erases exactly:", items,
+            warning=warning, default_code="retention"), done)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="sweep")
+    def run_sweep(self, cutoffs: dict[str, str], code: str) -> None:
+        results: list[SweepResult] = []
+        total = len(cutoffs)
+        self.post_message(SweepProgress(0, total))
+        try:
+            with self.access.open() as ledger:
+                for n, (space, cutoff) in enumerate(sorted(cutoffs.items()), start=1):
+                    results.append(ledger.sweep(before=cutoff,
+                                                space=None if space == "*" else space,
+                                                actor=self.access.reviewer, reason=code))
+                    self.post_message(SweepProgress(n, total))
+        except LedgerError as exc:
+            self.post_message(Failed(exc.code, exc.message))
+        self.post_message(SweepFinished(results))
+
+    def on_sweep_progress(self, message: SweepProgress) -> None:
+        self.query_one("#progress", ProgressBar).update(total=message.total,
+                                                        progress=message.done)
+
+    def on_sweep_finished(self, message: SweepFinished) -> None:
+        expired = sum(len(r.expired) for r in message.results)
+        held = sorted({h for r in message.results for h in r.held})
+        certs = [r.certificate for r in message.results if r.certificate is not None]
+        complete = all(c.complete for c in certs)
+        lines = [f"[b]Sweep done[/b]: expired {expired} fact(s), skipped {len(held)} on hold; "
+                 f"{len(certs)} certificate(s), "
+                 + ("complete" if complete else "[red]NOT complete (pending scrub)[/red]")]
+        for cert in certs:
+            for place in cert.places:
+                lines.append(f"  [{place.outcome}] {place.place}: {place.detail}")
+        self.query_one("#certificate", Static).update("\n".join(lines))
+        self.notify(f"sweep expired {expired} fact(s)", title="Sweep")
+        self.preview = None
+        self.query_one("#summary", Static).update("p: preview what a sweep would expire")
+        fill(self.query_one("#preview", DataTable), [])
+        self.reload()

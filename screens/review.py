@@ -1,0 +1,172 @@
+"""Quarantine review: claimed facts waiting, oldest first, with writer, cause and what each
+would supersede; approve or reject one or a marked selection, with a reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Header, Static
+from textual.worker import get_current_worker
+
+from custody_app.access import LedgerAccess
+from custody_app.browsemodels import ReviewItem, ReviewPage
+from custody_app.errors import LedgerError
+from screens.base import Failed, LedgerScreen, Loaded, Succeeded, cursor_key, fill, short
+from screens.keybar import KeyBar
+from screens.reason import ReasonDialog
+
+PAGE = 50
+
+
+class ReviewScreen(LedgerScreen):
+    """The quarantine queue; the reviewer is the app's identity, never the writer."""
+
+    CSS_PATH = "review.tcss"
+    BINDINGS = [
+        Binding("space", "mark", "Mark"),
+        Binding("a", "review('confirm')", "Approve"),
+        Binding("x", "review('reject')", "Reject"),
+        Binding("pagedown", "page(1)", "Next page", priority=True),
+        Binding("pageup", "page(-1)", "Prev page", priority=True),
+        Binding("enter", "open_fact", "Why", show=False),
+    ]
+
+    def __init__(self, access: LedgerAccess) -> None:
+        super().__init__(access)
+        self.marked: set[str] = set()
+        self.pages: list[int] = [0]
+        self.page: ReviewPage | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="who")
+        table: DataTable[Any] = DataTable(id="queue", cursor_type="row", zebra_stripes=True)
+        table.add_columns("✓", "fact", "learned", "writer", "cause", "subject", "predicate",
+                          "value", "would supersede", "marks")
+        yield table
+        yield Static(id="pager")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        self.query_one("#queue", DataTable).focus()
+
+    def reload(self) -> None:
+        self.load(self.pages[-1])
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="read")
+    def load(self, after: int) -> None:
+        self.run_read("queue", lambda ledger: ledger.review_queue(after_seq=after, limit=PAGE))
+
+    def on_loaded(self, message: Loaded) -> None:
+        if message.what != "queue":
+            return
+        self.page = message.data
+        assert self.page is not None
+        waiting = {i.fact.fact_id for i in self.page.items}
+        self.marked &= waiting
+        self._show_rows()
+        self.query_one("#who", Static).update(
+            f"reviewing as [b]{self.access.reviewer}[/b] · space: mark · a: approve · x: reject "
+            "(the marked facts, or the one under the cursor)")
+        more = "PgDn: next page" if self.page.next_after is not None else "end of the queue"
+        self.query_one("#pager", Static).update(
+            f"page {len(self.pages)} · {len(self.page.items)} waiting here · "
+            f"{len(self.marked)} marked · {more}")
+
+    def _show_rows(self) -> None:
+        if self.page is None:
+            return
+        fill(self.query_one("#queue", DataTable),
+             [(i.fact.fact_id, _cells(i, i.fact.fact_id in self.marked)) for i in self.page.items])
+
+    # ---- actions -----------------------------------------------------------------------
+    def action_mark(self) -> None:
+        key = cursor_key(self.query_one("#queue", DataTable))
+        if key is None:
+            return
+        self.marked.symmetric_difference_update({key})
+        self._show_rows()
+        table = self.query_one("#queue", DataTable)
+        if table.cursor_row < table.row_count - 1:
+            table.move_cursor(row=table.cursor_row + 1)
+
+    def action_page(self, delta: int) -> None:
+        if delta > 0 and self.page is not None and self.page.next_after is not None:
+            self.pages.append(self.page.next_after)
+        elif delta < 0 and len(self.pages) > 1:
+            self.pages.pop()
+        else:
+            return
+        self.reload()
+
+    def _targets(self) -> list[str]:
+        if self.marked and self.page is not None:
+            return [i.fact.fact_id for i in self.page.items if i.fact.fact_id in self.marked]
+        key = cursor_key(self.query_one("#queue", DataTable))
+        return [key] if key else []
+
+    def action_review(self, op: str) -> None:
+        targets = self._targets()
+        if not targets:
+            self.notify("nothing to review here", severity="warning")
+            return
+        verb = "Approve" if op == "confirm" else "Reject"
+        what = targets[0] if len(targets) == 1 else f"{len(targets)} marked facts"
+
+        def done(reason: str | None) -> None:
+            if reason is not None:
+                self.review(op, targets, reason or None)
+
+        self.app.push_screen(ReasonDialog(f"{verb} {what} as {self.access.reviewer}",
+                                          required=op == "reject"), done)
+
+    @work(thread=True, exclusive=False, exit_on_error=False, group="write")
+    def review(self, op: str, fact_ids: list[str], reason: str | None) -> None:
+        done, refused = 0, 0
+        try:
+            with self.access.open() as ledger:
+                for fact_id in fact_ids:
+                    if get_current_worker().is_cancelled:
+                        break
+                    try:
+                        getattr(ledger, op)(fact_id, actor=self.access.reviewer, reason=reason)
+                        done += 1
+                    except LedgerError as exc:
+                        refused += 1
+                        self.post_message(Failed(exc.code, exc.message))
+        except LedgerError as exc:
+            self.post_message(Failed(exc.code, exc.message))
+            return
+        word = "approved" if op == "confirm" else "rejected"
+        if done:
+            self.post_message(Succeeded(f"{word} {done} fact(s)"
+                                        + (f", {refused} refused" if refused else "")))
+
+    def action_open_fact(self) -> None:
+        key = cursor_key(self.query_one("#queue", DataTable))
+        if key:
+            self._open(key)
+
+    @on(DataTable.RowSelected, "#queue")
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        self._open(str(event.row_key.value))
+
+    def _open(self, fact_id: str) -> None:
+        from screens.fact import FactScreen
+
+        self.app.push_screen(FactScreen(self.access, fact_id))
+
+
+def _cells(i: ReviewItem, marked: bool) -> list[str | Text]:
+    f = i.fact
+    old = (f"{i.supersedes.fact_id} ({i.supersedes.status})" if i.supersedes else "")
+    cause = f"{i.cause.kind}:{i.cause.ref}"
+    style = "bold reverse" if marked else ""
+    cells = ["✓" if marked else " ", f.fact_id, i.tx_at[:19], i.writer, short(cause, 30),
+             f.subject, f.predicate, "(erased)" if f.erased else short(f.value, 30), old,
+             ",".join(i.marks)]
+    return [Text(c, style=style) for c in cells]

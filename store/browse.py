@@ -1,0 +1,150 @@
+"""SQL for browsing a big ledger page by page: beliefs at an event, the review queue, holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import apsw
+
+from store.rows import FACT_COLUMNS, FactRow
+
+_FCOLS = ", ".join(f"f.{c}" for c in FACT_COLUMNS)
+EVENT_TX_AT = "SELECT tx_at FROM events WHERE seq = ?"
+EVENT_BRIEF = "SELECT seq, kind, tx_at, actor, fact_id FROM events WHERE seq = ?"
+HEAD_SEQ = "SELECT max(seq) FROM events"
+# Facts whose status is `?`, oldest first, one page after a cursor (facts_by_status index).
+WITH_STATUS_PAGE = (f"SELECT {_FCOLS} FROM facts f WHERE f.status = ? AND f.assert_seq > ? "
+                    "ORDER BY f.assert_seq LIMIT ?")
+HELD_PAGE = (f"SELECT {_FCOLS} FROM facts f WHERE f.held = 1 AND f.assert_seq > ? "
+             "ORDER BY f.assert_seq LIMIT ?")
+LAST_EVENT_OF_KIND = ("SELECT seq, tx_at, actor, body FROM events WHERE fact_id = ? AND kind = ? "
+                      "ORDER BY seq DESC LIMIT 1")
+POLICY_HISTORY = ("SELECT e.seq, e.tx_at, e.policy_hash, p.source, p.path FROM events e "
+                  "LEFT JOIN policies p ON p.hash = e.policy_hash "
+                  "WHERE e.kind = 'policy' ORDER BY e.seq")
+
+
+@dataclass(slots=True, frozen=True)
+class BeliefRow:
+    """One fact as of event `seq` (state then) beside its state now, for the beliefs screen."""
+
+    assert_seq: int
+    fact_id: str
+    subject: str
+    predicate: str
+    space: str
+    value: bytes | None
+    actor: str
+    valid_from: str
+    status_then: str | None
+    live_then: int
+    rank_then: int
+    vto_then: str | None
+    status_now: str
+    live_now: int
+    rank_now: int
+    vto_now: str | None
+    held: int
+
+
+def _state(alias: str, bound: str) -> str:
+    """Join the state row of fact f as of event `bound` (the newest from_seq at or before it)."""
+    return (f"LEFT JOIN fact_states {alias} ON {alias}.fact_seq = f.assert_seq AND "
+            f"{alias}.from_seq = (SELECT max(x.from_seq) FROM fact_states x "
+            f"WHERE x.fact_seq = f.assert_seq AND x.from_seq <= {bound})")
+
+
+def _believed(alias: str, sfx: str) -> str:
+    return (f"({alias}.live = 1 AND {alias}.prov_rank >= :inc AND f.valid_from <= :v AND "
+            f"({alias}.vto_{sfx} IS NULL OR {alias}.vto_{sfx} > :v))")
+
+
+@cache
+def beliefs_sql(subject: bool, predicate: bool, space: bool, pending: bool, diff: bool) -> str:
+    """Facts believed at (valid time :v, event :seq), or in one of the statuses :s0..:s3 then;
+    with `diff`, also those believed at event :head (now) and not then. Values are bound."""
+    sfx = "all" if pending else "trusted"
+    then = f"({_believed('t', sfx)} OR t.status_{sfx} IN (:s0, :s1, :s2, :s3))"
+    shown = f"({then} OR {_believed('n', sfx)})" if diff else then
+    where = ["f.assert_seq > :after", "f.assert_seq <= :bound", shown]
+    if subject:
+        where.append("f.subject = :subject")
+    if predicate:
+        where.append("f.predicate = :predicate")
+    if space:
+        where.append("f.space = :space")
+    believed_then = f"CASE WHEN {_believed('t', sfx)} THEN 1 ELSE 0 END"
+    believed_now = f"CASE WHEN {_believed('n', sfx)} THEN 1 ELSE 0 END"
+    return f"""
+SELECT f.assert_seq, f.fact_id, f.subject, f.predicate, f.space, e.value, f.actor, f.valid_from,
+       t.status_{sfx}, {believed_then}, t.prov_rank, t.vto_{sfx},
+       n.status_{sfx}, {believed_now}, n.prov_rank, n.vto_{sfx}, f.held
+FROM facts f
+{_state('t', ':seq')}
+{_state('n', ':head')}
+JOIN events e ON e.seq = f.assert_seq
+WHERE {' AND '.join(where)}
+ORDER BY f.assert_seq
+LIMIT :limit"""
+
+
+class BrowseStore:
+    """Paged reads for the terminal app; every query is bounded by a LIMIT and a cursor."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def head_seq(self) -> int:
+        row = self._conn.execute(HEAD_SEQ).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def tx_at_of(self, seq: int) -> str | None:
+        row = self._conn.execute(EVENT_TX_AT, (seq,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def event_brief(self, seq: int) -> tuple[int, str, str, str, str | None] | None:
+        row = self._conn.execute(EVENT_BRIEF, (seq,)).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]), str(row[3]),
+                                         None if row[4] is None else str(row[4]))
+
+    def seq_at(self, tx_at: str) -> int:
+        """The last event learned at or before `tx_at` (0 if none): a binary search over seq,
+        since transaction time never decreases along the chain and has no index of its own."""
+        lo, hi = 0, self.head_seq()
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            at = self.tx_at_of(mid)
+            if at is not None and at <= tx_at:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def beliefs(self, *, valid_at: str, seq: int, head: int, min_rank: int, pending: bool,
+                statuses: tuple[str, ...], diff: bool, subject: str | None = None,
+                predicate: str | None = None, space: str | None = None, after_seq: int = 0,
+                limit: int = 50) -> list[BeliefRow]:
+        sql = beliefs_sql(subject is not None, predicate is not None, space is not None,
+                          pending, diff)
+        padded = (tuple(statuses) + (None,) * 4)[:4]
+        params = {"v": valid_at, "seq": seq, "head": head, "inc": min_rank,
+                  "after": after_seq, "bound": head if diff else seq, "limit": limit,
+                  "subject": subject, "predicate": predicate, "space": space,
+                  "s0": padded[0], "s1": padded[1], "s2": padded[2], "s3": padded[3]}
+        return [BeliefRow(*r) for r in self._conn.execute(sql, params)]
+
+    def with_status_page(self, status: str, after_seq: int, limit: int) -> list[FactRow]:
+        return [FactRow(*r) for r in
+                self._conn.execute(WITH_STATUS_PAGE, (status, after_seq, limit))]
+
+    def held_page(self, after_seq: int, limit: int) -> list[FactRow]:
+        return [FactRow(*r) for r in self._conn.execute(HELD_PAGE, (after_seq, limit))]
+
+    def last_event_of_kind(self, fact_id: str, kind: str) -> tuple[int, str, str, str] | None:
+        row = self._conn.execute(LAST_EVENT_OF_KIND, (fact_id, kind)).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]), str(row[3]))
+
+    def policy_history(self) -> list[tuple[int, str, str, str | None, str | None]]:
+        return [(int(s), str(t), str(h), src, path) for s, t, h, src, path in
+                self._conn.execute(POLICY_HISTORY)]

@@ -1,0 +1,55 @@
+"""Snapshot tests (pytest-textual-snapshot) of the main screens on the story ledger, with the
+app's clock frozen and fact ids seeded, so every run renders the same SVG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from screens.fact import FactScreen
+from tests.tuikit import Story, app_on, build_story, idle
+
+SIZE = (150, 32)
+
+
+@pytest.fixture
+def story(tmp_path: Path) -> Story:
+    return build_story(tmp_path / "story.db")
+
+
+def test_snapshot_beliefs_now(story: Story, snap_compare: Any) -> None:
+    async def ready(pilot: Any) -> None:
+        await idle(pilot)
+
+    assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=ready)
+
+
+def test_snapshot_beliefs_time_travel_diff(story: Story, snap_compare: Any) -> None:
+    async def travel(pilot: Any) -> None:
+        await idle(pilot)
+        for key in ("left_square_bracket",) * 6 + ("d", "r"):
+            await pilot.press(key)
+            await idle(pilot)
+
+    assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=travel)
+
+
+def test_snapshot_review_queue(story: Story, snap_compare: Any) -> None:
+    async def review(pilot: Any) -> None:
+        await pilot.press("2")
+        await idle(pilot)
+        await pilot.press("space")
+        await idle(pilot)
+
+    assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=review)
+
+
+def test_snapshot_fact_why(story: Story, snap_compare: Any) -> None:
+    async def why(pilot: Any) -> None:
+        await idle(pilot)
+        pilot.app.push_screen(FactScreen(pilot.app.access, story["summary"]))
+        await idle(pilot)
+
+    assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=why)
