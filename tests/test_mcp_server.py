@@ -282,3 +282,12 @@ async def test_an_agent_run_through_the_server_is_traced_by_blast_radius(env: En
     assert [a.ref for a in reached.actions] == ["refund#881"]
     assert note in reached.writes
     assert env.ledger.explain("refund#881").served[0].fact_id == plan
+
+
+def test_a_policy_without_writer_keys_keeps_its_hash(tmp_path: Any) -> None:
+    from custody_app.policy import policy_from_text
+    plain = policy_from_text("", "a.toml")
+    empty = policy_from_text("[provenance]\nwriter_keys = {}\n", "b.toml")
+    keyed = policy_from_text(_keyed_policy(), "c.toml")
+    assert plain.hash == empty.hash and "writer_keys" not in plain.canonical
+    assert keyed.hash != plain.hash and key_digest(KEY) in keyed.canonical
