@@ -4,11 +4,15 @@ appears on the open quarantine screen, a reviewer approves it there, the agent r
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from mcp import Client
+import pytest
+from mcp import Client, StdioServerParameters
 from textual.widgets import DataTable
 
 from custody_app.ledger import Ledger
@@ -38,15 +42,27 @@ async def _tool(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
     return result.structured_content
 
 
+def _server(where: str, path: Path) -> tuple[AbstractContextManager[Any], Callable[[Any], Any]]:
+    """The server on its own connection to the file: in this process, or `custody-app serve`
+    as a real subprocess spoken to over stdio."""
+    if where == "in-process":
+        return Ledger.open(path), lambda led: build_server(MemoryTools(led, AGENT))
+    cli = str(Path(sys.executable).parent / "custody-app")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
+    params = StdioServerParameters(command=cli, args=["serve", "--ledger", str(path),
+                                                      "--agent", AGENT], env=env)
+    return nullcontext(), lambda _: params
+
+
+@pytest.mark.parametrize("where", ["in-process", "serve-subprocess"])
 async def test_a_write_through_the_server_appears_on_the_open_quarantine_screen(
-        tmp_path: Path) -> None:
+        tmp_path: Path, where: str) -> None:
     story = build_story(tmp_path / "shared.db")
     app = app_on(story.path, reviewer="user:dana", watch=True)
-    # The server has its own connection to the same file, as a separate `serve` process would.
-    with Ledger.open(story.path) as server_ledger:
-        tools = MemoryTools(server_ledger, AGENT)
+    opened, target = _server(where, story.path)
+    with opened as server_ledger:
         async with app.run_test(size=(180, 40), notifications=True) as pilot, \
-                Client(build_server(tools)) as agent:
+                Client(target(server_ledger)) as agent:
             await pilot.press("2")
             await idle(pilot)
             assert isinstance(app.screen, ReviewScreen)
