@@ -29,18 +29,36 @@ def new_session_id() -> str:
     return f"mcp-{uuid.uuid4()}"
 
 
+@dataclass(frozen=True)
+class AgentRun:
+    """One connection's session: its id and when it began (its unit of work: a run that began
+    before a subject's key was destroyed cannot write for that subject again)."""
+
+    session: str
+    started: str
+
+
 @dataclass
 class ConnectionState:
-    """What one connection (one agent run) carries: its session id. Streamable HTTP serves
-    many connections from one lifespan, so there the transport's session id picks the entry."""
+    """What one connection (one agent run) carries. Streamable HTTP serves many connections
+    from one lifespan, so there the transport's session id picks the run."""
 
-    session: str = field(default_factory=new_session_id)
-    http_sessions: dict[str, str] = field(default_factory=dict)
+    tools: MemoryTools
+    run: AgentRun = field(init=False)
+    http_runs: dict[str, AgentRun] = field(default_factory=dict)
 
-    def session_for(self, transport_session: str | None) -> str:
+    def __post_init__(self) -> None:
+        self.run = self._new_run()
+
+    def _new_run(self) -> AgentRun:
+        return AgentRun(new_session_id(), self.tools.now())
+
+    def run_for(self, transport_session: str | None) -> AgentRun:
         if transport_session is None:
-            return self.session
-        return self.http_sessions.setdefault(transport_session, new_session_id())
+            return self.run
+        if transport_session not in self.http_runs:
+            self.http_runs[transport_session] = self._new_run()
+        return self.http_runs[transport_session]
 
 
 def _transport_session(ctx: ServerRequestContext[ConnectionState, Any]) -> str | None:
@@ -63,7 +81,7 @@ def build_server(tools: MemoryTools) -> Server[ConnectionState]:
 
     @asynccontextmanager
     async def lifespan(_server: Server[ConnectionState]) -> AsyncIterator[ConnectionState]:
-        yield ConnectionState()
+        yield ConnectionState(tools)
 
     listing = [
         types.Tool(
@@ -80,9 +98,9 @@ def build_server(tools: MemoryTools) -> Server[ConnectionState]:
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in {t.name for t in listing}:
             raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {params.name!r}")
-        session = ctx.lifespan_context.session_for(_transport_session(ctx))
+        run = ctx.lifespan_context.run_for(_transport_session(ctx))
         try:
-            result = tools.call(params.name, params.arguments, session)
+            result = tools.call(params.name, params.arguments, run.session, started=run.started)
         except LedgerError as exc:
             return tool_error(exc)
         data = result.model_dump(mode="json")

@@ -13,6 +13,7 @@ from custody_app.commands import Command, parse_command, refusal
 from custody_app.errors import LedgerError
 from custody_app.ledger import Ledger
 from custody_app.models import Frozen, actor_kind, check_actor
+from custody_app.timeutil import format_time
 
 # Fields the server sets itself and an agent can never pass: who writes (the configured agent),
 # which run it is (the MCP connection's session), how far the write is trusted (the writer
@@ -97,8 +98,13 @@ class MemoryTools:
     def specs(self) -> list[ToolSpec]:
         return list(TOOLS.values())
 
-    def call(self, name: str, arguments: dict[str, Any] | None, session: str) -> BaseModel:
-        """Run one tool call in `session`; a refusal raises LedgerError and writes nothing."""
+    def now(self) -> str:
+        return format_time(self.ledger.clock.now())
+
+    def call(self, name: str, arguments: dict[str, Any] | None, session: str, *,
+             started: str | None = None) -> BaseModel:
+        """Run one tool call in `session`, as work begun at `started` (the session's start);
+        a refusal raises LedgerError and writes nothing."""
         spec = TOOLS.get(name)
         if spec is None:
             raise LedgerError("unknown_tool", f"there is no tool named {name!r}")
@@ -113,7 +119,12 @@ class MemoryTools:
         command = parse_command(spec.command, data)
         if name in ("memory_history", "memory_why"):
             self._check_visible(str(data["fact_id"]))
-        return self.ledger.execute(command)
+        before = self.ledger.work_started
+        self.ledger.work_started = started or before
+        try:
+            return self.ledger.execute(command)
+        finally:
+            self.ledger.work_started = before
 
     def _check_visible(self, fact_id: str) -> None:
         """Another writer's quarantined claim stays hidden from this agent until confirmed."""

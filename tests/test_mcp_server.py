@@ -291,3 +291,23 @@ def test_a_policy_without_writer_keys_keeps_its_hash(tmp_path: Any) -> None:
     keyed = policy_from_text(_keyed_policy(), "c.toml")
     assert plain.hash == empty.hash and "writer_keys" not in plain.canonical
     assert keyed.hash != plain.hash and key_digest(KEY) in keyed.canonical
+
+
+async def test_a_run_begun_before_a_subject_was_erased_cannot_write_for_it_again(
+        env: Env) -> None:
+    """Each connection is one unit of work: the key fence holds for the run that may have read
+    the erased subject, and a run begun afterwards writes (under a new key)."""
+    tools = MemoryTools(env.ledger, AGENT)
+    env.put("acct:42", "plan", "pro")
+    async with connect(tools) as before:
+        await call(before, "memory_read", subject="acct:42")
+        env.at(day(2))
+        env.ledger.forget_subject("acct:42", actor="user:dpo", reason="subject_request")
+        env.at(day(3))
+        snapshot = env.snapshot()
+        error = await refused(before, "memory_write", **write_args("pro again"))
+        assert error["code"] == "key_fenced" and env.snapshot() == snapshot
+        env.at(day(4))
+        async with connect(tools) as after:
+            written = await call(after, "memory_write", **write_args("pro again"))
+    assert written["status"] == "quarantined"
