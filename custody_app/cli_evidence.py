@@ -1,5 +1,4 @@
-"""The subcommands about what relied on a belief and what leaves the ledger: `blast`, `explain`,
-`pack` (and `pack --verify`), `export`, and `verify --export`."""
+"""Subcommands on what relied on a belief and what leaves the ledger: blast, explain, pack, export."""
 
 from __future__ import annotations
 
@@ -13,7 +12,8 @@ from typing import Any, Protocol
 from custody_app.errors import LedgerError
 from custody_app.evidence import pack_text
 from custody_app.ledger import Ledger
-from custody_app.offline import OfflineReport, verify_export, verify_pack
+from custody_app.offline import OfflineReport, verify_export
+from custody_app.packcheck import verify_pack
 
 NAMES = ("blast", "explain", "pack", "export")
 READ_ONLY = ("blast", "explain")

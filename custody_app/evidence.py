@@ -37,6 +37,7 @@ class EvidencePack(ReadModel):
     policies: list[dict[str, Any]]
     forget_certificate: dict[str, Any] | None
     checkpoint: dict[str, Any] | None
+    related_events: list[dict[str, Any]]
     manifest: list[list[Any]]
     signature: dict[str, str]
 
@@ -140,6 +141,12 @@ def build_pack(ledger: LedgerCore, fact_id: str) -> EvidencePack:
             if found is not None:
                 policies.append({"hash": h, "canonical": found[0], "source": found[1],
                                  "path": found[2]})
+        # The served and acted events the blast radius rests on, so its sessions and actions can
+        # be checked against hashed events too.
+        seqs = sorted({a["seq"] for a in radius["actions"]}
+                      | {s["first_served_seq"] for s in radius["sessions"]
+                         if s["first_served_seq"] is not None})
+        related = [_record(ledger, r) for r in (db.events.get(q) for q in seqs) if r]
         checkpoints = db.erasure.events_of_kind("checkpoint")
         checkpoint = db.events.get(checkpoints[-1][0]) if checkpoints else None
         head = db.events.head()
@@ -153,7 +160,8 @@ def build_pack(ledger: LedgerCore, fact_id: str) -> EvidencePack:
         "blast": radius, "policies": policies,
         "forget_certificate": certificate.model_dump(mode="json") if certificate else None,
         "checkpoint": _record(ledger, checkpoint) if checkpoint else None,
-        "manifest": [[e["seq"], e["hash"]] for e in events],
+        "related_events": related,
+        "manifest": [[e["seq"], e["hash"]] for e in [*events, *related]],
     }
     document["signature"] = {
         "alg": "ed25519", "key_fingerprint": crypto.public_fingerprint(pem),

@@ -1,5 +1,4 @@
-"""`custody-app export`: the whole event log as JSON Lines, one event per line, with a signed
-trailer; `offline.verify_export` checks such a file with nothing but the file (and a key)."""
+"""`custody-app export`: the whole event log as JSON Lines, with a hashed and signed trailer."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from custody_app import crypto
 from custody_app.chain import canonical
 from custody_app.evidence import pack_text, signed_bytes
 from custody_app.export import line_hash
-from custody_app.offline import verify_export, verify_pack
+from custody_app.offline import verify_export
+from custody_app.packcheck import verify_pack
 from tests.test_batch_cli import cli
 from tests.test_blast import INCIDENT, SAMPLE, Incident, replay
 
@@ -153,7 +154,20 @@ def test_pack_holds_the_whole_story_and_verifies(sample: Incident, tmp_path: Pat
     assert pack.blast["root"]["fact_id"] == root and len(pack.blast["facts"]) == 4
     assert pack.policies and pack.policies[0]["hash"] == pack.events[0]["policy_hash"]
     assert pack.checkpoint is not None and pack.forget_certificate is None
+    assert sorted(e["kind"] for e in pack.related_events) == ["acted", "served", "served"]
     assert verify_pack(pack_text(pack), _pem(sample)).valid
+    # the blast radius rests on hashed events: a doctored action fails even when re-signed
+    assert sample.ledger.keys is not None
+    doctored = pack.model_dump(mode="json")
+    doctored["blast"]["actions"][0]["outcome"] = "declined"
+    report = verify_pack(_resign(doctored, sample.ledger.keys.signing_key), _pem(sample))
+    assert report.problems == ["the blast radius names action RF-2026-0412 (seq "
+                               f"{pack.blast['actions'][0]['seq']}), which no acted event in the "
+                               "pack matches"]
+    doctored = pack.model_dump(mode="json")
+    doctored["blast"]["sessions"][1]["session"] = "sess_someone_else"
+    report = verify_pack(_resign(doctored, sample.ledger.keys.signing_key), _pem(sample))
+    assert len(report.problems) == 1 and "sess_someone_else" in report.problems[0]
     out = tmp_path / "pack.json"
     done = cli("pack", root, "--ledger", sample.ledger.db.path, "--out", out)
     assert done.returncode == 0, done.stderr
@@ -248,3 +262,18 @@ def test_changing_any_byte_of_a_pack_fails(sample: Incident) -> None:
         replacement = "0" if c != "0" else "1"
         report = verify_pack(text[:i] + replacement + text[i + 1:], pem)
         assert not report.valid, (i, text[max(0, i - 30):i + 30])
+
+
+def test_malformed_packs_and_exports_are_reported_not_raised(sample: Incident,
+                                                            tmp_path: Path) -> None:
+    pem = _pem(sample)
+    good = sample.ledger.pack(sample.fact("belief-tier")).model_dump(mode="json")
+    for broken in ({"format": "custody-evidence-pack/1", "events": [1, "x"]},
+                   {**good, "checkpoint": {"event": {}}}, {**good, "blast": {"actions": [3]}},
+                   {**good, "forget_certificate": {"erased": "x"}}, [], "not json"):
+        report = verify_pack(broken if isinstance(broken, str) else canonical(broken) + "\n", pem)
+        assert not report.valid and report.problems
+    target = tmp_path / "broken.jsonl"
+    target.write_text('{"seq":1,"kind":"checkpoint","event":{}}\n', encoding="utf-8")
+    report = verify_export(target, pem)
+    assert not report.valid and report.problems
