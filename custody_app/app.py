@@ -81,6 +81,7 @@ class CustodyApp(App[None]):
         Binding("3", "show('holds')", "Holds"),
         Binding("4", "show('retention')", "Retention"),
         Binding("5", "show('integrity')", "Integrity"),
+        Binding("6", "show('blast')", "Blast radius"),
         Binding("question_mark", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]

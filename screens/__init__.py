@@ -8,6 +8,7 @@ from textual.screen import Screen
 
 from custody_app.access import LedgerAccess
 from screens.beliefs import BeliefsScreen
+from screens.blast import BlastScreen
 from screens.holds import HoldsScreen
 from screens.integrity import IntegrityScreen
 from screens.retention import RetentionScreen
@@ -19,4 +20,5 @@ SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "holds": HoldsScreen,
     "retention": RetentionScreen,
     "integrity": IntegrityScreen,
+    "blast": BlastScreen,
 }

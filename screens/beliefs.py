@@ -202,6 +202,8 @@ def _cells(v: BeliefView) -> list[str | Text]:
     cells = [MARK[v.change], v.fact_id, v.subject, v.predicate, value, v.space, status,
              v.status_now + (" ⚑held" if v.held else ""), v.provenance, v.valid_from[:19],
              (v.valid_to or "")[:19], v.actor, v.salience_class or ""]
+    if not style:
+        return list(cells)  # plain cells: most rows; styled Text costs more to lay out
     return [Text(c, style=style) for c in cells]
 
 

@@ -14,6 +14,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Header, Static
 
 from custody_app.access import LedgerAccess
+from custody_app.evidence import pack_text
 from custody_app.readmodels import FactRef, HistoryResult, WhyResult
 from screens.base import LedgerScreen, Loaded, fill, short
 from screens.confirm import ConfirmDialog
@@ -31,6 +32,8 @@ class FactScreen(LedgerScreen):
         Binding("h", "hold", "Hold"),
         Binding("u", "release", "Release"),
         Binding("f", "forget", "Forget"),
+        Binding("b", "blast", "Blast radius"),
+        Binding("p", "pack", "Evidence pack"),
         Binding("o", "policy", "Policy text"),
     ]
 
@@ -63,6 +66,9 @@ class FactScreen(LedgerScreen):
         if message.what == "forget-preview":
             self._confirm_forget(message.data)
             return
+        if message.what == "pack":
+            self.notify(f"evidence pack written to {message.data}", title="Evidence pack")
+            return
         why, history = message.data
         self.why = why
         self.query_one("#summary", Static).update(_summary(why))
@@ -85,6 +91,21 @@ class FactScreen(LedgerScreen):
     # ---- actions -----------------------------------------------------------------------
     def action_back(self) -> None:
         self.app.pop_screen()
+
+    def action_blast(self) -> None:
+        from screens.blast import BlastScreen
+
+        self.app.push_screen(BlastScreen(self.access, self.fact_id))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="pack")
+    def action_pack(self) -> None:
+        target = Path(self.access.path).resolve().parent / f"pack-{self.fact_id}.json"
+
+        def write(ledger: Any) -> Any:
+            target.write_text(pack_text(ledger.pack(self.fact_id)), encoding="utf-8")
+            return target
+
+        self.run_read("pack", write)
 
     def action_policy(self) -> None:
         self.show_policy = not self.show_policy
@@ -176,7 +197,8 @@ def _why(why: WhyResult) -> str:
     lines.append(f"[b]Reviews, holds, erasure[/b] {'; '.join(reviews) or '(none)'}")
     ok = "[green]verified[/green]" if why.events_verified else "[red]FAILED[/red]"
     lines.append(f"[b]Chain check of its events[/b] {ok}")
-    lines.append("[b]Actions[/b] t retract · h hold · u release · f forget")
+    lines.append("[b]Actions[/b] t retract · h hold · u release · f forget · b blast radius · "
+                 "p evidence pack")
     return "\n".join(lines)
 
 

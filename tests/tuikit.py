@@ -9,6 +9,7 @@ from typing import Any
 
 from textual.pilot import Pilot
 from textual.widgets import DataTable
+from textual.worker import WorkerCancelled
 
 from custody_app.app import CustodyApp, make_app
 from custody_app.ledger import Ledger
@@ -89,7 +90,10 @@ def app_on(path: Path, *, reviewer: str = REVIEWER, policy: Path | None = None,
 async def idle(pilot: Pilot[Any], rounds: int = 3) -> None:
     """Let thread workers finish and the messages they posted be handled."""
     for _ in range(rounds):
-        await pilot.app.workers.wait_for_complete()
+        try:
+            await pilot.app.workers.wait_for_complete()
+        except WorkerCancelled:
+            pass  # an exclusive worker was replaced by a newer one: wait for that next round
         await pilot.pause()
 
 

@@ -1,0 +1,160 @@
+"""Blast radius: a tree from a fact through the sessions served it and their actions to the
+beliefs written or derived after it, still-believed ones marked; export the evidence pack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import Header, Input, Static, Tree
+from textual.widgets.tree import TreeNode
+
+from custody_app.access import LedgerAccess
+from custody_app.blastmodels import BlastFact, BlastResult
+from custody_app.evidence import pack_text
+from screens.base import LedgerScreen, Loaded
+from screens.keybar import KeyBar
+
+
+class BlastScreen(LedgerScreen):
+    """What could have relied on a fact (an upper bound, from recorded reads)."""
+
+    CSS_PATH = "blast.tcss"
+    BINDINGS = [
+        Binding("e", "export", "Export pack"),
+        Binding("x", "expand", "Expand all"),
+        Binding("escape", "back", "Back"),
+        Binding("slash", "pick", "Fact id", key_display="/"),
+    ]
+
+    def __init__(self, access: LedgerAccess, fact_id: str | None = None) -> None:
+        super().__init__(access)
+        self.fact_id = fact_id
+        self.result: BlastResult | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="fact id to trace, then enter", id="fact",
+                    value=self.fact_id or "")
+        yield Static(id="summary")
+        yield Tree("(no fact chosen: type its id above)", id="tree")
+        yield Static(id="bound")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        if self.fact_id is None:
+            self.query_one("#fact", Input).focus()
+        else:
+            self.query_one("#tree", Tree).focus()
+
+    def reload(self) -> None:
+        if self.fact_id is not None:
+            self.load(self.fact_id)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="read")
+    def load(self, fact_id: str) -> None:
+        self.run_read("blast", lambda ledger: ledger.blast(fact_id))
+
+    def on_loaded(self, message: Loaded) -> None:
+        if message.what == "pack":
+            path, pack = message.data
+            self.notify(f"evidence pack of {pack.fact_id} written to {path} ({len(pack.events)} "
+                        f"events, signed by key {pack.signature['key_fingerprint'][:16]})",
+                        title="Evidence pack")
+            return
+        if message.what != "blast":
+            return
+        result: BlastResult = message.data
+        if self.result == result:
+            return  # a reload with nothing new keeps the tree as the user unfolded it
+        self.result = result
+        self._show(result)
+
+    def _show(self, r: BlastResult) -> None:
+        tree: Tree[str] = self.query_one("#tree", Tree)
+        tree.clear()
+        tree.root.set_label(_fact_label(r.root, root=True))
+        tree.root.data = r.root.fact_id
+        nodes: dict[str, TreeNode[str]] = {r.root.fact_id: tree.root}
+        sessions: dict[str, TreeNode[str]] = {}
+        for s in r.sessions:
+            state = "INCOMPLETE: wrote with no recorded reads" if s.incomplete else (
+                f"first served a reached fact at #{s.first_served_seq} "
+                f"({(s.first_served_at or '')[:19]})")
+            node = tree.root.add(Text.assemble(("session ", "bold"), s.session, f"  {state}"),
+                                 data=s.session, expand=True)
+            sessions[s.session] = node
+            for a in s.actions:
+                node.add_leaf(Text.assemble(("action ", "bold cyan"),
+                                            f"{a.tool} {a.ref} → {a.outcome}",
+                                            (f"  #{a.seq} {a.tx_at[:19]}", "dim")), data=a.ref)
+        for f in sorted(r.facts, key=lambda f: (f.depth, f.seq)):
+            parent = (sessions.get(f.session or "") if f.reached_via == "session" else
+                      nodes.get(f.from_fact or ""))
+            node = (parent or tree.root).add(_fact_label(f), data=f.fact_id, expand=True)
+            nodes[f.fact_id] = node
+        tree.root.expand_all()
+        believed = sum(f.believed for f in r.facts)
+        ended = ""
+        if r.root_ended_by:
+            e = r.root_ended_by
+            ended = (f" · ended by {e['kind']} at #{e['seq']} by {e['actor']}"
+                     + (f": {e['reason']}" if e.get("reason") else ""))
+        self.query_one("#summary", Static).update(
+            f"[b]{r.root.fact_id}[/b] {r.root.subject} {r.root.predicate} [{r.root.status}]"
+            f"{ended}\n{len(r.sessions)} session(s), {len(r.actions)} action(s), "
+            f"{len(r.facts)} belief(s) reached, [b]{believed} still believed[/b], "
+            f"{len(r.incomplete_sessions)} incomplete")
+        self.query_one("#bound", Static).update(r.upper_bound)
+
+    # ---- actions -----------------------------------------------------------------------
+    @on(Input.Submitted, "#fact")
+    def _picked(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if text:
+            self.fact_id = text
+            self.result = None
+            self.query_one("#tree", Tree).focus()
+            self.reload()
+
+    def action_pick(self) -> None:
+        self.query_one("#fact", Input).focus()
+
+    def action_expand(self) -> None:
+        self.query_one("#tree", Tree).root.expand_all()
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 1 and self.app.screen is self and \
+                self.app.screen_stack[0] is not self:
+            self.app.pop_screen()
+
+    def action_export(self) -> None:
+        if self.fact_id is None or self.result is None:
+            self.notify("trace a fact first", severity="warning")
+            return
+        self.export(self.fact_id)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="write")
+    def export(self, fact_id: str) -> None:
+        target = Path(self.access.path).resolve().parent / f"pack-{fact_id}.json"
+
+        def write(ledger: Any) -> Any:
+            pack = ledger.pack(fact_id)
+            target.write_text(pack_text(pack), encoding="utf-8")
+            return target, pack
+
+        self.run_read("pack", write)
+
+
+def _fact_label(f: BlastFact, *, root: bool = False) -> Text:
+    mark = ("STILL BELIEVED", "bold red") if f.believed else (f.status, "dim")
+    how = "" if root else (f"  (written in session {f.session} after it was served "
+                           f"{f.from_fact})" if f.reached_via == "session"
+                           else f"  (derived from {f.from_fact})")
+    return Text.assemble(("fact " if not root else "root ", "bold"),
+                         f"{f.fact_id} {f.subject} {f.predicate} ", ("[", ""), mark,
+                         ("]", ""), (how, "dim"))
