@@ -13,7 +13,7 @@ from textual.widgets import Input, Static, Tree
 
 from custody_app.batch import run_batch
 from custody_app.ledger import Ledger
-from custody_app.offline import verify_pack
+from custody_app.packcheck import verify_pack
 from custody_app.timeutil import ManualClock
 from screens.blast import BlastScreen
 from screens.fact import FactScreen
