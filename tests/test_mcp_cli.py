@@ -137,6 +137,12 @@ async def test_http_on_loopback_needs_the_bearer_token(tmp_path: Path) -> None:
                                   value="pro", cause=CAUSE)
             await _tool(client, "memory_read", subject="acct:9")
         assert written["status"] == "quarantined"
+        # A client of the stateless 2026 protocol (the SDK's default) is served too.
+        auth = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        async with auth, Client(streamable_http_client(url, http_client=auth)) as modern:
+            assert modern.protocol_version == "2026-07-28"
+            stateless = await _tool(modern, "memory_write", subject="acct:9", predicate="tier",
+                                    value="gold", cause=CAUSE)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -144,6 +150,8 @@ async def test_http_on_loopback_needs_the_bearer_token(tmp_path: Path) -> None:
         session = ledger.why(written["fact_id"]).session
         served = [json.loads(e.body) for e in ledger.events() if e.kind == "served"]
         assert session is not None and [s["session"] for s in served] == [session]
+        other = ledger.why(stateless["fact_id"]).session
+        assert other is not None and other.startswith("mcp-") and other != session
 
 
 def test_writer_key_command_makes_a_private_key_and_the_policy_line(tmp_path: Path) -> None:
