@@ -193,13 +193,14 @@ class BrowseReads(LedgerCore):
             found = (self.db.facts.get(f) for f in fact_ids)
             return [_ref(f) for f in found if f is not None]
 
-    def retention(self) -> RetentionView:
-        """The policy's retention windows and, per space in the ledger, the window and the
-        cutoff a sweep would use now."""
+    def retention(self, *, after_space: str = "", limit: int = 50) -> RetentionView:
+        """The policy's retention windows and, for one page of the ledger's spaces (in name
+        order after `after_space`), the window and the cutoff a sweep would use now."""
+        _limit(limit)
         windows = dict(self.policy.policy.retention.windows)
         with self.db.read():
             now = self._now()
-            spaces = self.db.erasure.spaces()
+            spaces = self.db.browse.spaces_page(after_space, limit)
         out = []
         for space in spaces:
             found = window_for(space, windows)
@@ -207,7 +208,10 @@ class BrowseReads(LedgerCore):
                 space=space, pattern=found[0] if found else None,
                 window=found[1] if found else None,
                 cutoff=cutoff_for(parse_time(now), found[1]) if found else None))
-        return RetentionView(now=now, windows=windows, spaces=out)
+        return RetentionView(now=now, windows=windows, spaces=out,
+                             cutoffs={p: cutoff_for(parse_time(now), d)
+                                      for p, d in windows.items()},
+                             next_after=spaces[-1] if len(spaces) == limit else None)
 
     def policy_history(self) -> list[PolicyChange]:
         """Every policy that came into force, oldest first (its text: `db.policies`)."""

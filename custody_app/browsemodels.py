@@ -112,11 +112,14 @@ class RetentionSpace(ReadModel):
 
 
 class RetentionView(ReadModel):
-    """The policy's retention windows and the cutoff each space gets now."""
+    """The policy's retention windows (pattern: duration, and the cutoff each gives now) and
+    one page of spaces with the window that governs each; `next_after` pages on."""
 
     now: str
     windows: dict[str, str]
     spaces: list[RetentionSpace]
+    cutoffs: dict[str, str] = {}
+    next_after: str | None = None
 
 
 class PolicyChange(ReadModel):

@@ -22,6 +22,7 @@ from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 
 SHOWN = 500  # preview rows listed (the counts are always complete)
+PAGE = 20  # spaces per page
 
 
 class SweepProgress(Message):
@@ -45,11 +46,15 @@ class RetentionScreen(LedgerScreen):
         Binding("p", "preview", "Preview sweep"),
         Binding("s", "sweep", "Run sweep"),
         Binding("c", "cutoff", "Cutoff"),
+        Binding("pagedown", "page(1)", "Next spaces", priority=True),
+        Binding("pageup", "page(-1)", "Prev spaces", priority=True),
     ]
 
     def __init__(self, access: LedgerAccess) -> None:
         super().__init__(access)
         self.before: str | None = None
+        self.pages: list[str] = [""]  # the space each page of spaces starts after
+        self.view: Any = None
         self.preview: tuple[SweepResult, list[FactRef], list[FactRef]] | None = None
 
     def compose(self) -> ComposeResult:
@@ -57,6 +62,7 @@ class RetentionScreen(LedgerScreen):
         with Horizontal(id="bar"):
             yield Input(placeholder="cutoff (ISO) instead of the policy's windows; blank: windows",
                         id="before")
+        yield Static(id="windows")
         spaces: DataTable[Any] = DataTable(id="spaces", cursor_type="row")
         spaces.add_columns("space", "window pattern", "window", "cutoff now")
         yield spaces
@@ -76,11 +82,28 @@ class RetentionScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="read")
     def load(self) -> None:
-        self.run_read("retention", lambda ledger: ledger.retention())
+        after = self.pages[-1]
+        self.run_read("retention", lambda ledger: ledger.retention(after_space=after,
+                                                                   limit=PAGE))
+
+    def action_page(self, delta: int) -> None:
+        if delta > 0 and self.view is not None and self.view.next_after is not None:
+            self.pages.append(self.view.next_after)
+        elif delta < 0 and len(self.pages) > 1:
+            self.pages.pop()
+        else:
+            return
+        self.reload()
 
     def on_loaded(self, message: Loaded) -> None:
         if message.what == "retention":
-            view = message.data
+            self.view = view = message.data
+            windows = " · ".join(f"{p} = {d} (cutoff now {view.cutoffs.get(p, '')[:19]})"
+                                 for p, d in view.windows.items())
+            more = " · PgDn: more spaces" if view.next_after is not None else ""
+            self.query_one("#windows", Static).update(
+                f"[b]windows[/b]: {windows or 'none: the policy keeps everything'} · spaces "
+                f"page {len(self.pages)}{more}")
             fill(self.query_one("#spaces", DataTable), [
                 (s.space, [s.space, s.pattern or "(none)", s.window or "keep forever",
                            (s.cutoff or "")[:19]]) for s in view.spaces])

@@ -23,6 +23,15 @@ LAST_EVENT_OF_KIND = ("SELECT seq, tx_at, actor, body FROM events WHERE fact_id 
 POLICY_HISTORY = ("SELECT e.seq, e.tx_at, e.policy_hash, p.source, p.path FROM events e "
                   "LEFT JOIN policies p ON p.hash = e.policy_hash "
                   "WHERE e.kind = 'policy' ORDER BY e.seq")
+# Distinct spaces after a name, one page, by a loose index scan (facts_by_space).
+SPACES_PAGE = """
+WITH RECURSIVE s(space, n) AS (
+    SELECT (SELECT min(space) FROM facts WHERE space > :after), 1
+    UNION ALL
+    SELECT (SELECT min(space) FROM facts WHERE space > s.space), s.n + 1 FROM s
+    WHERE s.space IS NOT NULL AND s.n < :limit
+)
+SELECT space FROM s WHERE space IS NOT NULL"""
 
 
 @dataclass(slots=True, frozen=True)
@@ -144,6 +153,10 @@ class BrowseStore:
     def last_event_of_kind(self, fact_id: str, kind: str) -> tuple[int, str, str, str] | None:
         row = self._conn.execute(LAST_EVENT_OF_KIND, (fact_id, kind)).fetchone()
         return None if row is None else (int(row[0]), str(row[1]), str(row[2]), str(row[3]))
+
+    def spaces_page(self, after: str, limit: int) -> list[str]:
+        return [str(r[0]) for r in self._conn.execute(SPACES_PAGE, {"after": after,
+                                                                    "limit": limit})]
 
     def policy_history(self) -> list[tuple[int, str, str, str | None, str | None]]:
         return [(int(s), str(t), str(h), src, path) for s, t, h, src, path in

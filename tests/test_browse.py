@@ -10,7 +10,8 @@ import pytest
 from custody_app.access import resolve_reviewer
 from custody_app.errors import LedgerError
 from custody_app.ledger import Ledger
-from tests.tuikit import REVIEWER, WRITER, Story, build_story
+from custody_app.timeutil import ManualClock
+from tests.tuikit import FROZEN, REVIEWER, WRITER, Story, build_story
 
 
 @pytest.fixture
@@ -207,3 +208,17 @@ def test_reviewer_identity_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     with pytest.raises(LedgerError) as err:
         resolve_reviewer()
     assert err.value.code == "config_invalid"
+
+
+def test_retention_pages_through_spaces(story: Story, tmp_path: Path) -> None:
+    policy = tmp_path / "p.toml"
+    policy.write_text('[retention.windows]\n"team:*" = "P1D"\n')
+    with Ledger.open(story.path, policy=policy, clock=ManualClock(FROZEN)) as led:
+        first = led.retention(limit=1)
+        assert [s.space for s in first.spaces] == ["org"] and first.next_after == "org"
+        assert first.spaces[0].window is None
+        second = led.retention(after_space="org", limit=1)
+        [team] = second.spaces
+        assert (team.space, team.pattern, team.window) == ("team:support", "team:*", "P1D")
+        assert team.cutoff == first.cutoffs["team:*"]
+        assert led.retention(after_space="team:support").spaces == []

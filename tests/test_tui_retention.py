@@ -43,6 +43,7 @@ async def test_preview_then_sweep_with_confirmation(story: Story, tmp_path: Path
         spaces = app.screen.query_one("#spaces", DataTable)
         assert cell_texts(spaces, "org")[:3] == ["org", "org", "P2D"]
         assert cell_texts(spaces, "team:support")[:3] == ["team:support", "team:*", "P1D"]
+        assert "team:* = P1D (cutoff now 2026-03-04T09:00:00)" in text(app, "#windows")
         await pilot.press("s")  # no preview yet: refused, nothing written
         await idle(pilot)
         assert any("preview the sweep first" in n for n in notes(app))
