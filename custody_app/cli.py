@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -24,7 +24,7 @@ from custody_app.errors import LedgerError
 from custody_app.keys import KEYSTORE_ENV, MASTER_ENV, master_path_for, public_key_path_for
 from custody_app.ledger import Ledger
 from custody_app.models import REASON_CODES
-from custody_app.resources import sample_batch_path
+from custody_app.resources import demo_batch_paths
 from custody_app.timeutil import ManualClock
 
 LEDGER_ENV = "CUSTODY_LEDGER"
@@ -49,7 +49,8 @@ def _main_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="custody-app",
         description="Governed memory for AI agents. Subcommands: "
-        + ", ".join((*SUBCOMMANDS, "eval", "doctor")) + " (custody-app SUBCOMMAND --help).",
+        + ", ".join((*SUBCOMMANDS, *_OWN_PARSERS))
+        + " (custody-app SUBCOMMAND --help).",
     )
     p.add_argument("ledger_path", nargs="?", metavar="LEDGER", help="ledger file")
     p.add_argument("--batch", metavar="FILE", help="run JSON Lines ops from FILE ('-' for stdin)")
@@ -307,7 +308,8 @@ def _demo(args: argparse.Namespace) -> int:
     args.ledger = str(target)
     with tempfile.TemporaryDirectory() as tmp:
         sample = Path(tmp) / "sample.jsonl"
-        shutil.copyfile(sample_batch_path(), sample)
+        sample.write_text("".join(part.read_text(encoding="utf-8") for part in demo_batch_paths()),
+                          encoding="utf-8")
         if not args.no_tui:
             with open(os.devnull, "w", encoding="utf-8") as sink:
                 code = _run_batch(args, str(sample), manual_clock=True, out=sink)
@@ -319,14 +321,22 @@ def _demo(args: argparse.Namespace) -> int:
     return code
 
 
+# Subcommands with parsers of their own, imported only when run (so `serve` and `--batch` never
+# load the TUI, and a plain subcommand loads none of them).
+_OWN_PARSERS: dict[str, tuple[str, str]] = {
+    "eval": ("custody_app.evaluation.cli", "eval_main"),
+    "doctor": ("custody_app.cli_doctor", "doctor_main"),
+    "serve": ("custody_app.cli_serve", "serve_main"),
+    "writer-key": ("custody_app.cli_serve", "writer_key_main"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "eval":
-        from custody_app.evaluation.cli import eval_main
-        return eval_main(argv[1:])
-    if argv and argv[0] == "doctor":
-        from custody_app.cli_doctor import doctor_main
-        return doctor_main(argv[1:])
+    if argv and argv[0] in _OWN_PARSERS:
+        module, name = _OWN_PARSERS[argv[0]]
+        run: Callable[[list[str]], int] = getattr(importlib.import_module(module), name)
+        return run(argv[1:])
     if argv and argv[0] == "tui":
         argv = argv[1:]  # `custody-app tui LEDGER` is `custody-app LEDGER`
     elif argv and argv[0] in SUBCOMMANDS:

@@ -70,6 +70,7 @@ class Retract(Command):
     fact_id: FactId
     actor: Actor
     reason: Text
+    session: Text | None = None
 
 
 class Confirm(Command):
@@ -112,10 +113,12 @@ class Recall(Command):
 
 class History(Command):
     fact_id: FactId
+    session: Text | None = None
 
 
 class Why(Command):
     fact_id: FactId
+    session: Text | None = None
 
 
 class Verify(Command):

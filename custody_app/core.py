@@ -65,6 +65,8 @@ class LedgerCore:
         self._pending: dict[str, tuple[ErasureCertificate, list[bytes], int]] = {}
         self._scrub_due = False
         self._finishing = False
+        # Actors that presented a writer key the policy registers (see present_writer_key).
+        self.vouched_writers: set[str] = set()
 
     @classmethod
     def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from custody_app import blast, erasure, evidence, lifecycle, reads, recall
+from custody_app import blast, erasure, evidence, lifecycle, reads, recall, writer_keys
 from custody_app.browse import BrowseReads
 from custody_app.certificate import (
     ForgetResult,
@@ -91,8 +91,10 @@ class Ledger(BrowseReads):
         return self._do(AssertFact, AssertResult, subject=subject, predicate=predicate,
                         value=value, actor=actor, cause=cause, **optional)
 
-    def retract(self, fact_id: str, *, actor: str, reason: str) -> FactOpResult:
-        return self._do(Retract, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+    def retract(self, fact_id: str, *, actor: str, reason: str,
+                session: str | None = None) -> FactOpResult:
+        return self._do(Retract, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
+                        session=session)
 
     def confirm(self, fact_id: str, *, actor: str, reason: str | None = None) -> FactOpResult:
         return self._do(Confirm, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
@@ -138,14 +140,25 @@ class Ledger(BrowseReads):
         Filters: space, subject, predicate, include ('claimed'|'attested'|'verified'), limit."""
         return self._do(AsOf, AsOfResult, valid_at=valid_at, tx_at=tx_at, **filters)
 
-    def history(self, fact_id: str) -> HistoryResult:
-        return self._do(History, HistoryResult, fact_id=fact_id)
+    def history(self, fact_id: str, session: str | None = None) -> HistoryResult:
+        """Every event that touched the fact; with `session`, recorded as served to it."""
+        return self._do(History, HistoryResult, fact_id=fact_id, session=session)
 
-    def why(self, fact_id: str) -> WhyResult:
-        return self._do(Why, WhyResult, fact_id=fact_id)
+    def why(self, fact_id: str, session: str | None = None) -> WhyResult:
+        """Why the fact is (or was) believed; with `session`, recorded as served to it."""
+        return self._do(Why, WhyResult, fact_id=fact_id, session=session)
 
     def set_clock(self, moment: str) -> ClockResult:
         return self._do(SetClock, ClockResult, set=moment)
+
+    def present_writer_key(self, actor: str, key: bytes) -> bool:
+        """Prove that `actor` holds a writer key the policy registers; from then on its writes
+        may declare provenance above `claimed` even where the policy refuses declared
+        provenance. Returns whether the key was accepted (a wrong key changes nothing)."""
+        accepted = writer_keys.vouches(self.policy.policy, actor, key)
+        if accepted:
+            self.vouched_writers.add(actor)
+        return accepted
 
     def act(self, session: str, tool: str, ref: str, outcome: str, *, actor: str,
             args_digest: str | None = None) -> ActResult:
@@ -183,7 +196,8 @@ class Ledger(BrowseReads):
         except Exception as exc:  # rfc8785 raises several types for non-JSON values
             raise LedgerError("bad_request", f"field 'value' is not JSON: {exc}",
                               field="value") from None
-        if cmd.provenance != "claimed" and not pol.provenance.allow_declared:
+        if (cmd.provenance != "claimed" and not pol.provenance.allow_declared
+                and cmd.actor not in self.vouched_writers):
             raise LedgerError("provenance_not_allowed",
                               f"the policy in force does not let writers declare {cmd.provenance}")
         provenance, marks = cmd.provenance, None
@@ -246,7 +260,8 @@ class Ledger(BrowseReads):
                             status=fact.status)
 
     def _retract(self, cmd: Retract) -> FactOpResult:
-        return self._fact_event("retract", cmd.fact_id, cmd.actor, {"reason": cmd.reason},
+        return self._fact_event("retract", cmd.fact_id, cmd.actor,
+                                {"reason": cmd.reason, "session": cmd.session},
                                 lambda: lifecycle.check_retract(self.db.facts.get(cmd.fact_id),
                                                                 cmd.fact_id))
 
@@ -309,7 +324,10 @@ class Ledger(BrowseReads):
 
     def _history(self, cmd: History) -> HistoryResult:
         with self.db.read():
-            return reads.history(self.db, self.values, cmd.fact_id)
+            result = reads.history(self.db, self.values, cmd.fact_id)
+        if cmd.session is not None:
+            self._serve(cmd.session, [cmd.fact_id], "history")
+        return result
 
     def _why(self, cmd: Why) -> WhyResult:
         with self.db.read():
@@ -317,6 +335,8 @@ class Ledger(BrowseReads):
             fact = reads.require_fact(self.db, cmd.fact_id)
             b = recall.salience(self, fact, parse_time(self._now()))
         b = b if b > -99.0 else -99.0
+        if cmd.session is not None:
+            self._serve(cmd.session, [cmd.fact_id], "why")
         return result.model_copy(update={"salience": round(b, 4),
                                          "salience_class": recall.salience_class(self, b)})
 

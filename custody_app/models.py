@@ -135,6 +135,7 @@ class FactRetracted(Event):
     kind: Literal["retract"] = "retract"
     fact_id: FactId
     reason: Text
+    session: Text | None = None
 
 
 class FactConfirmed(Event):
@@ -230,7 +231,7 @@ class FactsServed(Event):
     kind: Literal["served"] = "served"
     session: Text
     fact_ids: list[FactId]
-    via: Literal["as_of", "recall"]
+    via: Literal["as_of", "recall", "history", "why"]
 
 
 ArgsDigest = Annotated[str, Field(pattern=r"^([a-z0-9-]{1,20}:)?[0-9a-f]{32,128}$")]

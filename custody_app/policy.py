@@ -41,6 +41,10 @@ class _Section(BaseModel):
 class ProvenancePolicy(_Section):
     allow_declared: StrictBool = True
     """May a batch or Python API writer declare `attested` or `verified` itself?"""
+    writer_keys: dict[Actor, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=dict)
+    """Registered writer keys: actor (`kind:id`) to the sha256 (hex) of that writer's key file.
+    A writer that presents the key (`custody-app serve --writer-key FILE`) writes `attested`."""
 
 
 class ReviewPolicy(_Section):
@@ -143,7 +147,12 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         raise PolicyError(f"{path}: key '{key}': {reason}", file=path, key=key) from None
-    canonical = rfc8785.dumps(policy.model_dump(mode="json")).decode()
+    data = policy.model_dump(mode="json")
+    if not data["provenance"]["writer_keys"]:
+        # A policy without writer keys hashes as it did before they existed, so upgrading
+        # custody-app records no policy change on ledgers that never used them.
+        del data["provenance"]["writer_keys"]
+    canonical = rfc8785.dumps(data).decode()
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     return LoadedPolicy(policy, digest, canonical, source, path)
 

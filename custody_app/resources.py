@@ -22,3 +22,9 @@ def default_policy_path() -> Path:
 
 def sample_batch_path() -> Path:
     return resource("sample_data/support_agent.jsonl")
+
+
+def demo_batch_paths() -> list[Path]:
+    """What --demo replays, in order: three weeks of a support agent's memory, then the refund
+    incident that the blast radius screen traces (it continues the same ledger)."""
+    return [sample_batch_path(), resource("sample_data/incident_refund.jsonl")]
