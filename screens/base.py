@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
@@ -148,3 +149,25 @@ def cursor_key(table: DataTable[Any]) -> str | None:
     except Exception:
         return None
     return None if key.value is None else str(key.value)
+
+
+C = TypeVar("C")
+
+# Paged screens read one page at a time (never the whole ledger) and keep the cursor each page
+# started after, so PgUp goes back exactly.
+PAGE_KEYS = [
+    Binding("pagedown", "page(1)", "Next page", priority=True),
+    Binding("pageup", "page(-1)", "Prev page", priority=True),
+]
+
+
+def turn_page(pages: list[C], delta: int, next_after: C | None) -> bool:
+    """Push the next page's cursor (delta > 0) or pop back to the previous one; False when
+    there is no page that way."""
+    if delta > 0 and next_after is not None:
+        pages.append(next_after)
+    elif delta < 0 and len(pages) > 1:
+        pages.pop()
+    else:
+        return False
+    return True

@@ -16,7 +16,7 @@ from custody_app.access import LedgerAccess
 from custody_app.browsemodels import BeliefPage, BeliefView
 from custody_app.errors import LedgerError
 from custody_app.timeutil import normalise
-from screens.base import Failed, LedgerScreen, Loaded, fill, short, show
+from screens.base import PAGE_KEYS, Failed, LedgerScreen, Loaded, fill, short, show, turn_page
 from screens.keybar import KeyBar
 
 PAGE = 50
@@ -41,8 +41,7 @@ class BeliefsScreen(LedgerScreen):
         Binding("s", "show_status('superseded')", "±superseded"),
         Binding("f", "show_status('forgotten')", "±forgotten"),
         Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("pagedown", "page(1)", "Next page", priority=True),
-        Binding("pageup", "page(-1)", "Prev page", priority=True),
+        *PAGE_KEYS,
         Binding("enter", "open_fact", "Why", show=False),
     ]
 
@@ -136,13 +135,8 @@ class BeliefsScreen(LedgerScreen):
         self._restart()
 
     def action_page(self, delta: int) -> None:
-        if delta > 0 and self.page is not None and self.page.next_after is not None:
-            self.pages.append(self.page.next_after)
-        elif delta < 0 and len(self.pages) > 1:
-            self.pages.pop()
-        else:
-            return
-        self.reload()
+        if turn_page(self.pages, delta, self.page.next_after if self.page else None):
+            self.reload()
 
     def action_open_fact(self) -> None:
         table = self.query_one("#facts", DataTable)

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.access import LedgerAccess
 from custody_app.browsemodels import HoldPage
-from screens.base import LedgerScreen, Loaded, cursor_key, fill, short, show
+from screens.base import PAGE_KEYS, LedgerScreen, Loaded, cursor_key, fill, short, show, turn_page
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
@@ -25,8 +25,7 @@ class HoldsScreen(LedgerScreen):
     BINDINGS = [
         Binding("h", "place", "Place hold"),
         Binding("u", "release", "Release"),
-        Binding("pagedown", "page(1)", "Next page", priority=True),
-        Binding("pageup", "page(-1)", "Prev page", priority=True),
+        *PAGE_KEYS,
         Binding("enter", "open_fact", "Why", show=False),
     ]
 
@@ -71,13 +70,8 @@ class HoldsScreen(LedgerScreen):
             f"acting as {self.access.reviewer}")
 
     def action_page(self, delta: int) -> None:
-        if delta > 0 and self.page is not None and self.page.next_after is not None:
-            self.pages.append(self.page.next_after)
-        elif delta < 0 and len(self.pages) > 1:
-            self.pages.pop()
-        else:
-            return
-        self.reload()
+        if turn_page(self.pages, delta, self.page.next_after if self.page else None):
+            self.reload()
 
     def action_place(self) -> None:
         box = self.query_one("#fact", Input)

@@ -17,7 +17,7 @@ from custody_app.certificate import SweepResult
 from custody_app.errors import LedgerError
 from custody_app.readmodels import FactRef
 from custody_app.timeutil import normalise
-from screens.base import Failed, LedgerScreen, Loaded, fill, show
+from screens.base import Failed, LedgerScreen, Loaded, fill, show, turn_page
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 
@@ -87,13 +87,8 @@ class RetentionScreen(LedgerScreen):
                                                                    limit=PAGE))
 
     def action_page(self, delta: int) -> None:
-        if delta > 0 and self.view is not None and self.view.next_after is not None:
-            self.pages.append(self.view.next_after)
-        elif delta < 0 and len(self.pages) > 1:
-            self.pages.pop()
-        else:
-            return
-        self.reload()
+        if turn_page(self.pages, delta, self.view.next_after if self.view else None):
+            self.reload()
 
     def on_loaded(self, message: Loaded) -> None:
         if message.what == "retention":

@@ -15,7 +15,18 @@ from textual.worker import get_current_worker
 from custody_app.access import LedgerAccess
 from custody_app.browsemodels import ReviewItem, ReviewPage
 from custody_app.errors import LedgerError
-from screens.base import Failed, LedgerScreen, Loaded, Succeeded, cursor_key, fill, short, show
+from screens.base import (
+    PAGE_KEYS,
+    Failed,
+    LedgerScreen,
+    Loaded,
+    Succeeded,
+    cursor_key,
+    fill,
+    short,
+    show,
+    turn_page,
+)
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
@@ -30,8 +41,7 @@ class ReviewScreen(LedgerScreen):
         Binding("space", "mark", "Mark"),
         Binding("a", "review('confirm')", "Approve"),
         Binding("x", "review('reject')", "Reject"),
-        Binding("pagedown", "page(1)", "Next page", priority=True),
-        Binding("pageup", "page(-1)", "Prev page", priority=True),
+        *PAGE_KEYS,
         Binding("enter", "open_fact", "Why", show=False),
     ]
 
@@ -95,13 +105,8 @@ class ReviewScreen(LedgerScreen):
             table.move_cursor(row=table.cursor_row + 1)
 
     def action_page(self, delta: int) -> None:
-        if delta > 0 and self.page is not None and self.page.next_after is not None:
-            self.pages.append(self.page.next_after)
-        elif delta < 0 and len(self.pages) > 1:
-            self.pages.pop()
-        else:
-            return
-        self.reload()
+        if turn_page(self.pages, delta, self.page.next_after if self.page else None):
+            self.reload()
 
     def _targets(self) -> list[str]:
         if self.marked and self.page is not None:
