@@ -21,7 +21,13 @@ from custody_app.batch import run_batch
 from custody_app.certificate import ErasureCertificate, ForgetResult, SubjectForgetResult, SweepResult
 from custody_app.crypto import public_fingerprint
 from custody_app.errors import LedgerError
-from custody_app.keys import KEYSTORE_ENV, MASTER_ENV, master_path_for, public_key_path_for
+from custody_app.keys import (
+    KEYSTORE_ENV,
+    MASTER_ENV,
+    master_path_for,
+    public_key_path_for,
+    read_public_key,
+)
 from custody_app.ledger import Ledger
 from custody_app.models import REASON_CODES
 from custody_app.resources import demo_batch_paths
@@ -194,13 +200,7 @@ def _init(ledger: Ledger, args: argparse.Namespace) -> int:
 
 
 def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
-    pem = None
-    if args.key:
-        try:
-            pem = Path(args.key).read_text()
-        except OSError as exc:
-            raise LedgerError("key_unreadable", f"cannot read public key {args.key}: "
-                              f"{exc.strerror}") from None
+    pem = read_public_key(args.key) if args.key else None
     report = ledger.verify(public_key=pem)
     _print(report.model_dump(mode="json"))
     return int(Exit.OK if report.valid else Exit.OP_FAILED)

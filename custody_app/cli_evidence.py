@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from custody_app.errors import LedgerError
 from custody_app.evidence import pack_text
+from custody_app.keys import read_public_key
 from custody_app.ledger import Ledger
 from custody_app.offline import OfflineReport, verify_export
 from custody_app.packcheck import verify_pack
@@ -44,14 +45,6 @@ def _out(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
-def _read_key(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LedgerError("key_unreadable",
-                          f"cannot read public key {path}: {exc.strerror}") from None
-
-
 def _report(report: OfflineReport, as_json: bool = True) -> int:
     if as_json:
         _out(report.model_dump(mode="json"))
@@ -67,7 +60,7 @@ def offline(args: argparse.Namespace) -> int | None:
             if not Path(args.export).is_file():
                 raise LedgerError("export_unreadable", f"cannot read export {args.export}: no "
                                   "such file")
-            return _report(verify_export(args.export, _read_key(args.key) if args.key else None))
+            return _report(verify_export(args.export, read_public_key(args.key) if args.key else None))
         if args.command == "pack" and args.verify:
             if not args.key:
                 sys.stderr.write("custody-app: pack --verify needs --key LEDGER.pub\n")
@@ -78,7 +71,7 @@ def offline(args: argparse.Namespace) -> int | None:
             except (OSError, UnicodeDecodeError) as exc:
                 raise LedgerError("pack_unreadable",
                                   f"cannot read pack {args.verify}: {exc}") from None
-            return _report(verify_pack(text, _read_key(args.key)))
+            return _report(verify_pack(text, read_public_key(args.key)))
         if args.command == "pack" and (not args.fact or not args.out):
             sys.stderr.write("custody-app: pack needs FACT and --out PATH (or --verify PACK "
                              "--key PUB)\n")

@@ -230,3 +230,12 @@ class KeyRing:
     def destroyed_at(self, subject: str) -> str | None:
         row = self.store.latest(self.subject_ref(subject))
         return None if row is None else row[3]
+
+
+def read_public_key(path: str | Path) -> str:
+    """A public key file's PEM text; an unreadable file is a `key_unreadable` refusal."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LedgerError("key_unreadable",
+                          f"cannot read public key {path}: {exc.strerror}") from None

@@ -21,6 +21,7 @@ from custody_app.evaluation.report import (
 from custody_app.evaluation.runner import evaluate
 from custody_app.evaluation.scenarios import load_scenarios
 from custody_app.evaluation.systems import LedgerMemory, MemoryUnderTest, OverwriteMemory
+from custody_app.keys import read_public_key
 
 
 class EvalExit(IntEnum):
@@ -67,13 +68,7 @@ def eval_main(argv: list[str]) -> int:
             _say(json.dumps(write_key_pair(args.keygen), indent=2))
             return int(EvalExit.OK)
         if args.verify:
-            pem = None
-            if args.key:
-                try:
-                    pem = Path(args.key).read_text()
-                except OSError as exc:
-                    raise LedgerError("key_unreadable", f"cannot read public key {args.key}: "
-                                      f"{exc.strerror}") from None
+            pem = read_public_key(args.key) if args.key else None
             check = verify_report(args.verify, scenarios=args.scenarios, public_key=pem)
             _say(json.dumps(check.model_dump(mode="json"), indent=2))
             return int(EvalExit.OK if check.valid else EvalExit.BELOW_PERFECT)
