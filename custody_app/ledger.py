@@ -9,14 +9,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from custody_app import blast, erasure, evidence, lifecycle, reads, recall, writer_keys
+from custody_app import blast, erasure, evidence, lifecycle, reads, recall, writer_keys, writes
 from custody_app.browse import BrowseReads
 from custody_app.certificate import (
     ForgetResult,
     SubjectForgetResult,
     SweepResult,
 )
-from custody_app.chain import canonical, commitment, new_salt
 from custody_app.checkpoints import sign_checkpoint
 from custody_app.commands import (
     Act,
@@ -63,7 +62,6 @@ from custody_app.readmodels import (
     VerifyResult,
     WhyResult,
 )
-from custody_app.redaction import redact
 from custody_app.timeutil import ManualClock, format_time, parse_time
 
 R = TypeVar("R", bound=BaseModel)
@@ -189,65 +187,7 @@ class Ledger(BrowseReads):
 
     # ---- handlers ----------------------------------------------------------------------
     def _assert(self, cmd: AssertFact) -> AssertResult:
-        pol = self.policy.policy
-        value, findings = redact(cmd.value, pol.redaction.detectors)
-        try:
-            value_text = canonical(value)
-        except Exception as exc:  # rfc8785 raises several types for non-JSON values
-            raise LedgerError("bad_request", f"field 'value' is not JSON: {exc}",
-                              field="value") from None
-        if (cmd.provenance != "claimed" and not pol.provenance.allow_declared
-                and cmd.actor not in self.vouched_writers):
-            raise LedgerError("provenance_not_allowed",
-                              f"the policy in force does not let writers declare {cmd.provenance}")
-        provenance, marks = cmd.provenance, None
-        with self._writing():
-            if self._previously_forgotten(cmd.subject, cmd.predicate, value_text):
-                if pol.erasure.previously_forgotten == "refuse":
-                    raise LedgerError(
-                        "previously_forgotten",
-                        f"this value of {cmd.subject} {cmd.predicate} was forgotten before and "
-                        "the policy refuses it")
-                provenance, marks = "claimed", ["previously_forgotten"]
-            tx_at = self._tx_at()
-            valid_from = cmd.valid_from or tx_at
-            if cmd.valid_to is not None and cmd.valid_to <= valid_from:
-                raise LedgerError("invalid_interval",
-                                  f"valid_to {cmd.valid_to} is not after valid_from {valid_from}")
-            if cmd.supersedes is not None:
-                lifecycle.check_supersede(self.db.facts.get(cmd.supersedes), cmd.supersedes,
-                                          cmd.subject, cmd.predicate, valid_from)
-            for source in cmd.sources or ():
-                lifecycle.check_source(self.db.facts.get(source), source)
-            fact_id = self._new_fact_id(tx_at)
-            salt = new_salt()
-            assert self.keys is not None  # seal() above refused a ledger without its key store
-            fields = {
-                "subject_ref": self.keys.subject_ref(cmd.subject), "predicate": cmd.predicate,
-                "space": cmd.space or pol.default_space, "valid_from": valid_from,
-                "valid_to": cmd.valid_to, "provenance": provenance, "marks": marks,
-                "cause": cmd.cause.model_dump(exclude_none=True), "session": cmd.session,
-                "supersedes": cmd.supersedes,
-                "sources": list(dict.fromkeys(cmd.sources)) if cmd.sources else None,
-                "llm": cmd.llm.model_dump(exclude_none=True) if cmd.llm else None,
-                "commitment": commitment(salt, value_text),
-                "redactions": [f.to_json() for f in findings] or None,
-            }
-            sealed = self.values.seal(fact_id, cmd.subject, value_text,
-                                      work_started=self.work_started, now=tx_at)
-            row = self._append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
-                               value=sealed, salt=salt, subject=cmd.subject,
-                               plaintext=value_text)
-            fact = reads.require_fact(self.db, fact_id)
-        return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
-                            status=fact.status, provenance=provenance)
-
-    def _previously_forgotten(self, subject: str, predicate: str, value_text: str) -> bool:
-        if self.keys is None or self.policy.policy.erasure.digest == "none":
-            return False
-        ref = self.keys.subject_ref(subject)
-        digest = erasure.previously_forgotten_digest(self, ref, predicate, value_text)
-        return self.db.erasure.has_digest(ref, predicate, digest)
+        return writes.assert_fact(self, cmd)
 
     def _fact_event(self, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
                     check: Callable[[], object]) -> FactOpResult:
