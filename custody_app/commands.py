@@ -77,17 +77,20 @@ class Confirm(Command):
     fact_id: FactId
     actor: Actor
     reason: Text | None = None
+    session: Text | None = None
 
 
 class Reject(Command):
     fact_id: FactId
     actor: Actor
     reason: Text
+    session: Text | None = None
 
 
 class Affirm(Command):
     fact_id: FactId
     actor: Actor
+    session: Text | None = None
 
 
 class AsOf(Command):
@@ -133,12 +136,14 @@ class Hold(Command):
     fact_id: FactId
     actor: Actor
     reason: Text
+    session: Text | None = None
 
 
 class Release(Command):
     fact_id: FactId
     actor: Actor
     reason: Text
+    session: Text | None = None
 
 
 class Forget(Command):

@@ -94,26 +94,34 @@ class Ledger(BrowseReads):
         return self._do(Retract, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
                         session=session)
 
-    def confirm(self, fact_id: str, *, actor: str, reason: str | None = None) -> FactOpResult:
-        return self._do(Confirm, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+    def confirm(self, fact_id: str, *, actor: str, reason: str | None = None,
+                session: str | None = None) -> FactOpResult:
+        return self._do(Confirm, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
+                        session=session)
 
-    def reject(self, fact_id: str, *, actor: str, reason: str) -> FactOpResult:
-        return self._do(Reject, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+    def reject(self, fact_id: str, *, actor: str, reason: str,
+               session: str | None = None) -> FactOpResult:
+        return self._do(Reject, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
+                        session=session)
 
-    def affirm(self, fact_id: str, *, actor: str) -> FactOpResult:
-        return self._do(Affirm, FactOpResult, fact_id=fact_id, actor=actor)
+    def affirm(self, fact_id: str, *, actor: str, session: str | None = None) -> FactOpResult:
+        return self._do(Affirm, FactOpResult, fact_id=fact_id, actor=actor, session=session)
 
     def recall(self, query: str, k: int = 10, **options: Any) -> RecallResult:
         """Facts believed now that match `query` (hybrid lexical + vector). Options: space,
         subject, session (records a `served` event), include_claimed."""
         return self._do(Recall, RecallResult, query=query, k=k, **options)
 
-    def hold(self, fact_id: str, *, actor: str, reason: str) -> FactOpResult:
+    def hold(self, fact_id: str, *, actor: str, reason: str,
+             session: str | None = None) -> FactOpResult:
         """Legal hold: the fact cannot be forgotten or swept (it can still be retracted)."""
-        return self._do(Hold, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+        return self._do(Hold, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
+                        session=session)
 
-    def release(self, fact_id: str, *, actor: str, reason: str) -> FactOpResult:
-        return self._do(Release, FactOpResult, fact_id=fact_id, actor=actor, reason=reason)
+    def release(self, fact_id: str, *, actor: str, reason: str,
+                session: str | None = None) -> FactOpResult:
+        return self._do(Release, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
+                        session=session)
 
     def forget(self, fact_id: str, *, actor: str, reason: str) -> ForgetResult:
         """Erase a fact's value and every fact derived from it; returns the certificate."""
@@ -208,19 +216,20 @@ class Ledger(BrowseReads):
     def _review(self, cmd: Confirm | Reject) -> FactOpResult:
         kind = "confirm" if isinstance(cmd, Confirm) else "reject"
         return self._fact_event(
-            kind, cmd.fact_id, cmd.actor, {"reason": cmd.reason},
+            kind, cmd.fact_id, cmd.actor, {"reason": cmd.reason, "session": cmd.session},
             lambda: lifecycle.check_review(self.db.facts.get(cmd.fact_id), cmd.fact_id,
                                            cmd.actor, self.policy.policy))
 
     def _affirm(self, cmd: Affirm) -> FactOpResult:
-        return self._fact_event("affirm", cmd.fact_id, cmd.actor, {},
+        return self._fact_event("affirm", cmd.fact_id, cmd.actor, {"session": cmd.session},
                                 lambda: lifecycle.check_affirm(self.db.facts.get(cmd.fact_id),
                                                                cmd.fact_id))
 
     def _hold(self, cmd: Hold | Release) -> FactOpResult:
         kind = "hold" if isinstance(cmd, Hold) else "release"
         check = lifecycle.check_hold if kind == "hold" else lifecycle.check_release
-        return self._fact_event(kind, cmd.fact_id, cmd.actor, {"reason": cmd.reason},
+        return self._fact_event(kind, cmd.fact_id, cmd.actor,
+                                {"reason": cmd.reason, "session": cmd.session},
                                 lambda: check(self.db.facts.get(cmd.fact_id), cmd.fact_id))
 
     def _forget(self, cmd: Forget) -> ForgetResult:

@@ -144,6 +144,7 @@ class FactConfirmed(Event):
     kind: Literal["confirm"] = "confirm"
     fact_id: FactId
     reason: Text | None = None
+    session: Text | None = None
 
 
 class FactRejected(Event):
@@ -152,6 +153,7 @@ class FactRejected(Event):
     kind: Literal["reject"] = "reject"
     fact_id: FactId
     reason: Text
+    session: Text | None = None
 
 
 class FactAffirmed(Event):
@@ -159,6 +161,7 @@ class FactAffirmed(Event):
 
     kind: Literal["affirm"] = "affirm"
     fact_id: FactId
+    session: Text | None = None
 
 
 class FactHeld(Event):
@@ -167,6 +170,7 @@ class FactHeld(Event):
     kind: Literal["hold"] = "hold"
     fact_id: FactId
     reason: Text
+    session: Text | None = None
 
 
 class FactReleased(Event):
@@ -175,6 +179,7 @@ class FactReleased(Event):
     kind: Literal["release"] = "release"
     fact_id: FactId
     reason: Text
+    session: Text | None = None
 
 
 DigestKind = Literal["hmac-sha256", "sha256", "none"]

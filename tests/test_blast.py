@@ -335,3 +335,32 @@ def test_blast_and_explain_subcommands(tmp_path: Path) -> None:
     assert usage.returncode == 2 and "--key" in usage.stderr
     gone = cli("verify", "--export", tmp_path / "nope.jsonl")
     assert gone.returncode == 1 and "export_unreadable" in gone.stderr
+
+
+def test_every_write_op_may_carry_its_session(env: Env) -> None:
+    """Any write, read, recall or action may name its session: the event records it (and a
+    write without one records none), through the Python API and the batch ops alike."""
+    ledger = env.ledger
+    claim = env.put("acct:9", "plan", "pro", provenance="claimed", session="s-1")
+    other = env.put("acct:9", "tier", "gold", session="s-1")
+    ledger.confirm(claim, actor="user:rev", session="s-2")
+    ledger.affirm(other, actor="agent:support", session="s-1")
+    ledger.hold(other, actor="user:counsel", reason="case 7", session="s-3")
+    ledger.release(other, actor="user:counsel", reason="case closed")
+    ledger.retract(other, actor="agent:support", reason="wrong", session="s-1")
+    rejected = env.put("acct:9", "region", "eu", provenance="claimed")
+    out = io.StringIO()
+    run_batch(ledger, io.StringIO(json.dumps({
+        "op": "reject", "fact_id": rejected, "actor": "user:rev", "reason": "no",
+        "session": "s-4"}) + "\n"), out)
+    assert json.loads(out.getvalue())["ok"]
+
+    def sessions(fact_id: str) -> dict[str, str | None]:
+        return {e.kind: json.loads(ledger.db.events.get(e.seq).body).get("session")  # type: ignore[union-attr]
+                for e in ledger.history(fact_id).events}
+
+    assert sessions(claim) == {"assert": "s-1", "confirm": "s-2"}
+    assert sessions(other) == {"assert": "s-1", "affirm": "s-1", "hold": "s-3",
+                               "release": None, "retract": "s-1"}
+    assert sessions(rejected) == {"assert": None, "reject": "s-4"}
+    assert ledger.verify().valid
