@@ -15,6 +15,7 @@ from custody_app.keys import read_public_key
 from custody_app.ledger import Ledger
 from custody_app.offline import OfflineReport, verify_export
 from custody_app.packcheck import verify_pack
+from custody_app.readmodels import BlastResult, ExplainResult
 
 NAMES = ("blast", "explain", "pack", "export")
 READ_ONLY = ("blast", "explain")
@@ -82,22 +83,21 @@ def offline(args: argparse.Namespace) -> int | None:
     return None
 
 
-def _blast(ledger: Ledger, args: argparse.Namespace) -> int:
-    result = ledger.blast(args.fact)
-    if args.json:
+def _readable(result: BlastResult | ExplainResult, as_json: bool) -> int:
+    """A report as JSON for machines, or its readable rendering."""
+    if as_json:
         _out(result.model_dump(mode="json"))
     else:
         sys.stdout.write(result.render() + "\n")
     return 0
+
+
+def _blast(ledger: Ledger, args: argparse.Namespace) -> int:
+    return _readable(ledger.blast(args.fact), args.json)
 
 
 def _explain(ledger: Ledger, args: argparse.Namespace) -> int:
-    result = ledger.explain(args.action_ref)
-    if args.json:
-        _out(result.model_dump(mode="json"))
-    else:
-        sys.stdout.write(result.render() + "\n")
-    return 0
+    return _readable(ledger.explain(args.action_ref), args.json)
 
 
 def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
