@@ -39,8 +39,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.benchenv import header, machine_note  # noqa: E402
-from custody_app.ledger import Ledger  # noqa: E402
-from custody_app.timeutil import ManualClock  # noqa: E402
+from custody_app.domain.timeutil import ManualClock  # noqa: E402
+from custody_app.ledger.facade import Ledger  # noqa: E402
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 CAUSE = {"kind": "import", "ref": "crm-export"}

@@ -37,10 +37,10 @@ if str(ROOT) not in sys.path:
 
 import apsw  # noqa: E402
 
-from custody_app.errors import LedgerError  # noqa: E402
-from custody_app.ledger import Ledger  # noqa: E402
-from custody_app.models import PROV_RANK  # noqa: E402
-from custody_app.timeutil import ManualClock, format_time  # noqa: E402
+from custody_app.domain.errors import LedgerError  # noqa: E402
+from custody_app.domain.models import PROV_RANK  # noqa: E402
+from custody_app.domain.timeutil import ManualClock, format_time  # noqa: E402
+from custody_app.ledger.facade import Ledger  # noqa: E402
 from store import open_ledger  # noqa: E402
 from store.events import FOR_FACTS, HEAD, INSERT, LAST_POLICY  # noqa: E402
 from store.projection import (  # noqa: E402

@@ -23,8 +23,8 @@ from mcp import Client, StdioServerParameters
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app import Ledger  # noqa: E402
-from custody_app.mcp_server import build_server  # noqa: E402
-from custody_app.mcp_tools import MemoryTools  # noqa: E402
+from custody_app.interfaces.mcp.server import build_server  # noqa: E402
+from custody_app.interfaces.mcp.tools import MemoryTools  # noqa: E402
 
 CAUSE = {"kind": "tool", "ref": "bench"}
 WORDS = ["refund", "plan", "enterprise", "invoice", "renewal", "seats", "region", "contact"]

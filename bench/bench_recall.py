@@ -9,7 +9,7 @@ service (one `Ledger.transaction()`, provenance `attested`, actor `system:crm-sy
 to the returned fact ids. Each query is run with `Ledger.recall(query, k=10, strategy=...)` for
 `lexical`, `vector` and `hybrid`; per query recall@k = share of its answer keys in the top k,
 MRR = 1/rank of the first answer in the top 10 (0 if none), averaged overall and per kind.
-Tokenizer variants monkeypatch `custody_app.text.words` with `functools.partial(words, stem=...,
+Tokenizer variants monkeypatch `custody_app.recall.text.words` with `functools.partial(words, stem=...,
 fold_accents=...)` before a fresh ledger is built, so the lexical index and the queries both use
 it. (The hashed n-gram embedder imported `words` by name, so its features are not changed by
 the patch: the variants only change the lexical side, also inside hybrid.)
@@ -51,11 +51,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-import custody_app.text as text_mod  # noqa: E402
+import custody_app.recall.text as text_mod  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
-from custody_app import recall as recall_mod  # noqa: E402
-from custody_app.ledger import Ledger  # noqa: E402
-from custody_app.timeutil import ManualClock  # noqa: E402
+from custody_app.domain.timeutil import ManualClock  # noqa: E402
+from custody_app.ledger.facade import Ledger  # noqa: E402
+from custody_app.recall import index as recall_mod  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "recall_set.json"
 STRATEGIES = ("lexical", "vector", "hybrid")
@@ -481,7 +481,7 @@ def render_quality(q: dict[str, Any]) -> str:
         lines.append(f"| {s} | " + " | ".join(
             f"{res[(default, s)][k]['r@10']:.2f} / {res[(default, s)][k]['mrr']:.2f}"
             for k in KINDS) + " |")
-    lines += ["", "### Tokenizer variants (`custody_app.text.words(stem=, fold_accents=)`; "
+    lines += ["", "### Tokenizer variants (`custody_app.recall.text.words(stem=, fold_accents=)`; "
               "recall@10 / MRR)", "",
               "| variant | strategy | all | " + " | ".join(KINDS) + " |",
               "| --- | --- | --- |" + " --- |" * len(KINDS)]

@@ -38,9 +38,9 @@ for p in (ROOT, ROOT / "bench"):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 from bench.benchenv import header, machine_note  # noqa: E402
+from custody_app.domain.timeutil import ManualClock  # noqa: E402
 from custody_app.evaluation import LedgerMemory, OverwriteMemory, evaluate, load_scenarios  # noqa: E402
-from custody_app.ledger import Ledger  # noqa: E402
-from custody_app.timeutil import ManualClock  # noqa: E402
+from custody_app.ledger.facade import Ledger  # noqa: E402
 from tests.hostile import check_line, hostile_lines, valid_setup  # noqa: E402
 from tests.reliability import (  # noqa: E402
     build_tamper_base,

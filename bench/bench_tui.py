@@ -39,9 +39,9 @@ if str(ROOT) not in sys.path:
 
 from bench.bench_ledger import make_workload, run_op  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
-from custody_app.errors import LedgerError  # noqa: E402
-from custody_app.ledger import Ledger  # noqa: E402
-from custody_app.timeutil import ManualClock  # noqa: E402
+from custody_app.domain.errors import LedgerError  # noqa: E402
+from custody_app.domain.timeutil import ManualClock  # noqa: E402
+from custody_app.ledger.facade import Ledger  # noqa: E402
 
 START = datetime(2026, 1, 5, tzinfo=UTC)
 TARGET_PAINT_S = 1.5
@@ -113,7 +113,7 @@ async def _until(pilot: Any, check: Callable[[], bool], limit: float = 60.0) -> 
 async def measure_app(path: Path) -> dict[str, Any]:
     from textual.widgets import DataTable, Static
 
-    from custody_app.app import make_app
+    from custody_app.interfaces.tui.app import make_app
     from screens.fact import FactScreen
 
     out: dict[str, Any] = {"rss_before_mb": rss_mb()}

@@ -2,6 +2,6 @@
 
 import sys
 
-from custody_app.cli import main
+from custody_app.interfaces.cli.main import main
 
 sys.exit(main())

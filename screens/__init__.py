@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from textual.screen import Screen
 
-from custody_app.access import LedgerAccess
+from custody_app.interfaces.tui.access import LedgerAccess
 from screens.beliefs import BeliefsScreen
 from screens.blast import BlastScreen
 from screens.holds import HoldsScreen

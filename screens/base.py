@@ -15,8 +15,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
-from custody_app.access import LedgerAccess
-from custody_app.errors import LedgerError, PolicyError
+from custody_app.domain.errors import LedgerError, PolicyError
+from custody_app.interfaces.tui.access import LedgerAccess
 
 
 class Loaded(Message):

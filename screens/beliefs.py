@@ -12,10 +12,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Header, Input, Static
 
-from custody_app.access import LedgerAccess
-from custody_app.browsemodels import BeliefPage, BeliefView
-from custody_app.errors import LedgerError
-from custody_app.timeutil import normalise
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.timeutil import normalise
+from custody_app.interfaces.tui.access import LedgerAccess
+from custody_app.ledger.readmodels import BeliefPage, BeliefView
 from screens.base import PAGE_KEYS, Failed, LedgerScreen, Loaded, fill, short, show, turn_page
 from screens.keybar import KeyBar
 

@@ -13,9 +13,9 @@ from textual.binding import Binding
 from textual.widgets import Header, Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from custody_app.access import LedgerAccess
-from custody_app.blastmodels import BlastFact, BlastResult
-from custody_app.evidence import pack_text
+from custody_app.evidence.packs import pack_text
+from custody_app.evidence.readmodels import BlastFact, BlastResult
+from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import LedgerScreen, Loaded, show
 from screens.keybar import KeyBar
 

@@ -9,7 +9,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Select, Static
 
-from custody_app.models import REASON_CODES
+from custody_app.domain.models import REASON_CODES
 
 
 class ConfirmDialog(ModalScreen[str | None]):

@@ -13,9 +13,9 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Header, Static
 
-from custody_app.access import LedgerAccess
-from custody_app.evidence import pack_text
-from custody_app.readmodels import FactRef, HistoryResult, WhyResult
+from custody_app.domain.readmodels import FactRef, HistoryResult, WhyResult
+from custody_app.evidence.packs import pack_text
+from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import LedgerScreen, Loaded, fill, short, show
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar

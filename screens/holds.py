@@ -9,8 +9,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Header, Input, Static
 
-from custody_app.access import LedgerAccess
-from custody_app.browsemodels import HoldPage
+from custody_app.interfaces.tui.access import LedgerAccess
+from custody_app.ledger.readmodels import HoldPage
 from screens.base import PAGE_KEYS, LedgerScreen, Loaded, cursor_key, fill, short, show, turn_page
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog

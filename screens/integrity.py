@@ -12,10 +12,10 @@ from textual.message import Message
 from textual.widgets import DataTable, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from custody_app.access import LedgerAccess
-from custody_app.browsemodels import LedgerStatus
-from custody_app.errors import LedgerError
-from custody_app.readmodels import RebuildResult, VerifyResult
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.readmodels import RebuildResult, VerifyResult
+from custody_app.interfaces.tui.access import LedgerAccess
+from custody_app.ledger.readmodels import LedgerStatus
 from screens.base import Failed, LedgerScreen, Loaded, cursor_key, fill, show
 from screens.keybar import KeyBar
 

@@ -12,11 +12,11 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import DataTable, Header, Input, ProgressBar, Static
 
-from custody_app.access import LedgerAccess
-from custody_app.certificate import SweepResult
-from custody_app.errors import LedgerError
-from custody_app.readmodels import FactRef
-from custody_app.timeutil import normalise
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.readmodels import FactRef
+from custody_app.domain.timeutil import normalise
+from custody_app.erasure.certificate import SweepResult
+from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import Failed, LedgerScreen, Loaded, fill, show, turn_page
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar

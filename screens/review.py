@@ -12,9 +12,9 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
-from custody_app.access import LedgerAccess
-from custody_app.browsemodels import ReviewItem, ReviewPage
-from custody_app.errors import LedgerError
+from custody_app.domain.errors import LedgerError
+from custody_app.interfaces.tui.access import LedgerAccess
+from custody_app.ledger.readmodels import ReviewItem, ReviewPage
 from screens.base import (
     PAGE_KEYS,
     Failed,

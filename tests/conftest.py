@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from custody_app.ledger import Ledger
-from custody_app.timeutil import ManualClock, format_time
+from custody_app.domain.timeutil import ManualClock, format_time
+from custody_app.ledger.facade import Ledger
 
 T0 = datetime(2026, 9, 1, tzinfo=UTC)
 CAUSE: dict[str, Any] = {"kind": "message", "ref": "msg-1"}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from custody_app.ledger import Ledger
+from custody_app.ledger.facade import Ledger
 
 CHILD = Path(__file__).with_name("reliability_child.py")
 
@@ -281,7 +281,7 @@ def _flip(text: str, at: int) -> str:
 def _recompute_from(con: Any, seq: int) -> None:
     """Re-hash every event from `seq` on exactly as the ledger does (what an attacker with the
     file and this code can do), so a plain chain walk passes."""
-    from custody_app.chain import GENESIS, event_hash
+    from custody_app.domain.chain import GENESIS, event_hash
     prev = GENESIS
     for s, body, old_hash in con.execute("SELECT seq, body, hash FROM events ORDER BY seq").fetchall():
         if s < seq:
@@ -294,7 +294,7 @@ def _recompute_from(con: Any, seq: int) -> None:
 
 def tamper_cases(base: Path, work: Path) -> list[TamperCase]:
     """Every tampering of the base ledger we model, each verified on its own copy."""
-    from custody_app.chain import canonical
+    from custody_app.domain.chain import canonical
     with Ledger.open(base, readonly=True) as ledger:
         rows = ledger.events()
         checkpointed = sorted(json.loads(r.body)["checkpoint_seq"] for r in rows
@@ -354,7 +354,7 @@ def tamper_cases(base: Path, work: Path) -> list[TamperCase]:
 
 def plain_walk_passes_after_recompute(base: Path, work: Path, seq: int) -> bool:
     """The chain-recompute attack is real: without the checkpoints a plain walk accepts it."""
-    from custody_app.chain import canonical, verify_chain
+    from custody_app.domain.chain import canonical, verify_chain
     copy = work / "plain.db"
     _copy(base, copy)
     con = _raw(copy)

@@ -15,8 +15,8 @@ import random
 import sys
 import time
 
-from custody_app.errors import LedgerError
-from custody_app.ledger import Ledger
+from custody_app.domain.errors import LedgerError
+from custody_app.ledger.facade import Ledger
 
 SUBJECTS = [f"acct:{n}" for n in range(40)]
 PREDICATES = ("plan", "region", "note")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from custody_app import Ledger
-from custody_app.resources import sample_batch_path
+from custody_app.domain.resources import sample_batch_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data" / "support_agent.jsonl"
@@ -462,7 +462,7 @@ def test_batch_never_imports_textual(tmp_path: Path) -> None:
     file.write_text(f'{{"op":"assert",{ASSERT_FIELDS},{CAUSE}}}\n{{"op":"verify"}}\n')
     code = (
         "import sys\n"
-        "from custody_app.cli import main\n"
+        "from custody_app.interfaces.cli.main import main\n"
         f"rc = main(['--batch', {str(file)!r}, '--ledger', {str(tmp_path / 't.db')!r}])\n"
         "loaded = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
         "assert rc == 0, rc\n"

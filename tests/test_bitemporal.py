@@ -12,11 +12,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from custody_app.errors import LedgerError
-from custody_app.fold import fold_as_of
-from custody_app.ledger import Ledger
-from custody_app.readmodels import FactView
-from custody_app.timeutil import ManualClock, format_time, parse_time
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.fold import fold_as_of
+from custody_app.domain.readmodels import FactView
+from custody_app.domain.timeutil import ManualClock, format_time, parse_time
+from custody_app.ledger.facade import Ledger
 from tests.conftest import REVIEWER, T0, WRITER, Env, day
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from custody_app import Ledger
-from custody_app.batch import run_batch
-from custody_app.errors import LedgerError
-from custody_app.timeutil import ManualClock
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.timeutil import ManualClock
+from custody_app.interfaces.batch import run_batch
 from tests.conftest import CAUSE, Env, day
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from custody_app.access import resolve_reviewer
-from custody_app.errors import LedgerError
-from custody_app.ledger import Ledger
-from custody_app.timeutil import ManualClock
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.timeutil import ManualClock
+from custody_app.interfaces.tui.access import resolve_reviewer
+from custody_app.ledger.facade import Ledger
 from tests.tuikit import FROZEN, REVIEWER, WRITER, Story, build_story
 
 

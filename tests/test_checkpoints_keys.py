@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from custody_app import crypto
-from custody_app.chain import GENESIS, canonical, event_hash, verify_chain
-from custody_app.checkpoints import statement
-from custody_app.cli import main
-from custody_app.errors import LedgerError
-from custody_app.keys import KEYSTORE_ENV, MASTER_ENV
-from custody_app.ledger import Ledger
+from custody_app.domain.chain import GENESIS, canonical, event_hash, verify_chain
+from custody_app.domain.errors import LedgerError
+from custody_app.evidence.checkpoints import statement
+from custody_app.interfaces.cli.main import main
+from custody_app.keys import crypto
+from custody_app.keys.keyring import KEYSTORE_ENV, MASTER_ENV
+from custody_app.ledger.facade import Ledger
 from tests.conftest import CAUSE, Env
 
 OTHER_MASTER = "ab" * 32

@@ -17,8 +17,8 @@ from typing import Any
 import apsw
 import pytest
 
-from custody_app.doctor import _secure_delete, diagnose, sqlite_vec_ok
-from custody_app.ledger import Ledger
+from custody_app.doctor.checks import _secure_delete, diagnose, sqlite_vec_ok
+from custody_app.ledger.facade import Ledger
 from store import health
 from store.schema import APPLICATION_ID, MIGRATIONS
 from tests.conftest import CAUSE

@@ -18,12 +18,12 @@ from typing import Any
 import apsw
 import pytest
 
-from custody_app import crypto
-from custody_app.certificate import ErasureCertificate
-from custody_app.chain import canonical
-from custody_app.errors import LedgerError
-from custody_app.ledger import Ledger
-from custody_app.timeutil import format_time
+from custody_app.domain.chain import canonical
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.timeutil import format_time
+from custody_app.erasure.certificate import ErasureCertificate
+from custody_app.keys import crypto
+from custody_app.ledger.facade import Ledger
 from tests.conftest import CAUSE, T0, Env, day, sealed
 
 ROOT_V = "ZQX-ROOT-4471-UNIQUE"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from custody_app.errors import LedgerError
+from custody_app.domain.errors import LedgerError
 from custody_app.evaluation import (
     LedgerMemory,
     OverwriteMemory,

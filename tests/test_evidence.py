@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from custody_app import crypto
-from custody_app.chain import canonical
-from custody_app.evidence import pack_text, signed_bytes
-from custody_app.export import line_hash
-from custody_app.offline import verify_export
-from custody_app.packcheck import verify_pack
+from custody_app.domain.chain import canonical
+from custody_app.evidence.export import line_hash
+from custody_app.evidence.offline import verify_export
+from custody_app.evidence.packcheck import verify_pack
+from custody_app.evidence.packs import pack_text, signed_bytes
+from custody_app.keys import crypto
 from tests.test_batch_cli import cli
 from tests.test_blast import INCIDENT, SAMPLE, Incident, replay
 

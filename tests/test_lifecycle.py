@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from custody_app.errors import LedgerError
+from custody_app.domain.errors import LedgerError
 from tests.conftest import CAUSE, REVIEWER, WRITER, Env, day
 
 

@@ -18,7 +18,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from custody_app import Ledger
-from custody_app.writer_keys import key_digest
+from custody_app.keys.writer_keys import key_digest
 
 CLI = str(Path(sys.executable).parent / "custody-app")
 AGENT = "agent:bot"
@@ -69,8 +69,8 @@ async def test_stdio_server_in_a_subprocess_quarantines_until_confirmed_through_
 
 
 def test_the_serve_path_never_loads_textual() -> None:
-    code = ("import sys, custody_app.cli, custody_app.cli_serve, custody_app.mcp_server, "
-            "custody_app.mcp_http, uvicorn; "
+    code = ("import sys, custody_app.interfaces.cli.main, custody_app.interfaces.mcp.cli, "
+            "custody_app.interfaces.mcp.server, custody_app.interfaces.mcp.http, uvicorn; "
             "sys.exit(any(m.split('.')[0] == 'textual' for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from custody_app.commands import OPS
-from custody_app.errors import LedgerError
-from custody_app.mcp_server import build_server
-from custody_app.mcp_tools import SERVER_FIXED, TOOLS, MemoryTools
-from custody_app.writer_keys import key_digest
+from custody_app.domain.commands import OPS
+from custody_app.domain.errors import LedgerError
+from custody_app.interfaces.mcp.server import build_server
+from custody_app.interfaces.mcp.tools import SERVER_FIXED, TOOLS, MemoryTools
+from custody_app.keys.writer_keys import key_digest
 from tests.conftest import REVIEWER, Env, day
 
 AGENT = "agent:bot"
@@ -55,7 +55,7 @@ def served(env: Env) -> list[dict[str, Any]]:
 
 
 async def test_tool_schemas_are_the_batch_commands_minus_what_the_server_fixes() -> None:
-    from custody_app.mcp_tools import arguments_model
+    from custody_app.interfaces.mcp.tools import arguments_model
     names = {"memory_write": "assert", "memory_read": "as_of", "memory_recall": "recall",
              "memory_retract": "retract", "memory_history": "history", "memory_why": "why",
              "memory_act": "act"}
@@ -249,7 +249,7 @@ async def test_a_registered_key_vouches_even_where_declared_provenance_is_refuse
 ])
 def test_a_malformed_writer_key_entry_is_a_policy_error_naming_the_key(
         tmp_path: Any, text: str, key: str) -> None:
-    from custody_app.policy import load_policy
+    from custody_app.domain.policy import load_policy
     path = tmp_path / "p.toml"
     path.write_text(text)
     with pytest.raises(LedgerError) as refusal:
@@ -285,7 +285,7 @@ async def test_an_agent_run_through_the_server_is_traced_by_blast_radius(env: En
 
 
 def test_a_policy_without_writer_keys_keeps_its_hash(tmp_path: Any) -> None:
-    from custody_app.policy import policy_from_text
+    from custody_app.domain.policy import policy_from_text
     plain = policy_from_text("", "a.toml")
     empty = policy_from_text("[provenance]\nwriter_keys = {}\n", "b.toml")
     keyed = policy_from_text(_keyed_policy(), "c.toml")

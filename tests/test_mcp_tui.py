@@ -15,9 +15,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from textual.widgets import DataTable
 
-from custody_app.ledger import Ledger
-from custody_app.mcp_server import build_server
-from custody_app.mcp_tools import MemoryTools
+from custody_app.interfaces.mcp.server import build_server
+from custody_app.interfaces.mcp.tools import MemoryTools
+from custody_app.ledger.facade import Ledger
 from screens.reason import ReasonDialog
 from screens.review import ReviewScreen
 from tests.tuikit import app_on, build_story, idle, keys

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from custody_app import text
-from custody_app.errors import LedgerError
-from custody_app.ledger import Ledger
-from custody_app.readmodels import RecallResult
-from custody_app.text import fact_text
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.readmodels import RecallResult
+from custody_app.ledger.facade import Ledger
+from custody_app.recall import text
+from custody_app.recall.text import fact_text
 from tests.conftest import CAUSE, REVIEWER, WRITER, Env, day, ledger_bytes
 
 DPO = "user:dpo"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from custody_app.ledger import Ledger
-from custody_app.text import fact_text
+from custody_app.ledger.facade import Ledger
+from custody_app.recall.text import fact_text
 from tests.conftest import CAUSE, WRITER, Env, day, ledger_bytes
 from tests.test_recall import ids, index_clean, vector_slices
 

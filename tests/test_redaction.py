@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custody_app.redaction import DETECTORS, Finding, _resolve, find, redact
+from custody_app.domain.redaction import DETECTORS, Finding, _resolve, find, redact
 
 # --- independent check-digit arithmetic, written apart from the module's tables ---------------------
 

@@ -49,8 +49,8 @@ def test_a_master_key_write_cut_short_leaves_no_empty_key_file(
     (the ledger could never be opened again)."""
     import os
 
-    from custody_app.keys import MASTER_ENV
-    from custody_app.ledger import Ledger
+    from custody_app.keys.keyring import MASTER_ENV
+    from custody_app.ledger.facade import Ledger
     monkeypatch.delenv(MASTER_ENV, raising=False)
 
     def dies(fd: int) -> None:

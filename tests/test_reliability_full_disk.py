@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from custody_app.batch import run_batch
-from custody_app.errors import LedgerError
+from custody_app.domain.errors import LedgerError
+from custody_app.interfaces.batch import run_batch
 from tests.conftest import CAUSE, Env
 
 

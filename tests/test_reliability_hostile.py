@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from custody_app.batch import run_batch
-from custody_app.errors import LedgerError
-from custody_app.ledger import Ledger
-from custody_app.timeutil import ManualClock
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.timeutil import ManualClock
+from custody_app.interfaces.batch import run_batch
+from custody_app.ledger.facade import Ledger
 from tests.hostile import check_line, hostile_lines, valid_setup
 
 TRIED = {"lines": 0, "ok": 0}

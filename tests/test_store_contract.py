@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from custody_app.errors import LedgerError, PolicyError
-from custody_app.ledger import Ledger
-from custody_app.policy import load_policy
+from custody_app.domain.errors import LedgerError, PolicyError
+from custody_app.domain.policy import load_policy
+from custody_app.ledger.facade import Ledger
 from store import LedgerTooNew, NotALedger, open_ledger
 from store.rows import EVENT_COLUMNS
 from store.schema import APPLICATION_ID, SCHEMA_VERSION

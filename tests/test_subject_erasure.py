@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from custody_app import crypto
-from custody_app.errors import LedgerError
-from custody_app.ledger import Ledger
-from custody_app.timeutil import ManualClock, format_time
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.timeutil import ManualClock, format_time
+from custody_app.keys import crypto
+from custody_app.ledger.facade import Ledger
 from tests.conftest import CAUSE, T0, Env, day, ledger_bytes, sealed
 
 SUBJECT = "acct:ZQX-SUBJ-5150"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from textual.widgets import Input, Static, Tree
 
-from custody_app.batch import run_batch
-from custody_app.ledger import Ledger
-from custody_app.packcheck import verify_pack
-from custody_app.timeutil import ManualClock
+from custody_app.domain.timeutil import ManualClock
+from custody_app.evidence.packcheck import verify_pack
+from custody_app.interfaces.batch import run_batch
+from custody_app.ledger.facade import Ledger
 from screens.blast import BlastScreen
 from screens.fact import FactScreen
 from tests.tuikit import app_on, idle, notes

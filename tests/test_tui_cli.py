@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from custody_app.ledger import Ledger
+from custody_app.ledger.facade import Ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ def test_demo_no_tui_builds_the_ledger_and_prints_the_replay(tmp_path: Path) -> 
 
 
 def test_demo_no_tui_never_imports_textual(tmp_path: Path) -> None:
-    code = ("import sys\nfrom custody_app.cli import main\n"
+    code = ("import sys\nfrom custody_app.interfaces.cli.main import main\n"
             f"rc = main(['--demo', '--no-tui', '--ledger', {str(tmp_path / 'd.db')!r}])\n"
             "assert rc == 0, rc\n"
             "assert not [m for m in sys.modules if m.split('.')[0] == 'textual']\n"

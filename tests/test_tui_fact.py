@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable, Static
 
-from custody_app.ledger import Ledger
+from custody_app.ledger.facade import Ledger
 from screens.confirm import ConfirmDialog
 from screens.fact import FactScreen
 from screens.reason import ReasonDialog

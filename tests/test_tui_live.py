@@ -13,8 +13,8 @@ from typing import Any
 
 from textual.widgets import DataTable
 
-from custody_app.ledger import Ledger
-from custody_app.policy import load_policy
+from custody_app.domain.policy import load_policy
+from custody_app.ledger.facade import Ledger
 from tests.tuikit import app_on, build_story, cursor_of, idle, keys, notes
 
 ROOT = Path(__file__).resolve().parent.parent

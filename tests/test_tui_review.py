@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable, Input
 
-from custody_app.ledger import Ledger
+from custody_app.ledger.facade import Ledger
 from screens.holds import HoldsScreen
 from screens.reason import ReasonDialog
 from screens.review import ReviewScreen

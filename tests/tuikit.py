@@ -11,9 +11,9 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 from textual.worker import WorkerCancelled
 
-from custody_app.app import CustodyApp, make_app
-from custody_app.ledger import Ledger
-from custody_app.timeutil import ManualClock
+from custody_app.domain.timeutil import ManualClock
+from custody_app.interfaces.tui.app import CustodyApp, make_app
+from custody_app.ledger.facade import Ledger
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 WRITER = "agent:support-bot"

@@ -9,7 +9,7 @@ import sys
 from enum import IntEnum
 from pathlib import Path
 
-from custody_app.errors import LedgerError
+from custody_app.domain.errors import LedgerError
 from custody_app.evaluation.report import (
     build_report,
     read_private_key,
@@ -21,7 +21,7 @@ from custody_app.evaluation.report import (
 from custody_app.evaluation.runner import evaluate
 from custody_app.evaluation.scenarios import load_scenarios
 from custody_app.evaluation.systems import LedgerMemory, MemoryUnderTest, OverwriteMemory
-from custody_app.keys import read_public_key
+from custody_app.keys.keyring import read_public_key
 
 
 class EvalExit(IntEnum):

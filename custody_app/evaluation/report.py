@@ -12,12 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from custody_app import crypto
-from custody_app.chain import canonical
-from custody_app.errors import LedgerError
+from custody_app.domain.chain import canonical
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.timeutil import format_time
 from custody_app.evaluation.runner import EvalResult
 from custody_app.evaluation.scenarios import load_scenarios
-from custody_app.timeutil import format_time
+from custody_app.keys import crypto
 
 REPORT_KIND = "custody-eval-report"
 _COLUMNS = ("correct", "stale", "contradictions", "blast_radius", "op_errors")

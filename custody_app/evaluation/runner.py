@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from custody_app.chain import canonical
+from custody_app.domain.chain import canonical
 from custody_app.evaluation.scenarios import (
     EXPECT,
     EXPECT_ERROR,

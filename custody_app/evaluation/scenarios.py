@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from custody_app.chain import canonical
-from custody_app.commands import OPS, parse_command
-from custody_app.errors import LedgerError
+from custody_app.domain.chain import canonical
+from custody_app.domain.commands import OPS, parse_command
+from custody_app.domain.errors import LedgerError
 
 # The harness's own keys on an op; everything else goes to the batch protocol.
 BAD, EXPECT, EXPECT_ERROR = "bad", "expect", "expect_error"

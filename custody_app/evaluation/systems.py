@@ -7,10 +7,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
-from custody_app.batch import Aliases, run_op
-from custody_app.ledger import Ledger
-from custody_app.policy import LoadedPolicy
-from custody_app.timeutil import ManualClock
+from custody_app.domain.policy import LoadedPolicy
+from custody_app.domain.timeutil import ManualClock
+from custody_app.interfaces.batch import Aliases, run_op
+from custody_app.ledger.facade import Ledger
 
 
 class MemoryUnderTest(Protocol):

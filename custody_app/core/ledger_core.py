@@ -1,0 +1,342 @@
+"""The ledger's core: opening, transactions, appending hashed events, scrubs, verify, rebuild."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Self
+
+from pydantic import ValidationError
+
+from custody_app.core import sessions
+from custody_app.core.projector import MemoryProjection, apply_event
+from custody_app.domain.chain import GENESIS, canonical, event_hash, verify_chain
+from custody_app.domain.commands import (
+    refusal,
+)
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.models import EVENT_MODELS
+from custody_app.domain.policy import LoadedPolicy, load_policy
+from custody_app.domain.readmodels import (
+    RebuildResult,
+    VerifyResult,
+)
+from custody_app.domain.timeutil import Clock, WallClock, format_time
+from custody_app.erasure import proof as erasure_proof
+from custody_app.erasure.certificate import (
+    ErasureCertificate,
+)
+from custody_app.evidence.checkpoints import CheckpointAudit
+from custody_app.keys.keyring import KeyRing, keystore_path_for, master_from_env
+from custody_app.keys.values import ValueCodec
+from custody_app.recall import index as recall
+from custody_app.recall.cells import CellIndex
+from custody_app.recall.embedders import Embedder, make_embedder
+from store import LedgerFile, StoreError, open_ledger
+from store.rows import EventRow
+
+SYSTEM_ACTOR = "system:custody"
+
+
+class LedgerCore:
+    """A ledger file opened under a policy: what every operation builds on."""
+
+    def __init__(self, db: LedgerFile, policy: LoadedPolicy, clock: Clock | None = None,
+                 *, keys: KeyRing | None = None, readonly: bool = False,
+                 id_seed: int | None = None) -> None:
+        self.db = db
+        self.policy = policy
+        self.clock: Clock = clock or WallClock()
+        self.keys = keys
+        self.values = ValueCodec(keys)
+        self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
+        self.cells = CellIndex()
+        self.readonly = readonly
+        self._rng = random.Random(id_seed) if id_seed is not None else None
+        self._head: tuple[int, str, str] | None = None
+        self._recorded_policy: str | None = None
+        # The key fence compares against when this unit of work began (see unit_of_work()).
+        self.work_started = format_time(self.clock.now())
+        # Erasures whose checkpoint a reader blocked: certificate, erased bytes, short values.
+        self._pending: dict[str, tuple[ErasureCertificate, list[bytes], int]] = {}
+        self._scrub_due = False
+        self._finishing = False
+        # Actors that presented a writer key the policy registers (see present_writer_key).
+        self.vouched_writers: set[str] = set()
+
+    @classmethod
+    def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,
+             clock: Clock | None = None, readonly: bool = False, id_seed: int | None = None,
+             keystore: str | Path | None = None,
+             reindex_progress: Callable[[int, int], None] | None = None) -> Self:
+        """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default).
+        Read-only opens create nothing; without a key store their values read as erased.
+        When the policy's embedder changed, the recall indexes are rebuilt here, reporting
+        (done, total) to `reindex_progress`."""
+        loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
+        master_from_env()  # a malformed master key is refused before any file is created
+        try:
+            db = open_ledger(path, readonly=readonly)
+        except StoreError as exc:
+            raise LedgerError(exc.code, str(exc)) from None
+        keys = None
+        try:
+            if not readonly or keystore_path_for(path, keystore).exists():
+                keys = KeyRing.open(path, keystore)
+            ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
+        except BaseException:
+            if keys is not None:
+                keys.close()
+            db.close()
+            raise
+        if not readonly:
+            if db.recall.embedder() != (ledger.embedder.name, ledger.embedder.dimensions):
+                ledger.reindex(reindex_progress)
+            if db.erasure.pending():
+                ledger.finish_scrubs()
+        return ledger
+
+    def reindex(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Rebuild the recall indexes with the policy's embedder (done at open when the
+        embedder changed); returns how many believed facts were indexed."""
+        with self._writing():
+            return recall.rebuild_index(self, progress)
+
+    def _index_key(self) -> bytes:
+        if self.keys is None:
+            raise LedgerError("keystore_missing", "the key store is not available")
+        return self.keys.index_key
+
+    def close(self) -> None:
+        if self.keys is not None:
+            self.keys.close()
+        self.db.close()
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[None]:
+        """Begin new work now: writes inside may re-key a subject erased before this instant."""
+        before = self.work_started
+        self.work_started = format_time(self.clock.now())
+        try:
+            yield
+        finally:
+            self.work_started = before
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- transactions -------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group several operations in one write transaction; each still fails alone."""
+        with self._writing():
+            yield
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        if self.readonly:
+            raise LedgerError("read_only", "this ledger was opened read-only")
+        keys = self.keys.store.write() if self.keys is not None else nullcontext()
+        try:
+            # The key store commits first (inner), so no committed value ever lacks its key.
+            with self.db.write(), keys:
+                if self.db.depth == 1:
+                    self._head = self.db.events.head()
+                    self._recorded_policy = self.db.events.last_policy_hash()
+                saved = (self._head, self._recorded_policy)
+                try:
+                    yield
+                except BaseException:
+                    self._head, self._recorded_policy = saved
+                    if self.keys is not None:
+                        self.keys.drop_cache()
+                    raise
+        except StoreError as exc:
+            raise LedgerError(exc.code, str(exc)) from None
+        if self._scrub_due and self.db.depth == 0 and not self._finishing:
+            self.finish_scrubs(wait=False)
+
+    def _tx_at(self) -> str:
+        now = format_time(self.clock.now())
+        last = self._head[2] if self._head else ""
+        return now if now > last else last
+
+    def _now(self) -> str:
+        """'Now' for reads: never before the newest event, whatever the wall clock says."""
+        head = self.db.events.head()
+        now = format_time(self.clock.now())
+        return head[2] if head and head[2] > now else now
+
+    def _new_fact_id(self, tx_at: str) -> str:
+        millis = int(datetime.fromisoformat(tx_at.replace("Z", "+00:00")).timestamp() * 1000)
+        tail = self._rng.getrandbits(40) if self._rng else int.from_bytes(os.urandom(5), "big")
+        return f"f_{millis:012x}{tail:010x}"
+
+    def _append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
+                fact_id: str | None = None, value: bytes | None = None,
+                salt: str | None = None, subject: str | None = None,
+                plaintext: str | None = None) -> EventRow:
+        """Validate, hash, store and project one event (inside a write transaction)."""
+        if kind != "policy" and self._recorded_policy != self.policy.hash:
+            self._record_policy(tx_at)
+        seq = (self._head[0] if self._head else 0) + 1
+        prev = self._head[1] if self._head else GENESIS
+        envelope: dict[str, Any] = {"seq": seq, "kind": kind, "tx_at": tx_at, "actor": actor,
+                                    "policy_hash": self.policy.hash}
+        if fact_id is not None:
+            envelope["fact_id"] = fact_id
+        envelope.update({k: v for k, v in fields.items() if v is not None})
+        try:
+            EVENT_MODELS[kind].model_validate(envelope)
+        except ValidationError as exc:
+            # An invalid event never enters the log, and the caller gets a coded refusal.
+            raise refusal(exc) from None
+        body = canonical(envelope)
+        row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, subject, body, value,
+                       salt, prev, event_hash(prev, body))
+        self.db.events.append(row)
+        sessions.index_event(self.db, kind, seq, fact_id, envelope)
+        changes = apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope, subject)
+        if changes:
+            recall.sync(self, changes, {fact_id: plaintext} if fact_id and plaintext else {})
+        self._head = (seq, row.hash, tx_at)
+        return row
+
+    def _record_policy(self, tx_at: str) -> None:
+        p = self.policy
+        self.db.policies.put(p.hash, p.canonical, p.source, p.path)
+        self._recorded_policy = p.hash
+        self._append("policy", SYSTEM_ACTOR, tx_at, {})
+
+    def finish_scrubs(self, *, wait: bool = True) -> list[ErasureCertificate]:
+        """Finish erasures whose WAL checkpoint a reader blocked; returns their certificates
+        re-issued (empty while a reader still blocks it, or when nothing was pending, or when
+        the certificates were issued by another process: then only the checkpoint is done)."""
+        with self.db.read():
+            pending = self.db.erasure.pending()
+        if not pending and not self._pending:
+            self._scrub_due = False
+            return []
+        if not self.db.wal_checkpoint(wait=wait).complete:
+            self._scrub_due = True
+            return []
+        self._clear_pending()
+        certificates = [erasure_proof.reissue(self, cert, needles, short)
+                        for cert, needles, short in self._pending.values()]
+        self._pending.clear()
+        self._scrub_due = False
+        return certificates
+
+    def _clear_pending(self) -> None:
+        """After a complete checkpoint: drop the pending-scrub rows (written with each erasure,
+        so a crash cannot lose them) and leave the WAL empty again."""
+        self._finishing = True
+        try:
+            with self._writing():
+                self.db.erasure.clear_pending()
+        finally:
+            self._finishing = False
+        self.db.wal_checkpoint(wait=False)
+
+    def _remember_pending(self, cert: ErasureCertificate, needles: list[bytes],
+                          short_values: int) -> None:
+        """Keep what a re-issued certificate needs; the rows were written with the erasure."""
+        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (cert, needles,
+                                                                          short_values)
+        self._scrub_due = True
+
+    def verify(self, progress: Callable[[int], None] | None = None, *,
+               public_key: str | None = None) -> VerifyResult:
+        """Walk the whole chain; `valid` is false with the first bad seq when it is broken.
+        Signed checkpoints are checked under `public_key` (PEM), else the ledger's own key."""
+        pem = public_key or (self.keys.public_pem() if self.keys is not None
+                             and self.keys.store.meta("signing") is not None else None)
+        unchecked = 0
+
+        def opener(row: EventRow, body: dict[str, Any]) -> str | None:
+            nonlocal unchecked
+            text = self.values.opener(row, body)
+            unchecked += text is None
+            return text
+
+        with self.db.read():
+            audit = CheckpointAudit(self.db.erasure.events_of_kind("checkpoint"), pem)
+            report = verify_chain(self.db.events.iter_all(), progress, opener, audit.check)
+            index_problems = recall.index_differences(self) if self.db.recall.exists() else []
+        valid, bad, problem = report.valid, report.first_bad_seq, report.problem
+        if valid and index_problems:
+            valid, problem = False, "recall indexes: " + "; ".join(index_problems)
+        if valid and public_key is not None and audit.count == 0 and report.events:
+            valid, problem = False, ("no signed checkpoint in this ledger: the given public key "
+                                     "cannot vouch for any of its events")
+        return VerifyResult(valid=valid, events=report.events, head=report.head,
+                            first_bad_seq=bad, problem=problem, checkpoints=audit.count,
+                            last_checkpoint_seq=audit.last, values_unchecked=unchecked,
+                            index_problems=index_problems)
+
+    def _serve(self, session: str, fact_ids: list[str], via: str) -> None:
+        """Record which facts a read handed to a session (ids only)."""
+        with self._writing():
+            self._append("served", f"system:{via}", self._tx_at(),
+                         {"session": session, "fact_ids": fact_ids, "via": via})
+
+    # ---- maintenance -------------------------------------------------------------------
+    def events(self, *, plaintext: bool = False) -> list[EventRow]:
+        """Every event, oldest first; with `plaintext`, values as canonical JSON text (for the
+        fold and exports) instead of sealed bytes, None where erased or its key is gone."""
+        with self.db.read():
+            rows = list(self.db.events.iter_all())
+        if not plaintext:
+            return rows
+        out = []
+        for row in rows:
+            if row.kind == "assert" and row.value is not None:
+                text = self.values.opener(row, json.loads(row.body))
+                row = replace(row, value=None if text is None else text.encode("utf-8"))
+            out.append(row)
+        return out
+
+    def rebuild(self, *, repair: bool = False) -> RebuildResult:
+        """Recompute the projection from the events and report where the stored one differs."""
+        memory = MemoryProjection()
+        with self.db.read():
+            for e in self.db.events.iter_all():
+                apply_event(memory, e.kind, e.seq, e.tx_at, e.fact_id, json.loads(e.body),
+                            e.subject)
+            stored = self.db.facts.dump()
+            index = sessions.rebuilt_index(self.db.events.iter_all())
+            stored_index = self.db.sessions.dump()
+        rebuilt = memory.dump()
+        differences = _compare(stored, rebuilt)
+        index_differences = _compare(stored_index, index,
+                                     names=("served fact", "session event", "session"))
+        if repair and differences:
+            with self._writing():
+                self.db.facts.replace_all(*rebuilt)
+        if repair and index_differences:
+            with self._writing():
+                self.db.sessions.replace_all(*index)
+        differences += index_differences
+        return RebuildResult(facts=len(rebuilt[0]), states=len(rebuilt[1]),
+                             differences=differences, repaired=repair and bool(differences))
+
+
+
+def _compare(stored: tuple[list[Any], list[Any], list[Any]],
+             rebuilt: tuple[list[Any], list[Any], list[Any]], limit: int = 50,
+             names: tuple[str, str, str] = ("fact", "state", "source link")) -> list[str]:
+    out: list[str] = []
+    for name, mine, theirs in zip(names, stored, rebuilt, strict=True):
+        have, want = set(map(repr, mine)), set(map(repr, theirs))
+        out += [f"{name} only in the stored projection: {r}" for r in sorted(have - want)]
+        out += [f"{name} missing from the stored projection: {r}" for r in sorted(want - have)]
+    return out[:limit]

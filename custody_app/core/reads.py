@@ -1,0 +1,138 @@
+"""Read models built from the store: history, why, and the event views they share."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from custody_app.domain.chain import GENESIS, check_event
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.lifecycle import effective_rank
+from custody_app.domain.models import PROVENANCES, Cause, LlmBlock
+from custody_app.domain.readmodels import (
+    EventView,
+    FactRef,
+    FactView,
+    HistoryResult,
+    PolicyText,
+    Review,
+    WhyResult,
+)
+from custody_app.keys.values import ValueCodec
+from store import LedgerFile
+from store.rows import EventRow, FactRow
+
+
+def load_value(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def event_view(codec: ValueCodec, row: EventRow) -> EventView:
+    data: dict[str, Any] = json.loads(row.body)
+    data["event_id"] = row.hash
+    if row.kind == "assert":
+        data["subject"] = row.subject
+        text = codec.open_or_refuse(row.fact_id or "", data["subject_ref"], row.value)
+        data["value"] = load_value(text)
+        data["erased"] = text is None
+    return EventView(**data)
+
+
+def fact_view(db: LedgerFile, codec: ValueCodec, fact: FactRow) -> FactView:
+    """A fact as it stands now."""
+    event = db.events.get(fact.assert_seq)
+    value = None if event is None else codec.open_subject(fact.fact_id, fact.subject, event.value)
+    valid_to = fact.valid_to
+    if fact.status == "superseded" and fact.superseded_by:
+        replacement = db.facts.get(fact.superseded_by)
+        if replacement is not None and (valid_to is None or replacement.valid_from < valid_to):
+            valid_to = replacement.valid_from
+    return FactView(
+        fact_id=fact.fact_id, subject=fact.subject, predicate=fact.predicate,
+        value=load_value(value), space=fact.space, status=fact.status,
+        provenance=PROVENANCES[effective_rank(fact)], valid_from=fact.valid_from,
+        valid_to=valid_to, actor=fact.actor, erased=value is None,
+    )
+
+
+def require_fact(db: LedgerFile, fact_id: str) -> FactRow:
+    fact = db.facts.get(fact_id)
+    if fact is None:
+        raise LedgerError("unknown_fact", f"fact {fact_id} does not exist in this ledger")
+    return fact
+
+
+def _ref(fact: FactRow) -> FactRef:
+    return FactRef(fact_id=fact.fact_id, status=fact.status, subject=fact.subject,
+                   predicate=fact.predicate, valid_from=fact.valid_from)
+
+
+def history_rows(db: LedgerFile, fact_id: str) -> list[EventRow]:
+    """Every event that touched the fact, with the asserts that supersede it, oldest first."""
+    rows = db.events.for_fact(fact_id)
+    for replacement in db.facts.replacements(fact_id):
+        event = db.events.get(replacement.assert_seq)
+        if event is not None:
+            rows.append(event)
+    return sorted(rows, key=lambda r: r.seq)
+
+
+def history(db: LedgerFile, codec: ValueCodec, fact_id: str) -> HistoryResult:
+    fact = require_fact(db, fact_id)
+    return HistoryResult(fact_id=fact_id, status=fact.status,
+                         events=[event_view(codec, r) for r in history_rows(db, fact_id)])
+
+
+def _events_verified(db: LedgerFile, codec: ValueCodec, rows: list[EventRow]) -> bool:
+    """Each of the fact's events still matches its hash, body and link to its predecessor."""
+    for row in rows:
+        prev = db.events.get(row.seq - 1) if row.seq > 1 else None
+        prev_hash = GENESIS if row.seq == 1 else (prev.hash if prev else "")
+        if check_event(row, prev_hash, row.seq, codec.opener) is not None:
+            return False
+    return True
+
+
+def why(db: LedgerFile, codec: ValueCodec, fact_id: str) -> WhyResult:
+    fact = require_fact(db, fact_id)
+    created = db.events.get(fact.assert_seq)
+    assert created is not None
+    body = json.loads(created.body)
+    policy = db.policies.get(created.policy_hash)
+    canonical, source, path = policy if policy else ("", "", None)
+
+    older: list[FactRef] = []
+    cursor = fact.supersedes
+    while cursor:
+        prior = db.facts.get(cursor)
+        if prior is None:
+            break
+        older.append(_ref(prior))
+        cursor = prior.supersedes
+    newer: list[FactRef] = []
+    cursor = fact.superseded_by
+    while cursor:
+        later = db.facts.get(cursor)
+        if later is None:
+            break
+        newer.append(_ref(later))
+        cursor = later.superseded_by
+
+    own = db.events.for_fact(fact_id)
+    reviews = [
+        Review(kind=r.kind, actor=r.actor, tx_at=r.tx_at, seq=r.seq,
+               reason=json.loads(r.body).get("reason"))
+        for r in own if r.kind in ("confirm", "reject", "retract", "hold", "release", "forget",
+                                   "expire")
+    ]
+    sources = [_ref(f) for f in (db.facts.get(s) for s in body.get("sources") or []) if f]
+    dependents = [_ref(f) for f in (db.facts.get(d) for d in db.facts.derived_from(fact_id)) if f]
+    return WhyResult(
+        fact=fact_view(db, codec, fact), created_by=event_view(codec, created), actor=fact.actor,
+        cause=Cause(**body["cause"]), session=fact.session,
+        llm=LlmBlock(**body["llm"]) if body.get("llm") else None,
+        sources=sources, dependents=dependents,
+        policy=PolicyText(hash=created.policy_hash, canonical=canonical, source=source, path=path),
+        supersedes=older, superseded_by=newer, reviews=reviews,
+        events_verified=_events_verified(db, codec, history_rows(db, fact_id)),
+    )

@@ -1,0 +1,43 @@
+"""`custody-app doctor`: the CLI of the install and ledger checks (custody_app/doctor.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from custody_app.doctor.checks import diagnose
+from custody_app.interfaces.cli.main import DEFAULT_LEDGER, LEDGER_ENV, Exit
+from custody_app.keys.keyring import KEYSTORE_ENV
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="custody-app doctor",
+        description="check the install and a ledger, read-only: sqlite-vec, secure delete, "
+        "schema version and triggers, WAL state, pending scrubs, key files and their modes. "
+        "One line per check (ok, warn or FAIL); exit 0 when nothing failed, 1 on a failure, "
+        "3 when the ledger cannot be opened.")
+    p.add_argument("--ledger", help=f"ledger file (default: ${LEDGER_ENV} or ./{DEFAULT_LEDGER})")
+    p.add_argument("--keystore", help=f"key store (default: ${KEYSTORE_ENV} or LEDGER.keys)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--strict", action="store_true", help="exit 1 on a warning too")
+    return p
+
+
+def doctor_main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    path = args.ledger or os.environ.get(LEDGER_ENV) or DEFAULT_LEDGER
+    report = diagnose(path, keystore=args.keystore)
+    if args.json:
+        sys.stdout.write(json.dumps(report.model_dump(mode="json"), indent=2,
+                                    ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(report.render() + "\n")
+    failed = sum(c.outcome == "FAIL" for c in report.checks)
+    sys.stderr.write(f"custody-app: doctor: {len(report.checks)} check(s), {failed} failed, "
+                     f"{report.warnings} warning(s)\n")
+    if not report.opened:
+        return int(Exit.UNOPENABLE)
+    return int(Exit.OP_FAILED if failed or (args.strict and report.warnings) else Exit.OK)

@@ -1,0 +1,170 @@
+"""The doctor's key checks: key store, master key, forget key and signing key, read-only."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from custody_app.doctor.report import DoctorCheck, check, loose_mode
+from custody_app.domain.errors import LedgerError
+from custody_app.keys import crypto
+from custody_app.keys.keyring import (
+    MASTER_ENV,
+    keystore_path_for,
+    load_master,
+    master_path_for,
+    public_key_path_for,
+)
+from store import health
+from store.errors import StoreError
+
+KEYSTORE_VERSION = health.keystore_version()
+LOOSE = "anyone who can read it can unwrap every key of the ledger (chmod 600; custody-app init " \
+        "sets 0600)"
+
+
+def _keystore(path: Path) -> tuple[DoctorCheck, health.Inspection | None]:
+    if not path.exists():
+        return check("key-store", "FAIL", f"the key store {path} does not exist: the ledger's "
+                     "values cannot be read, and a read-write open would start an empty one "
+                     "under which every existing value reads as erased."), None
+    try:
+        store = health.inspect_keystore(path)
+    except StoreError as exc:
+        return check("key-store", "FAIL", f"{exc} ({exc.code})."), None
+    problems = []
+    if (mode := loose_mode(path)) is not None:
+        problems.append(f"it is mode {mode:04o}: {LOOSE}")
+    version = store.pragma("user_version") or 0
+    if version != KEYSTORE_VERSION:
+        problems.append(f"its user_version is {version}, not {KEYSTORE_VERSION}")
+    expected, have = health.expected_keystore_triggers(), store.triggers()
+    if missing := sorted(n for n in expected if have.get(n) != expected[n]):
+        problems.append(f"triggers missing or altered: {', '.join(missing)}, so keys can be "
+                        "overwritten or a destroyed key brought back")
+    if problems:
+        return check("key-store", "FAIL", f"key store {path}: {'; '.join(problems)}."), store
+    return check("key-store", "ok", f"{path} is a key store readable by its owner only, with its "
+                 f"{len(expected)} write-once triggers."), store
+
+
+def _master(keystore: Path, store: health.Inspection | None) -> tuple[DoctorCheck, bytes | None]:
+    from_env = bool(os.environ.get(MASTER_ENV))
+    path = master_path_for(keystore)
+    where = f"${MASTER_ENV}" if from_env else str(path)
+    try:
+        master = load_master(keystore, create=False)
+    except LedgerError as exc:
+        return check("master-key", "FAIL", f"{exc.message}: no key of the key store {keystore} "
+                     "can be unwrapped."), None
+    # Checked after loading, so the checks of the keys it unwraps still run.
+    if not from_env and (mode := loose_mode(path)) is not None:
+        return check("master-key", "FAIL", f"the master key file {path} is mode {mode:04o}: "
+                     f"{LOOSE}."), master
+    if store is None:
+        return check("master-key", "warn", f"the master key in {where} is well formed, but the "
+                     f"key store {keystore} is unusable, so it was not tried on it."), master
+    wrapped = store.meta("check")
+    if wrapped is None:
+        return check("master-key", "ok", f"the master key in {where} is well formed; the key "
+                     f"store {keystore} has no check entry to try it on yet."), master
+    try:
+        crypto.unwrap(master, wrapped, "check")
+    except crypto.DecryptError:
+        return check("master-key", "FAIL", f"the master key in {where} does not open the key "
+                     f"store {keystore}: it belongs to another key store."), None
+    mode_note = "" if from_env else ", readable by its owner only,"
+    return check("master-key", "ok", f"the master key in {where}{mode_note} opens the key "
+                 f"store {keystore}."), master
+
+
+def _slot(name: str, label: str, store: health.Inspection | None, keystore: Path,
+          master: bytes | None) -> tuple[DoctorCheck | None, bytes | None]:
+    """A named key of the key store, unwrapped; or the check saying why it cannot be."""
+    if store is None:
+        return check(name, "FAIL", f"the {label} cannot be checked: the key store {keystore} "
+                     "is unusable."), None
+    wrapped = store.meta(label.split()[0])
+    if wrapped is None:
+        return check(name, "warn", f"the key store {keystore} has no {label} yet: it is made "
+                     "on first use (custody-app init makes it up front)."), None
+    if master is None:
+        return check(name, "FAIL", f"the {label} in {keystore} cannot be unwrapped without a "
+                     "usable master key."), None
+    try:
+        return None, crypto.unwrap(master, wrapped, label.split()[0])
+    except crypto.DecryptError:
+        return check(name, "FAIL", f"the {label} in {keystore} does not unwrap under the master "
+                     "key: it was damaged or replaced."), None
+
+
+def _forget(store: health.Inspection | None, keystore: Path, master: bytes | None) -> DoctorCheck:
+    failed, _ = _slot("forget-key", "forget key", store, keystore, master)
+    return failed or check("forget-key", "ok", f"the forget key (HMAC of forgotten values) is in "
+                           f"the key store {keystore}, outside the ledger, and unwraps.")
+
+
+def _signing(ledger: str, store: health.Inspection | None, keystore: Path,
+             master: bytes | None) -> DoctorCheck:
+    failed, raw = _slot("signing-key", "signing key", store, keystore, master)
+    if failed is not None or raw is None:
+        assert failed is not None
+        return failed
+    pub = public_key_path_for(ledger)
+    pem = crypto.public_pem(raw)
+    if not pub.exists():
+        return check("signing-key", "warn", f"the signing key in {keystore} unwraps but its "
+                     f"public half {pub} is missing (custody-app init or checkpoint writes it).")
+    if pub.read_text(encoding="utf-8").strip() != pem.strip():
+        return check("signing-key", "FAIL", f"{pub} is not the public half of the signing key in "
+                     f"{keystore}: `verify --key {pub}` would reject every checkpoint.")
+    return check("signing-key", "ok", f"the Ed25519 signing key in {keystore} unwraps and {pub} "
+                 f"is its public half ({crypto.public_fingerprint(pem)}).")
+
+
+def _match(ledger: str, sample: tuple[int, str, str] | None, store: health.Inspection | None,
+           keystore: Path, master: bytes | None) -> DoctorCheck:
+    """Does this key store belong to this ledger? Its pepper must give the subject hash that the
+    ledger's newest assert recorded (another ledger's key store reads every value as erased)."""
+    if sample is None:
+        return check("keys-match", "ok", f"{ledger} has no assert with a subject yet to match "
+                     f"the key store {keystore} against.")
+    seq, subject, body = sample
+    failed, pepper = _slot("keys-match", "pepper", store, keystore, master)
+    if failed is not None and failed.outcome == "warn":
+        failed = check("keys-match", "FAIL", f"the key store {keystore} has no pepper, yet "
+                       f"{ledger} holds subject hashes made with one: it is not this ledger's "
+                       "key store.")
+    if failed is not None or pepper is None:
+        assert failed is not None
+        return failed
+    try:
+        recorded = json.loads(body).get("subject_ref")
+    except ValueError:
+        recorded = None
+    if crypto.keyed_digest(pepper, "subject", subject) != recorded:
+        return check("keys-match", "FAIL", f"the key store {keystore} does not reproduce the "
+                     f"subject hash of event {seq} in {ledger}: it belongs to another ledger, "
+                     "and this ledger's values would read as erased.")
+    return check("keys-match", "ok", f"the key store {keystore} reproduces the subject hash of "
+                 f"event {seq} in {ledger}: it is this ledger's key store.")
+
+
+def check_keys(ledger: str, keystore: str | Path | None,
+               sample: tuple[int, str, str] | None = None) -> list[DoctorCheck]:
+    """The key store beside the ledger (or where `keystore`/$CUSTODY_KEYSTORE says), its master
+    key, the forget and signing keys inside it, and that it is this ledger's (`sample`: the
+    newest assert with its subject, from the ledger)."""
+    path = keystore_path_for(ledger, keystore)
+    store = None
+    try:
+        first, store = _keystore(path)
+        master_check, master = _master(path, store)
+        return [first, master_check, _forget(store, path, master),
+                _signing(ledger, store, path, master), _match(ledger, sample, store, path, master)]
+    except StoreError as exc:
+        return [check("key-store", "FAIL", f"{exc} ({exc.code}): the key store is damaged.")]
+    finally:
+        if store is not None:
+            store.close()

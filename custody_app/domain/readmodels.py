@@ -1,0 +1,179 @@
+"""What the service returns: pydantic read models shared by the API, --batch and the TUI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from custody_app.domain.models import Cause, LlmBlock
+
+
+class ReadModel(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class FactOpResult(ReadModel):
+    """A write that touched one fact."""
+
+    fact_id: str
+    event_id: str
+    seq: int
+    tx_at: str
+    status: str
+
+
+class AssertResult(FactOpResult):
+    provenance: str
+
+
+class FactView(ReadModel):
+    """One fact as of a moment. `value` is null and `erased` true when the value was erased."""
+
+    fact_id: str
+    subject: str
+    predicate: str
+    value: Any
+    space: str
+    status: str
+    provenance: str
+    valid_from: str
+    valid_to: str | None
+    actor: str
+    erased: bool = False
+
+
+class AsOfResult(ReadModel):
+    valid_at: str
+    tx_at: str
+    facts: list[FactView]
+
+
+class EventView(ReadModel):
+    """One event as history shows it: the envelope, its own fields and (asserts) the value."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    seq: int
+    event_id: str
+    kind: str
+    tx_at: str
+    actor: str
+    policy_hash: str
+
+
+class HistoryResult(ReadModel):
+    fact_id: str
+    status: str
+    events: list[EventView]
+
+
+class FactRef(ReadModel):
+    """A related fact, briefly."""
+
+    fact_id: str
+    status: str
+    subject: str
+    predicate: str
+    valid_from: str
+
+
+class Review(ReadModel):
+    kind: str
+    actor: str
+    tx_at: str
+    seq: int
+    reason: str | None = None
+
+
+class PolicyText(ReadModel):
+    """A policy exactly as it was in force: its hash, canonical JSON and the TOML it came from."""
+
+    hash: str
+    canonical: str
+    source: str
+    path: str | None
+
+
+class WhyResult(ReadModel):
+    """Why the agent believes (or believed) a fact."""
+
+    fact: FactView
+    created_by: EventView
+    actor: str
+    cause: Cause
+    session: str | None
+    llm: LlmBlock | None
+    sources: list[FactRef]
+    dependents: list[FactRef]
+    policy: PolicyText
+    supersedes: list[FactRef]
+    superseded_by: list[FactRef]
+    reviews: list[Review]
+    events_verified: bool
+    salience: float | None = None
+    salience_class: str | None = None
+
+
+class VerifyResult(ReadModel):
+    valid: bool
+    events: int
+    head: str | None
+    first_bad_seq: int | None = None
+    problem: str | None = None
+    checkpoints: int = 0
+    last_checkpoint_seq: int | None = None
+    values_unchecked: int = 0
+    index_problems: list[str] = []
+
+
+class RebuildResult(ReadModel):
+    """The projection recomputed from the events, compared with the stored one."""
+
+    facts: int
+    states: int
+    differences: list[str]
+    repaired: bool
+
+
+class ClockResult(ReadModel):
+    now: str
+
+
+class CheckpointResult(ReadModel):
+    """A signed statement of the chain head, appended as a `checkpoint` event."""
+
+    event_id: str
+    seq: int
+    tx_at: str
+    checkpoint_seq: int
+    head_hash: str
+    key_fingerprint: str
+
+
+class RecallHit(ReadModel):
+    """One recalled fact, its fused score, and its salience now."""
+
+    fact: FactView
+    score: float
+    lexical_rank: int | None
+    vector_rank: int | None
+    salience: float
+    salience_class: str
+
+
+class RecallResult(ReadModel):
+    query: str
+    strategy: str
+    note: str
+    embedder: str | None
+    results: list[RecallHit]
+
+
+# Sessions and blast radius (issue 5), re-exported so every read model is importable here.
+from custody_app.evidence.readmodels import ActResult as ActResult  # noqa: E402
+from custody_app.evidence.readmodels import BlastAction as BlastAction  # noqa: E402
+from custody_app.evidence.readmodels import BlastFact as BlastFact  # noqa: E402
+from custody_app.evidence.readmodels import BlastResult as BlastResult  # noqa: E402
+from custody_app.evidence.readmodels import BlastSession as BlastSession  # noqa: E402
+from custody_app.evidence.readmodels import ExplainedFact as ExplainedFact  # noqa: E402
+from custody_app.evidence.readmodels import ExplainResult as ExplainResult  # noqa: E402

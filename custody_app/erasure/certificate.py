@@ -1,0 +1,107 @@
+"""Erasure certificates: what was erased, where it was checked, and what erasure cannot reach."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from custody_app.domain.readmodels import ReadModel
+
+Outcome = Literal["clean", "pending", "found", "unverifiable", "not_applicable"]
+
+CANNOT_REACH = (
+    "backups, snapshots and copies of the ledger file taken before this erasure (for a single "
+    "fact they stay readable while the subject's data key exists; forget_subject destroys it)",
+    "exports, evidence packs and reports already written out of the ledger",
+    "an agent's or model's context window, caches, logs, transcripts or fine-tuned weights",
+    "anything a person or program copied out of the ledger before the erasure",
+    "freed blocks of the underlying disk or SSD (below SQLite, outside this software's reach)",
+)
+
+
+class PlaceCheck(ReadModel):
+    """One place the erased value could have been, and what checking it found."""
+
+    place: str
+    outcome: Outcome
+    detail: str
+
+
+class ErasedFact(ReadModel):
+    fact_id: str
+    kind: Literal["forget", "expire"]
+    status_before: str
+    seq: int
+    event_id: str
+    root: str | None
+    digest_kind: str
+    digest: str | None
+
+
+class ErasureCertificate(ReadModel):
+    """A forget, forget_subject or sweep certificate; `complete` is false while anything is
+    pending or was found."""
+
+    operation: Literal["forget", "forget_subject", "sweep"]
+    issued_at: str
+    actor: str
+    reason: str
+    ledger: str
+    root: str | None = None
+    subject_hash: str | None = None
+    erased: list[ErasedFact]
+    cascade: list[str]
+    places: list[PlaceCheck]
+    complete: bool
+    cannot_reach: list[str] = list(CANNOT_REACH)
+
+    def render(self) -> str:
+        """The certificate as a person reads it."""
+        head = {"forget": f"Forget certificate for fact {self.root}",
+                "forget_subject": f"Subject erasure certificate (subject hash {self.subject_hash})",
+                "sweep": "Retention sweep certificate"}[self.operation]
+        lines = [head, f"  issued {self.issued_at} by {self.actor}, reason {self.reason}",
+                 f"  ledger {self.ledger}", f"  erased {len(self.erased)} fact(s)"]
+        for fact in self.erased:
+            via = f" (derived, cascade from {fact.root})" if fact.root else ""
+            digest = f", {fact.digest_kind} {fact.digest}" if fact.digest else ""
+            lines.append(f"    {fact.fact_id} {fact.status_before} -> {fact.kind}, seq "
+                         f"{fact.seq}{via}{digest}")
+        lines.append("  checked:")
+        for place in self.places:
+            lines.append(f"    [{place.outcome}] {place.place}: {place.detail}")
+        lines.append(f"  complete: {'yes' if self.complete else 'NO, see pending above'}")
+        lines.append("  erasure cannot reach:")
+        lines += [f"    - {item}" for item in self.cannot_reach]
+        return "\n".join(lines)
+
+
+class ForgetResult(ReadModel):
+    """forget: the root fact's new state and the certificate."""
+
+    fact_id: str
+    event_id: str
+    seq: int
+    tx_at: str
+    status: str
+    certificate: ErasureCertificate
+
+
+class SubjectForgetResult(ReadModel):
+    subject_hash: str
+    counts: dict[str, int]
+    event_id: str
+    seq: int
+    tx_at: str
+    keys_destroyed: int
+    certificate: ErasureCertificate
+
+
+class SweepResult(ReadModel):
+    """What a sweep expired (or would, with dry_run) and which held facts it skipped."""
+
+    cutoffs: dict[str, str]
+    expired: list[str]
+    held: list[str]
+    dry_run: bool
+    note: str | None = None
+    certificate: ErasureCertificate | None = None

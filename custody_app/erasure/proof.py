@@ -1,0 +1,153 @@
+"""The proof step of an erasure: the places checked after its transaction, and the certificate."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from custody_app.domain.timeutil import format_time
+from custody_app.erasure.certificate import ErasedFact, ErasureCertificate, PlaceCheck
+
+if TYPE_CHECKING:
+    from custody_app.core.ledger_core import LedgerCore
+
+ERASED = ("forgotten", "expired")
+# A value this short could match bytes by chance, so a byte scan cannot prove it absent.
+MIN_SCAN_BYTES = 8
+
+
+@dataclass
+class ErasureWork:
+    """What one erasure transaction did, for its certificate."""
+
+    erased: list[ErasedFact] = field(default_factory=list)
+    needles: list[bytes] = field(default_factory=list)
+    short_values: int = 0
+
+
+def add_needles(sealed: bytes | None, text: str | None, work: ErasureWork,
+             is_name: Callable[[str], bool]) -> None:
+    """The byte strings a scan must not find: the sealed value, its JSON and each long string
+    (but not a string that names a subject or space: identifiers stay in the file)."""
+    if sealed:
+        work.needles.append(bytes(sealed))
+    if text is None:
+        return
+    leaves: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, str):
+            leaves.append(node)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                walk(k)
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(json.loads(text))
+    for candidate in [text, *dict.fromkeys(leaves)]:
+        data = candidate.encode("utf-8")
+        if candidate is not text and is_name(candidate):
+            continue
+        if len(data) >= MIN_SCAN_BYTES:
+            work.needles.append(data)
+        elif candidate is text:
+            work.short_values += 1
+
+
+def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
+    """Check every place the values could be, after the transaction committed."""
+    checks: list[PlaceCheck] = []
+    rows = [ledger.db.events.get(e.seq) for e in work.erased]
+    asserts = [ledger.db.facts.get(e.fact_id) for e in work.erased]
+    left = sum(1 for f in asserts if f is not None and (
+        (ev := ledger.db.events.get(f.assert_seq)) is not None and (ev.value or ev.salt)))
+    checks.append(PlaceCheck(
+        place="events table: value and salt of each assert",
+        outcome="clean" if left == 0 and all(rows) else "found",
+        detail=f"{len(work.erased)} assert(s) hold no value and no salt" if left == 0
+        else f"{left} assert(s) still hold a value"))
+    bad = [f.fact_id for f in asserts if f is not None and f.ended not in ERASED]
+    checks.append(PlaceCheck(
+        place="facts projection", outcome="found" if bad else "clean",
+        detail="every erased fact is forgotten or expired; no value is kept there" if not bad
+        else f"still live: {', '.join(bad)}"))
+    if ledger.db.recall.exists():
+        indexed = ledger.db.recall.which_indexed([f.assert_seq for f in asserts if f is not None])
+        stale = [f.fact_id for f in asserts if f is not None and f.assert_seq in indexed]
+        checks.append(PlaceCheck(
+            place="recall indexes (FTS5, sqlite-vec)", outcome="found" if stale else "clean",
+            detail="no erased fact is indexed (removed with secure-delete in the erasure's "
+            "transaction)" if not stale else f"still indexed: {', '.join(stale)}"))
+    else:
+        checks.append(PlaceCheck(place="recall indexes (FTS5, sqlite-vec)",
+                                 outcome="not_applicable", detail="this ledger has no recall index"))
+    checks.append(keys_place)
+    outcome = ledger.db.wal_checkpoint()
+    checks.append(PlaceCheck(
+        place="WAL checkpoint (TRUNCATE)", outcome="clean" if outcome.complete else "pending",
+        detail=f"{outcome.detail} ({outcome.attempts} attempt(s))"))
+    checks += scan_places(ledger, work, checkpoint_done=outcome.complete)
+    return checks
+
+
+def scan_places(ledger: LedgerCore, work: ErasureWork, *, checkpoint_done: bool) -> list[PlaceCheck]:
+    out: list[PlaceCheck] = []
+    hits = ledger.db.scan(work.needles)
+    for path, found in hits.items():
+        if not found:
+            out.append(PlaceCheck(place=f"byte scan of {path}", outcome="clean",
+                                  detail=f"none of {len(work.needles)} erased byte string(s) "
+                                  "(sealed values, their JSON and strings) found"))
+        else:
+            out.append(PlaceCheck(
+                place=f"byte scan of {path}", outcome="found" if checkpoint_done else "pending",
+                detail=f"{len(found)} of {len(work.needles)} erased byte string(s) still present"
+                + ("" if checkpoint_done else "; expected until the checkpoint completes")))
+    if work.short_values:
+        out.append(PlaceCheck(
+            place="byte scan of short values", outcome="unverifiable",
+            detail=f"{work.short_values} value(s) shorter than {MIN_SCAN_BYTES} bytes as JSON: a "
+            "scan cannot tell them from unrelated bytes (their sealed form was scanned)"))
+    return out
+
+
+def certificate(ledger: LedgerCore, operation: Literal["forget", "forget_subject", "sweep"],
+                 work: ErasureWork, *, actor: str, reason: str, root: str | None = None,
+                 subject_hash: str | None = None, keys_place: PlaceCheck) -> ErasureCertificate:
+    checks = places(ledger, work, keys_place=keys_place)
+    complete = all(p.outcome not in ("pending", "found") for p in checks)
+    if complete:
+        ledger._clear_pending()
+    cert = ErasureCertificate(
+        operation=operation, issued_at=format_time(ledger.clock.now()), actor=actor,
+        reason=reason, ledger=ledger.db.path, root=root, subject_hash=subject_hash,
+        erased=work.erased, cascade=[e.fact_id for e in work.erased if e.root], places=checks,
+        complete=complete)
+    if not complete:
+        ledger._remember_pending(cert, work.needles, work.short_values)
+    return cert
+
+
+SUBJECT_KEY_KEPT = PlaceCheck(
+    place="key store: the subject's data key", outcome="not_applicable",
+    detail="kept: the subject's other facts use it, so copies of the ledger made before this "
+    "forget can still be decrypted with it; forget_subject destroys it")
+
+
+def reissue(ledger: LedgerCore, cert: ErasureCertificate, needles: list[bytes],
+            short_values: int) -> ErasureCertificate:
+    """The certificate again once a pending checkpoint completed: checkpoint and scans redone."""
+    work = ErasureWork(erased=list(cert.erased), needles=needles, short_values=short_values)
+    kept = [p for p in cert.places
+            if not p.place.startswith(("WAL checkpoint", "byte scan"))]
+    checks = kept + [PlaceCheck(place="WAL checkpoint (TRUNCATE)", outcome="clean",
+                                detail="completed after the reader that blocked it closed")]
+    checks += scan_places(ledger, work, checkpoint_done=True)
+    complete = all(p.outcome not in ("pending", "found") for p in checks)
+    return cert.model_copy(update={"places": checks, "complete": complete,
+                                   "issued_at": format_time(ledger.clock.now())})

@@ -1,0 +1,7 @@
+"""Evidence: what relied on a belief and what leaves the ledger to be checked elsewhere:
+actions, blast radius and explain, signed checkpoints, evidence packs, exports, the offline
+checks of packs and exports, and `verify` of the chain.
+
+Owns: blast, readmodels (blast radius and explain), checkpoints, packs, export, offline,
+packcheck, verify. May import: `domain`, `keys`, `recall`, `core`, `erasure` and `store`.
+"""

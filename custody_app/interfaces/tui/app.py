@@ -1,0 +1,239 @@
+"""The Textual terminal app: screens as modes, live refresh from a watchdog observer, and the
+`make_app` factory the CLI and the tests use. The only custody_app module that imports textual."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.worker import get_current_worker
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from custody_app.domain.errors import LedgerError, PolicyError
+from custody_app.domain.timeutil import Clock
+from custody_app.interfaces.tui.access import LedgerAccess
+from screens import SCREENS
+
+# How long the app waits after a file change before refreshing (changes come in bursts).
+SETTLE_S = 0.15
+
+
+class LedgerFilesChanged(Message):
+    """The ledger file, its WAL or the policy file changed (posted from the observer thread)."""
+
+    def __init__(self, policy: bool) -> None:
+        super().__init__()
+        self.policy = policy
+
+
+class HeadMoved(Message):
+    """Another writer appended: the chain head is now `seq`."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__()
+        self.seq = seq
+
+
+class PolicyAdopted(Message):
+    def __init__(self, policy_hash: str, recorded_seq: int | None) -> None:
+        super().__init__()
+        self.policy_hash = policy_hash
+        self.recorded_seq = recorded_seq
+
+
+class PolicyRefused(Message):
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+
+class _Watcher(FileSystemEventHandler):
+    def __init__(self, app: CustodyApp, files: list[str], policy_file: str | None) -> None:
+        self.app = app
+        self.files = set(files)
+        self.policy_file = policy_file
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        paths = {os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or "")}
+        hit = paths & self.files
+        if hit:
+            self.app.post_message(LedgerFilesChanged(policy=self.policy_file in hit))
+
+
+class CustodyApp(App[None]):
+    """custody-app: browse beliefs through time, review quarantine, holds, sweeps, integrity."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "custody-app"
+    BINDINGS = [
+        Binding("1", "show('beliefs')", "Beliefs"),
+        Binding("2", "show('review')", "Review"),
+        Binding("3", "show('holds')", "Holds"),
+        Binding("4", "show('retention')", "Retention"),
+        Binding("5", "show('integrity')", "Integrity"),
+        Binding("6", "show('blast')", "Blast radius"),
+        Binding("question_mark", "help", "Help"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(self, access: LedgerAccess, *, watch: bool = True) -> None:
+        super().__init__()
+        self.access = access
+        self.live = watch
+        self.head_seq = 0
+        self._observer: Any = None
+        self._settle: Any = None
+        self._policy_dirty = False
+        self.screen_names = list(SCREENS)
+        for name, factory in SCREENS.items():
+            self.add_mode(name, _bind(factory, access))
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def on_mount(self) -> None:
+        self._show_policy()
+        self.switch_mode("beliefs")
+        if self.live:
+            self._start_observer()
+
+    def _start_observer(self) -> None:
+        files = self.access.watched_files
+        policy_file = os.path.abspath(self.access.policy_path) if self.access.policy_path else None
+        handler = _Watcher(self, files, policy_file)
+        observer = Observer()
+        for folder in sorted({os.path.dirname(f) for f in files}):
+            if os.path.isdir(folder):
+                observer.schedule(handler, folder, recursive=False)
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+
+    def on_unmount(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=2)
+
+    def _show_policy(self) -> None:
+        name = Path(self.access.path).name
+        self.sub_title = (f"{name} · policy {self.access.policy.hash[:12]} · "
+                          f"reviewer {self.access.reviewer}")
+
+    # ---- live refresh ------------------------------------------------------------------
+    def on_ledger_files_changed(self, message: LedgerFilesChanged) -> None:
+        self._policy_dirty = self._policy_dirty or message.policy
+        if self._settle is not None:
+            self._settle.stop()
+        self._settle = self.set_timer(SETTLE_S, self._settled)
+
+    def _settled(self) -> None:
+        self._settle = None
+        if self._policy_dirty:
+            self._policy_dirty = False
+            self.reload_policy()
+        self.check_head()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="head")
+    def check_head(self) -> None:
+        try:
+            with self.access.open(readonly=True) as ledger:
+                seq = ledger.head_seq()
+        except LedgerError:
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(HeadMoved(seq))
+
+    def on_head_moved(self, message: HeadMoved) -> None:
+        if message.seq != self.head_seq:
+            self.head_seq = message.seq
+            self.refresh_screen()
+
+    def refresh_screen(self) -> None:
+        """Reload what the open screen (and the screen under a dialog) shows."""
+        for screen in self.screen_stack:
+            reload = getattr(screen, "reload", None)
+            if callable(reload):
+                reload()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="policy")
+    def reload_policy(self) -> None:
+        try:
+            loaded = self.access.reload_policy()
+        except PolicyError as exc:
+            self.post_message(PolicyRefused(exc.message))
+            return
+        if loaded.hash == self.access.policy.hash:
+            return
+        self.access.policy = loaded
+        try:
+            with self.access.open() as ledger:
+                change = ledger.adopt_policy()
+        except LedgerError as exc:
+            self.post_message(PolicyRefused(exc.message))
+            return
+        self.post_message(PolicyAdopted(loaded.hash, change.seq if change else None))
+
+    def on_policy_adopted(self, message: PolicyAdopted) -> None:
+        self._show_policy()
+        where = f" (policy event #{message.recorded_seq})" if message.recorded_seq else ""
+        self.notify(f"Policy {message.policy_hash[:12]} adopted{where}", title="Policy")
+        self.refresh_screen()
+
+    def on_policy_refused(self, message: PolicyRefused) -> None:
+        self.notify(f"{message.message}; policy {self.access.policy.hash[:12]} stays in force",
+                    title="Policy refused", severity="error", timeout=10)
+
+    # ---- actions -----------------------------------------------------------------------
+    def action_show(self, name: str) -> None:
+        if self.current_mode != name:
+            self.switch_mode(name)
+
+    def action_help(self) -> None:
+        from screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self._all_bindings(self.screen)))
+
+    def _all_bindings(self, screen: Screen[Any]) -> list[tuple[str, str, str]]:
+        """(where, key, description) of every binding of the screen and the app."""
+        rows = []
+        for where, bindings in ((type(screen).__name__, screen.BINDINGS),
+                                ("everywhere", self.BINDINGS)):
+            for b in bindings:
+                if isinstance(b, Binding) and b.description:
+                    rows.append((where, b.key_display or b.key, b.description))
+        return rows
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        seen = set()
+        for owner, bindings in ((screen, screen.BINDINGS), (self, self.BINDINGS)):
+            for b in bindings:
+                if not isinstance(b, Binding) or not b.description or b.action in seen:
+                    continue
+                seen.add(b.action)
+                yield SystemCommand(b.description, f"{b.description} (key {b.key})",
+                                    lambda owner=owner, action=b.action:
+                                    self.run_action(action, owner))
+
+
+def _bind(factory: Callable[[LedgerAccess], Screen[None]],
+          access: LedgerAccess) -> Callable[[], Screen[None]]:
+    return lambda: factory(access)
+
+
+def make_app(ledger_path: str | Path, policy_path: str | Path | None = None, *,
+             reviewer: str | None = None, clock: Clock | None = None,
+             keystore: str | Path | None = None, watch: bool = True) -> CustodyApp:
+    """The app on a ledger (created if missing) under a policy (the shipped default if none).
+    Raises LedgerError or PolicyError when either cannot be opened."""
+    return CustodyApp(LedgerAccess.create(ledger_path, policy_path, reviewer=reviewer,
+                                          clock=clock, keystore=keystore), watch=watch)

@@ -1,0 +1,241 @@
+"""The key ring: per-subject data keys (with the shred fence), the forget key, pepper and signing key."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from custody_app.domain.errors import LedgerError
+from custody_app.keys import crypto
+from store.errors import StoreError
+from store.keystore import KeyStoreFile, open_keystore
+
+MASTER_ENV = "CUSTODY_MASTER_KEY"
+KEYSTORE_ENV = "CUSTODY_KEYSTORE"
+
+
+def keystore_path_for(ledger_path: str | Path, keystore: str | Path | None = None) -> Path:
+    """`--keystore`, else $CUSTODY_KEYSTORE, else `<ledger>.keys` beside the ledger."""
+    chosen = keystore or os.environ.get(KEYSTORE_ENV)
+    return Path(chosen) if chosen else Path(f"{ledger_path}.keys")
+
+
+def master_path_for(keystore: Path) -> Path:
+    return Path(f"{keystore}.master")
+
+
+def public_key_path_for(ledger_path: str | Path) -> Path:
+    return Path(f"{ledger_path}.pub")
+
+
+def _write_secret(path: Path, data: bytes) -> None:
+    """Create `path` (0600) holding `data`, all or nothing: a process killed half-way leaves no
+    empty key file behind (that would make the ledger unopenable). Never replaces a file."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(temp, path)  # fails if the file exists, like O_EXCL
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def master_from_env() -> bytes | None:
+    """$CUSTODY_MASTER_KEY as bytes, None when unset; refused unless 64 hex digits."""
+    env = os.environ.get(MASTER_ENV)
+    if not env:
+        return None
+    try:
+        key = bytes.fromhex(env.strip())
+    except ValueError:
+        key = b""
+    if len(key) != crypto.KEY_BYTES:
+        raise LedgerError("master_key_invalid", f"{MASTER_ENV} must be 64 hex digits")
+    return key
+
+
+def load_master(keystore: Path, *, create: bool) -> bytes:
+    """The master key: $CUSTODY_MASTER_KEY (64 hex digits), else the key file beside the store."""
+    env = master_from_env()
+    if env is not None:
+        return env
+    path = master_path_for(keystore)
+    if not path.exists():
+        if not create:
+            raise LedgerError("master_key_missing", f"master key file {path} does not exist")
+        try:
+            _write_secret(path, crypto.new_key().hex().encode())
+        except FileExistsError:
+            pass  # another process opening the same new ledger made it first: use theirs
+    try:
+        key = bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        key = b""
+    if len(key) != crypto.KEY_BYTES:
+        raise LedgerError("master_key_invalid", f"master key file {path} is not 64 hex digits")
+    return key
+
+
+def _ms(moment: str) -> str:
+    """Millisecond prefix of a stored time: the fence compares at that resolution."""
+    return moment[:23]
+
+
+class KeyRing:
+    """Unwrapped keys live only in memory here; the store holds them wrapped."""
+
+    def __init__(self, store: KeyStoreFile, master: bytes) -> None:
+        self.store = store
+        self._master = master
+        self._cache: dict[tuple[str, int], bytes] = {}
+        self._slots: dict[str, bytes] = {}
+        self._refs: dict[str, str] = {}
+        # Live (generation, key) per subject ref, trusted while no other connection committed.
+        self._live: dict[str, tuple[int, bytes]] = {}
+        self._seen_version = -1
+        check = store.meta("check")
+        if check is None:
+            store.put_meta("check", crypto.wrap(master, b"custody", "check"))
+        else:
+            try:
+                crypto.unwrap(master, check, "check")
+            except crypto.DecryptError:
+                raise LedgerError("master_key_wrong",
+                                  f"the master key does not open the key store {store.path}") from None
+
+    @classmethod
+    def open(cls, ledger_path: str | Path, keystore: str | Path | None = None) -> KeyRing:
+        path = keystore_path_for(ledger_path, keystore)
+        master = load_master(path, create=True)
+        try:
+            store = open_keystore(path)
+        except StoreError as exc:
+            raise LedgerError(exc.code, str(exc)) from None
+        try:
+            return cls(store, master)
+        except BaseException:
+            store.close()
+            raise
+
+    @property
+    def path(self) -> str:
+        return self.store.path
+
+    def close(self) -> None:
+        self._cache.clear()
+        self._slots.clear()
+        self.store.close()
+
+    def _slot(self, name: str, make: bytes | None = None) -> bytes:
+        """A named key, created on first use (forget key, pepper, signing key)."""
+        if name not in self._slots:
+            wrapped = self.store.meta(name)
+            if wrapped is None:
+                self.store.put_meta(name, crypto.wrap(self._master, make or crypto.new_key(), name))
+                wrapped = self.store.meta(name)
+                assert wrapped is not None
+            self._slots[name] = crypto.unwrap(self._master, wrapped, name)
+        return self._slots[name]
+
+    @property
+    def forget_key(self) -> bytes:
+        return self._slot("forget")
+
+    @property
+    def index_key(self) -> bytes:
+        """Keys the word hashes of the lexical index, so it holds no plaintext words."""
+        return self._slot("index")
+
+    @property
+    def signing_key(self) -> bytes:
+        if "signing" not in self._slots and self.store.meta("signing") is None:
+            return self._slot("signing", crypto.new_signing_key())
+        return self._slot("signing")
+
+    def public_pem(self) -> str:
+        return crypto.public_pem(self.signing_key)
+
+    def subject_ref(self, subject: str) -> str:
+        """The peppered subject hash: names a subject without its plaintext."""
+        ref = self._refs.get(subject)
+        if ref is None:
+            if len(self._refs) > 1_000_000:
+                self._refs.clear()
+            ref = self._refs[subject] = crypto.keyed_digest(self._slot("pepper"), "subject",
+                                                            subject)
+        return ref
+
+    def key_for_write(self, subject: str, work_started: str, now: str) -> tuple[int, bytes]:
+        """The subject's current data key; refuses work that began before its key was destroyed."""
+        ref = self.subject_ref(subject)
+        version = self.store.data_version()
+        if version != self._seen_version:
+            self._live.clear()
+            self._seen_version = version
+        live = self._live.get(ref)
+        if live is not None:
+            return live
+        found = self._key_for_write(ref, subject, work_started, now)
+        self._live[ref] = found
+        return found
+
+    def _key_for_write(self, ref: str, subject: str, work_started: str,
+                       now: str) -> tuple[int, bytes]:
+        row = self.store.latest(ref)
+        if row is not None and row[3] is None:
+            return row[0], self._unwrap(ref, row[0], row[1])
+        if row is not None and row[3] is not None and _ms(work_started) <= _ms(row[3]):
+            raise LedgerError(
+                "key_fenced",
+                f"the data of subject {subject} was erased at {row[3]}; work that began at "
+                f"{work_started} cannot write it (start new work to re-key)")
+        generation = 1 if row is None else row[0] + 1
+        key = crypto.new_key()
+        self.store.add(ref, generation, crypto.wrap(self._master, key, f"data:{ref}:{generation}"),
+                       now)
+        self._cache[(ref, generation)] = key
+        return generation, key
+
+    def key_for_read(self, ref: str, generation: int) -> bytes | None:
+        """The key (by subject ref) a value was sealed with, or None when it was destroyed."""
+        if (ref, generation) in self._cache:
+            return self._cache[(ref, generation)]
+        row = self.store.generation(ref, generation)
+        if row is None or row[1] is None:
+            return None
+        return self._unwrap(ref, generation, row[1])
+
+    def _unwrap(self, ref: str, generation: int, wrapped: bytes | None) -> bytes:
+        if (ref, generation) not in self._cache:
+            assert wrapped is not None
+            self._cache[(ref, generation)] = crypto.unwrap(self._master, wrapped,
+                                                          f"data:{ref}:{generation}")
+        return self._cache[(ref, generation)]
+
+    def drop_cache(self) -> None:
+        """Forget unwrapped keys: a rolled-back write may have created one that never landed."""
+        self._live.clear()
+        self._cache.clear()
+
+    def destroy(self, subject: str, at: str) -> int:
+        """Destroy every live data key of the subject (crypto-shredding); the rows stay as tombstones."""
+        ref = self.subject_ref(subject)
+        self._cache = {k: v for k, v in self._cache.items() if k[0] != ref}
+        self._live.pop(ref, None)
+        return self.store.destroy(ref, at)
+
+    def destroyed_at(self, subject: str) -> str | None:
+        row = self.store.latest(self.subject_ref(subject))
+        return None if row is None else row[3]
+
+
+def read_public_key(path: str | Path) -> str:
+    """A public key file's PEM text; an unreadable file is a `key_unreadable` refusal."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise LedgerError("key_unreadable",
+                          f"cannot read public key {path}: {exc.strerror}") from None

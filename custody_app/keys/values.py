@@ -1,0 +1,56 @@
+"""Values at rest: sealed under the subject's data key, opened for reads and verification."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from custody_app.domain.errors import LedgerError
+from custody_app.keys import crypto
+from custody_app.keys.keyring import KeyRing
+from store.rows import EventRow
+
+
+class ValueCodec:
+    """Seals canonical value text on write; opens it on read (None once its key is destroyed)."""
+
+    def __init__(self, keys: KeyRing | None) -> None:
+        self.keys = keys
+
+    def seal(self, fact_id: str, subject: str, value_text: str, *, work_started: str,
+             now: str) -> bytes:
+        if self.keys is None:
+            raise LedgerError("keystore_missing", "the key store is not available; cannot write")
+        generation, key = self.keys.key_for_write(subject, work_started, now)
+        return crypto.seal(key, generation, value_text.encode("utf-8"), fact_id)
+
+    def open(self, fact_id: str, subject_ref: str, blob: bytes | None) -> str | None:
+        """The canonical value text; None when erased or its key is gone. Raises on tampering."""
+        if blob is None or self.keys is None:
+            return None
+        key = self.keys.key_for_read(subject_ref, crypto.sealed_generation(bytes(blob)))
+        if key is None:
+            return None
+        return crypto.open_sealed(key, bytes(blob), fact_id).decode("utf-8")
+
+    def opener(self, row: EventRow, body: dict[str, Any]) -> str | None:
+        """open() for an assert event row (what verification calls); also checks that a
+        plaintext subject still matches the peppered hash the chain holds."""
+        ref = str(body.get("subject_ref", ""))
+        if row.subject is not None and self.keys is not None and (
+                self.keys.subject_ref(row.subject) != ref):
+            raise crypto.DecryptError("its subject does not match the hashed subject reference")
+        return self.open(row.fact_id or "", ref, row.value)
+
+    def open_or_refuse(self, fact_id: str, subject_ref: str, blob: bytes | None) -> str | None:
+        try:
+            return self.open(fact_id, subject_ref, blob)
+        except crypto.DecryptError:
+            raise LedgerError("value_unreadable", f"the stored value of fact {fact_id} does not "
+                              "decrypt: it was tampered with or the key store does not match "
+                              "(run verify)") from None
+
+    def open_subject(self, fact_id: str, subject: str, blob: bytes | None) -> str | None:
+        """open_or_refuse() by plaintext subject (what reads over the projection have)."""
+        if blob is None or self.keys is None:
+            return None
+        return self.open_or_refuse(fact_id, self.keys.subject_ref(subject), blob)

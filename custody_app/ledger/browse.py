@@ -1,0 +1,259 @@
+"""Paged reads for browsing a big ledger (the terminal app's): beliefs at any event, the review
+queue oldest first, holds, erasure previews, retention, and the ledger's status."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from datetime import datetime
+
+from custody_app.core import reads
+from custody_app.core.ledger_core import LedgerCore
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.models import PROVENANCES, Cause
+from custody_app.domain.readmodels import FactRef
+from custody_app.domain.retention import cutoff_for, window_for
+from custody_app.domain.timeutil import normalise, parse_time
+from custody_app.erasure.forget import cascade
+from custody_app.ledger.readmodels import (
+    SHOW_STATUSES,
+    BeliefPage,
+    BeliefView,
+    Change,
+    ErasurePreview,
+    EventBrief,
+    HoldItem,
+    HoldPage,
+    LedgerStatus,
+    PolicyChange,
+    RetentionSpace,
+    RetentionView,
+    ReviewItem,
+    ReviewPage,
+)
+from custody_app.recall import index as recall
+from store.browse import BeliefRow
+from store.rows import FactRow
+
+MAX_PAGE = 500
+
+
+def _limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise LedgerError("bad_request", f"field 'limit' must be between 1 and {MAX_PAGE}",
+                          field="limit")
+    return limit
+
+
+def _ref(fact: FactRow) -> FactRef:
+    return FactRef(fact_id=fact.fact_id, status=fact.status, subject=fact.subject,
+                   predicate=fact.predicate, valid_from=fact.valid_from)
+
+
+def _change(row: BeliefRow) -> Change:
+    if row.live_then and not row.live_now:
+        return "ended"
+    if row.live_now and not row.live_then:
+        return "added"
+    if (row.status_then, row.vto_then, row.rank_then) != (row.status_now, row.vto_now,
+                                                          row.rank_now):
+        return "changed"
+    return "same"
+
+
+class BrowseReads(LedgerCore):
+    """The read side the terminal app pages through; every read is bounded by `limit`."""
+
+    def event_at(self, seq: int) -> EventBrief | None:
+        """The event at `seq`, briefly (None when there is none)."""
+        with self.db.read():
+            found = self.db.browse.event_brief(seq)
+        return None if found is None else EventBrief(seq=found[0], kind=found[1], tx_at=found[2],
+                                                     actor=found[3], fact_id=found[4])
+
+    def head_seq(self) -> int:
+        """How many events the ledger holds (seq is gapless from 1)."""
+        with self.db.read():
+            return self.db.browse.head_seq()
+
+    def seq_at(self, tx_at: str) -> int:
+        """The last event the ledger had learned at transaction time `tx_at` (0: none yet)."""
+        moment = normalise(tx_at, "tx_at")
+        with self.db.read():
+            return self.db.browse.seq_at(moment)
+
+    def beliefs(self, valid_at: str | None = None, tx_at: str | None = None, *,
+                at_seq: int | None = None, space: str | None = None,
+                subject: str | None = None, predicate: str | None = None,
+                show: Iterable[str] = (), diff: bool = False, after_seq: int = 0,
+                limit: int = 50) -> BeliefPage:
+        """One page of the facts believed at valid time `valid_at` as the ledger knew them
+        after event `at_seq` (or at transaction time `tx_at`; default: now), in first-assert
+        order after `after_seq`. `show` adds facts then quarantined, retracted, superseded or
+        forgotten (and expired); `diff` adds facts believed now but not then. Each fact says how
+        it stands now (`change`: same, added, ended, changed) and its salience now."""
+        shown = list(dict.fromkeys(show))
+        bad = [s for s in shown if s not in SHOW_STATUSES]
+        if bad:
+            raise LedgerError("bad_request", f"cannot show status {bad[0]!r}; choose from "
+                              + ", ".join(SHOW_STATUSES), field="show")
+        _limit(limit)
+        statuses = tuple(s for s in shown if s != "quarantined")
+        if "forgotten" in shown:
+            statuses += ("expired",)
+        pending = "quarantined" in shown
+        with self.db.read():
+            now = self._now()
+            head = self.db.browse.head_seq()
+            v = normalise(valid_at, "valid_at") if valid_at else now
+            if at_seq is None:
+                seq = self.db.browse.seq_at(normalise(tx_at, "tx_at")) if tx_at else head
+            else:
+                seq = max(0, min(at_seq, head))
+            brief = self.db.browse.event_brief(seq) if seq else None
+            t = tx_at if tx_at and at_seq is None else (brief[2] if brief else now)
+            rows = self.db.browse.beliefs(
+                valid_at=v, seq=seq, head=head, min_rank=0 if pending else 1, pending=pending,
+                statuses=statuses, diff=diff, subject=subject, predicate=predicate, space=space,
+                after_seq=after_seq, limit=limit)
+            moment = parse_time(now)
+            facts = [self._belief(r, moment) for r in rows]
+        at_event = None if brief is None else EventBrief(seq=brief[0], kind=brief[1],
+                                                         tx_at=brief[2], actor=brief[3],
+                                                         fact_id=brief[4])
+        return BeliefPage(valid_at=v, tx_at=normalise(t), seq=seq, head_seq=head,
+                          at_event=at_event, diff=diff, show=shown, facts=facts,
+                          next_after=rows[-1].assert_seq if len(rows) == limit else None)
+
+    def _belief(self, r: BeliefRow, moment: datetime) -> BeliefView:
+        text = self.values.open_subject(r.fact_id, r.subject, r.value)
+        then = r.status_then is not None
+        salience = salience_class = None
+        if r.live_now:
+            fact = self.db.facts.get(r.fact_id)
+            if fact is not None:
+                b = max(recall.salience(self, fact, moment), -99.0)
+                salience, salience_class = round(b, 4), recall.salience_class(self, b)
+        return BeliefView(
+            fact_id=r.fact_id, assert_seq=r.assert_seq, subject=r.subject,
+            predicate=r.predicate, value=reads.load_value(text), space=r.space,
+            status=r.status_then if r.status_then is not None else "not_asserted", status_now=r.status_now,
+            provenance=PROVENANCES[r.rank_then if then else r.rank_now], valid_from=r.valid_from,
+            valid_to=r.vto_then if then else r.vto_now, actor=r.actor, erased=text is None,
+            held=bool(r.held), believed=bool(r.live_then), believed_now=bool(r.live_now),
+            change=_change(r), salience=salience, salience_class=salience_class)
+
+    def review_queue(self, *, after_seq: int = 0, limit: int = 50) -> ReviewPage:
+        """Claimed facts waiting for a reviewer, oldest first, with writer, cause and what
+        each would supersede."""
+        _limit(limit)
+        with self.db.read():
+            items = []
+            rows = self.db.browse.with_status_page("quarantined", after_seq, limit)
+            for fact in rows:
+                event = self.db.events.get(fact.assert_seq)
+                assert event is not None
+                body = json.loads(event.body)
+                old = self.db.facts.get(fact.supersedes) if fact.supersedes else None
+                items.append(ReviewItem(
+                    fact=reads.fact_view(self.db, self.values, fact), assert_seq=fact.assert_seq,
+                    tx_at=event.tx_at, writer=fact.actor, cause=Cause(**body["cause"]),
+                    session=fact.session, marks=(fact.marks or "").split(",") if fact.marks
+                    else [], supersedes=_ref(old) if old else None))
+        return ReviewPage(items=items,
+                          next_after=rows[-1].assert_seq if len(rows) == limit else None)
+
+    def holds(self, *, after_seq: int = 0, limit: int = 50) -> HoldPage:
+        """Facts on legal hold, oldest first, with who placed the hold, when and why."""
+        _limit(limit)
+        with self.db.read():
+            items = []
+            rows = self.db.browse.held_page(after_seq, limit)
+            for fact in rows:
+                hold = self.db.browse.last_event_of_kind(fact.fact_id, "hold")
+                items.append(HoldItem(
+                    fact=reads.fact_view(self.db, self.values, fact), assert_seq=fact.assert_seq,
+                    held_by=hold[2] if hold else None, held_at=hold[1] if hold else None,
+                    reason=json.loads(hold[3]).get("reason") if hold else None,
+                    hold_seq=hold[0] if hold else None))
+        return HoldPage(items=items,
+                        next_after=rows[-1].assert_seq if len(rows) == limit else None)
+
+    def erasure_preview(self, fact_id: str) -> ErasurePreview:
+        """What `forget(fact_id)` would erase: the fact and its cascade (nothing is written)."""
+        with self.db.read():
+            root = reads.require_fact(self.db, fact_id)
+            facts, _ = cascade(self, [root])
+        return ErasurePreview(root=fact_id, facts=[_ref(f) for f in facts],
+                              held=[f.fact_id for f in facts if f.held])
+
+    def facts_brief(self, fact_ids: Iterable[str]) -> list[FactRef]:
+        """The named facts, briefly, in the order given (unknown ids are left out)."""
+        with self.db.read():
+            found = (self.db.facts.get(f) for f in fact_ids)
+            return [_ref(f) for f in found if f is not None]
+
+    def retention(self, *, after_space: str = "", limit: int = 50) -> RetentionView:
+        """The policy's retention windows and, for one page of the ledger's spaces (in name
+        order after `after_space`), the window and the cutoff a sweep would use now."""
+        _limit(limit)
+        windows = dict(self.policy.policy.retention.windows)
+        with self.db.read():
+            now = self._now()
+            spaces = self.db.browse.spaces_page(after_space, limit)
+        out = []
+        for space in spaces:
+            found = window_for(space, windows)
+            out.append(RetentionSpace(
+                space=space, pattern=found[0] if found else None,
+                window=found[1] if found else None,
+                cutoff=cutoff_for(parse_time(now), found[1]) if found else None))
+        return RetentionView(now=now, windows=windows, spaces=out,
+                             cutoffs={p: cutoff_for(parse_time(now), d)
+                                      for p, d in windows.items()},
+                             next_after=spaces[-1] if len(spaces) == limit else None)
+
+    def policy_history(self) -> list[PolicyChange]:
+        """Every policy that came into force, oldest first (its text: `db.policies`)."""
+        with self.db.read():
+            rows = self.db.browse.policy_history()
+        return [PolicyChange(seq=s, tx_at=t, hash=h, path=p) for s, t, h, _src, p in rows]
+
+    def policy_text(self, policy_hash: str) -> str | None:
+        """The TOML a recorded policy came from."""
+        with self.db.read():
+            found = self.db.policies.get(policy_hash)
+        return None if found is None else found[1]
+
+    def status(self) -> LedgerStatus:
+        """Chain head, file and WAL sizes, pending scrubs, the policy in force and its history,
+        and how many facts are in each status."""
+        with self.db.read():
+            head = self.db.events.head()
+            pending = self.db.erasure.pending()
+            recorded = self.db.events.last_policy_hash()
+            counts = self.db.facts.counts_by_status()
+        path = self.db.path
+
+        def size(name: str) -> int:
+            return os.path.getsize(name) if os.path.exists(name) else 0
+
+        return LedgerStatus(
+            path=path, events=head[0] if head else 0, head_hash=head[1] if head else None,
+            head_tx_at=head[2] if head else None, db_bytes=size(path),
+            wal_bytes=size(f"{path}-wal"), pending_scrubs=pending,
+            policy_in_force=self.policy.hash, policy_recorded=recorded,
+            policy_history=self.policy_history(), counts=counts)
+
+    def adopt_policy(self) -> PolicyChange | None:
+        """Record the policy in force as a `policy` event now if the ledger's last recorded
+        policy differs (otherwise it is recorded at the next write); None when already so."""
+        with self._writing():
+            if self._recorded_policy == self.policy.hash:
+                return None
+            tx_at = self._tx_at()
+            self._record_policy(tx_at)
+            assert self._head is not None
+            seq = self._head[0]
+        return PolicyChange(seq=seq, tx_at=tx_at, hash=self.policy.hash, path=self.policy.path)

@@ -1,0 +1,82 @@
+"""Writing a fact: redaction, the provenance rule, previously forgotten values, the checks of a
+supersession and of sources, sealing, and the assert event."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from custody_app.core import reads
+from custody_app.domain import lifecycle
+from custody_app.domain.chain import canonical, commitment, new_salt
+from custody_app.domain.commands import AssertFact
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.readmodels import AssertResult
+from custody_app.domain.redaction import redact
+from custody_app.erasure import forget as erasure
+
+if TYPE_CHECKING:
+    from custody_app.core.ledger_core import LedgerCore
+
+
+def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
+    """Write a fact: redact, check, seal and append its assert (one transaction)."""
+    pol = ledger.policy.policy
+    value, findings = redact(cmd.value, pol.redaction.detectors)
+    try:
+        value_text = canonical(value)
+    except Exception as exc:  # rfc8785 raises several types for non-JSON values
+        raise LedgerError("bad_request", f"field 'value' is not JSON: {exc}",
+                          field="value") from None
+    if (cmd.provenance != "claimed" and not pol.provenance.allow_declared
+            and cmd.actor not in ledger.vouched_writers):
+        raise LedgerError("provenance_not_allowed",
+                          f"the policy in force does not let writers declare {cmd.provenance}")
+    provenance, marks = cmd.provenance, None
+    with ledger._writing():
+        if previously_forgotten(ledger, cmd.subject, cmd.predicate, value_text):
+            if pol.erasure.previously_forgotten == "refuse":
+                raise LedgerError(
+                    "previously_forgotten",
+                    f"this value of {cmd.subject} {cmd.predicate} was forgotten before and "
+                    "the policy refuses it")
+            provenance, marks = "claimed", ["previously_forgotten"]
+        tx_at = ledger._tx_at()
+        valid_from = cmd.valid_from or tx_at
+        if cmd.valid_to is not None and cmd.valid_to <= valid_from:
+            raise LedgerError("invalid_interval",
+                              f"valid_to {cmd.valid_to} is not after valid_from {valid_from}")
+        if cmd.supersedes is not None:
+            lifecycle.check_supersede(ledger.db.facts.get(cmd.supersedes), cmd.supersedes,
+                                      cmd.subject, cmd.predicate, valid_from)
+        for source in cmd.sources or ():
+            lifecycle.check_source(ledger.db.facts.get(source), source)
+        fact_id = ledger._new_fact_id(tx_at)
+        salt = new_salt()
+        assert ledger.keys is not None  # seal() above refused a ledger without its key store
+        fields = {
+            "subject_ref": ledger.keys.subject_ref(cmd.subject), "predicate": cmd.predicate,
+            "space": cmd.space or pol.default_space, "valid_from": valid_from,
+            "valid_to": cmd.valid_to, "provenance": provenance, "marks": marks,
+            "cause": cmd.cause.model_dump(exclude_none=True), "session": cmd.session,
+            "supersedes": cmd.supersedes,
+            "sources": list(dict.fromkeys(cmd.sources)) if cmd.sources else None,
+            "llm": cmd.llm.model_dump(exclude_none=True) if cmd.llm else None,
+            "commitment": commitment(salt, value_text),
+            "redactions": [f.to_json() for f in findings] or None,
+        }
+        sealed = ledger.values.seal(fact_id, cmd.subject, value_text,
+                                  work_started=ledger.work_started, now=tx_at)
+        row = ledger._append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
+                           value=sealed, salt=salt, subject=cmd.subject,
+                           plaintext=value_text)
+        fact = reads.require_fact(ledger.db, fact_id)
+    return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
+                        status=fact.status, provenance=provenance)
+
+def previously_forgotten(ledger: LedgerCore, subject: str, predicate: str, value_text: str) -> bool:
+    """Was this value of the subject and predicate forgotten before (by its keyed digest)?"""
+    if ledger.keys is None or ledger.policy.policy.erasure.digest == "none":
+        return False
+    ref = ledger.keys.subject_ref(subject)
+    digest = erasure.previously_forgotten_digest(ledger, ref, predicate, value_text)
+    return ledger.db.erasure.has_digest(ref, predicate, digest)

@@ -1,0 +1,137 @@
+"""Cells of the vector index: k-means partitions of sqlite-vec's table (an inverted-file index).
+
+Below the policy's `ann_min_facts` every vector sits in one cell and a query reads them all
+(exact). From there on the vectors are clustered into about sqrt(n) cells, each vector stored in
+the cell of its nearest centroid (a sqlite-vec partition key), and a query reads only the
+`ann_probe` share of cells nearest to it: the KNN is still sqlite-vec's, over fewer chunks. The
+cells are re-clustered when the index has grown fourfold since the last clustering.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from custody_app.core.ledger_core import LedgerCore
+
+Matrix = npt.NDArray[np.float32]
+
+REGROW = 4  # re-cluster when the index holds this many times the vectors it was clustered on
+SAMPLE = 20_000  # vectors k-means is trained on
+ITERATIONS = 10
+MIN_CELLS = 16
+
+
+def unit(vector: Matrix) -> Matrix:
+    """The vector scaled to length 1 (L2 distance then ranks as cosine)."""
+    norm = float(np.linalg.norm(vector))
+    if norm == 0 or abs(norm - 1.0) < 1e-6:  # already unit (the embedders' contract)
+        return vector
+    out: Matrix = (vector / norm).astype(np.float32)
+    return out
+
+
+def kmeans(vectors: Matrix, cells: int, seed: int = 0) -> Matrix:
+    """Spherical k-means (centroids of unit length) on a sample; deterministic for a seed."""
+    rng = np.random.default_rng(seed)
+    sample = vectors if len(vectors) <= SAMPLE else vectors[
+        rng.choice(len(vectors), SAMPLE, replace=False)]
+    centroids: Matrix = sample[rng.choice(len(sample), cells, replace=False)].copy()
+    for _ in range(ITERATIONS):
+        nearest = np.argmax(sample @ centroids.T, axis=1)
+        sums = np.zeros_like(centroids)
+        np.add.at(sums, nearest, sample)
+        norms = np.linalg.norm(sums, axis=1)
+        filled = norms > 0  # an empty cell keeps its centroid
+        centroids[filled] = sums[filled] / norms[filled, None]
+    return centroids.astype(np.float32)
+
+
+def nearest_cells(vectors: Matrix, centroids: Matrix, block: int = 8192) -> npt.NDArray[np.int64]:
+    """The cell of each vector, in blocks to bound memory."""
+    out = [np.argmax(vectors[i:i + block] @ centroids.T, axis=1)
+           for i in range(0, len(vectors), block)]
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+class CellIndex:
+    """The centroids of one ledger, cached per connection and reloaded when another process
+    re-clustered (the store keeps a version)."""
+
+    def __init__(self) -> None:
+        self._version: str | None = None
+        self._centroids: Matrix | None = None
+        self._count: int | None = None  # vectors in the index, kept in step by this process
+
+    def centroids(self, ledger: LedgerCore) -> Matrix | None:
+        version = ledger.db.recall.cells_version()
+        if version != self._version:
+            rows = ledger.db.recall.cells()
+            self._centroids = (np.stack([np.frombuffer(b, dtype=np.float32) for _, b in rows])
+                               if rows else None)
+            self._version = version
+            self._count = None
+        return self._centroids
+
+    def cell_for(self, ledger: LedgerCore, vector: Matrix) -> int:
+        centroids = self.centroids(ledger)
+        return 0 if centroids is None else int(np.argmax(centroids @ vector))
+
+    def probe(self, ledger: LedgerCore, query: Matrix, pool: int) -> list[int] | None:
+        """The cells a query reads, nearest first: the policy's share of them, and enough to
+        hold about twice `pool` vectors on average; None when the index is one cell."""
+        centroids = self.centroids(ledger)
+        if centroids is None:
+            return None
+        cells = len(centroids)
+        per_cell = max(ledger.db.recall.clustered_on(), 1) / cells
+        share = ledger.policy.policy.recall.ann_probe
+        n = min(cells, max(1, math.ceil(cells * share), math.ceil(2 * pool / per_cell)))
+        return [int(c) for c in np.argsort(-(centroids @ query))[:n]]
+
+    def added(self, ledger: LedgerCore, n: int) -> None:
+        """`n` vectors were added (negative: removed); re-cluster when the index has grown
+        enough. Runs inside the caller's write transaction."""
+        if self._count is None:
+            self._count = ledger.db.recall.counts()[1]
+        else:
+            self._count += n
+        if n > 0 and self._due(ledger, self._count):
+            self._count = ledger.db.recall.counts()[1]  # the cached count may have drifted
+            if self._due(ledger, self._count):
+                self.repartition(ledger)
+
+    def rebuilt(self, ledger: LedgerCore) -> None:
+        """The index was rebuilt (all in one cell): cluster it if it is large enough."""
+        self._count = ledger.db.recall.counts()[1]
+        if self._due(ledger, self._count):
+            self.repartition(ledger)
+
+    def count_cells(self, ledger: LedgerCore) -> int:
+        centroids = self.centroids(ledger)
+        return 1 if centroids is None else len(centroids)
+
+    def _due(self, ledger: LedgerCore, count: int) -> bool:
+        floor = ledger.policy.policy.recall.ann_min_facts
+        clustered = ledger.db.recall.clustered_on()
+        return count >= floor and (clustered == 0 or count >= REGROW * clustered)
+
+    def repartition(self, ledger: LedgerCore) -> int:
+        """Cluster every vector anew and store each in its nearest cell; returns the cells."""
+        rows = ledger.db.recall.vectors()
+        if not rows:
+            return 0
+        matrix = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+        cells = min(len(rows), max(MIN_CELLS, round(math.sqrt(len(rows)))))
+        centroids = kmeans(matrix, cells)
+        where = nearest_cells(matrix, centroids)
+        ledger.db.recall.repartition(
+            ledger.embedder.dimensions, [c.tobytes() for c in centroids],
+            [(seq, int(cell), vec, status, space, ref, emb)
+             for (seq, vec, status, space, ref, emb), cell in zip(rows, where, strict=True)])
+        self._count = len(rows)
+        return cells
