@@ -128,7 +128,7 @@ class Build:
                         if pending_reads and self.rng.random() < 0.05:
                             self.reread.append(pending_reads.pop())
                             ids.append(self.reread[-1])
-                        led._serve(name, ids, "as_of")
+                        led.serve(name, ids, "as_of")
                         served_i += 1
                     elif step == "W":
                         fact = led.assert_fact(f"ticket:T-{s}", f"note{len(self.writes) % 7}",

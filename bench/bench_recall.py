@@ -55,7 +55,7 @@ import custody_app.recall.text as text_mod  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.domain.timeutil import ManualClock  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
-from custody_app.recall import index as recall_mod  # noqa: E402
+from custody_app.recall import search as recall_mod  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "recall_set.json"
 STRATEGIES = ("lexical", "vector", "hybrid")
@@ -382,10 +382,10 @@ def latency(ledger: Ledger, facts: list[tuple[str, str, str, str]], n: int,
         return emb.embed([q])
 
     def fts_only(q: str) -> object:
-        match = recall_mod.lexical_match(ledger, text_mod.words(q), False, None, None)
+        match = recall_mod.lexical_match(ledger.index, text_mod.words(q), False, None, None)
         return ledger.db.recall.lexical(match, 50)
 
-    probes = {q: ledger.cells.probe(ledger, qvecs[q], 50) for q in queries}
+    probes = {q: ledger.index.cells.probe(qvecs[q], 50) for q in queries}
 
     def vec_only(q: str) -> object:
         return ledger.db.recall.vector(qvecs[q].tobytes(), 50, ("live",), None, None, probes[q])
@@ -414,7 +414,7 @@ def latency(ledger: Ledger, facts: list[tuple[str, str, str, str]], n: int,
                                                         None, None, probes[q])}
         agree.append(len(mine & theirs) / 10)
     out["vec_agreement"] = statistics.fmean(agree)
-    cells = ledger.cells.count_cells(ledger)
+    cells = ledger.index.cells.count_cells()
     probed = [len(probes[q]) if probes[q] is not None else cells for q in queries]
     out["cells"] = (cells, statistics.fmean(probed))
     # where a hybrid call spends its time: timing wrappers around what recall.recall calls
@@ -436,7 +436,7 @@ def latency(ledger: Ledger, facts: list[tuple[str, str, str, str]], n: int,
             wrap(ledger.db.recall, "vector", "vec0 KNN (k=50, nearest cells, status filter)"),
             wrap(ledger.embedder, "embed", "query embedding"),
             wrap(ledger.db.facts, "get_by_seq", "hydrate: facts row by seq (top k and ties)"),
-            wrap(recall_mod, "_stored_text", "hydrate: event read + decrypt value (top k and ties)"),
+            wrap(ledger.index, "stored_text", "hydrate: event read + decrypt value (top k and ties)"),
             wrap(recall_mod, "salience", "hydrate: salience, events of the fact (top k and ties)")]
     sample = queries[:50]
     t0 = time.perf_counter()

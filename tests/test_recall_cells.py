@@ -39,7 +39,7 @@ def fill(env: Env, n: int, seed: int = 1, start: int = 0) -> list[str]:
 def test_the_default_policy_keeps_small_ledgers_exact(make_env: Callable[..., Env]) -> None:
     env = make_env()
     fill(env, 150)
-    assert env.ledger.cells.count_cells(env.ledger) == 1
+    assert env.ledger.index.cells.count_cells() == 1
     note = env.ledger.recall("amber basalt", strategy="vector").note
     assert "over every vector" in note
 
@@ -48,7 +48,7 @@ def test_clustered_search_finds_what_exact_search_finds(make_env: Callable[..., 
     env = make_env(LOW)
     facts = fill(env, 400)
     ledger = env.ledger
-    cells = ledger.cells.count_cells(ledger)
+    cells = ledger.index.cells.count_cells()
     assert cells == 20  # round(sqrt(400)); clustered when the index grew past 100, again at 400
     assert ledger.db.recall.clustered_on() == 400
     index_clean(env)
@@ -76,7 +76,7 @@ def test_a_rare_subject_filter_falls_back_to_every_vector(make_env: Callable[...
     fill(env, 300)
     odd = env.put("acct:odd", "note", "violet umbrella stand")
     ledger = env.ledger
-    assert ledger.cells.count_cells(ledger) > 1
+    assert ledger.index.cells.count_cells() > 1
     # A query far from the odd fact's cell, filtered to its subject: the probed cells hold no
     # match, so the search reads every vector rather than return nothing.
     result = ledger.recall("amber basalt cobalt", k=5, strategy="vector", subject="acct:odd")
@@ -89,17 +89,17 @@ def test_growth_reclusters_and_another_process_sees_new_cells(make_env: Callable
     fill(env, 120)
     ledger = env.ledger
     assert ledger.db.recall.clustered_on() == 100  # clustered at the write that reached 100
-    assert ledger.cells.count_cells(ledger) == 16
+    assert ledger.index.cells.count_cells() == 16
     policy = tmp_path / "ledger.db.policy.toml"
     other = Ledger.open(env.path, policy=policy, clock=env.clock, id_seed=99)
     try:
-        assert other.cells.count_cells(other) == 16
+        assert other.index.cells.count_cells() == 16
         fill(env, 300, seed=2, start=1000)  # 420 facts: 4x the 100 clustered on
         assert ledger.db.recall.clustered_on() == 400
-        assert ledger.cells.count_cells(ledger) == 20
+        assert ledger.index.cells.count_cells() == 20
         # The other connection reloads the centroids (the store's version moved on) and its
         # writes land in the new cells.
-        assert other.cells.count_cells(other) == 20
+        assert other.index.cells.count_cells() == 20
         other.assert_fact("acct:late", "note", "zephyr yarrow xenon", actor=WRITER, cause=CAUSE,
                           provenance="attested")
         assert other.verify().index_problems == []
@@ -117,7 +117,7 @@ def test_forget_after_clustering_leaves_no_vector_bytes(make_env: Callable[..., 
     vector = ledger.embedder.embed([fact_text("acct:quillon", "dessert", value)])[0]
     slices = vector_slices(vector)
     fill(env, 60, seed=3, start=500)  # the index passes 100: every vector is moved to a cell
-    assert ledger.cells.count_cells(ledger) > 1
+    assert ledger.index.cells.count_cells() > 1
     assert ids(ledger.recall("marmalade zeppelin", k=3))[0] == fact
     assert ledger.db.wal_checkpoint().complete
     before = ledger_bytes(env.path)
@@ -135,9 +135,9 @@ def test_reindex_clusters_a_large_index_at_once(make_env: Callable[..., Env]) ->
     env = make_env(LOW)
     fill(env, 90)
     ledger = env.ledger
-    assert ledger.cells.count_cells(ledger) == 1
+    assert ledger.index.cells.count_cells() == 1
     fill(env, 60, seed=4, start=200)
     assert ledger.reindex() == 150
-    assert ledger.cells.count_cells(ledger) == 16
+    assert ledger.index.cells.count_cells() == 16
     assert ledger.db.recall.clustered_on() == 150
     index_clean(env)

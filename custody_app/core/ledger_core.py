@@ -1,4 +1,5 @@
-"""The ledger's core: opening, transactions, appending hashed events, scrubs, verify, rebuild."""
+"""The ledger's core: opening a ledger under a policy, write transactions, the one append that
+every event goes through, and the rebuild of the projection from the events."""
 
 from __future__ import annotations
 
@@ -16,28 +17,17 @@ from pydantic import ValidationError
 
 from custody_app.core import sessions
 from custody_app.core.projector import MemoryProjection, apply_event
-from custody_app.domain.chain import GENESIS, canonical, event_hash, verify_chain
-from custody_app.domain.commands import (
-    refusal,
-)
+from custody_app.domain.chain import GENESIS, canonical, event_hash
+from custody_app.domain.commands import refusal
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import EVENT_MODELS
 from custody_app.domain.policy import LoadedPolicy, load_policy
-from custody_app.domain.readmodels import (
-    RebuildResult,
-    VerifyResult,
-)
+from custody_app.domain.readmodels import RebuildResult
 from custody_app.domain.timeutil import Clock, WallClock, format_time
-from custody_app.erasure import proof as erasure_proof
-from custody_app.erasure.certificate import (
-    ErasureCertificate,
-)
-from custody_app.evidence.checkpoints import CheckpointAudit
 from custody_app.keys.keyring import KeyRing, keystore_path_for, master_from_env
 from custody_app.keys.values import ValueCodec
-from custody_app.recall import index as recall
-from custody_app.recall.cells import CellIndex
-from custody_app.recall.embedders import Embedder, make_embedder
+from custody_app.recall.embedders import Embedder
+from custody_app.recall.index import RecallIndex
 from store import LedgerFile, StoreError, open_ledger
 from store.rows import EventRow
 
@@ -55,18 +45,14 @@ class LedgerCore:
         self.clock: Clock = clock or WallClock()
         self.keys = keys
         self.values = ValueCodec(keys)
-        self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
-        self.cells = CellIndex()
+        # The recall indexes, kept equal to the believed facts by every append.
+        self.index = RecallIndex(db, keys, self.values, policy)
         self.readonly = readonly
         self._rng = random.Random(id_seed) if id_seed is not None else None
         self._head: tuple[int, str, str] | None = None
         self._recorded_policy: str | None = None
         # The key fence compares against when this unit of work began (see unit_of_work()).
         self.work_started = format_time(self.clock.now())
-        # Erasures whose checkpoint a reader blocked: certificate, erased bytes, short values.
-        self._pending: dict[str, tuple[ErasureCertificate, list[bytes], int]] = {}
-        self._scrub_due = False
-        self._finishing = False
         # Actors that presented a writer key the policy registers (see present_writer_key).
         self.vouched_writers: set[str] = set()
 
@@ -95,23 +81,23 @@ class LedgerCore:
                 keys.close()
             db.close()
             raise
-        if not readonly:
-            if db.recall.embedder() != (ledger.embedder.name, ledger.embedder.dimensions):
+        if not readonly and not ledger.index.is_current():
+            try:
                 ledger.reindex(reindex_progress)
-            if db.erasure.pending():
-                ledger.finish_scrubs()
+            except BaseException:
+                ledger.close()
+                raise
         return ledger
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.index.embedder
 
     def reindex(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Rebuild the recall indexes with the policy's embedder (done at open when the
         embedder changed); returns how many believed facts were indexed."""
-        with self._writing():
-            return recall.rebuild_index(self, progress)
-
-    def _index_key(self) -> bytes:
-        if self.keys is None:
-            raise LedgerError("keystore_missing", "the key store is not available")
-        return self.keys.index_key
+        with self.transaction():
+            return self.index.rebuild(progress)
 
     def close(self) -> None:
         if self.keys is not None:
@@ -137,12 +123,8 @@ class LedgerCore:
     # ---- transactions -------------------------------------------------------------------
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """Group several operations in one write transaction; each still fails alone."""
-        with self._writing():
-            yield
-
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
+        """A write transaction (nested ones are savepoints: each operation still fails alone).
+        The key store commits first, then the ledger; a failure rolls both back."""
         if self.readonly:
             raise LedgerError("read_only", "this ledger was opened read-only")
         keys = self.keys.store.write() if self.keys is not None else nullcontext()
@@ -162,30 +144,36 @@ class LedgerCore:
                     raise
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
-        if self._scrub_due and self.db.depth == 0 and not self._finishing:
-            self.finish_scrubs(wait=False)
 
-    def _tx_at(self) -> str:
+    @property
+    def head(self) -> tuple[int, str, str] | None:
+        """(seq, hash, tx_at) of the newest event, as this write transaction sees it."""
+        return self._head
+
+    def tx_at(self) -> str:
+        """The transaction time of the next event: now, never before the newest event."""
         now = format_time(self.clock.now())
         last = self._head[2] if self._head else ""
         return now if now > last else last
 
-    def _now(self) -> str:
+    def now(self) -> str:
         """'Now' for reads: never before the newest event, whatever the wall clock says."""
         head = self.db.events.head()
         now = format_time(self.clock.now())
         return head[2] if head and head[2] > now else now
 
-    def _new_fact_id(self, tx_at: str) -> str:
+    def new_fact_id(self, tx_at: str) -> str:
         millis = int(datetime.fromisoformat(tx_at.replace("Z", "+00:00")).timestamp() * 1000)
         tail = self._rng.getrandbits(40) if self._rng else int.from_bytes(os.urandom(5), "big")
         return f"f_{millis:012x}{tail:010x}"
 
-    def _append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
-                fact_id: str | None = None, value: bytes | None = None,
-                salt: str | None = None, subject: str | None = None,
-                plaintext: str | None = None) -> EventRow:
-        """Validate, hash, store and project one event (inside a write transaction)."""
+    def append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
+               fact_id: str | None = None, value: bytes | None = None,
+               salt: str | None = None, subject: str | None = None,
+               plaintext: str | None = None) -> EventRow:
+        """Record one event, inside a write transaction: validate it, hash it onto the chain,
+        store it, index its session, project it, and bring the recall indexes in line with
+        the facts whose belief it changed (`plaintext`: the value just sealed, if any)."""
         if kind != "policy" and self._recorded_policy != self.policy.hash:
             self._record_policy(tx_at)
         seq = (self._head[0] if self._head else 0) + 1
@@ -207,7 +195,7 @@ class LedgerCore:
         sessions.index_event(self.db, kind, seq, fact_id, envelope)
         changes = apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope, subject)
         if changes:
-            recall.sync(self, changes, {fact_id: plaintext} if fact_id and plaintext else {})
+            self.index.sync(changes, {fact_id: plaintext} if fact_id and plaintext else {})
         self._head = (seq, row.hash, tx_at)
         return row
 
@@ -215,78 +203,12 @@ class LedgerCore:
         p = self.policy
         self.db.policies.put(p.hash, p.canonical, p.source, p.path)
         self._recorded_policy = p.hash
-        self._append("policy", SYSTEM_ACTOR, tx_at, {})
+        self.append("policy", SYSTEM_ACTOR, tx_at, {})
 
-    def finish_scrubs(self, *, wait: bool = True) -> list[ErasureCertificate]:
-        """Finish erasures whose WAL checkpoint a reader blocked; returns their certificates
-        re-issued (empty while a reader still blocks it, or when nothing was pending, or when
-        the certificates were issued by another process: then only the checkpoint is done)."""
-        with self.db.read():
-            pending = self.db.erasure.pending()
-        if not pending and not self._pending:
-            self._scrub_due = False
-            return []
-        if not self.db.wal_checkpoint(wait=wait).complete:
-            self._scrub_due = True
-            return []
-        self._clear_pending()
-        certificates = [erasure_proof.reissue(self, cert, needles, short)
-                        for cert, needles, short in self._pending.values()]
-        self._pending.clear()
-        self._scrub_due = False
-        return certificates
-
-    def _clear_pending(self) -> None:
-        """After a complete checkpoint: drop the pending-scrub rows (written with each erasure,
-        so a crash cannot lose them) and leave the WAL empty again."""
-        self._finishing = True
-        try:
-            with self._writing():
-                self.db.erasure.clear_pending()
-        finally:
-            self._finishing = False
-        self.db.wal_checkpoint(wait=False)
-
-    def _remember_pending(self, cert: ErasureCertificate, needles: list[bytes],
-                          short_values: int) -> None:
-        """Keep what a re-issued certificate needs; the rows were written with the erasure."""
-        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (cert, needles,
-                                                                          short_values)
-        self._scrub_due = True
-
-    def verify(self, progress: Callable[[int], None] | None = None, *,
-               public_key: str | None = None) -> VerifyResult:
-        """Walk the whole chain; `valid` is false with the first bad seq when it is broken.
-        Signed checkpoints are checked under `public_key` (PEM), else the ledger's own key."""
-        pem = public_key or (self.keys.public_pem() if self.keys is not None
-                             and self.keys.store.meta("signing") is not None else None)
-        unchecked = 0
-
-        def opener(row: EventRow, body: dict[str, Any]) -> str | None:
-            nonlocal unchecked
-            text = self.values.opener(row, body)
-            unchecked += text is None
-            return text
-
-        with self.db.read():
-            audit = CheckpointAudit(self.db.erasure.events_of_kind("checkpoint"), pem)
-            report = verify_chain(self.db.events.iter_all(), progress, opener, audit.check)
-            index_problems = recall.index_differences(self) if self.db.recall.exists() else []
-        valid, bad, problem = report.valid, report.first_bad_seq, report.problem
-        if valid and index_problems:
-            valid, problem = False, "recall indexes: " + "; ".join(index_problems)
-        if valid and public_key is not None and audit.count == 0 and report.events:
-            valid, problem = False, ("no signed checkpoint in this ledger: the given public key "
-                                     "cannot vouch for any of its events")
-        return VerifyResult(valid=valid, events=report.events, head=report.head,
-                            first_bad_seq=bad, problem=problem, checkpoints=audit.count,
-                            last_checkpoint_seq=audit.last, values_unchecked=unchecked,
-                            index_problems=index_problems)
-
-    def _serve(self, session: str, fact_ids: list[str], via: str) -> None:
+    def serve(self, session: str, fact_ids: list[str], via: str) -> None:
         """Record which facts a read handed to a session (ids only)."""
-        with self._writing():
-            self._append("served", f"system:{via}", self._tx_at(),
+        with self.transaction():
+            self.append("served", f"system:{via}", self.tx_at(),
                          {"session": session, "fact_ids": fact_ids, "via": via})
 
     # ---- maintenance -------------------------------------------------------------------
@@ -320,10 +242,10 @@ class LedgerCore:
         index_differences = _compare(stored_index, index,
                                      names=("served fact", "session event", "session"))
         if repair and differences:
-            with self._writing():
+            with self.transaction():
                 self.db.facts.replace_all(*rebuilt)
         if repair and index_differences:
-            with self._writing():
+            with self.transaction():
                 self.db.sessions.replace_all(*index)
         differences += index_differences
         return RebuildResult(facts=len(rebuilt[0]), states=len(rebuilt[1]),

@@ -168,12 +168,3 @@ class RecallResult(ReadModel):
     embedder: str | None
     results: list[RecallHit]
 
-
-# Sessions and blast radius (issue 5), re-exported so every read model is importable here.
-from custody_app.evidence.readmodels import ActResult as ActResult  # noqa: E402
-from custody_app.evidence.readmodels import BlastAction as BlastAction  # noqa: E402
-from custody_app.evidence.readmodels import BlastFact as BlastFact  # noqa: E402
-from custody_app.evidence.readmodels import BlastResult as BlastResult  # noqa: E402
-from custody_app.evidence.readmodels import BlastSession as BlastSession  # noqa: E402
-from custody_app.evidence.readmodels import ExplainedFact as ExplainedFact  # noqa: E402
-from custody_app.evidence.readmodels import ExplainResult as ExplainResult  # noqa: E402

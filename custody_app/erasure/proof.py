@@ -117,19 +117,16 @@ def scan_places(ledger: LedgerCore, work: ErasureWork, *, checkpoint_done: bool)
 
 
 def certificate(ledger: LedgerCore, operation: Literal["forget", "forget_subject", "sweep"],
-                 work: ErasureWork, *, actor: str, reason: str, root: str | None = None,
-                 subject_hash: str | None = None, keys_place: PlaceCheck) -> ErasureCertificate:
+                work: ErasureWork, *, actor: str, reason: str, root: str | None = None,
+                subject_hash: str | None = None, keys_place: PlaceCheck) -> ErasureCertificate:
+    """The proof step, after the erasure's transaction committed: check every place."""
     checks = places(ledger, work, keys_place=keys_place)
     complete = all(p.outcome not in ("pending", "found") for p in checks)
-    if complete:
-        ledger._clear_pending()
     cert = ErasureCertificate(
         operation=operation, issued_at=format_time(ledger.clock.now()), actor=actor,
         reason=reason, ledger=ledger.db.path, root=root, subject_hash=subject_hash,
         erased=work.erased, cascade=[e.fact_id for e in work.erased if e.root], places=checks,
         complete=complete)
-    if not complete:
-        ledger._remember_pending(cert, work.needles, work.short_values)
     return cert
 
 

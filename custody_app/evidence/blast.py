@@ -30,9 +30,9 @@ _ENDED_KIND = {"retracted": "retract", "rejected": "reject", "forgotten": "forge
 
 
 def act(ledger: LedgerCore, cmd: Act) -> ActResult:
-    with ledger._writing():
-        tx_at = ledger._tx_at()
-        row = ledger._append("acted", cmd.actor, tx_at, {
+    with ledger.transaction():
+        tx_at = ledger.tx_at()
+        row = ledger.append("acted", cmd.actor, tx_at, {
             "session": cmd.session, "tool": cmd.tool, "ref": cmd.ref, "outcome": cmd.outcome,
             "args_digest": cmd.args_digest})
     return ActResult(event_id=row.hash, seq=row.seq, tx_at=tx_at, session=cmd.session,

@@ -25,15 +25,15 @@ def statement(seq: int, head_hash: str, tx_at: str) -> bytes:
 def sign_checkpoint(ledger: LedgerCore, actor: str) -> CheckpointResult:
     if ledger.keys is None:
         raise LedgerError("keystore_missing", "the key store (with the signing key) is not available")
-    with ledger._writing():
-        head = ledger._head
+    with ledger.transaction():
+        head = ledger.head
         if head is None:
             raise LedgerError("empty_ledger", "the ledger has no events to sign")
         seq, head_hash, head_tx = head
         pem = ledger.keys.public_pem()
         signature = crypto.sign(ledger.keys.signing_key, statement(seq, head_hash, head_tx))
-        tx_at = ledger._tx_at()
-        row = ledger._append("checkpoint", actor, tx_at, {
+        tx_at = ledger.tx_at()
+        row = ledger.append("checkpoint", actor, tx_at, {
             "checkpoint_seq": seq, "head_hash": head_hash, "head_tx_at": head_tx,
             "key_fingerprint": crypto.public_fingerprint(pem), "signature": signature})
     # The public half beside the ledger, for `verify --key` by whoever holds a copy.

@@ -62,7 +62,7 @@ def export(ledger: LedgerCore, path: str | Path) -> ExportResult:
                        if ledger.keys is not None else None)
         trailer: dict[str, Any] = {"export": {
             "format": EXPORT_FORMAT, "events": count, "head": head, "last_line_hash": prev,
-            "exported_at": ledger._now(), "key_fingerprint": fingerprint}}
+            "exported_at": ledger.now(), "key_fingerprint": fingerprint}}
         trailer["line_hash"] = line_hash(prev, trailer)
         if ledger.keys is not None:
             trailer["signature"] = crypto.sign(ledger.keys.signing_key,

@@ -154,7 +154,7 @@ def build_pack(ledger: LedgerCore, fact_id: str) -> EvidencePack:
         certificate = forget_certificate(ledger, fact_id)
     pem = ledger.keys.public_pem()
     document: dict[str, Any] = {
-        "format": PACK_FORMAT, "fact_id": fact_id, "created_at": ledger._now(),
+        "format": PACK_FORMAT, "fact_id": fact_id, "created_at": ledger.now(),
         "ledger_head": {"seq": head[0], "hash": head[1], "tx_at": head[2]} if head else {},
         "fact": view, "events": events, "holds": holds, "held_now": bool(fact.held),
         "blast": radius, "policies": policies,

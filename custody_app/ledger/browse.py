@@ -15,7 +15,7 @@ from custody_app.domain.models import PROVENANCES, Cause
 from custody_app.domain.readmodels import FactRef
 from custody_app.domain.retention import cutoff_for, window_for
 from custody_app.domain.timeutil import normalise, parse_time
-from custody_app.erasure.forget import cascade
+from custody_app.erasure.cascade import cascade
 from custody_app.ledger.readmodels import (
     SHOW_STATUSES,
     BeliefPage,
@@ -32,7 +32,7 @@ from custody_app.ledger.readmodels import (
     ReviewItem,
     ReviewPage,
 )
-from custody_app.recall import index as recall
+from custody_app.recall.salience import salience, salience_class
 from store.browse import BeliefRow
 from store.rows import FactRow
 
@@ -104,7 +104,7 @@ class BrowseReads(LedgerCore):
             statuses += ("expired",)
         pending = "quarantined" in shown
         with self.db.read():
-            now = self._now()
+            now = self.now()
             head = self.db.browse.head_seq()
             v = normalise(valid_at, "valid_at") if valid_at else now
             if at_seq is None:
@@ -129,12 +129,13 @@ class BrowseReads(LedgerCore):
     def _belief(self, r: BeliefRow, moment: datetime) -> BeliefView:
         text = self.values.open_subject(r.fact_id, r.subject, r.value)
         then = r.status_then is not None
-        salience = salience_class = None
+        rounded: float | None = None
+        named: str | None = None
         if r.live_now:
             fact = self.db.facts.get(r.fact_id)
             if fact is not None:
-                b = max(recall.salience(self, fact, moment), -99.0)
-                salience, salience_class = round(b, 4), recall.salience_class(self, b)
+                b = max(salience(self.db, self.policy, fact, moment), -99.0)
+                rounded, named = round(b, 4), salience_class(self.policy, b)
         return BeliefView(
             fact_id=r.fact_id, assert_seq=r.assert_seq, subject=r.subject,
             predicate=r.predicate, value=reads.load_value(text), space=r.space,
@@ -142,7 +143,7 @@ class BrowseReads(LedgerCore):
             provenance=PROVENANCES[r.rank_then if then else r.rank_now], valid_from=r.valid_from,
             valid_to=r.vto_then if then else r.vto_now, actor=r.actor, erased=text is None,
             held=bool(r.held), believed=bool(r.live_then), believed_now=bool(r.live_now),
-            change=_change(r), salience=salience, salience_class=salience_class)
+            change=_change(r), salience=rounded, salience_class=named)
 
     def review_queue(self, *, after_seq: int = 0, limit: int = 50) -> ReviewPage:
         """Claimed facts waiting for a reviewer, oldest first, with writer, cause and what
@@ -184,7 +185,7 @@ class BrowseReads(LedgerCore):
         """What `forget(fact_id)` would erase: the fact and its cascade (nothing is written)."""
         with self.db.read():
             root = reads.require_fact(self.db, fact_id)
-            facts, _ = cascade(self, [root])
+            facts, _ = cascade(self.db, [root])
         return ErasurePreview(root=fact_id, facts=[_ref(f) for f in facts],
                               held=[f.fact_id for f in facts if f.held])
 
@@ -200,7 +201,7 @@ class BrowseReads(LedgerCore):
         _limit(limit)
         windows = dict(self.policy.policy.retention.windows)
         with self.db.read():
-            now = self._now()
+            now = self.now()
             spaces = self.db.browse.spaces_page(after_space, limit)
         out = []
         for space in spaces:
@@ -249,10 +250,10 @@ class BrowseReads(LedgerCore):
     def adopt_policy(self) -> PolicyChange | None:
         """Record the policy in force as a `policy` event now if the ledger's last recorded
         policy differs (otherwise it is recorded at the next write); None when already so."""
-        with self._writing():
+        with self.transaction():
             if self._recorded_policy == self.policy.hash:
                 return None
-            tx_at = self._tx_at()
+            tx_at = self.tx_at()
             self._record_policy(tx_at)
             assert self._head is not None
             seq = self._head[0]

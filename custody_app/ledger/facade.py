@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel
 
-from custody_app.core import reads
 from custody_app.core.ledger_core import SYSTEM_ACTOR
-from custody_app.domain import lifecycle
 from custody_app.domain.commands import (
     Act,
     Affirm,
@@ -37,39 +36,37 @@ from custody_app.domain.commands import (
     parse_command,
 )
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.models import PROV_RANK, PROVENANCES
 from custody_app.domain.readmodels import (
-    ActResult,
     AsOfResult,
     AssertResult,
-    BlastResult,
     CheckpointResult,
     ClockResult,
-    ExplainResult,
     FactOpResult,
-    FactView,
     HistoryResult,
     RecallResult,
     VerifyResult,
     WhyResult,
 )
-from custody_app.domain.timeutil import ManualClock, format_time, parse_time
-from custody_app.erasure import forget as erasure
+from custody_app.domain.timeutil import ManualClock, format_time
 from custody_app.erasure.certificate import (
+    ErasureCertificate,
     ForgetResult,
     SubjectForgetResult,
     SweepResult,
 )
+from custody_app.erasure.forget import forget, forget_subject
+from custody_app.erasure.scrubs import Scrubs
+from custody_app.erasure.sweep import sweep
 from custody_app.evidence import blast
-from custody_app.evidence import packs as evidence
 from custody_app.evidence.checkpoints import sign_checkpoint
 from custody_app.evidence.export import ExportResult
 from custody_app.evidence.export import export as export_events
-from custody_app.evidence.packs import EvidencePack
+from custody_app.evidence.packs import EvidencePack, build_pack
+from custody_app.evidence.readmodels import ActResult, BlastResult, ExplainResult
+from custody_app.evidence.verify import verify as verify_ledger
 from custody_app.keys import writer_keys
-from custody_app.ledger import writes
+from custody_app.ledger import queries, writes
 from custody_app.ledger.browse import BrowseReads
-from custody_app.recall import index as recall
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -81,8 +78,7 @@ class Ledger(BrowseReads):
     # ---- commands ----------------------------------------------------------------------
     def execute(self, command: Command) -> BaseModel:
         """Run one validated command (what --batch calls)."""
-        handler: Callable[[Any], BaseModel] = getattr(self, _HANDLERS[type(command)])
-        return handler(command)
+        return _HANDLERS[type(command)](self, command)
 
     def _do(self, kind: type[Command], result: type[R], **fields: Any) -> R:
         out = self.execute(parse_command(kind, fields))
@@ -188,7 +184,7 @@ class Ledger(BrowseReads):
     def pack(self, fact_id: str) -> EvidencePack:
         """One fact's whole story (events with their chain links, holds, blast radius, policy
         texts, forget certificate), signed with the ledger's Ed25519 key."""
-        return evidence.build_pack(self, fact_id)
+        return build_pack(self, fact_id)
 
     def export(self, path: str | Path) -> ExportResult:
         """The whole event log as JSON Lines at `path` (erased values null), with a trailer
@@ -200,115 +196,47 @@ class Ledger(BrowseReads):
         were since retracted or erased."""
         return self._do(Explain, ExplainResult, action_ref=action_ref)
 
-    # ---- handlers ----------------------------------------------------------------------
-    def _assert(self, cmd: AssertFact) -> AssertResult:
-        return writes.assert_fact(self, cmd)
+    # ---- what the façade adds to the core ------------------------------------------------
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scrubs = Scrubs()
 
-    def _fact_event(self, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
-                    check: Callable[[], object]) -> FactOpResult:
-        with self._writing():
-            check()
-            tx_at = self._tx_at()
-            row = self._append(kind, actor, tx_at, fields, fact_id=fact_id)
-            fact = reads.require_fact(self.db, fact_id)
-        return FactOpResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
-                            status=fact.status)
+    @classmethod
+    def open(cls, path: str | Path, **options: Any) -> Self:
+        """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default),
+        and finish any scrub an earlier process left pending. Options: policy, clock,
+        readonly, id_seed, keystore, reindex_progress (see `LedgerCore.open`)."""
+        ledger = super().open(path, **options)
+        try:
+            if not ledger.readonly and ledger.db.erasure.pending():
+                ledger.finish_scrubs()
+        except BaseException:
+            ledger.close()
+            raise
+        return ledger
 
-    def _retract(self, cmd: Retract) -> FactOpResult:
-        return self._fact_event("retract", cmd.fact_id, cmd.actor,
-                                {"reason": cmd.reason, "session": cmd.session},
-                                lambda: lifecycle.check_retract(self.db.facts.get(cmd.fact_id),
-                                                                cmd.fact_id))
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group several operations in one write transaction; each still fails alone. After
+        the outermost one commits, a scrub a reader blocked earlier is tried again."""
+        with super().transaction():
+            yield
+        if self.scrubs.due and self.db.depth == 0 and not self.scrubs.finishing:
+            self.scrubs.finish(self, wait=False)
 
-    def _review(self, cmd: Confirm | Reject) -> FactOpResult:
-        kind = "confirm" if isinstance(cmd, Confirm) else "reject"
-        return self._fact_event(
-            kind, cmd.fact_id, cmd.actor, {"reason": cmd.reason, "session": cmd.session},
-            lambda: lifecycle.check_review(self.db.facts.get(cmd.fact_id), cmd.fact_id,
-                                           cmd.actor, self.policy.policy))
+    def finish_scrubs(self, *, wait: bool = True) -> list[ErasureCertificate]:
+        """Finish erasures whose WAL checkpoint a reader blocked; returns their certificates
+        re-issued (empty while a reader still blocks it, or when nothing was pending)."""
+        return self.scrubs.finish(self, wait=wait)
 
-    def _affirm(self, cmd: Affirm) -> FactOpResult:
-        return self._fact_event("affirm", cmd.fact_id, cmd.actor, {"session": cmd.session},
-                                lambda: lifecycle.check_affirm(self.db.facts.get(cmd.fact_id),
-                                                               cmd.fact_id))
-
-    def _hold(self, cmd: Hold | Release) -> FactOpResult:
-        kind = "hold" if isinstance(cmd, Hold) else "release"
-        check = lifecycle.check_hold if kind == "hold" else lifecycle.check_release
-        return self._fact_event(kind, cmd.fact_id, cmd.actor,
-                                {"reason": cmd.reason, "session": cmd.session},
-                                lambda: check(self.db.facts.get(cmd.fact_id), cmd.fact_id))
-
-    def _forget(self, cmd: Forget) -> ForgetResult:
-        return erasure.forget(self, cmd)
-
-    def _forget_subject(self, cmd: ForgetSubject) -> SubjectForgetResult:
-        return erasure.forget_subject(self, cmd)
-
-    def _sweep(self, cmd: Sweep) -> SweepResult:
-        return erasure.sweep(self, cmd)
-
-    def _checkpoint(self, cmd: Checkpoint) -> CheckpointResult:
-        return sign_checkpoint(self, cmd.actor)
-
-    def _recall(self, cmd: Recall) -> RecallResult:
-        with self.db.read():
-            result = recall.recall(self, cmd)
-        if cmd.session is not None:
-            self._serve(cmd.session, [h.fact.fact_id for h in result.results], "recall")
-        return result
-
-    def _as_of(self, cmd: AsOf) -> AsOfResult:
-        with self.db.read():
-            now = self._now()
-            valid_at, tx_at = cmd.valid_at or now, cmd.tx_at or now
-            rows = self.db.facts.as_of(
-                valid_at=valid_at, tx_at=tx_at, min_rank=PROV_RANK[cmd.include],
-                include_pending=cmd.include == "claimed", subject=cmd.subject,
-                predicate=cmd.predicate, space=cmd.space, limit=cmd.limit or -1)
-        facts = []
-        for r in rows:
-            text = self.values.open_subject(r.fact_id, r.subject, r.value)
-            facts.append(FactView(
-                fact_id=r.fact_id, subject=r.subject, predicate=r.predicate,
-                value=reads.load_value(text), space=r.space, status=r.status,
-                provenance=PROVENANCES[r.prov_rank], valid_from=r.valid_from,
-                valid_to=r.valid_to, actor=r.actor, erased=text is None))
-        if cmd.session is not None:
-            self._serve(cmd.session, [f.fact_id for f in facts], "as_of")
-        return AsOfResult(valid_at=valid_at, tx_at=tx_at, facts=facts)
-
-    def _history(self, cmd: History) -> HistoryResult:
-        with self.db.read():
-            result = reads.history(self.db, self.values, cmd.fact_id)
-        if cmd.session is not None:
-            self._serve(cmd.session, [cmd.fact_id], "history")
-        return result
-
-    def _why(self, cmd: Why) -> WhyResult:
-        with self.db.read():
-            result = reads.why(self.db, self.values, cmd.fact_id)
-            fact = reads.require_fact(self.db, cmd.fact_id)
-            b = recall.salience(self, fact, parse_time(self._now()))
-        b = b if b > -99.0 else -99.0
-        if cmd.session is not None:
-            self._serve(cmd.session, [cmd.fact_id], "why")
-        return result.model_copy(update={"salience": round(b, 4),
-                                         "salience_class": recall.salience_class(self, b)})
-
-    def _verify(self, cmd: Verify) -> VerifyResult:
-        return self.verify()
-
-    def _act(self, cmd: Act) -> ActResult:
-        return blast.act(self, cmd)
-
-    def _blast(self, cmd: Blast) -> BlastResult:
-        return blast.blast(self, cmd.fact_id)
-
-    def _explain(self, cmd: Explain) -> ExplainResult:
-        return blast.explain(self, cmd.action_ref)
+    def verify(self, progress: Callable[[int], None] | None = None, *,
+               public_key: str | None = None) -> VerifyResult:
+        """Walk the whole chain; `valid` is false with the first bad seq when it is broken.
+        Signed checkpoints are checked under `public_key` (PEM), else the ledger's own key."""
+        return verify_ledger(self, progress, public_key=public_key)
 
     def _set_clock(self, cmd: SetClock) -> ClockResult:
+        """Set the manual clock (replays only): never before the ledger's newest event."""
         if not isinstance(self.clock, ManualClock):
             raise LedgerError("manual_clock_disabled",
                               "the clock can only be set when started with --manual-clock")
@@ -325,10 +253,18 @@ class Ledger(BrowseReads):
         return ClockResult(now=cmd.set)
 
 
-_HANDLERS: dict[type[Command], str] = {
-    AssertFact: "_assert", Retract: "_retract", Confirm: "_review", Reject: "_review",
-    Affirm: "_affirm", AsOf: "_as_of", History: "_history", Why: "_why", Verify: "_verify",
-    SetClock: "_set_clock", Hold: "_hold", Release: "_hold", Forget: "_forget",
-    ForgetSubject: "_forget_subject", Sweep: "_sweep", Checkpoint: "_checkpoint",
-    Recall: "_recall", Act: "_act", Blast: "_blast", Explain: "_explain",
+
+
+# Each command's handler, in the subpackage that owns it; the façade only dispatches.
+_HANDLERS: dict[type[Command], Callable[[Ledger, Any], BaseModel]] = {
+    AssertFact: writes.assert_fact, Retract: writes.retract, Confirm: writes.review,
+    Reject: writes.review, Affirm: writes.affirm, Hold: writes.hold, Release: writes.hold,
+    AsOf: queries.as_of, History: queries.history, Why: queries.why, Recall: queries.recall,
+    Verify: lambda ledger, cmd: ledger.verify(), SetClock: Ledger._set_clock,
+    Forget: lambda ledger, cmd: forget(ledger, ledger.scrubs, cmd),
+    ForgetSubject: lambda ledger, cmd: forget_subject(ledger, ledger.scrubs, cmd),
+    Sweep: lambda ledger, cmd: sweep(ledger, ledger.scrubs, cmd),
+    Checkpoint: lambda ledger, cmd: sign_checkpoint(ledger, cmd.actor),
+    Act: blast.act, Blast: lambda ledger, cmd: blast.blast(ledger, cmd.fact_id),
+    Explain: lambda ledger, cmd: blast.explain(ledger, cmd.action_ref),
 }

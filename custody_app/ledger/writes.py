@@ -1,21 +1,21 @@
-"""Writing a fact: redaction, the provenance rule, previously forgotten values, the checks of a
-supersession and of sources, sealing, and the assert event."""
+"""The write commands: asserting a fact (redaction, the provenance rule, previously forgotten
+values, the checks of a supersession and of sources, sealing, the assert event), and the events
+about an existing fact (retract, confirm, reject, affirm, hold, release)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 from custody_app.core import reads
+from custody_app.core.ledger_core import LedgerCore
 from custody_app.domain import lifecycle
 from custody_app.domain.chain import canonical, commitment, new_salt
-from custody_app.domain.commands import AssertFact
+from custody_app.domain.commands import Affirm, AssertFact, Confirm, Hold, Reject, Release, Retract
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.readmodels import AssertResult
+from custody_app.domain.readmodels import AssertResult, FactOpResult
 from custody_app.domain.redaction import redact
-from custody_app.erasure import forget as erasure
-
-if TYPE_CHECKING:
-    from custody_app.core.ledger_core import LedgerCore
+from custody_app.erasure.forget import previously_forgotten_digest
 
 
 def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
@@ -32,7 +32,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
         raise LedgerError("provenance_not_allowed",
                           f"the policy in force does not let writers declare {cmd.provenance}")
     provenance, marks = cmd.provenance, None
-    with ledger._writing():
+    with ledger.transaction():
         if previously_forgotten(ledger, cmd.subject, cmd.predicate, value_text):
             if pol.erasure.previously_forgotten == "refuse":
                 raise LedgerError(
@@ -40,7 +40,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
                     f"this value of {cmd.subject} {cmd.predicate} was forgotten before and "
                     "the policy refuses it")
             provenance, marks = "claimed", ["previously_forgotten"]
-        tx_at = ledger._tx_at()
+        tx_at = ledger.tx_at()
         valid_from = cmd.valid_from or tx_at
         if cmd.valid_to is not None and cmd.valid_to <= valid_from:
             raise LedgerError("invalid_interval",
@@ -50,7 +50,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
                                       cmd.subject, cmd.predicate, valid_from)
         for source in cmd.sources or ():
             lifecycle.check_source(ledger.db.facts.get(source), source)
-        fact_id = ledger._new_fact_id(tx_at)
+        fact_id = ledger.new_fact_id(tx_at)
         salt = new_salt()
         assert ledger.keys is not None  # seal() above refused a ledger without its key store
         fields = {
@@ -66,17 +66,59 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
         }
         sealed = ledger.values.seal(fact_id, cmd.subject, value_text,
                                   work_started=ledger.work_started, now=tx_at)
-        row = ledger._append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
+        row = ledger.append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
                            value=sealed, salt=salt, subject=cmd.subject,
                            plaintext=value_text)
         fact = reads.require_fact(ledger.db, fact_id)
     return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                         status=fact.status, provenance=provenance)
 
+
 def previously_forgotten(ledger: LedgerCore, subject: str, predicate: str, value_text: str) -> bool:
     """Was this value of the subject and predicate forgotten before (by its keyed digest)?"""
     if ledger.keys is None or ledger.policy.policy.erasure.digest == "none":
         return False
     ref = ledger.keys.subject_ref(subject)
-    digest = erasure.previously_forgotten_digest(ledger, ref, predicate, value_text)
+    digest = previously_forgotten_digest(ledger, ref, predicate, value_text)
     return ledger.db.erasure.has_digest(ref, predicate, digest)
+
+
+def _fact_event(ledger: LedgerCore, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
+                check: Callable[[], object]) -> FactOpResult:
+    """One event about an existing fact: check the move, then append it (one transaction)."""
+    with ledger.transaction():
+        check()
+        tx_at = ledger.tx_at()
+        row = ledger.append(kind, actor, tx_at, fields, fact_id=fact_id)
+        fact = reads.require_fact(ledger.db, fact_id)
+    return FactOpResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
+                        status=fact.status)
+
+
+def retract(ledger: LedgerCore, cmd: Retract) -> FactOpResult:
+    return _fact_event(ledger, "retract", cmd.fact_id, cmd.actor,
+                       {"reason": cmd.reason, "session": cmd.session},
+                       lambda: lifecycle.check_retract(ledger.db.facts.get(cmd.fact_id),
+                                                       cmd.fact_id))
+
+
+def review(ledger: LedgerCore, cmd: Confirm | Reject) -> FactOpResult:
+    kind = "confirm" if isinstance(cmd, Confirm) else "reject"
+    return _fact_event(
+        ledger, kind, cmd.fact_id, cmd.actor, {"reason": cmd.reason, "session": cmd.session},
+        lambda: lifecycle.check_review(ledger.db.facts.get(cmd.fact_id), cmd.fact_id,
+                                       cmd.actor, ledger.policy.policy))
+
+
+def affirm(ledger: LedgerCore, cmd: Affirm) -> FactOpResult:
+    return _fact_event(ledger, "affirm", cmd.fact_id, cmd.actor, {"session": cmd.session},
+                       lambda: lifecycle.check_affirm(ledger.db.facts.get(cmd.fact_id),
+                                                      cmd.fact_id))
+
+
+def hold(ledger: LedgerCore, cmd: Hold | Release) -> FactOpResult:
+    kind = "hold" if isinstance(cmd, Hold) else "release"
+    check = lifecycle.check_hold if kind == "hold" else lifecycle.check_release
+    return _fact_event(ledger, kind, cmd.fact_id, cmd.actor,
+                       {"reason": cmd.reason, "session": cmd.session},
+                       lambda: check(ledger.db.facts.get(cmd.fact_id), cmd.fact_id))

@@ -10,13 +10,12 @@ cells are re-clustered when the index has grown fourfold since the last clusteri
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from custody_app.core.ledger_core import LedgerCore
+from custody_app.domain.policy import LoadedPolicy
+from store import LedgerFile
 
 Matrix = npt.NDArray[np.float32]
 
@@ -59,78 +58,81 @@ def nearest_cells(vectors: Matrix, centroids: Matrix, block: int = 8192) -> npt.
 
 
 class CellIndex:
-    """The centroids of one ledger, cached per connection and reloaded when another process
-    re-clustered (the store keeps a version)."""
+    """The centroids of one ledger file, cached per connection and reloaded when another
+    process re-clustered (the store keeps a version)."""
 
-    def __init__(self) -> None:
+    def __init__(self, db: LedgerFile, policy: LoadedPolicy, dimensions: int) -> None:
+        self.db = db
+        self.policy = policy
+        self.dimensions = dimensions
         self._version: str | None = None
         self._centroids: Matrix | None = None
         self._count: int | None = None  # vectors in the index, kept in step by this process
 
-    def centroids(self, ledger: LedgerCore) -> Matrix | None:
-        version = ledger.db.recall.cells_version()
+    def centroids(self) -> Matrix | None:
+        version = self.db.recall.cells_version()
         if version != self._version:
-            rows = ledger.db.recall.cells()
+            rows = self.db.recall.cells()
             self._centroids = (np.stack([np.frombuffer(b, dtype=np.float32) for _, b in rows])
                                if rows else None)
             self._version = version
             self._count = None
         return self._centroids
 
-    def cell_for(self, ledger: LedgerCore, vector: Matrix) -> int:
-        centroids = self.centroids(ledger)
+    def cell_for(self, vector: Matrix) -> int:
+        centroids = self.centroids()
         return 0 if centroids is None else int(np.argmax(centroids @ vector))
 
-    def probe(self, ledger: LedgerCore, query: Matrix, pool: int) -> list[int] | None:
+    def probe(self, query: Matrix, pool: int) -> list[int] | None:
         """The cells a query reads, nearest first: the policy's share of them, and enough to
         hold about twice `pool` vectors on average; None when the index is one cell."""
-        centroids = self.centroids(ledger)
+        centroids = self.centroids()
         if centroids is None:
             return None
         cells = len(centroids)
-        per_cell = max(ledger.db.recall.clustered_on(), 1) / cells
-        share = ledger.policy.policy.recall.ann_probe
+        per_cell = max(self.db.recall.clustered_on(), 1) / cells
+        share = self.policy.policy.recall.ann_probe
         n = min(cells, max(1, math.ceil(cells * share), math.ceil(2 * pool / per_cell)))
         return [int(c) for c in np.argsort(-(centroids @ query))[:n]]
 
-    def added(self, ledger: LedgerCore, n: int) -> None:
+    def added(self, n: int) -> None:
         """`n` vectors were added (negative: removed); re-cluster when the index has grown
         enough. Runs inside the caller's write transaction."""
         if self._count is None:
-            self._count = ledger.db.recall.counts()[1]
+            self._count = self.db.recall.counts()[1]
         else:
             self._count += n
-        if n > 0 and self._due(ledger, self._count):
-            self._count = ledger.db.recall.counts()[1]  # the cached count may have drifted
-            if self._due(ledger, self._count):
-                self.repartition(ledger)
+        if n > 0 and self._due(self._count):
+            self._count = self.db.recall.counts()[1]  # the cached count may have drifted
+            if self._due(self._count):
+                self.repartition()
 
-    def rebuilt(self, ledger: LedgerCore) -> None:
+    def rebuilt(self) -> None:
         """The index was rebuilt (all in one cell): cluster it if it is large enough."""
-        self._count = ledger.db.recall.counts()[1]
-        if self._due(ledger, self._count):
-            self.repartition(ledger)
+        self._count = self.db.recall.counts()[1]
+        if self._due(self._count):
+            self.repartition()
 
-    def count_cells(self, ledger: LedgerCore) -> int:
-        centroids = self.centroids(ledger)
+    def count_cells(self) -> int:
+        centroids = self.centroids()
         return 1 if centroids is None else len(centroids)
 
-    def _due(self, ledger: LedgerCore, count: int) -> bool:
-        floor = ledger.policy.policy.recall.ann_min_facts
-        clustered = ledger.db.recall.clustered_on()
+    def _due(self, count: int) -> bool:
+        floor = self.policy.policy.recall.ann_min_facts
+        clustered = self.db.recall.clustered_on()
         return count >= floor and (clustered == 0 or count >= REGROW * clustered)
 
-    def repartition(self, ledger: LedgerCore) -> int:
+    def repartition(self) -> int:
         """Cluster every vector anew and store each in its nearest cell; returns the cells."""
-        rows = ledger.db.recall.vectors()
+        rows = self.db.recall.vectors()
         if not rows:
             return 0
         matrix = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
         cells = min(len(rows), max(MIN_CELLS, round(math.sqrt(len(rows)))))
         centroids = kmeans(matrix, cells)
         where = nearest_cells(matrix, centroids)
-        ledger.db.recall.repartition(
-            ledger.embedder.dimensions, [c.tobytes() for c in centroids],
+        self.db.recall.repartition(
+            self.dimensions, [c.tobytes() for c in centroids],
             [(seq, int(cell), vec, status, space, ref, emb)
              for (seq, vec, status, space, ref, emb), cell in zip(rows, where, strict=True)])
         self._count = len(rows)

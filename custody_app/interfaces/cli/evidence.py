@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.readmodels import BlastResult, ExplainResult
 from custody_app.evidence.offline import OfflineReport, verify_export
 from custody_app.evidence.packcheck import verify_pack
 from custody_app.evidence.packs import pack_text
+from custody_app.evidence.readmodels import BlastResult, ExplainResult
 from custody_app.keys.keyring import read_public_key
 from custody_app.ledger.facade import Ledger
 

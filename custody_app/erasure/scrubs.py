@@ -1,0 +1,61 @@
+"""Scrubs a reader left pending: an erasure whose truncating WAL checkpoint was blocked keeps a
+pending row (written with the erasure, so a crash cannot lose it) until a later checkpoint
+completes; then its certificate is issued again with the checkpoint and byte scans redone."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from custody_app.erasure.certificate import ErasureCertificate
+from custody_app.erasure.proof import ErasureWork, reissue
+
+if TYPE_CHECKING:
+    from custody_app.core.ledger_core import LedgerCore
+
+
+class Scrubs:
+    """This process's pending erasures: certificate, erased bytes and short values of each."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, tuple[ErasureCertificate, list[bytes], int]] = {}
+        self.due = False
+        self.finishing = False
+
+    def settle(self, core: LedgerCore, cert: ErasureCertificate, work: ErasureWork) -> None:
+        """After an erasure's proof: a complete one clears its pending rows; an incomplete one
+        is kept (with what a re-issued certificate needs) until a checkpoint completes."""
+        if cert.complete:
+            self.clear(core)
+            return
+        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (
+            cert, work.needles, work.short_values)
+        self.due = True
+
+    def clear(self, core: LedgerCore) -> None:
+        """After a complete checkpoint: drop the pending-scrub rows and leave the WAL empty."""
+        self.finishing = True
+        try:
+            with core.transaction():
+                core.db.erasure.clear_pending()
+        finally:
+            self.finishing = False
+        core.db.wal_checkpoint(wait=False)
+
+    def finish(self, core: LedgerCore, *, wait: bool = True) -> list[ErasureCertificate]:
+        """Finish erasures whose WAL checkpoint a reader blocked; returns their certificates
+        re-issued (empty while a reader still blocks it, or when nothing was pending, or when
+        the certificates were issued by another process: then only the checkpoint is done)."""
+        with core.db.read():
+            pending = core.db.erasure.pending()
+        if not pending and not self._pending:
+            self.due = False
+            return []
+        if not core.db.wal_checkpoint(wait=wait).complete:
+            self.due = True
+            return []
+        self.clear(core)
+        certificates = [reissue(core, cert, needles, short)
+                        for cert, needles, short in self._pending.values()]
+        self._pending.clear()
+        self.due = False
+        return certificates

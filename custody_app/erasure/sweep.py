@@ -1,0 +1,75 @@
+"""Retention sweeps: expire what the policy's windows (or an explicit cutoff) allow, cascading
+like a forget and skipping what a legal hold protects."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from custody_app.domain.commands import Sweep
+from custody_app.domain.retention import cutoff_for, window_for
+from custody_app.domain.timeutil import parse_time
+from custody_app.erasure.cascade import cascade
+from custody_app.erasure.certificate import SweepResult
+from custody_app.erasure.forget import erase
+from custody_app.erasure.proof import SUBJECT_KEY_KEPT, ErasureWork, certificate
+from custody_app.erasure.scrubs import Scrubs
+
+if TYPE_CHECKING:
+    from custody_app.core.ledger_core import LedgerCore
+
+
+def _cutoffs(ledger: LedgerCore, cmd: Sweep) -> tuple[dict[str, str], dict[str, str]]:
+    """Cutoff per space, and the window each came from (none for an explicit cutoff)."""
+    if cmd.before:
+        # One cutoff for every space ("*") or for the one named.
+        return {cmd.space or "*": cmd.before}, {}
+    spaces = [cmd.space] if cmd.space else ledger.db.erasure.spaces()
+    now = parse_time(ledger.now())
+    cutoffs: dict[str, str] = {}
+    windows: dict[str, str] = {}
+    for space in spaces:
+        found = window_for(space, ledger.policy.policy.retention.windows)
+        if found is not None:
+            cutoffs[space] = cutoff_for(now, found[1])
+            windows[space] = f"{found[0]} = {found[1]}"
+    return cutoffs, windows
+
+
+def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
+    work = ErasureWork()
+    with ledger.db.read():
+        cutoffs, windows = _cutoffs(ledger, cmd)
+    if not cutoffs:
+        return SweepResult(cutoffs={}, expired=[], held=[], dry_run=cmd.dry_run,
+                           note="no retention window applies and no cutoff was given: "
+                           "nothing to do")
+    expired: list[str] = []
+    held: set[str] = set()
+    with (ledger.db.read() if cmd.dry_run else ledger.transaction()):
+        tx_at = ledger.tx_at() if not cmd.dry_run else ledger.now()
+        done: set[str] = set()
+        for space, cutoff in sorted(cutoffs.items()):
+            candidates = (ledger.db.erasure.sweep_candidates_all(cutoff) if space == "*"
+                          else ledger.db.erasure.sweep_candidates(space, cutoff))
+            for root in candidates:
+                if root.fact_id in done:
+                    continue
+                facts, root_of = cascade(ledger.db, [root])
+                facts = [f for f in facts if f.fact_id not in done]
+                blockers = [f.fact_id for f in facts if f.held]
+                if blockers:
+                    held.update(blockers)
+                    continue
+                done.update(f.fact_id for f in facts)
+                expired += [f.fact_id for f in facts]
+                if not cmd.dry_run:
+                    erase(ledger, facts, root_of, kind="expire", reason=cmd.reason,
+                           actor=cmd.actor, tx_at=tx_at, work=work,
+                           extra={"cutoff": cutoff, "window": windows.get(space)})
+    cert = None
+    if expired and not cmd.dry_run:
+        cert = certificate(ledger, "sweep", work, actor=cmd.actor, reason=cmd.reason,
+                           keys_place=SUBJECT_KEY_KEPT)
+        scrubs.settle(ledger, cert, work)
+    return SweepResult(cutoffs=cutoffs, expired=expired, held=sorted(held), dry_run=cmd.dry_run,
+                       certificate=cert)

@@ -1,0 +1,45 @@
+"""`verify`: walk the whole hash chain (every event's hash, link, mirrored columns and value
+commitment), check signed checkpoints, and compare the recall indexes with the believed facts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from custody_app.domain.chain import verify_chain
+from custody_app.domain.readmodels import VerifyResult
+from custody_app.evidence.checkpoints import CheckpointAudit
+from store.rows import EventRow
+
+if TYPE_CHECKING:
+    from custody_app.core.ledger_core import LedgerCore
+
+
+def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
+           public_key: str | None = None) -> VerifyResult:
+    """`valid` is false with the first bad seq when the chain is broken. Signed checkpoints
+    are checked under `public_key` (PEM), else the ledger's own key."""
+    pem = public_key or (ledger.keys.public_pem() if ledger.keys is not None
+                         and ledger.keys.store.meta("signing") is not None else None)
+    unchecked = 0
+
+    def opener(row: EventRow, body: dict[str, Any]) -> str | None:
+        nonlocal unchecked
+        text = ledger.values.opener(row, body)
+        unchecked += text is None
+        return text
+
+    with ledger.db.read():
+        audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
+        report = verify_chain(ledger.db.events.iter_all(), progress, opener, audit.check)
+        index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
+    valid, bad, problem = report.valid, report.first_bad_seq, report.problem
+    if valid and index_problems:
+        valid, problem = False, "recall indexes: " + "; ".join(index_problems)
+    if valid and public_key is not None and audit.count == 0 and report.events:
+        valid, problem = False, ("no signed checkpoint in this ledger: the given public key "
+                                 "cannot vouch for any of its events")
+    return VerifyResult(valid=valid, events=report.events, head=report.head,
+                        first_bad_seq=bad, problem=problem, checkpoints=audit.count,
+                        last_checkpoint_seq=audit.last, values_unchecked=unchecked,
+                        index_problems=index_problems)

@@ -1,0 +1,142 @@
+"""Hybrid search over the facts believed now: FTS5 bm25 and sqlite-vec KNN with the status,
+space and subject filters inside both, fused by weighted reciprocal rank, salience for ties."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+
+from custody_app.domain.commands import Recall
+from custody_app.domain.lifecycle import effective_rank
+from custody_app.domain.models import PROVENANCES
+from custody_app.domain.readmodels import FactView, RecallHit, RecallResult
+from custody_app.recall import text
+from custody_app.recall.cells import unit
+from custody_app.recall.index import STATUS_TOKEN, RecallIndex
+from custody_app.recall.salience import salience, salience_class
+
+RRF_K = 60
+
+
+def fused(lexical: list[int], vector: list[int],
+          vector_weight: float = 1.0) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion: sum of weight / (RRF_K + rank) over both rankings."""
+    scores: dict[int, float] = {}
+    for weight, ranking in ((1.0, lexical), (vector_weight, vector)):
+        for rank, seq in enumerate(ranking, start=1):
+            scores[seq] = scores.get(seq, 0.0) + weight / (RRF_K + rank)
+    return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def _top_with_ties(fused: list[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+    """The k best, and any further ones whose score ties the k-th (salience orders those):
+    only these are read and decrypted."""
+    out = [(seq, round(score, 6)) for seq, score in fused[:k]]
+    for seq, score in fused[k:]:
+        if round(score, 6) != out[-1][1]:
+            break
+        out.append((seq, round(score, 6)))
+    return out
+
+
+# A query term found in more than this share of the believed facts (and in more than
+# COMMON_TERM_DOCS of them) adds little to bm25 but makes FTS5 score every one of them: it is
+# dropped, unless it is the only term. At 100k facts 5% cut the median number of scored rows
+# from ~15k to ~4k (bench/results_recall.md); small ledgers keep every term.
+COMMON_TERM_SHARE = 0.05
+COMMON_TERM_DOCS = 500
+
+
+def _useful_terms(index: RecallIndex, terms: list[str]) -> list[str]:
+    """The query terms worth scoring: present somewhere, and not in nearly every fact."""
+    statuses = list(STATUS_TOKEN.values())
+    freq = index.db.recall.doc_freq([*terms, *statuses])
+    if freq is None or len(terms) < 2:
+        return terms
+    total = max(sum(freq.pop(s) for s in statuses), 1)
+    limit = max(COMMON_TERM_SHARE * total, COMMON_TERM_DOCS)
+    kept = [t for t in terms if 0 < freq.get(t, 0) <= limit]
+    return kept or terms
+
+
+def lexical_match(index: RecallIndex, words: list[str], include_claimed: bool,
+                  space: str | None, subject: str | None) -> str:
+    """The FTS5 MATCH expression for query words, with the filters inside it."""
+    terms = _useful_terms(index, [index.term(w) for w in dict.fromkeys(words)])
+    match = "terms: (" + " OR ".join(terms) + ")"
+    if not include_claimed:
+        # The index holds believed facts only, so live = not quarantined: FTS5 checks the
+        # short quarantined doclist instead of walking a live token that every fact has.
+        match += " NOT scope: " + STATUS_TOKEN["quarantined"]
+    if space is not None:
+        match += " AND scope: " + index.term("space:" + space)
+    if subject is not None:
+        match += " AND scope: " + index.term("subject:" + subject)
+    return match
+
+
+def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
+                   pool: int) -> tuple[list[int], list[int] | None]:
+    """sqlite-vec KNN over the cells nearest the query; when those cells hold fewer matches
+    than the pool (a rare space or subject filter), over every vector instead."""
+    query = unit(index.embedder.embed_query(cmd.query))
+    subject_ref = index.subject_ref(cmd.subject) if cmd.subject is not None else None
+    cells = index.cells.probe(query, pool)
+    found = index.db.recall.vector(query.tobytes(), pool, statuses, cmd.space, subject_ref,
+                                    cells)
+    if cells is not None and len(found) < pool:
+        cells = None
+        found = index.db.recall.vector(query.tobytes(), pool, statuses, cmd.space, subject_ref)
+    return [seq for seq, _ in found], cells
+
+
+def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
+    """The k facts believed now that best match the query, each saying how it ranked."""
+    statuses = ("live", "quarantined") if cmd.include_claimed else ("live",)
+    words = text.words(cmd.query)
+    pool = max(cmd.k * 4, 50)
+    lexical: list[int] = []
+    if words and cmd.strategy != "vector":
+        match = lexical_match(index, words, cmd.include_claimed, cmd.space, cmd.subject)
+        lexical = [seq for seq, _ in index.db.recall.lexical(match, pool)]
+    vector: list[int] = []
+    cells: list[int] | None = None
+    if cmd.strategy != "lexical":
+        vector, cells = _vector_search(index, cmd, statuses, pool)
+    # Hybrid needs query words; a query of stopwords only is answered by vectors alone.
+    strategy = cmd.strategy if cmd.strategy != "hybrid" or words else "vector"
+    ranked = fused(lexical, vector, index.embedder.fusion_weight)
+    hits: list[RecallHit] = []
+    lex_rank = {seq: i for i, seq in enumerate(lexical, start=1)}
+    vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
+    for seq, score in _top_with_ties(ranked, cmd.k):
+        fact = index.db.facts.get_by_seq(seq)
+        if fact is None:
+            continue
+        value_text = index.stored_text(fact)
+        b = salience(index.db, index.policy, fact, now)
+        hits.append(RecallHit(
+            fact=FactView(fact_id=fact.fact_id, subject=fact.subject, predicate=fact.predicate,
+                          value=None if value_text is None else json.loads(value_text),
+                          space=fact.space, status=fact.status,
+                          provenance=PROVENANCES[effective_rank(fact)],
+                          valid_from=fact.valid_from, valid_to=fact.valid_to, actor=fact.actor,
+                          erased=value_text is None),
+            score=score, lexical_rank=lex_rank.get(seq), vector_rank=vec_rank.get(seq),
+            salience=b if math.isfinite(b) else -99.0, salience_class=salience_class(index.policy, b)))
+    # Salience only breaks ties between equal fused scores.
+    hits.sort(key=lambda h: (-h.score, -h.salience))
+    parts = []
+    if strategy != "vector":
+        parts.append(f"FTS5 bm25 gave {len(lexical)} candidate(s)")
+    if strategy != "lexical":
+        where = ("every vector" if cells is None else
+                 f"the {len(cells)} nearest of {index.cells.count_cells()} k-means cells")
+        parts.append(f"sqlite-vec KNN ({index.embedder.name}, cosine) over {where} gave "
+                     f"{len(vector)}")
+    note = (f"ranked inside SQLite: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
+            f"facts inside the search; fused by reciprocal rank (k={RRF_K}, vector weight "
+            f"{index.embedder.fusion_weight:g}); salience breaks ties")
+    return RecallResult(query=cmd.query, strategy=strategy, note=note,
+                        embedder=index.embedder.name, results=hits[:cmd.k])
