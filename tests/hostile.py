@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from custody_app.domain.commands import NOT_YET, OPS
-from custody_app.interfaces.batch import Aliases, result_line, run_op
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.ops import Aliases, result_line, run_op
 
 FIELDS = ("subject", "predicate", "value", "actor", "cause", "space", "provenance", "valid_from",
           "valid_to", "session", "supersedes", "sources", "llm", "fact_id", "reason", "valid_at",

@@ -69,7 +69,7 @@ async def test_stdio_server_in_a_subprocess_quarantines_until_confirmed_through_
 
 
 def test_the_serve_path_never_loads_textual() -> None:
-    code = ("import sys, custody_app.interfaces.cli.main, custody_app.interfaces.mcp.cli, "
+    code = ("import sys, custody_app.interfaces.cli.main, custody_app.interfaces.cli.serve, "
             "custody_app.interfaces.mcp.server, custody_app.interfaces.mcp.http, uvicorn; "
             "sys.exit(any(m.split('.')[0] == 'textual' for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

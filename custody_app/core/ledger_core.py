@@ -123,8 +123,8 @@ class LedgerCore:
     # ---- transactions -------------------------------------------------------------------
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """A write transaction (nested ones are savepoints: each operation still fails alone).
-        The key store commits first, then the ledger; a failure rolls both back."""
+        """A write transaction over the ledger and its key store (nested ones are savepoints, so
+        each operation in a group still fails alone)."""
         if self.readonly:
             raise LedgerError("read_only", "this ledger was opened read-only")
         keys = self.keys.store.write() if self.keys is not None else nullcontext()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Protocol
 
-from custody_app.domain.lifecycle import check_move, derive_state, same_state
+from custody_app.domain.lifecycle import ENDED_STATUS, check_move, effective_rank, erased_subject
 from store.rows import FactRow, StateRow
 
 
@@ -95,9 +95,28 @@ def _refresh_replaced(port: ProjectionPort, replacement: FactRow, seq: int, tx_a
             _refresh(port, old, seq, tx_at, changes)
 
 
-def erased_subject(subject_ref: str) -> str:
-    """What stands for a subject whose plaintext identifier was erased."""
-    return f"erased:{subject_ref[:16]}"
+def derive_state(fact: FactRow, replacement: FactRow | None, seq: int, tx_at: str) -> StateRow:
+    """The fact's state after event `seq`, given its live replacement (if any)."""
+    rank = effective_rank(fact)
+    if fact.ended is not None:
+        ended = ENDED_STATUS[fact.ended]
+        return StateRow(fact.assert_seq, seq, tx_at, 0, rank, ended, ended,
+                        fact.valid_to, fact.valid_to)
+    base = "quarantined" if rank == 0 else "active"
+    if replacement is None:
+        return StateRow(fact.assert_seq, seq, tx_at, 1, rank, base, base,
+                        fact.valid_to, fact.valid_to)
+    cut = replacement.valid_from
+    vto = cut if fact.valid_to is None or cut < fact.valid_to else fact.valid_to
+    trusted = effective_rank(replacement) >= 1
+    return StateRow(fact.assert_seq, seq, tx_at, 1, rank, "superseded",
+                    "superseded" if trusted else base, vto, vto if trusted else fact.valid_to)
+
+
+def same_state(a: StateRow | None, b: StateRow) -> bool:
+    return a is not None and (a.live, a.prov_rank, a.status_all, a.status_trusted, a.vto_all,
+                              a.vto_trusted) == (b.live, b.prov_rank, b.status_all,
+                                                 b.status_trusted, b.vto_all, b.vto_trusted)
 
 
 def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: str | None,

@@ -1,14 +1,14 @@
-"""`custody-app doctor`: the CLI of the install and ledger checks (custody_app/doctor.py)."""
+"""`custody-app doctor`: the subcommand of the install and ledger checks (doctor/checks.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from custody_app.doctor.checks import diagnose
-from custody_app.interfaces.cli.main import DEFAULT_LEDGER, LEDGER_ENV, Exit
+from custody_app.domain.errors import Exit
+from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, ledger_path
 from custody_app.keys.keyring import KEYSTORE_ENV
 
 
@@ -28,8 +28,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def doctor_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    path = args.ledger or os.environ.get(LEDGER_ENV) or DEFAULT_LEDGER
-    report = diagnose(path, keystore=args.keystore)
+    report = diagnose(ledger_path(args.ledger), keystore=args.keystore)
     if args.json:
         sys.stdout.write(json.dumps(report.model_dump(mode="json"), indent=2,
                                     ensure_ascii=False) + "\n")

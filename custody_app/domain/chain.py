@@ -7,11 +7,13 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import rfc8785
 
-from store.rows import EventRow
+from custody_app.domain.records import EventRecord
+
+E = TypeVar("E", bound=EventRecord)
 
 GENESIS = "0" * 64
 # Columns repeated outside the hashed body; verify checks they still agree with it.
@@ -47,11 +49,10 @@ class ChainReport:
     problem: str | None = None
 
 
-ValueOpener = Callable[[EventRow, dict[str, Any]], "str | None"]
 
 
-def check_event(row: EventRow, prev_hash: str, expected_seq: int,
-                open_value: ValueOpener | None = None) -> str | None:
+def check_event(row: E, prev_hash: str, expected_seq: int,
+                open_value: Callable[[E, dict[str, Any]], str | None] | None = None) -> str | None:
     """What is wrong with one event given its predecessor, or None. `open_value` turns a stored
     value into its canonical text (None when its key is gone) so the commitment can be checked."""
     if row.seq != expected_seq:
@@ -86,9 +87,9 @@ def check_event(row: EventRow, prev_hash: str, expected_seq: int,
 
 
 def verify_chain(
-    rows: Iterable[EventRow], progress: Callable[[int], None] | None = None,
-    open_value: ValueOpener | None = None,
-    extra_check: Callable[[EventRow], str | None] | None = None,
+    rows: Iterable[E], progress: Callable[[int], None] | None = None,
+    open_value: Callable[[E, dict[str, Any]], str | None] | None = None,
+    extra_check: Callable[[E], str | None] | None = None,
 ) -> ChainReport:
     """Walk every event in seq order; report the first bad seq for an edit, gap or reordering."""
     prev_hash = GENESIS

@@ -1,8 +1,19 @@
-"""Typed refusals: each carries a stable code that the batch output and the CLI report."""
+"""Typed refusals: each carries a stable code that the batch output and the CLI report; and
+the process exit codes every subcommand shares."""
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
+
+
+class Exit(IntEnum):
+    """How `custody-app` (and `--batch`, `doctor`, `serve`) exits."""
+
+    OK = 0
+    OP_FAILED = 1
+    USAGE = 2
+    UNOPENABLE = 3
 
 
 class LedgerError(Exception):

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from custody_app.core.projector import erased_subject
+from custody_app.domain.lifecycle import erased_subject
 from custody_app.domain.models import PROV_RANK
-from store.rows import EventRow
+from custody_app.domain.records import EventRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class FoldedFact:
 
 
 def fold_as_of(
-    events: Iterable[EventRow],
+    events: Iterable[EventRecord],
     *,
     valid_at: str,
     tx_at: str,
@@ -41,7 +41,7 @@ def fold_as_of(
 ) -> list[FoldedFact]:
     """Replay the events known by `tx_at` from scratch and read off what held at `valid_at`."""
     known = [e for e in events if e.tx_at <= tx_at]
-    asserts: dict[str, tuple[EventRow, dict[str, Any]]] = {}
+    asserts: dict[str, tuple[EventRecord, dict[str, Any]]] = {}
     killed: set[str] = set()
     erased_by_t: set[str] = set()
     confirmed: set[str] = set()

@@ -1,11 +1,16 @@
-"""The fact lifecycle in one place: the legal-move table, the refusals, and state derivation."""
+"""The fact lifecycle in one place: the legal-move table, the refusals, and what a fact's
+status and provenance rank are."""
 
 from __future__ import annotations
+
+from typing import TypeVar
 
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import PROV_RANK
 from custody_app.domain.policy import Policy
-from store.rows import FactRow, StateRow
+from custody_app.domain.records import FactRecord
+
+F = TypeVar("F", bound=FactRecord)
 
 # Legal moves of a fact's status, and nothing else. None is "not yet a fact".
 LEGAL_MOVES: dict[str | None, frozenset[str]] = {
@@ -18,6 +23,11 @@ LEGAL_MOVES: dict[str | None, frozenset[str]] = {
     "forgotten": frozenset(),
     "expired": frozenset(),
 }
+def erased_subject(subject_ref: str) -> str:
+    """What stands for a subject whose plaintext identifier was erased."""
+    return f"erased:{subject_ref[:16]}"
+
+
 ENDED_STATUS = {"retracted": "retracted", "rejected": "retracted",
                 "forgotten": "forgotten", "expired": "expired"}
 
@@ -28,50 +38,26 @@ def check_move(fact_id: str, old: str | None, new: str) -> None:
         raise LedgerError("illegal_move", f"fact {fact_id} cannot move from {old} to {new}")
 
 
-def effective_rank(fact: FactRow) -> int:
+def effective_rank(fact: FactRecord) -> int:
     """Provenance rank now: a confirmed claimed fact counts as attested."""
     rank = PROV_RANK[fact.provenance]
     return 1 if rank == 0 and fact.confirmed_seq is not None else rank
 
 
-def derive_state(fact: FactRow, replacement: FactRow | None, seq: int, tx_at: str) -> StateRow:
-    """The fact's state after event `seq`, given its live replacement (if any)."""
-    rank = effective_rank(fact)
-    if fact.ended is not None:
-        ended = ENDED_STATUS[fact.ended]
-        return StateRow(fact.assert_seq, seq, tx_at, 0, rank, ended, ended,
-                        fact.valid_to, fact.valid_to)
-    base = "quarantined" if rank == 0 else "active"
-    if replacement is None:
-        return StateRow(fact.assert_seq, seq, tx_at, 1, rank, base, base,
-                        fact.valid_to, fact.valid_to)
-    cut = replacement.valid_from
-    vto = cut if fact.valid_to is None or cut < fact.valid_to else fact.valid_to
-    trusted = effective_rank(replacement) >= 1
-    return StateRow(fact.assert_seq, seq, tx_at, 1, rank, "superseded",
-                    "superseded" if trusted else base, vto, vto if trusted else fact.valid_to)
-
-
-def same_state(a: StateRow | None, b: StateRow) -> bool:
-    return a is not None and (a.live, a.prov_rank, a.status_all, a.status_trusted, a.vto_all,
-                              a.vto_trusted) == (b.live, b.prov_rank, b.status_all,
-                                                 b.status_trusted, b.vto_all, b.vto_trusted)
-
-
-def require(fact: FactRow | None, fact_id: str) -> FactRow:
+def require(fact: F | None, fact_id: str) -> F:
     if fact is None:
         raise LedgerError("unknown_fact", f"fact {fact_id} does not exist in this ledger")
     return fact
 
 
-def _not_erased(fact: FactRow) -> None:
+def _not_erased(fact: FactRecord) -> None:
     if fact.ended in ("forgotten", "expired"):
         raise LedgerError("already_forgotten", f"fact {fact.fact_id} was {fact.ended}; its value is gone")
 
 
 def check_supersede(
-    old: FactRow | None, old_id: str, subject: str, predicate: str, valid_from: str
-) -> FactRow:
+    old: F | None, old_id: str, subject: str, predicate: str, valid_from: str
+) -> F:
     fact = require(old, old_id)
     _not_erased(fact)
     if fact.ended is not None:
@@ -94,13 +80,13 @@ def check_supersede(
     return fact
 
 
-def check_source(fact: FactRow | None, fact_id: str) -> FactRow:
+def check_source(fact: F | None, fact_id: str) -> F:
     source = require(fact, fact_id)
     _not_erased(source)
     return source
 
 
-def check_retract(fact: FactRow | None, fact_id: str) -> FactRow:
+def check_retract(fact: F | None, fact_id: str) -> F:
     found = require(fact, fact_id)
     _not_erased(found)
     if found.ended is not None:
@@ -108,7 +94,7 @@ def check_retract(fact: FactRow | None, fact_id: str) -> FactRow:
     return found
 
 
-def check_review(fact: FactRow | None, fact_id: str, actor: str, policy: Policy) -> FactRow:
+def check_review(fact: F | None, fact_id: str, actor: str, policy: Policy) -> F:
     """Confirm and reject: a still-claimed fact, by a policy reviewer who did not write it."""
     found = require(fact, fact_id)
     _not_erased(found)
@@ -123,7 +109,7 @@ def check_review(fact: FactRow | None, fact_id: str, actor: str, policy: Policy)
     return found
 
 
-def check_affirm(fact: FactRow | None, fact_id: str) -> FactRow:
+def check_affirm(fact: F | None, fact_id: str) -> F:
     found = require(fact, fact_id)
     _not_erased(found)
     if found.ended is not None:
@@ -134,7 +120,7 @@ def check_affirm(fact: FactRow | None, fact_id: str) -> FactRow:
     return found
 
 
-def check_hold(fact: FactRow | None, fact_id: str) -> FactRow:
+def check_hold(fact: F | None, fact_id: str) -> F:
     """A hold needs a fact whose value still exists and that is not held yet."""
     found = require(fact, fact_id)
     _not_erased(found)
@@ -143,7 +129,7 @@ def check_hold(fact: FactRow | None, fact_id: str) -> FactRow:
     return found
 
 
-def check_release(fact: FactRow | None, fact_id: str) -> FactRow:
+def check_release(fact: F | None, fact_id: str) -> F:
     found = require(fact, fact_id)
     if not found.held:
         raise LedgerError("not_held", f"fact {fact_id} is not on hold")

@@ -1,8 +1,14 @@
-"""Files that ship with the package: the default policy and the sample data."""
+"""Files: those that ship with the package (the default policy, the sample data), and which
+ledger and policy a command works on when none is named."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+LEDGER_ENV = "CUSTODY_LEDGER"
+POLICY_ENV = "CUSTODY_POLICY"
+DEFAULT_LEDGER = "custody.db"
 
 # custody_app/, the package root (this file is custody_app/domain/resources.py).
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -29,3 +35,13 @@ def demo_batch_paths() -> list[Path]:
     """What --demo replays, in order: three weeks of a support agent's memory, then the refund
     incident that the blast radius screen traces (it continues the same ledger)."""
     return [sample_batch_path(), resource("sample_data/incident_refund.jsonl")]
+
+
+def ledger_path(given: str | None) -> str:
+    """The ledger a command works on: the one given, else $CUSTODY_LEDGER, else ./custody.db."""
+    return given or os.environ.get(LEDGER_ENV) or DEFAULT_LEDGER
+
+
+def policy_path(given: str | None) -> str | None:
+    """The policy file given, else $CUSTODY_POLICY; None means the shipped default."""
+    return given or os.environ.get(POLICY_ENV)

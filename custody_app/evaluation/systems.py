@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 from custody_app.domain.policy import LoadedPolicy
 from custody_app.domain.timeutil import ManualClock
-from custody_app.interfaces.batch import Aliases, run_op
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.ops import Aliases, run_op
 
 
 class MemoryUnderTest(Protocol):

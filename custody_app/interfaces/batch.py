@@ -6,17 +6,15 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-from custody_app.domain.commands import NOT_YET, OPS, parse_command
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.readmodels import VerifyResult
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.ops import Aliases, result_line, run_op
 
 # Ops per write transaction: results are printed only once their transaction has committed.
 CHUNK = 500
-_ALIAS_FIELDS = ("fact_id", "supersedes")
 
 
 @dataclass
@@ -27,115 +25,11 @@ class BatchOutcome:
     stopped: bool = False
 
 
-@dataclass
-class _Aliases:
-    names: dict[str, tuple[str, int]] = field(default_factory=dict)
-
-    def resolve(self, ref: Any) -> Any:
-        if isinstance(ref, str) and ref.startswith("@"):
-            name = ref[1:]
-            if name not in self.names:
-                raise LedgerError("unknown_alias", f"alias {ref} is not defined by an earlier "
-                                  "successful assert in this batch")
-            return self.names[name][0]
-        return ref
-
-    def apply(self, data: dict[str, Any]) -> None:
-        for key in _ALIAS_FIELDS:
-            if key in data:
-                data[key] = self.resolve(data[key])
-        if isinstance(data.get("sources"), list):
-            data["sources"] = [self.resolve(s) for s in data["sources"]]
-
-
-# Public name for callers that run ops one at a time (the eval harness).
-Aliases = _Aliases
-
-
 def _lines(stream: Iterable[str]) -> Iterator[tuple[int, str]]:
     for number, text in enumerate(stream, start=1):
         stripped = text.strip()
         if stripped and not stripped.startswith("#"):
             yield number, stripped
-
-
-def run_op(ledger: Ledger, aliases: _Aliases, number: int, text: str) -> dict[str, Any]:
-    """One input line to one output object; a failure writes nothing."""
-    out: dict[str, Any] = {"line": number, "id": None, "op": None}
-    try:
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise LedgerError("bad_json", f"line {number} is not JSON: {exc}") from None
-        except RecursionError:
-            raise LedgerError("bad_json", f"line {number} nests too deeply to parse") from None
-        if not isinstance(data, dict):
-            raise LedgerError("bad_request", f"line {number} is not a JSON object")
-        check_line(data, number)
-        out["id"] = data.pop("id", None)
-        op = data.pop("op", None)
-        out["op"] = op if isinstance(op, str) else None
-        if op is None:
-            raise LedgerError("bad_request", "missing field 'op'", field="op")
-        if not isinstance(op, str) or op not in OPS:
-            hint = " (not available in this version)" if op in NOT_YET else ""
-            raise LedgerError("unknown_op", f"unknown op {op!r}{hint}")
-        ref = data.pop("ref", None) if op == "assert" else None
-        if ref is not None and (not isinstance(ref, str) or not ref or ref.startswith("@")):
-            raise LedgerError("bad_request", "field 'ref' must be a name such as \"plan1\"",
-                              field="ref")
-        if ref is not None and ref in aliases.names:
-            raise LedgerError("bad_request", f"alias {ref!r} is already defined on line "
-                              f"{aliases.names[ref][1]}", field="ref")
-        aliases.apply(data)
-        result = ledger.execute(parse_command(OPS[op], data))
-        if isinstance(result, VerifyResult) and not result.valid:
-            raise LedgerError("chain_broken", result.problem or "the chain is broken",
-                              first_bad_seq=result.first_bad_seq)
-        if ref is not None:
-            aliases.names[ref] = (str(getattr(result, "fact_id")), number)  # noqa: B009
-        out.update(ok=True, result=result.model_dump(mode="json"))
-    except LedgerError as exc:
-        out.update(ok=False, error=exc.to_json())
-    except Exception as exc:  # a defect; the op's savepoint was rolled back, the run goes on
-        sys.stderr.write(f"custody-app: internal error on line {number}: {exc!r}\n")
-        out.update(ok=False, error={"code": "internal_error", "message": f"line {number} hit "
-                                    f"an internal error ({type(exc).__name__}); nothing was "
-                                    "written"})
-    return out
-
-
-# Deeper lines are refused before any op sees them (parsers and the canonical form recurse).
-MAX_DEPTH = 64
-
-
-def check_line(data: dict[str, Any], number: int) -> None:
-    """Refuse a line nested deeper than MAX_DEPTH or holding text that is not valid Unicode
-    (invalid UTF-8 read with surrogateescape, or a lone surrogate escape such as \\ud800)."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise LedgerError("bad_request", f"line {number} nests deeper than {MAX_DEPTH} levels")
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
-    try:
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise LedgerError("bad_json", f"line {number} is not valid UTF-8 text (or holds a lone "
-                          "surrogate escape)") from None
-
-
-def result_line(result: dict[str, Any]) -> str:
-    """One output line; text the output encoding cannot carry is escaped, never a crash."""
-    text = json.dumps(result, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(result)
-    return text + "\n"
 
 
 def _group_failed(pending: list[dict[str, Any]], exc: LedgerError, outcome: BatchOutcome,
@@ -188,7 +82,7 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
     are printed once their transaction committed; a run that wrote ends with a signed
     checkpoint of the chain head (`sign`)."""
     outcome = BatchOutcome()
-    aliases = _Aliases()
+    aliases = Aliases()
     pending: list[dict[str, Any]] = []
     head_before = ledger.db.events.head()
     for shared, group in _groups(_lines(stream), chunk):

@@ -235,24 +235,23 @@ class Ledger(BrowseReads):
         Signed checkpoints are checked under `public_key` (PEM), else the ledger's own key."""
         return verify_ledger(self, progress, public_key=public_key)
 
-    def _set_clock(self, cmd: SetClock) -> ClockResult:
-        """Set the manual clock (replays only): never before the ledger's newest event."""
-        if not isinstance(self.clock, ManualClock):
-            raise LedgerError("manual_clock_disabled",
-                              "the clock can only be set when started with --manual-clock")
-        head = self.db.events.head()
-        if head is not None and cmd.set < head[2]:
-            raise LedgerError("clock_backwards",
-                              f"cannot set the clock to {cmd.set}, before the ledger's last "
-                              f"transaction time {head[2]}")
-        if self.clock.is_set and cmd.set < format_time(self.clock.now()):
-            raise LedgerError("clock_backwards",
-                              f"cannot set the clock to {cmd.set}, before the time it was set "
-                              f"to last, {format_time(self.clock.now())}")
-        self.clock.set(datetime.fromisoformat(cmd.set.replace("Z", "+00:00")))
-        return ClockResult(now=cmd.set)
 
-
+def _set_clock(ledger: Ledger, cmd: SetClock) -> ClockResult:
+    """Set the manual clock (replays only): never before the ledger's newest event."""
+    if not isinstance(ledger.clock, ManualClock):
+        raise LedgerError("manual_clock_disabled",
+                          "the clock can only be set when started with --manual-clock")
+    head = ledger.db.events.head()
+    if head is not None and cmd.set < head[2]:
+        raise LedgerError("clock_backwards",
+                          f"cannot set the clock to {cmd.set}, before the ledger's last "
+                          f"transaction time {head[2]}")
+    if ledger.clock.is_set and cmd.set < format_time(ledger.clock.now()):
+        raise LedgerError("clock_backwards",
+                          f"cannot set the clock to {cmd.set}, before the time it was set "
+                          f"to last, {format_time(ledger.clock.now())}")
+    ledger.clock.set(datetime.fromisoformat(cmd.set.replace("Z", "+00:00")))
+    return ClockResult(now=cmd.set)
 
 
 # Each command's handler, in the subpackage that owns it; the façade only dispatches.
@@ -260,7 +259,7 @@ _HANDLERS: dict[type[Command], Callable[[Ledger, Any], BaseModel]] = {
     AssertFact: writes.assert_fact, Retract: writes.retract, Confirm: writes.review,
     Reject: writes.review, Affirm: writes.affirm, Hold: writes.hold, Release: writes.hold,
     AsOf: queries.as_of, History: queries.history, Why: queries.why, Recall: queries.recall,
-    Verify: lambda ledger, cmd: ledger.verify(), SetClock: Ledger._set_clock,
+    Verify: lambda ledger, cmd: ledger.verify(), SetClock: _set_clock,
     Forget: lambda ledger, cmd: forget(ledger, ledger.scrubs, cmd),
     ForgetSubject: lambda ledger, cmd: forget_subject(ledger, ledger.scrubs, cmd),
     Sweep: lambda ledger, cmd: sweep(ledger, ledger.scrubs, cmd),

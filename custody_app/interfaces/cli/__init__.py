@@ -1,4 +1,5 @@
-"""`custody-app`: the console script (`main`), its shared options and exit codes (`common`),
-and the subcommands grouped by what they do. Subcommands with parsers of their own (`doctor`,
-`eval`, `serve`, `writer-key`) are imported only when run.
+"""`custody-app`: the console script (`main`), its shared options and output (`common`), and
+the subcommands grouped by what they do (`ledger`, `erasure`, `evidence`). `serve` and
+`writer-key` (`serve`), `doctor` and `eval` have parsers of their own and are imported only when
+run, so `--batch` and `serve` never load the terminal app.
 """

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
 
 from custody_app.domain.errors import LedgerError
 from custody_app.evidence.offline import OfflineReport, verify_export
 from custody_app.evidence.packcheck import verify_pack
 from custody_app.evidence.packs import pack_text
 from custody_app.evidence.readmodels import BlastResult, ExplainResult
+from custody_app.interfaces.cli.common import AddParser, print_json
 from custody_app.keys.keyring import read_public_key
 from custody_app.ledger.facade import Ledger
 
@@ -21,11 +20,7 @@ NAMES = ("blast", "explain", "pack", "export")
 READ_ONLY = ("blast", "explain")
 
 
-class _Add(Protocol):
-    def __call__(self, name: str, helptext: str, *positional: str) -> argparse.ArgumentParser: ...
-
-
-def add_parsers(add: _Add) -> None:
+def add_parsers(add: AddParser) -> None:
     s = add("blast", "what could have relied on a fact: sessions served it, their later writes "
             "and actions, derived facts (an upper bound)", "FACT")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -42,13 +37,9 @@ def add_parsers(add: _Add) -> None:
         "--out", metavar="PATH", required=True, help="where to write the export")
 
 
-def _out(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
-
-
 def _report(report: OfflineReport, as_json: bool = True) -> int:
     if as_json:
-        _out(report.model_dump(mode="json"))
+        print_json(report.model_dump(mode="json"))
     for problem in report.problems:
         sys.stderr.write(f"custody-app: {report.what} check failed: {problem}\n")
     return 0 if report.valid else 1
@@ -86,7 +77,7 @@ def offline(args: argparse.Namespace) -> int | None:
 def _readable(result: BlastResult | ExplainResult, as_json: bool) -> int:
     """A report as JSON for machines, or its readable rendering."""
     if as_json:
-        _out(result.model_dump(mode="json"))
+        print_json(result.model_dump(mode="json"))
     else:
         sys.stdout.write(result.render() + "\n")
     return 0
@@ -105,7 +96,7 @@ def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
     with open(args.out, "w", encoding="utf-8", newline="") as handle:
         handle.write(pack_text(pack))
     radius = pack.blast
-    _out({"pack": args.out, "fact_id": pack.fact_id, "events": len(pack.events),
+    print_json({"pack": args.out, "fact_id": pack.fact_id, "events": len(pack.events),
           "sessions": len(radius["sessions"]), "facts_reached": len(radius["facts"]),
           "forget_certificate": pack.forget_certificate is not None,
           "key_fingerprint": pack.signature["key_fingerprint"]})
@@ -113,7 +104,7 @@ def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
 
 
 def _export(ledger: Ledger, args: argparse.Namespace) -> int:
-    _out(ledger.export(args.out).model_dump(mode="json"))
+    print_json(ledger.export(args.out).model_dump(mode="json"))
     return 0
 
 

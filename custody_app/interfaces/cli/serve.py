@@ -9,12 +9,12 @@ import sys
 import anyio
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.resources import ledger_path, policy_path
+from custody_app.interfaces.cli.common import add_common
 from custody_app.interfaces.mcp.tools import MemoryTools
 from custody_app.keys.writer_keys import new_key, read_key
 from custody_app.ledger.facade import Ledger
 
-LEDGER_ENV = "CUSTODY_LEDGER"
-POLICY_ENV = "CUSTODY_POLICY"
 AGENT_ENV = "CUSTODY_AGENT"
 TOKEN_ENV = "CUSTODY_MCP_TOKEN"
 MIN_TOKEN = 16
@@ -28,9 +28,7 @@ def _serve_parser() -> argparse.ArgumentParser:
         "served and its writes carry the session. Writes are claimed (quarantined until a "
         "reviewer confirms them) unless --writer-key holds the key the policy registers for "
         "--agent.")
-    p.add_argument("--ledger", help=f"ledger file (default: ${LEDGER_ENV} or ./custody.db)")
-    p.add_argument("--policy", help=f"policy TOML (default: ${POLICY_ENV} or the shipped default)")
-    p.add_argument("--keystore", help="key store (default: $CUSTODY_KEYSTORE or LEDGER.keys)")
+    add_common(p)
     p.add_argument("--agent", default=os.environ.get(AGENT_ENV),
                    help=f"the agent identity every write is made as, agent:NAME (default: "
                    f"${AGENT_ENV}); never taken from the client")
@@ -64,8 +62,7 @@ def serve_main(argv: list[str]) -> int:
             return _fail(f"--port {args.port} is not a TCP port", 2)
     try:
         key = read_key(args.writer_key) if args.writer_key else None
-        ledger = Ledger.open(args.ledger or os.environ.get(LEDGER_ENV) or "custody.db",
-                             policy=args.policy or os.environ.get(POLICY_ENV),
+        ledger = Ledger.open(ledger_path(args.ledger), policy=policy_path(args.policy),
                              keystore=args.keystore)
     except LedgerError as exc:
         return _fail(f"{exc.message} ({exc.code})", 3)

@@ -1,0 +1,61 @@
+"""What every subcommand shares: the --ledger, --policy and --keystore options, opening the
+ledger they name, and printing results (stdout carries data only; diagnostics go to stderr)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from custody_app.domain.errors import Exit, LedgerError
+from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, POLICY_ENV, ledger_path, policy_path
+from custody_app.domain.timeutil import ManualClock
+from custody_app.keys.keyring import KEYSTORE_ENV
+from custody_app.ledger.facade import Ledger
+
+
+class AddParser(Protocol):
+    """Adds one subcommand's parser, with its positional arguments and the common options."""
+
+    def __call__(self, name: str, helptext: str, *positional: str) -> argparse.ArgumentParser: ...
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ledger", help=f"ledger file (default: ${LEDGER_ENV} or ./{DEFAULT_LEDGER})")
+    parser.add_argument("--policy", help=f"policy TOML (default: ${POLICY_ENV} or the shipped default)")
+    parser.add_argument("--keystore", help=f"key store (default: ${KEYSTORE_ENV} or LEDGER.keys)")
+
+
+def chosen_ledger(args: argparse.Namespace) -> str:
+    return ledger_path(getattr(args, "ledger", None) or getattr(args, "ledger_path", None))
+
+
+def open_ledger(args: argparse.Namespace, *, manual_clock: bool = False,
+                readonly: bool = False) -> Ledger:
+    return Ledger.open(chosen_ledger(args), policy=policy_path(args.policy),
+                       keystore=args.keystore, reindex_progress=_reindex_progress,
+                       clock=ManualClock() if manual_clock else None, readonly=readonly)
+
+
+def _reindex_progress(done: int, total: int) -> None:
+    """The embedder changed: the recall indexes are being rebuilt at open."""
+    sys.stderr.write(f"\rcustody-app: re-embedding believed facts for the new embedder: "
+                     f"{done:,}/{total:,}" + ("\n" if done == total else ""))
+    sys.stderr.flush()
+
+
+def fail(exc: LedgerError, code: Exit) -> int:
+    sys.stderr.write(f"custody-app: {exc.message} ({exc.code})\n")
+    return int(code)
+
+
+def print_json(obj: object) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def show(result: BaseModel) -> int:
+    print_json(result.model_dump(mode="json"))
+    return int(Exit.OK)

@@ -1,0 +1,69 @@
+"""Subcommands that erase: forget, forget-subject and sweep. Each prints its certificate (or
+JSON with --json) and exits 1 when the certificate is not complete."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from custody_app.domain.errors import Exit
+from custody_app.domain.models import REASON_CODES
+from custody_app.erasure.certificate import ErasureCertificate, ForgetResult, SubjectForgetResult, SweepResult
+from custody_app.interfaces.cli.common import AddParser, print_json
+from custody_app.ledger.facade import Ledger
+
+NAMES = ("forget", "forget-subject", "sweep")
+
+
+def add_parsers(add: AddParser) -> None:
+    for name, target, helptext in (
+            ("forget", "FACT", "erase a fact's value and everything derived from it"),
+            ("forget-subject", "SUBJECT", "erase a data principal: its facts, what derives from "
+             "them, and its data key")):
+        s = add(name, helptext, target)
+        s.add_argument("--actor", required=True, help="who does this, as kind:id")
+        s.add_argument("--reason", required=True, choices=REASON_CODES, help="reason code")
+        s.add_argument("--json", action="store_true", help="print the certificate as JSON")
+    s = add("sweep", "expire what the retention windows (or --before) allow; exit 1 when "
+            "something due could not be erased")
+    s.add_argument("--before", metavar="ISO", help="cutoff instead of the policy's windows")
+    s.add_argument("--space", help="only this space")
+    s.add_argument("--dry-run", action="store_true", help="show what would expire; write nothing")
+    s.add_argument("--actor", default="system:retention")
+    s.add_argument("--reason", default="retention", choices=REASON_CODES)
+    s.add_argument("--json", action="store_true")
+
+
+def _erasure(args: argparse.Namespace, result: ForgetResult | SubjectForgetResult | SweepResult,
+             certificate: ErasureCertificate | None, extra_failure: bool = False) -> int:
+    if args.json:
+        print_json(result.model_dump(mode="json"))
+    elif certificate is not None:
+        sys.stdout.write(certificate.render() + "\n")
+    complete = certificate is None or certificate.complete
+    return int(Exit.OK if complete and not extra_failure else Exit.OP_FAILED)
+
+
+def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.sweep(before=args.before, space=args.space, dry_run=args.dry_run,
+                          actor=args.actor, reason=args.reason)
+    if not args.json:
+        verb = "would expire" if result.dry_run else "expired"
+        sys.stdout.write(f"cutoffs: {json.dumps(result.cutoffs)}\n{verb} {len(result.expired)}"
+                         f" fact(s): {' '.join(result.expired)}\n")
+        if result.held:
+            sys.stdout.write(f"skipped, on legal hold: {' '.join(result.held)}\n")
+        if result.note:
+            sys.stdout.write(result.note + "\n")
+    return _erasure(args, result, result.certificate, extra_failure=bool(result.held))
+
+
+COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
+    "forget": lambda led, a: _erasure(a, r := led.forget(a.fact, actor=a.actor, reason=a.reason),
+                                      r.certificate),
+    "forget-subject": lambda led, a: _erasure(
+        a, r := led.forget_subject(a.subject, actor=a.actor, reason=a.reason), r.certificate),
+    "sweep": _sweep,
+}

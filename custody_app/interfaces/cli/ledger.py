@@ -1,0 +1,108 @@
+"""Subcommands on the ledger itself: init, verify, rebuild, why, history, hold, release,
+checkpoint and recall."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from custody_app.domain.errors import Exit
+from custody_app.interfaces.cli.common import AddParser, print_json, show
+from custody_app.keys.crypto import public_fingerprint
+from custody_app.keys.keyring import MASTER_ENV, master_path_for, public_key_path_for, read_public_key
+from custody_app.ledger.facade import Ledger
+
+NAMES = ("init", "verify", "rebuild", "why", "history", "hold", "release", "checkpoint",
+         "recall")
+READ_ONLY = ("verify", "why", "history")
+
+
+def add_parsers(add: AddParser) -> None:
+    add("init", "create a ledger with its key store, master key, forget key and signing key")
+    s = add("verify", "walk the hash chain and check signed checkpoints")
+    s.add_argument("--key", metavar="PUB", help="public key PEM to check checkpoints against")
+    s.add_argument("--export", metavar="FILE", help="check an export offline instead (no ledger)")
+    add("rebuild", "recompute the projection and report differences").add_argument(
+        "--repair", action="store_true", help="replace a differing projection")
+    add("why", "why a fact is believed", "FACT")
+    add("history", "a fact's events", "FACT")
+    for name, helptext in (("hold", "place a legal hold on a fact"),
+                           ("release", "release a legal hold")):
+        s = add(name, helptext, "FACT")
+        s.add_argument("--actor", required=True, help="who does this, as kind:id")
+        s.add_argument("--reason", required=True, help="why, in words (at most 500 chars)")
+    add("checkpoint", "sign the chain head with the ledger key").add_argument(
+        "--actor", default="system:custody")
+    s = add("recall", "facts believed now that match a query (hybrid lexical + vector)", "QUERY")
+    s.add_argument("-k", type=int, default=10, help="how many results (default 10)")
+    s.add_argument("--space")
+    s.add_argument("--subject")
+    s.add_argument("--session", help="record a served event for this session")
+    s.add_argument("--include-claimed", action="store_true", help="include quarantined facts")
+    s.add_argument("--strategy", choices=("hybrid", "lexical", "vector"), default="hybrid")
+    s.add_argument("--json", action="store_true")
+
+
+def _init(ledger: Ledger, args: argparse.Namespace) -> int:
+    assert ledger.keys is not None
+    pem = ledger.keys.public_pem()
+    _ = ledger.keys.forget_key
+    pub = public_key_path_for(ledger.db.path)
+    pub.write_text(pem)
+    files = [ledger.db.path, ledger.keys.path, str(master_path_for(Path(ledger.keys.path)))]
+    for path in files:
+        if os.path.exists(path):
+            os.chmod(path, 0o600)
+    print_json({"ledger": ledger.db.path, "keystore": ledger.keys.path,
+                "master_key": files[2] if not os.environ.get(MASTER_ENV) else f"${MASTER_ENV}",
+                "public_key": str(pub), "key_fingerprint": public_fingerprint(pem),
+                "advice": "keep the key store and master key out of the backups that hold the "
+                          "ledger, or crypto-shredding cannot protect those backups"})
+    return int(Exit.OK)
+
+
+def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
+    pem = read_public_key(args.key) if args.key else None
+    report = ledger.verify(public_key=pem)
+    print_json(report.model_dump(mode="json"))
+    return int(Exit.OK if report.valid else Exit.OP_FAILED)
+
+
+def _rebuild(ledger: Ledger, args: argparse.Namespace) -> int:
+    rebuilt = ledger.rebuild(repair=args.repair)
+    print_json(rebuilt.model_dump(mode="json"))
+    return int(Exit.OK if not rebuilt.differences or rebuilt.repaired else Exit.OP_FAILED)
+
+
+def _recall(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.recall(args.query, k=args.k, space=args.space, subject=args.subject,
+                           session=args.session, include_claimed=args.include_claimed,
+                           strategy=args.strategy)
+    if args.json:
+        return show(result)
+    sys.stdout.write(f"{result.strategy}: {result.note}\n")
+    for n, hit in enumerate(result.results, start=1):
+        f = hit.fact
+        value = json.dumps(f.value, ensure_ascii=False)
+        sys.stdout.write(f"{n:>3}. {f.subject} {f.predicate} = {value[:80]}  [{f.status}, "
+                         f"{hit.salience_class}, score {hit.score:.4f}] {f.fact_id}\n")
+    if not result.results:
+        sys.stdout.write("no believed fact matches\n")
+    return int(Exit.OK)
+
+
+COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
+    "init": _init,
+    "verify": _verify,
+    "rebuild": _rebuild,
+    "why": lambda led, a: show(led.why(a.fact)),
+    "history": lambda led, a: show(led.history(a.fact)),
+    "hold": lambda led, a: show(led.hold(a.fact, actor=a.actor, reason=a.reason)),
+    "release": lambda led, a: show(led.release(a.fact, actor=a.actor, reason=a.reason)),
+    "checkpoint": lambda led, a: show(led.checkpoint(actor=a.actor)),
+    "recall": _recall,
+}
