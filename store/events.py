@@ -18,6 +18,15 @@ RANGE = f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
 FOR_FACTS = f"SELECT {_COLS} FROM events WHERE fact_id = ? ORDER BY seq"
 LAST_POLICY = "SELECT policy_hash FROM events WHERE kind = 'policy' ORDER BY seq DESC LIMIT 1"
 POLICY_EVENTS = "SELECT seq, tx_at, policy_hash FROM events WHERE kind = 'policy' ORDER BY seq"
+_UNSETTLED = (
+    "json_extract(r.body, '$.pending') = 1 AND NOT EXISTS (SELECT 1 FROM events d "
+    "WHERE d.fact_id = r.fact_id AND d.seq > r.seq AND d.kind IN ('confirm', 'reject') "
+    "AND json_extract(d.body, '$.retraction') = r.seq)")
+PENDING_RETRACTIONS = (f"SELECT r.seq, r.fact_id, r.actor, r.tx_at, r.body FROM events r "
+                       f"WHERE r.kind = 'retract' AND {_UNSETTLED} ORDER BY r.seq")
+PENDING_RETRACTION_OF = (f"SELECT r.seq, r.fact_id, r.actor, r.tx_at, r.body FROM events r "
+                         f"WHERE r.fact_id = ? AND r.kind = 'retract' AND {_UNSETTLED} "
+                         f"ORDER BY r.seq DESC LIMIT 1")
 ERASE_VALUE = "UPDATE events SET value = NULL, salt = NULL WHERE seq = ? AND kind = 'assert'"
 ERASE_SUBJECT = "UPDATE events SET subject = NULL WHERE seq = ? AND kind = 'assert'"
 
@@ -71,6 +80,17 @@ class EventStore:
 
     def policy_changes(self) -> list[tuple[int, str, str]]:
         return [(int(s), str(t), str(h)) for s, t, h in self._conn.execute(POLICY_EVENTS)]
+
+    def pending_retractions(self) -> list[tuple[int, str, str, str, str]]:
+        """(seq, fact_id, actor, tx_at, body) of every retraction still waiting for review."""
+        return [(int(a), str(b), str(c), str(d), str(e))
+                for a, b, c, d, e in self._conn.execute(PENDING_RETRACTIONS)]
+
+    def pending_retraction(self, fact_id: str) -> tuple[int, str, str, str, str] | None:
+        """The retraction of `fact_id` still waiting for review, if any."""
+        row = self._conn.execute(PENDING_RETRACTION_OF, (fact_id,)).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]), str(row[3]),
+                                         str(row[4]))
 
     def erase_value(self, seq: int) -> None:
         self._conn.execute(ERASE_VALUE, (seq,))

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Protocol
 
-from custody_app.domain.lifecycle import ENDED_STATUS, check_move, effective_rank, erased_subject
+from custody_app.domain.lifecycle import (
+    ENDED_STATUS,
+    check_move,
+    effective_rank,
+    erased_subject,
+    retraction_effect,
+)
 from store.rows import FactRow, StateRow
 
 
@@ -149,13 +155,16 @@ def apply_event(port: ProjectionPort, kind: str, seq: int, tx_at: str, fact_id: 
     if found is None:
         return changes
     fact = found
-    if kind in ("retract", "reject"):
-        ended = "retracted" if kind == "retract" else "rejected"
-        fact = replace(fact, ended=ended, ended_seq=seq)
-        _refresh(port, fact, seq, tx_at, changes)
-        _refresh_replaced(port, fact, seq, tx_at, changes)
-    elif kind == "confirm":
-        fact = replace(fact, confirmed_seq=seq)
+    if kind in ("retract", "reject", "confirm"):
+        ends, confirms = retraction_effect(kind, body)
+        if ends:
+            # A confirmed pending retraction is a retraction; a plain reject, a rejection.
+            ended = "rejected" if kind == "reject" else "retracted"
+            fact = replace(fact, ended=ended, ended_seq=seq)
+        elif confirms:
+            fact = replace(fact, confirmed_seq=seq)
+        else:
+            return changes
         _refresh(port, fact, seq, tx_at, changes)
         _refresh_replaced(port, fact, seq, tx_at, changes)
     elif kind in ("forget", "expire"):

@@ -71,6 +71,8 @@ class Retract(Command):
     actor: Actor
     reason: Text
     session: Text | None = None
+    # The retractor's standing, as on a write; None: the highest it may declare.
+    provenance: Provenance | None = None
 
 
 class Confirm(Command):
@@ -78,6 +80,8 @@ class Confirm(Command):
     actor: Actor
     reason: Text | None = None
     session: Text | None = None
+    # True: confirm the fact's pending retraction instead of the fact itself.
+    retraction: bool = False
 
 
 class Reject(Command):
@@ -85,6 +89,8 @@ class Reject(Command):
     actor: Actor
     reason: Text
     session: Text | None = None
+    # True: discard the fact's pending retraction (the fact stays as it is).
+    retraction: bool = False
 
 
 class Affirm(Command):

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from custody_app.domain.lifecycle import erased_subject
+from custody_app.domain.lifecycle import erased_subject, retraction_effect
 from custody_app.domain.models import PROV_RANK
 from custody_app.domain.records import EventRecord
 
@@ -48,12 +48,14 @@ def fold_as_of(
     for e in known:
         if e.kind == "assert" and e.fact_id is not None:
             asserts[e.fact_id] = (e, json.loads(e.body))
-        elif e.kind in ("retract", "reject") and e.fact_id:
-            killed.add(e.fact_id)
+        elif e.kind in ("retract", "reject", "confirm") and e.fact_id:
+            killed_now, confirms = retraction_effect(e.kind, json.loads(e.body))
+            if killed_now:
+                killed.add(e.fact_id)
+            elif confirms:
+                confirmed.add(e.fact_id)
         elif e.kind in ("forget", "expire") and e.fact_id:
             erased_by_t.add(e.fact_id)
-        elif e.kind == "confirm" and e.fact_id:
-            confirmed.add(e.fact_id)
 
     def rank(fact_id: str) -> int:
         r = PROV_RANK[asserts[fact_id][1]["provenance"]]

@@ -28,6 +28,17 @@ def erased_subject(subject_ref: str) -> str:
     return f"erased:{subject_ref[:16]}"
 
 
+def retraction_effect(kind: str, body: dict[str, object]) -> tuple[bool, bool]:
+    """(ends the fact as retracted/rejected, lifts its quarantine) for a retract, reject or
+    confirm event: a pending retraction changes nothing until a reviewer confirms it, and
+    discarding one (a reject naming it) leaves the fact as it was."""
+    if kind == "retract":
+        return (not body.get("pending"), False)
+    if body.get("retraction") is not None:
+        return (kind == "confirm", False)
+    return (kind == "reject", kind == "confirm")
+
+
 ENDED_STATUS = {"retracted": "retracted", "rejected": "retracted",
                 "forgotten": "forgotten", "expired": "expired"}
 

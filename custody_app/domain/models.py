@@ -130,30 +130,37 @@ class FactAsserted(Event):
 
 
 class FactRetracted(Event):
-    """Should never have been believed (history kept)."""
+    """Should never have been believed (history kept). `provenance` is the retractor's
+    standing; a `pending` retraction changes no belief until a reviewer confirms it."""
 
     kind: Literal["retract"] = "retract"
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    provenance: Provenance | None = None
+    pending: Literal[True] | None = None
 
 
 class FactConfirmed(Event):
-    """A reviewer lifted a quarantined fact."""
+    """A reviewer lifted a quarantined fact, or (with `retraction`, the seq of a pending
+    retraction of it) confirmed that retraction, which then takes effect."""
 
     kind: Literal["confirm"] = "confirm"
     fact_id: FactId
     reason: Text | None = None
     session: Text | None = None
+    retraction: Annotated[int, Field(ge=1)] | None = None
 
 
 class FactRejected(Event):
-    """A reviewer turned a quarantined fact down (counts as a retraction)."""
+    """A reviewer turned a quarantined fact down (counts as a retraction), or (with
+    `retraction`) discarded a pending retraction of it, which leaves the fact as it was."""
 
     kind: Literal["reject"] = "reject"
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    retraction: Annotated[int, Field(ge=1)] | None = None
 
 
 class FactAffirmed(Event):

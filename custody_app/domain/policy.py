@@ -52,6 +52,12 @@ class ReviewPolicy(_Section):
     """Actor kinds whose members may confirm or reject quarantined facts."""
     reviewers: tuple[Actor, ...] = ()
     """Individual actors (`kind:id`) who may review in addition to those kinds."""
+    retract_directly: Literal["owner", "trusted", "anyone"] = "trusted"
+    """Whose retraction of another writer's fact takes effect at once: `trusted` (a writer
+    whose own writes would not be claimed), `owner` (nobody: every such retraction waits for
+    a reviewer) or `anyone`. A writer always retracts its own facts at once."""
+    direct_retractors: tuple[Actor, ...] = ()
+    """Actors (`kind:id`) whose retractions take effect at once whatever `retract_directly`."""
 
 
 class ErasurePolicy(_Section):
@@ -152,6 +158,11 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
         # A policy without writer keys hashes as it did before they existed, so upgrading
         # custody-app records no policy change on ledgers that never used them.
         del data["provenance"]["writer_keys"]
+    # Likewise for the retraction rule's keys left at their defaults.
+    if data["review"]["retract_directly"] == "trusted":
+        del data["review"]["retract_directly"]
+    if not data["review"]["direct_retractors"]:
+        del data["review"]["direct_retractors"]
     canonical = rfc8785.dumps(data).decode()
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     return LoadedPolicy(policy, digest, canonical, source, path)

@@ -23,6 +23,12 @@ class FactOpResult(ReadModel):
     status: str
 
 
+class RetractResult(FactOpResult):
+    """A retraction: `pending` when it waits in the review queue (the fact stays believed)."""
+
+    pending: bool
+
+
 class AssertResult(FactOpResult):
     provenance: str
 

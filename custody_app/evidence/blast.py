@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from custody_app.core.reads import require_fact
 from custody_app.domain.commands import Act
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.lifecycle import retraction_effect
 from custody_app.evidence.readmodels import (
     ActResult,
     BlastAction,
@@ -128,8 +129,11 @@ def _fixpoint(db: LedgerFile, root: FactRow) -> tuple[dict[str, _Reach], dict[st
 def _ended_by(db: LedgerFile, fact: FactRow) -> dict[str, Any] | None:
     """The first retract/reject/forget/expire of the fact, else the assert that superseded it."""
     for row in db.events.for_fact(fact.fact_id):
-        if row.kind in ENDING_KINDS:
+        if row.kind in ENDING_KINDS or row.kind == "confirm":
             body = json.loads(row.body)
+            if row.kind in ("retract", "reject", "confirm") and \
+                    not retraction_effect(row.kind, body)[0]:
+                continue  # a pending retraction, its discarding, or a plain confirm
             return {"kind": row.kind, "seq": row.seq, "tx_at": row.tx_at, "actor": row.actor,
                     "reason": body.get("reason"), "event_id": row.hash}
     if fact.status == "superseded" and fact.superseded_by:

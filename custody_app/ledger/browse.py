@@ -16,6 +16,7 @@ from custody_app.domain.readmodels import FactRef
 from custody_app.domain.retention import cutoff_for, window_for
 from custody_app.domain.timeutil import normalise, parse_time
 from custody_app.erasure.cascade import cascade
+from custody_app.ledger import retractions
 from custody_app.ledger.readmodels import (
     SHOW_STATUSES,
     BeliefPage,
@@ -26,6 +27,7 @@ from custody_app.ledger.readmodels import (
     HoldItem,
     HoldPage,
     LedgerStatus,
+    PendingRetraction,
     PolicyChange,
     RetentionSpace,
     RetentionView,
@@ -44,6 +46,10 @@ def _limit(limit: int) -> int:
         raise LedgerError("bad_request", f"field 'limit' must be between 1 and {MAX_PAGE}",
                           field="limit")
     return limit
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _ref(fact: FactRow) -> FactRef:
@@ -162,8 +168,19 @@ class BrowseReads(LedgerCore):
                     tx_at=event.tx_at, writer=fact.actor, cause=Cause(**body["cause"]),
                     session=fact.session, marks=(fact.marks or "").split(",") if fact.marks
                     else [], supersedes=_ref(old) if old else None))
+            waiting = self.pending_retractions() if after_seq == 0 else []
         return ReviewPage(items=items,
-                          next_after=rows[-1].assert_seq if len(rows) == limit else None)
+                          next_after=rows[-1].assert_seq if len(rows) == limit else None,
+                          retractions=waiting)
+
+    def pending_retractions(self) -> list[PendingRetraction]:
+        """Retractions of another writer's fact waiting for a reviewer, oldest first."""
+        with self.db.read():
+            return [PendingRetraction(
+                fact=reads.fact_view(self.db, self.values, fact), seq=seq, tx_at=tx_at,
+                retractor=actor, provenance=_text(body.get("provenance")),
+                reason=_text(body.get("reason")), session=_text(body.get("session")))
+                for seq, fact, actor, tx_at, body in retractions.pending_retractions(self)]
 
     def holds(self, *, after_seq: int = 0, limit: int = 50) -> HoldPage:
         """Facts on legal hold, oldest first, with who placed the hold, when and why."""

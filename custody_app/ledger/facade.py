@@ -44,6 +44,7 @@ from custody_app.domain.readmodels import (
     FactOpResult,
     HistoryResult,
     RecallResult,
+    RetractResult,
     VerifyResult,
     WhyResult,
 )
@@ -65,7 +66,7 @@ from custody_app.evidence.packs import EvidencePack, build_pack
 from custody_app.evidence.readmodels import ActResult, BlastResult, ExplainResult
 from custody_app.evidence.verify import verify as verify_ledger
 from custody_app.keys import writer_keys
-from custody_app.ledger import queries, writes
+from custody_app.ledger import queries, retractions, writes
 from custody_app.ledger.browse import BrowseReads
 
 R = TypeVar("R", bound=BaseModel)
@@ -92,20 +93,24 @@ class Ledger(BrowseReads):
         return self._do(AssertFact, AssertResult, subject=subject, predicate=predicate,
                         value=value, actor=actor, cause=cause, **optional)
 
-    def retract(self, fact_id: str, *, actor: str, reason: str,
-                session: str | None = None) -> FactOpResult:
-        return self._do(Retract, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
-                        session=session)
+    def retract(self, fact_id: str, *, actor: str, reason: str, session: str | None = None,
+                provenance: str | None = None) -> RetractResult:
+        """Retract a fact. Another writer's fact, retracted by a writer whose writes would be
+        claimed, waits in the review queue (`pending`) and stays believed meanwhile."""
+        return self._do(Retract, RetractResult, fact_id=fact_id, actor=actor, reason=reason,
+                        session=session, provenance=provenance)
 
     def confirm(self, fact_id: str, *, actor: str, reason: str | None = None,
-                session: str | None = None) -> FactOpResult:
+                session: str | None = None, retraction: bool = False) -> FactOpResult:
+        """Lift a quarantined fact; with `retraction`, confirm its pending retraction."""
         return self._do(Confirm, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
-                        session=session)
+                        session=session, retraction=retraction)
 
     def reject(self, fact_id: str, *, actor: str, reason: str,
-               session: str | None = None) -> FactOpResult:
+               session: str | None = None, retraction: bool = False) -> FactOpResult:
+        """Turn a quarantined fact down; with `retraction`, discard its pending retraction."""
         return self._do(Reject, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
-                        session=session)
+                        session=session, retraction=retraction)
 
     def affirm(self, fact_id: str, *, actor: str, session: str | None = None) -> FactOpResult:
         return self._do(Affirm, FactOpResult, fact_id=fact_id, actor=actor, session=session)
@@ -256,8 +261,8 @@ def _set_clock(ledger: Ledger, cmd: SetClock) -> ClockResult:
 
 # Each command's handler, in the subpackage that owns it; the façade only dispatches.
 _HANDLERS: dict[type[Command], Callable[[Ledger, Any], BaseModel]] = {
-    AssertFact: writes.assert_fact, Retract: writes.retract, Confirm: writes.review,
-    Reject: writes.review, Affirm: writes.affirm, Hold: writes.hold, Release: writes.hold,
+    AssertFact: writes.assert_fact, Retract: retractions.retract, Confirm: retractions.review,
+    Reject: retractions.review, Affirm: writes.affirm, Hold: writes.hold, Release: writes.hold,
     AsOf: queries.as_of, History: queries.history, Why: queries.why, Recall: queries.recall,
     Verify: lambda ledger, cmd: ledger.verify(), SetClock: _set_clock,
     Forget: lambda ledger, cmd: forget(ledger, ledger.scrubs, cmd),

@@ -74,9 +74,23 @@ class ReviewItem(ReadModel):
     supersedes: FactRef | None
 
 
+class PendingRetraction(ReadModel):
+    """A retraction of another writer's fact waiting for a reviewer; the fact stays believed."""
+
+    fact: FactView
+    seq: int
+    tx_at: str
+    retractor: str
+    provenance: str | None
+    reason: str | None
+    session: str | None
+
+
 class ReviewPage(ReadModel):
     items: list[ReviewItem]
     next_after: int | None
+    # Retractions waiting for review (listed with the first page of the queue).
+    retractions: list[PendingRetraction] = []
 
 
 class HoldItem(ReadModel):

@@ -1,6 +1,6 @@
 """The write commands: asserting a fact (redaction, the provenance rule, previously forgotten
 values, the checks of a supersession and of sources, sealing, the assert event), and the events
-about an existing fact (retract, confirm, reject, affirm, hold, release)."""
+about an existing fact (affirm, hold, release; retractions and reviews: ledger.retractions)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from custody_app.core import reads
 from custody_app.core.ledger_core import LedgerCore
 from custody_app.domain import lifecycle
 from custody_app.domain.chain import canonical, commitment, new_salt
-from custody_app.domain.commands import Affirm, AssertFact, Confirm, Hold, Reject, Release, Retract
+from custody_app.domain.commands import Affirm, AssertFact, Hold, Release
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import AssertResult, FactOpResult
 from custody_app.domain.redaction import redact
 from custody_app.erasure.forget import previously_forgotten_digest
+from custody_app.ledger import retractions
 
 
 def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
@@ -46,6 +47,8 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
             raise LedgerError("invalid_interval",
                               f"valid_to {cmd.valid_to} is not after valid_from {valid_from}")
         if cmd.supersedes is not None:
+            retractions.close_pending_replacement(ledger, ledger.db.facts.get(cmd.supersedes),
+                                                  provenance)
             lifecycle.check_supersede(ledger.db.facts.get(cmd.supersedes), cmd.supersedes,
                                       cmd.subject, cmd.predicate, valid_from)
         for source in cmd.sources or ():
@@ -93,21 +96,6 @@ def _fact_event(ledger: LedgerCore, kind: str, fact_id: str, actor: str, fields:
         fact = reads.require_fact(ledger.db, fact_id)
     return FactOpResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                         status=fact.status)
-
-
-def retract(ledger: LedgerCore, cmd: Retract) -> FactOpResult:
-    return _fact_event(ledger, "retract", cmd.fact_id, cmd.actor,
-                       {"reason": cmd.reason, "session": cmd.session},
-                       lambda: lifecycle.check_retract(ledger.db.facts.get(cmd.fact_id),
-                                                       cmd.fact_id))
-
-
-def review(ledger: LedgerCore, cmd: Confirm | Reject) -> FactOpResult:
-    kind = "confirm" if isinstance(cmd, Confirm) else "reject"
-    return _fact_event(
-        ledger, kind, cmd.fact_id, cmd.actor, {"reason": cmd.reason, "session": cmd.session},
-        lambda: lifecycle.check_review(ledger.db.facts.get(cmd.fact_id), cmd.fact_id,
-                                       cmd.actor, ledger.policy.policy))
 
 
 def affirm(ledger: LedgerCore, cmd: Affirm) -> FactOpResult:

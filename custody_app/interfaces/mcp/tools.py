@@ -64,7 +64,8 @@ _TOOLS = [
           "how it was found and its salience. Recorded as served to this session."),
     _spec("memory_retract", commands.Retract, False,
           "Retract a fact that should never have been believed, with a reason (history is "
-          "kept; a retracted replacement restores the fact it replaced)."),
+          "kept; a retracted replacement restores the fact it replaced). Another writer's "
+          "fact, retracted without a writer key, waits for a reviewer (`pending`)."),
     _spec("memory_history", commands.History, True,
           "Every event that touched a fact, oldest first. Recorded as served to this session."),
     _spec("memory_why", commands.Why, True,

@@ -1,0 +1,123 @@
+"""Who may change what (DESIGN 13): a retraction carries the retractor's standing; one of another
+writer's fact by a writer whose own writes would be claimed waits in the review queue; a
+reviewer confirms or discards it; and a trusted correction closes a pending claimed
+replacement instead of being blocked by it."""
+
+from __future__ import annotations
+
+import json
+
+from custody_app.core import reads
+from custody_app.core.ledger_core import SYSTEM_ACTOR, LedgerCore
+from custody_app.domain import lifecycle
+from custody_app.domain.commands import Confirm, Reject, Retract
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.readmodels import FactOpResult, RetractResult
+from store.rows import FactRow
+
+# The reason recorded when a trusted correction closes a claim that was still waiting.
+SUPERSEDED_WHILE_PENDING = "superseded_while_pending"
+
+
+def standing(ledger: LedgerCore, actor: str, declared: str | None) -> str:
+    """The provenance a writer's retraction carries: what it declares, which it may only do
+    above `claimed` where its writes could (declared provenance allowed, or a writer key)."""
+    may_declare = (ledger.policy.policy.provenance.allow_declared
+                   or actor in ledger.vouched_writers)
+    if declared is None:
+        return "attested" if may_declare else "claimed"
+    if declared != "claimed" and not may_declare:
+        raise LedgerError("provenance_not_allowed",
+                          f"the policy in force does not let {actor} declare {declared}")
+    return declared
+
+
+def retracts_directly(ledger: LedgerCore, fact: FactRow, actor: str, provenance: str) -> bool:
+    """Does this retraction take effect at once (else it waits for a reviewer)?"""
+    review = ledger.policy.policy.review
+    if actor == fact.actor or actor in review.direct_retractors:
+        return True
+    if review.retract_directly == "anyone":
+        return True
+    return review.retract_directly == "trusted" and provenance != "claimed"
+
+
+def retract(ledger: LedgerCore, cmd: Retract) -> RetractResult:
+    """Retract a fact, at once or as a pending retraction (one transaction)."""
+    provenance = standing(ledger, cmd.actor, cmd.provenance)
+    with ledger.transaction():
+        fact = lifecycle.check_retract(ledger.db.facts.get(cmd.fact_id), cmd.fact_id)
+        direct = retracts_directly(ledger, fact, cmd.actor, provenance)
+        if not direct:
+            waiting = ledger.db.events.pending_retraction(cmd.fact_id)
+            if waiting is not None:
+                raise LedgerError("retraction_pending",
+                                  f"fact {cmd.fact_id} already has a retraction by {waiting[2]} "
+                                  f"waiting for review (seq {waiting[0]})", seq=waiting[0])
+        tx_at = ledger.tx_at()
+        row = ledger.append("retract", cmd.actor, tx_at, {
+            "reason": cmd.reason, "session": cmd.session, "provenance": provenance,
+            "pending": None if direct else True}, fact_id=cmd.fact_id)
+        now = reads.require_fact(ledger.db, cmd.fact_id)
+    return RetractResult(fact_id=cmd.fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
+                         status=now.status, pending=not direct)
+
+
+def review(ledger: LedgerCore, cmd: Confirm | Reject) -> FactOpResult:
+    """Confirm or reject a quarantined fact, or (with `retraction`) its pending retraction."""
+    kind = "confirm" if isinstance(cmd, Confirm) else "reject"
+    with ledger.transaction():
+        found = ledger.db.facts.get(cmd.fact_id)
+        waiting = None
+        if cmd.retraction:
+            waiting = _check_retraction_review(ledger, found, cmd)
+        else:
+            lifecycle.check_review(found, cmd.fact_id, cmd.actor, ledger.policy.policy)
+        tx_at = ledger.tx_at()
+        row = ledger.append(kind, cmd.actor, tx_at, {
+            "reason": cmd.reason, "session": cmd.session, "retraction": waiting},
+            fact_id=cmd.fact_id)
+        fact = reads.require_fact(ledger.db, cmd.fact_id)
+    return FactOpResult(fact_id=cmd.fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
+                        status=fact.status)
+
+
+def _check_retraction_review(ledger: LedgerCore, found: FactRow | None,
+                             cmd: Confirm | Reject) -> int:
+    """A pending retraction of a fact still standing, reviewed by a reviewer who did not
+    ask for it; returns the pending retraction's seq."""
+    fact = lifecycle.require(found, cmd.fact_id)
+    waiting = ledger.db.events.pending_retraction(cmd.fact_id)
+    if waiting is None or fact.ended is not None:
+        raise LedgerError("no_pending_retraction",
+                          f"fact {cmd.fact_id} has no retraction waiting for review")
+    if not ledger.policy.policy.may_review(cmd.actor):
+        raise LedgerError("not_reviewer",
+                          f"{cmd.actor} is not a reviewer under the policy in force")
+    if cmd.actor == waiting[2]:
+        raise LedgerError("own_write", f"{cmd.actor} asked for the retraction of fact "
+                          f"{cmd.fact_id} and cannot review it")
+    return waiting[0]
+
+
+def close_pending_replacement(ledger: LedgerCore, old: FactRow | None, provenance: str) -> None:
+    """A trusted (attested or verified) correction of a fact whose supersession by a claimed,
+    unconfirmed replacement is pending: reject that claim first, so the correction stands."""
+    if old is None or old.superseded_by is None or provenance == "claimed":
+        return
+    pending = ledger.db.facts.get(old.superseded_by)
+    if pending is None or pending.ended is not None or lifecycle.effective_rank(pending) != 0:
+        return
+    ledger.append("reject", SYSTEM_ACTOR, ledger.tx_at(), {"reason": SUPERSEDED_WHILE_PENDING},
+                  fact_id=pending.fact_id)
+
+
+def pending_retractions(ledger: LedgerCore) -> list[tuple[int, FactRow, str, str, dict[str, object]]]:
+    """(seq, fact, retractor, tx_at, event body) of each retraction waiting for review, whose
+    fact still stands (a retraction or erasure since settles it)."""
+    out = []
+    for seq, fact_id, actor, tx_at, body in ledger.db.events.pending_retractions():
+        fact = ledger.db.facts.get(fact_id)
+        if fact is not None and fact.ended is None:
+            out.append((seq, fact, actor, tx_at, json.loads(body)))
+    return out
