@@ -14,7 +14,7 @@ from textual.worker import get_current_worker
 
 from custody_app.domain.errors import LedgerError
 from custody_app.interfaces.tui.access import LedgerAccess
-from custody_app.ledger.readmodels import ReviewItem, ReviewPage
+from custody_app.ledger.readmodels import PendingRetraction, ReviewItem, ReviewPage
 from screens.base import (
     PAGE_KEYS,
     Failed,
@@ -31,6 +31,8 @@ from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
 PAGE = 50
+# Row key prefix of a pending retraction (the rest of the key is its fact id).
+RETRACTION = "retraction:"
 
 
 class ReviewScreen(LedgerScreen):
@@ -77,6 +79,7 @@ class ReviewScreen(LedgerScreen):
         self.page = message.data
         assert self.page is not None
         waiting = {i.fact.fact_id for i in self.page.items}
+        waiting |= {RETRACTION + r.fact.fact_id for r in self.page.retractions}
         self.marked &= waiting
         self._show_rows()
         show(self.query_one("#who", Static),
@@ -86,8 +89,10 @@ class ReviewScreen(LedgerScreen):
     def _show_rows(self) -> None:
         if self.page is None:
             return
-        fill(self.query_one("#queue", DataTable),
-             [(i.fact.fact_id, _cells(i, i.fact.fact_id in self.marked)) for i in self.page.items])
+        rows = [(RETRACTION + r.fact.fact_id, _retraction_cells(
+            r, RETRACTION + r.fact.fact_id in self.marked)) for r in self.page.retractions]
+        fill(self.query_one("#queue", DataTable), rows + [
+            (i.fact.fact_id, _cells(i, i.fact.fact_id in self.marked)) for i in self.page.items])
         more = "PgDn: next page" if self.page.next_after is not None else "end of the queue"
         show(self.query_one("#pager", Static),
              f"page {len(self.pages)} · {len(self.page.items)} waiting here · "
@@ -110,7 +115,9 @@ class ReviewScreen(LedgerScreen):
 
     def _targets(self) -> list[str]:
         if self.marked and self.page is not None:
-            return [i.fact.fact_id for i in self.page.items if i.fact.fact_id in self.marked]
+            keys = [RETRACTION + r.fact.fact_id for r in self.page.retractions]
+            return [k for k in keys + [i.fact.fact_id for i in self.page.items]
+                    if k in self.marked]
         key = cursor_key(self.query_one("#queue", DataTable))
         return [key] if key else []
 
@@ -137,8 +144,12 @@ class ReviewScreen(LedgerScreen):
                 for fact_id in fact_ids:
                     if get_current_worker().is_cancelled:
                         break
+                    # A pending retraction's row: approve/reject act on the retraction.
+                    retraction = fact_id.startswith(RETRACTION)
                     try:
-                        getattr(ledger, op)(fact_id, actor=self.access.reviewer, reason=reason)
+                        getattr(ledger, op)(fact_id.removeprefix(RETRACTION),
+                                            actor=self.access.reviewer, reason=reason,
+                                            retraction=retraction)
                         done += 1
                     except LedgerError as exc:
                         refused += 1
@@ -163,7 +174,7 @@ class ReviewScreen(LedgerScreen):
     def _open(self, fact_id: str) -> None:
         from screens.fact import FactScreen
 
-        self.app.push_screen(FactScreen(self.access, fact_id))
+        self.app.push_screen(FactScreen(self.access, fact_id.removeprefix(RETRACTION)))
 
 
 def _cells(i: ReviewItem, marked: bool) -> list[str | Text]:
@@ -174,4 +185,13 @@ def _cells(i: ReviewItem, marked: bool) -> list[str | Text]:
         "✓" if marked else " ", f.fact_id, i.tx_at[:19], i.writer, short(cause, 30), f.subject,
         f.predicate, "(erased)" if f.erased else short(f.value, 30), old, ",".join(i.marks)]
     # Plain cells unless marked: styled Text costs more to lay out on every repaint.
+    return [Text(str(c), style="bold reverse") for c in cells] if marked else cells
+
+
+def _retraction_cells(r: PendingRetraction, marked: bool) -> list[str | Text]:
+    f = r.fact
+    cells: list[str | Text] = [
+        "✓" if marked else " ", f.fact_id, r.tx_at[:19], r.retractor,
+        short(f"retract: {r.reason or ''}", 30), f.subject, f.predicate,
+        "(erased)" if f.erased else short(f.value, 30), "", "pending retraction"]
     return [Text(str(c), style="bold reverse") for c in cells] if marked else cells
