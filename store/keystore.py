@@ -57,6 +57,7 @@ LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject
               "WHERE subject_ref = ? ORDER BY generation DESC LIMIT 1")
 KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
               "WHERE subject_ref = ? AND generation = ?")
+LAST_DESTROYED = "SELECT max(destroyed_at) FROM subject_keys WHERE subject_ref = ?"
 INSERT_KEY = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at) "
               "VALUES (?, ?, ?, ?)")
 DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = ? "
@@ -92,6 +93,11 @@ class KeyStoreFile:
     def latest(self, subject_ref: str) -> KeyRow | None:
         row = self.conn.execute(LATEST_KEY, (subject_ref,)).fetchone()
         return None if row is None else (int(row[0]), row[1], str(row[2]), row[3])
+
+    def last_destroyed(self, subject_ref: str) -> str | None:
+        """When the subject's latest key destruction happened (any generation), if ever."""
+        row = self.conn.execute(LAST_DESTROYED, (subject_ref,)).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
 
     def generation(self, subject_ref: str, generation: int) -> KeyRow | None:
         row = self.conn.execute(KEY_BY_GEN, (subject_ref, generation)).fetchone()

@@ -84,6 +84,15 @@ def _ms(moment: str) -> str:
     return moment[:23]
 
 
+def _fence(subject: str, work_started: str, destroyed: str | None) -> None:
+    """Refuse work that began at or before the subject's latest key destruction."""
+    if destroyed is not None and _ms(work_started) <= _ms(destroyed):
+        raise LedgerError(
+            "key_fenced",
+            f"the data of subject {subject} was erased at {destroyed}; work that began at "
+            f"{work_started} cannot write it (start new work to re-key)")
+
+
 class KeyRing:
     """Unwrapped keys live only in memory here; the store holds them wrapped."""
 
@@ -94,7 +103,8 @@ class KeyRing:
         self._slots: dict[str, bytes] = {}
         self._refs: dict[str, str] = {}
         # Live (generation, key) per subject ref, trusted while no other connection committed.
-        self._live: dict[str, tuple[int, bytes]] = {}
+        # (generation, key, latest destruction) per subject ref.
+        self._live: dict[str, tuple[int, bytes, str | None]] = {}
         self._seen_version = -1
         check = store.meta("check")
         if check is None:
@@ -169,29 +179,26 @@ class KeyRing:
         return ref
 
     def key_for_write(self, subject: str, work_started: str, now: str) -> tuple[int, bytes]:
-        """The subject's current data key; refuses work that began before its key was destroyed."""
+        """The subject's current data key; refuses work that began before the subject's latest
+        key destruction, even when newer work has minted a key since (the key fence)."""
         ref = self.subject_ref(subject)
         version = self.store.data_version()
         if version != self._seen_version:
             self._live.clear()
             self._seen_version = version
         live = self._live.get(ref)
-        if live is not None:
-            return live
-        found = self._key_for_write(ref, subject, work_started, now)
-        self._live[ref] = found
-        return found
+        if live is None:
+            live = self._live[ref] = (*self._key_for_write(ref, subject, work_started, now),
+                                      self.store.last_destroyed(ref))
+        _fence(subject, work_started, live[2])
+        return live[0], live[1]
 
     def _key_for_write(self, ref: str, subject: str, work_started: str,
                        now: str) -> tuple[int, bytes]:
+        _fence(subject, work_started, self.store.last_destroyed(ref))
         row = self.store.latest(ref)
         if row is not None and row[3] is None:
             return row[0], self._unwrap(ref, row[0], row[1])
-        if row is not None and row[3] is not None and _ms(work_started) <= _ms(row[3]):
-            raise LedgerError(
-                "key_fenced",
-                f"the data of subject {subject} was erased at {row[3]}; work that began at "
-                f"{work_started} cannot write it (start new work to re-key)")
         generation = 1 if row is None else row[0] + 1
         key = crypto.new_key()
         self.store.add(ref, generation, crypto.wrap(self._master, key, f"data:{ref}:{generation}"),
