@@ -20,6 +20,10 @@ CLEAR_PENDING = "DELETE FROM pending_scrubs"
 FACTS_OF_SUBJECT = (f"SELECT {_FCOLS} FROM facts f WHERE f.subject = ? "
                     "AND (f.ended IS NULL OR f.ended NOT IN ('forgotten', 'expired')) "
                     "ORDER BY f.assert_seq")
+# Facts of a subject erased earlier (by forget or sweep) that still carry its plaintext id.
+ERASED_OF_SUBJECT = (f"SELECT {_FCOLS} FROM facts f WHERE f.subject = ? "
+                     "AND f.ended IN ('forgotten', 'expired') ORDER BY f.assert_seq")
+SET_SUBJECT = "UPDATE facts SET subject = ? WHERE assert_seq = ?"
 # Facts of a space learned (asserted) strictly before a cutoff, not yet erased.
 SWEEP_CANDIDATES = (f"SELECT {_FCOLS} FROM facts f JOIN events e ON e.seq = f.assert_seq "
                     "WHERE f.space = ? AND e.tx_at < ? "
@@ -54,6 +58,12 @@ class ErasureStore:
 
     def has_digest(self, subject_ref: str, predicate: str, digest: str) -> bool:
         return self._conn.execute(HAS_DIGEST, (subject_ref, predicate, digest)).fetchone() is not None
+
+    def erased_of_subject(self, subject: str) -> list[FactRow]:
+        return [FactRow(*r) for r in self._conn.execute(ERASED_OF_SUBJECT, (subject,))]
+
+    def set_subject(self, assert_seq: int, subject: str) -> None:
+        self._conn.execute(SET_SUBJECT, (subject, assert_seq))
 
     def add_tombstone(self, seq: int, subject_hash: str, reason: str, counts: str, at: str) -> None:
         self._conn.execute(ADD_TOMBSTONE, (seq, subject_hash, reason, counts, at))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from custody_app.domain.commands import Forget, ForgetSubject
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.lifecycle import erased_subject
 from custody_app.erasure.cascade import cascade, refuse_held
 from custody_app.erasure.certificate import (
     ErasedFact,
@@ -95,6 +96,19 @@ def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
                         status="forgotten", certificate=cert)
 
 
+def subject_place(subject: str, earlier: int, work: ErasureWork) -> PlaceCheck:
+    """The subject id itself: removed from every fact of the subject, scanned for below."""
+    data = subject.encode("utf-8")
+    if len(data) >= MIN_SCAN_BYTES:
+        work.needles.append(data)
+        return PlaceCheck(place="plaintext subject id", outcome="clean", detail=(
+            f"removed from the events and the projection ({earlier} fact(s) erased earlier "
+            "included); the byte scans below search for it"))
+    return PlaceCheck(place="plaintext subject id", outcome="unverifiable", detail=(
+        f"removed from the events and the projection ({earlier} fact(s) erased earlier "
+        f"included); shorter than {MIN_SCAN_BYTES} bytes, so a byte scan cannot prove it absent"))
+
+
 def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
                    cmd: ForgetSubject) -> SubjectForgetResult:
     if ledger.keys is None:
@@ -110,11 +124,15 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         counts["derived"] = len(facts) - len(own)
         tx_at = ledger.tx_at()
         subject_hash = ledger.keys.subject_ref(cmd.subject)
+        earlier = ledger.db.erasure.erased_of_subject(cmd.subject)
         erase(ledger, facts, root_of, kind="forget", reason=cmd.reason, actor=cmd.actor,
                tx_at=tx_at, work=work, subject_hash=subject_hash)
-        subject_bytes = cmd.subject.encode("utf-8")
-        if own and len(subject_bytes) >= MIN_SCAN_BYTES:
-            work.needles.append(subject_bytes)
+        # Facts of the subject forgotten or expired before keep no plaintext id either; the
+        # chain never held it, so the projection (and a rebuild) name them by the hash.
+        for fact in earlier:
+            ledger.db.events.erase_subject(fact.assert_seq)
+            ledger.db.erasure.set_subject(fact.assert_seq, erased_subject(subject_hash))
+        work.notes.append(subject_place(cmd.subject, len(earlier), work))
         row = ledger.append("forget_subject", cmd.actor, tx_at,
                              {"subject_hash": subject_hash, "reason": cmd.reason,
                               "counts": counts})

@@ -25,6 +25,8 @@ class ErasureWork:
     erased: list[ErasedFact] = field(default_factory=list)
     needles: list[bytes] = field(default_factory=list)
     short_values: int = 0
+    # Checks the operation adds itself (forget_subject: the plaintext subject id).
+    notes: list[PlaceCheck] = field(default_factory=list)
 
 
 def add_needles(sealed: bytes | None, text: str | None, work: ErasureWork,
@@ -87,6 +89,7 @@ def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> 
         checks.append(PlaceCheck(place="recall indexes (FTS5, sqlite-vec)",
                                  outcome="not_applicable", detail="this ledger has no recall index"))
     checks.append(keys_place)
+    checks += work.notes
     outcome = ledger.db.wal_checkpoint()
     checks.append(PlaceCheck(
         place="WAL checkpoint (TRUNCATE)", outcome="clean" if outcome.complete else "pending",
