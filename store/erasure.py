@@ -13,6 +13,7 @@ HAS_DIGEST = ("SELECT 1 FROM forgotten_digests WHERE subject_ref = ? AND predica
               "AND digest = ?")
 ADD_TOMBSTONE = ("INSERT INTO tombstones(seq, subject_hash, reason, counts, at) "
                  "VALUES (?, ?, ?, ?, ?)")
+LAST_TOMBSTONE = "SELECT max(at) FROM tombstones WHERE subject_hash = ?"
 TOMBSTONES = "SELECT seq, subject_hash, reason, counts, at FROM tombstones ORDER BY seq"
 ADD_PENDING = "INSERT OR IGNORE INTO pending_scrubs(fact_id, since) VALUES (?, ?)"
 PENDING = "SELECT fact_id, since FROM pending_scrubs ORDER BY since, fact_id"
@@ -67,6 +68,11 @@ class ErasureStore:
 
     def add_tombstone(self, seq: int, subject_hash: str, reason: str, counts: str, at: str) -> None:
         self._conn.execute(ADD_TOMBSTONE, (seq, subject_hash, reason, counts, at))
+
+    def last_tombstone_at(self, subject_hash: str) -> str | None:
+        """When the subject's latest erasure happened, as the ledger recorded it."""
+        row = self._conn.execute(LAST_TOMBSTONE, (subject_hash,)).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
 
     def tombstones(self) -> list[tuple[int, str, str, str, str]]:
         return [(int(a), str(b), str(c), str(d), str(e)) for a, b, c, d, e in

@@ -60,8 +60,9 @@ KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject
 LAST_DESTROYED = "SELECT max(destroyed_at) FROM subject_keys WHERE subject_ref = ?"
 INSERT_KEY = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at) "
               "VALUES (?, ?, ?, ?)")
+# Keys created after the erasure (by newer work) are not the erased subject's old keys.
 DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = ? "
-           "WHERE subject_ref = ? AND destroyed_at IS NULL")
+           "WHERE subject_ref = ? AND destroyed_at IS NULL AND created_at <= ?")
 # A keyless row born destroyed: the fence for a subject that had no live key at its erasure.
 INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at, "
                     "destroyed_at) VALUES (?, ?, NULL, ?, ?)")
@@ -112,7 +113,7 @@ class KeyStoreFile:
         (never keyed, or already shredded) a keyless destroyed row still records the instant,
         so work begun before it stays fenced."""
         with self.write():
-            self.conn.execute(DESTROY, (destroyed_at, subject_ref))
+            self.conn.execute(DESTROY, (destroyed_at, subject_ref, destroyed_at))
             destroyed = int(self.conn.changes())
             if destroyed == 0:
                 latest = self.latest(subject_ref)

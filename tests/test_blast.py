@@ -292,7 +292,7 @@ def test_schema_upgrade_backfills_the_session_index(tmp_path: Path) -> None:
     expected = made.ledger.blast(root)
     conn = made.ledger.db.conn
     conn.execute("DROP TABLE served_facts; DROP TABLE session_events; DROP TABLE sessions; "
-                 "DROP INDEX events_retractions;")
+                 "DROP INDEX events_retractions; DROP INDEX tombstones_by_subject;")
     conn.pragma("user_version", 1)
     made.ledger.close()
     with Ledger.open(tmp_path / "old.db") as reopened:

@@ -16,6 +16,7 @@ from typing import Any, Self
 from pydantic import ValidationError
 
 from custody_app.core import sessions
+from custody_app.core.faults import crash_point
 from custody_app.core.projector import MemoryProjection, apply_event
 from custody_app.domain.chain import GENESIS, canonical, event_hash
 from custody_app.domain.commands import refusal
@@ -97,7 +98,9 @@ class LedgerCore:
         """Rebuild the recall indexes with the policy's embedder (done at open when the
         embedder changed); returns how many believed facts were indexed."""
         with self.transaction():
-            return self.index.rebuild(progress)
+            indexed = self.index.rebuild(progress)
+            crash_point("reindex.before_commit")
+        return indexed
 
     def close(self) -> None:
         if self.keys is not None:
@@ -130,18 +133,21 @@ class LedgerCore:
         keys = self.keys.store.write() if self.keys is not None else nullcontext()
         try:
             # The key store commits first (inner), so no committed value ever lacks its key.
-            with self.db.write(), keys:
+            with self.db.write():
+                with keys:
+                    if self.db.depth == 1:
+                        self._head = self.db.events.head()
+                        self._recorded_policy = self.db.events.last_policy_hash()
+                    saved = (self._head, self._recorded_policy)
+                    try:
+                        yield
+                    except BaseException:
+                        self._head, self._recorded_policy = saved
+                        if self.keys is not None:
+                            self.keys.drop_cache()
+                        raise
                 if self.db.depth == 1:
-                    self._head = self.db.events.head()
-                    self._recorded_policy = self.db.events.last_policy_hash()
-                saved = (self._head, self._recorded_policy)
-                try:
-                    yield
-                except BaseException:
-                    self._head, self._recorded_policy = saved
-                    if self.keys is not None:
-                        self.keys.drop_cache()
-                    raise
+                    crash_point("tx.keys_committed")
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
+from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Forget, ForgetSubject
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import erased_subject
@@ -88,6 +89,8 @@ def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
         tx_at = ledger.tx_at()
         erase(ledger, facts, root_of, kind="forget", reason=cmd.reason, actor=cmd.actor,
                tx_at=tx_at, work=work)
+        crash_point("erasure.before_commit")
+    crash_point("erasure.ledger_committed")
     cert = certificate(ledger, "forget", work, actor=cmd.actor, reason=cmd.reason,
                        root=cmd.fact_id, keys_place=SUBJECT_KEY_KEPT)
     scrubs.settle(ledger, cert, work)
@@ -138,8 +141,13 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
                               "counts": counts})
         ledger.db.erasure.add_tombstone(row.seq, subject_hash, cmd.reason,
                                         json.dumps(counts, sort_keys=True), tx_at)
-        # Inside the same write: the key store commits (key destroyed) before the ledger does.
-        destroyed = ledger.keys.destroy(cmd.subject, tx_at)
+        crash_point("erasure.before_commit")
+    # The ledger commits first: its tombstone is the recorded intent. The key store's
+    # destruction follows; a crash in between is rolled forward at the next read-write open
+    # (and by any write for the subject before that), so no state in between is served.
+    crash_point("erasure.ledger_committed")
+    destroyed = ledger.keys.destroy(cmd.subject, tx_at)
+    crash_point("erasure.keys_committed")
     keys_place = PlaceCheck(
         place="key store: the subject's data key", outcome="clean",
         detail=f"{destroyed} key generation(s) destroyed at {tx_at}; copies of the ledger made "

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from custody_app.core.faults import crash_point
 from custody_app.domain.timeutil import format_time
 from custody_app.erasure.certificate import ErasedFact, ErasureCertificate, PlaceCheck
 
@@ -91,6 +92,7 @@ def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> 
     checks.append(keys_place)
     checks += work.notes
     outcome = ledger.db.wal_checkpoint()
+    crash_point("erasure.checkpointed")
     checks.append(PlaceCheck(
         place="WAL checkpoint (TRUNCATE)", outcome="clean" if outcome.complete else "pending",
         detail=f"{outcome.detail} ({outcome.attempts} attempt(s))"))

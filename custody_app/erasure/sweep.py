@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Sweep
 from custody_app.domain.retention import cutoff_for, window_for
 from custody_app.domain.timeutil import parse_time
@@ -66,6 +67,10 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
                     erase(ledger, facts, root_of, kind="expire", reason=cmd.reason,
                            actor=cmd.actor, tx_at=tx_at, work=work,
                            extra={"cutoff": cutoff, "window": windows.get(space)})
+        if expired and not cmd.dry_run:
+            crash_point("erasure.before_commit")
+    if expired and not cmd.dry_run:
+        crash_point("erasure.ledger_committed")
     cert = None
     if expired and not cmd.dry_run:
         cert = certificate(ledger, "sweep", work, actor=cmd.actor, reason=cmd.reason,

@@ -103,8 +103,8 @@ class KeyRing:
         self._slots: dict[str, bytes] = {}
         self._refs: dict[str, str] = {}
         # Live (generation, key) per subject ref, trusted while no other connection committed.
-        # (generation, key, latest destruction) per subject ref.
-        self._live: dict[str, tuple[int, bytes, str | None]] = {}
+        # (generation, key, latest destruction, key created at) per subject ref.
+        self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
         self._seen_version = -1
         check = store.meta("check")
         if check is None:
@@ -178,33 +178,43 @@ class KeyRing:
                                                             subject)
         return ref
 
-    def key_for_write(self, subject: str, work_started: str, now: str) -> tuple[int, bytes]:
+    def key_for_write(self, subject: str, work_started: str, now: str,
+                      erased_at: str | None = None) -> tuple[int, bytes]:
         """The subject's current data key; refuses work that began before the subject's latest
-        key destruction, even when newer work has minted a key since (the key fence)."""
+        erasure, even when newer work has minted a key since (the key fence). `erased_at` is
+        the ledger's latest tombstone of the subject: the ledger commits an erasure before the
+        key store destroys the key, so a destruction the key store has not recorded yet is
+        completed here first (rolled forward), and fences all the same."""
         ref = self.subject_ref(subject)
         version = self.store.data_version()
         if version != self._seen_version:
             self._live.clear()
             self._seen_version = version
         live = self._live.get(ref)
+        if live is not None and erased_at is not None and live[3] <= erased_at and (
+                live[2] is None or live[2] < erased_at):
+            live = None  # its erasure is not in the key store yet
         if live is None:
-            live = self._live[ref] = (*self._key_for_write(ref, subject, work_started, now),
-                                      self.store.last_destroyed(ref))
+            destroyed = self.store.last_destroyed(ref)
+            if erased_at is not None and (destroyed is None or destroyed < erased_at):
+                self.destroy(subject, erased_at)
+                destroyed = erased_at
+            _fence(subject, work_started, destroyed)
+            generation, key, created = self._key_for_write(ref, now)
+            live = self._live[ref] = (generation, key, destroyed, created)
         _fence(subject, work_started, live[2])
         return live[0], live[1]
 
-    def _key_for_write(self, ref: str, subject: str, work_started: str,
-                       now: str) -> tuple[int, bytes]:
-        _fence(subject, work_started, self.store.last_destroyed(ref))
+    def _key_for_write(self, ref: str, now: str) -> tuple[int, bytes, str]:
         row = self.store.latest(ref)
         if row is not None and row[3] is None:
-            return row[0], self._unwrap(ref, row[0], row[1])
+            return row[0], self._unwrap(ref, row[0], row[1]), row[2]
         generation = 1 if row is None else row[0] + 1
         key = crypto.new_key()
         self.store.add(ref, generation, crypto.wrap(self._master, key, f"data:{ref}:{generation}"),
                        now)
         self._cache[(ref, generation)] = key
-        return generation, key
+        return generation, key, now
 
     def key_for_read(self, ref: str, generation: int) -> bytes | None:
         """The key (by subject ref) a value was sealed with, or None when it was destroyed."""
@@ -230,6 +240,12 @@ class KeyRing:
     def destroy(self, subject: str, at: str) -> int:
         """Destroy every live data key of the subject (crypto-shredding); the rows stay as tombstones."""
         ref = self.subject_ref(subject)
+        self._cache = {k: v for k, v in self._cache.items() if k[0] != ref}
+        self._live.pop(ref, None)
+        return self.store.destroy(ref, at)
+
+    def destroy_ref(self, ref: str, at: str) -> int:
+        """destroy() by peppered subject hash (the roll-forward of an erasure has no plaintext)."""
         self._cache = {k: v for k, v in self._cache.items() if k[0] != ref}
         self._live.pop(ref, None)
         return self.store.destroy(ref, at)

@@ -17,10 +17,11 @@ class ValueCodec:
         self.keys = keys
 
     def seal(self, fact_id: str, subject: str, value_text: str, *, work_started: str,
-             now: str) -> bytes:
+             now: str, erased_at: str | None = None) -> bytes:
+        """Seal under the subject's key; `erased_at`: the ledger's latest erasure of it."""
         if self.keys is None:
             raise LedgerError("keystore_missing", "the key store is not available; cannot write")
-        generation, key = self.keys.key_for_write(subject, work_started, now)
+        generation, key = self.keys.key_for_write(subject, work_started, now, erased_at)
         return crypto.seal(key, generation, value_text.encode("utf-8"), fact_id)
 
     def open(self, fact_id: str, subject_ref: str, blob: bytes | None) -> str | None:

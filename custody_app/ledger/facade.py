@@ -56,6 +56,7 @@ from custody_app.erasure.certificate import (
     SweepResult,
 )
 from custody_app.erasure.forget import forget, forget_subject
+from custody_app.erasure.rollforward import roll_forward
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.sweep import sweep
 from custody_app.evidence import blast
@@ -213,6 +214,8 @@ class Ledger(BrowseReads):
         readonly, id_seed, keystore, reindex_progress (see `LedgerCore.open`)."""
         ledger = super().open(path, **options)
         try:
+            if not ledger.readonly:
+                roll_forward(ledger)
             if not ledger.readonly and ledger.db.erasure.pending():
                 ledger.finish_scrubs()
         except BaseException:

@@ -67,8 +67,9 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
             "commitment": commitment(salt, value_text),
             "redactions": [f.to_json() for f in findings] or None,
         }
-        sealed = ledger.values.seal(fact_id, cmd.subject, value_text,
-                                  work_started=ledger.work_started, now=tx_at)
+        sealed = ledger.values.seal(
+            fact_id, cmd.subject, value_text, work_started=ledger.work_started, now=tx_at,
+            erased_at=ledger.db.erasure.last_tombstone_at(str(fields["subject_ref"])))
         row = ledger.append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
                            value=sealed, salt=salt, subject=cmd.subject,
                            plaintext=value_text)
