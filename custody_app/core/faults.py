@@ -19,7 +19,18 @@ POINTS = (
 )
 
 
+_passes: dict[str, int] = {}
+
+
 def crash_point(name: str) -> None:
-    """Kill this process here when $CUSTODY_FAULT names this point (never otherwise)."""
-    if os.environ.get(FAULT_ENV) == name:
+    """Kill this process here when $CUSTODY_FAULT names this point (`NAME`: its first pass,
+    `NAME#N`: its N-th), never otherwise."""
+    wanted = os.environ.get(FAULT_ENV)
+    if not wanted or not wanted.startswith(name):
+        return
+    point, _, nth = wanted.partition("#")
+    if point != name:
+        return
+    _passes[name] = _passes.get(name, 0) + 1
+    if _passes[name] == (int(nth) if nth.isdigit() else 1):
         os.kill(os.getpid(), signal.SIGKILL)
