@@ -6,6 +6,7 @@ import apsw
 
 PUT = "INSERT OR IGNORE INTO policies(hash, canonical, source, path) VALUES (?, ?, ?, ?)"
 GET = "SELECT hash, canonical, source, path FROM policies WHERE hash = ?"
+ALL = "SELECT hash, canonical, source, path FROM policies ORDER BY hash"
 
 
 class PolicyStore:
@@ -21,3 +22,7 @@ class PolicyStore:
         """(canonical, source, path) for a hash, or None."""
         row = self._conn.execute(GET, (policy_hash,)).fetchone()
         return None if row is None else (str(row[1]), str(row[2]), row[3])
+
+    def all(self) -> list[tuple[str, str, str, str | None]]:
+        """(hash, canonical, source, path) of every stored policy text."""
+        return [(str(h), str(c), str(s), p) for h, c, s, p in self._conn.execute(ALL)]

@@ -79,9 +79,9 @@ class Trial:
 
 
 def run_child(kind: str, path: Path, *, point: str | None = None,
-              delay: float | None = None) -> tuple[bool, list[str]]:
+              delay: float | None = None) -> tuple[bool, list[str], float]:
     """Run the child; kill it `delay` seconds after its `go` line (or let `point` kill it).
-    Returns (was it killed, its stdout lines)."""
+    Returns (was it killed, its stdout lines, seconds from `go` to its exit)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("CUSTODY_FAULT", None)
     if point is not None:
@@ -91,21 +91,25 @@ def run_child(kind: str, path: Path, *, point: str | None = None,
                             text=True)
     assert proc.stdout is not None
     lines: list[str] = []
+    went = time.perf_counter()
     for line in proc.stdout:
         if not line.endswith("\n"):
             break
         lines.append(line.rstrip("\n"))
+        if line == "go\n":
+            went = time.perf_counter()
         if line == "go\n" and delay is not None:
             time.sleep(delay)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
             break
     proc.wait(timeout=60)
+    seconds = time.perf_counter() - went
     stderr = proc.stderr.read() if proc.stderr else ""
     if proc.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(f"child failed ({proc.returncode}): {stderr[-2000:]}")
     lines += [ln for ln in (proc.stdout.read() or "").splitlines()]
-    return proc.returncode == -signal.SIGKILL, lines
+    return proc.returncode == -signal.SIGKILL, lines, seconds
 
 
 def check(kind: str, path: Path, lines: list[str]) -> tuple[str, bool]:
@@ -179,7 +183,7 @@ def trial(kind: str, base: Path, work: Path, n: int, *, point: str | None = None
           delay: float | None = None) -> Trial:
     target = work / f"{kind}-{n}.db"
     copy_base(base, target)
-    killed, lines = run_child(kind, target, point=point, delay=delay)
+    killed, lines, _ = run_child(kind, target, point=point, delay=delay)
     outcome, acked = check(kind, target, lines)
     for extra in ("", "-wal", "-shm", ".keys", ".keys.master", ".crash.json", ".keys-journal"):
         Path(f"{target}{extra}").unlink(missing_ok=True)

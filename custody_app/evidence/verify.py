@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from custody_app.domain.chain import verify_chain
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.evidence.checkpoints import CheckpointAudit
+from custody_app.evidence.integrity import EventAudit
 from store.rows import EventRow
 
 if TYPE_CHECKING:
@@ -29,11 +30,19 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
         unchecked += text is None
         return text
 
+    events = EventAudit()
+
+    def extra(row: EventRow) -> str | None:
+        return audit.check(row) or events.check(row)
+
     with ledger.db.read():
         audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
-        report = verify_chain(ledger.db.events.iter_all(), progress, opener, audit.check)
+        report = verify_chain(ledger.db.events.iter_all(), progress, opener, extra)
         index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
-    valid, bad, problem = report.valid, report.first_bad_seq, report.problem
+        valid, bad, problem = report.valid, report.first_bad_seq, report.problem
+        if valid:
+            bad, problem = events.finish(ledger)
+            valid = problem is None
     if valid and index_problems:
         valid, problem = False, "recall indexes: " + "; ".join(index_problems)
     if valid and public_key is not None and audit.count == 0 and report.events:
