@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import apsw
 import apsw.bestpractice
@@ -201,8 +202,11 @@ def _begin_immediate(conn: apsw.Connection) -> None:
             time.sleep(min(2.0, 0.02 * 2**attempt) * (0.5 + random.random()))
 
 
-def open_ledger(path: str | Path, *, readonly: bool = False) -> LedgerFile:
-    """Open (creating if missing) a ledger file with every pragma set and the schema current."""
+def open_ledger(path: str | Path, *, readonly: bool = False,
+                immutable: bool = False) -> LedgerFile:
+    """Open (creating if missing) a ledger file with every pragma set and the schema current.
+    `immutable`: a read-only snapshot that creates no -wal or -shm file (for one-shot checks
+    of a ledger no process is writing; its WAL, if any, is then not read)."""
     path = str(path)
     if not readonly and not os.path.exists(path):
         # A new ledger is readable by its owner only.
@@ -210,8 +214,15 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> LedgerFile:
     flags = apsw.SQLITE_OPEN_READONLY if readonly else (
         apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     )
+    target = path
+    if readonly and immutable:
+        if not os.path.exists(path):
+            raise StoreError(f"cannot open ledger {path}: it does not exist",
+                             code="ledger_unopenable")
+        target = f"file:{quote(os.path.abspath(path))}?immutable=1"
+        flags |= apsw.SQLITE_OPEN_URI
     try:
-        conn = apsw.Connection(path, flags=flags)
+        conn = apsw.Connection(target, flags=flags)
     except apsw.Error as exc:
         raise StoreError(f"cannot open ledger {path}: {exc}", code="ledger_unopenable") from exc
     try:
@@ -268,7 +279,8 @@ def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
             f"{SCHEMA_VERSION}: upgrade custody-app"
         )
     # Only now that the file is known to be ours: switching to WAL rewrites its header.
-    apsw.bestpractice.connection_wal(conn)
+    if not readonly or conn.pragma("journal_mode") != "wal":
+        apsw.bestpractice.connection_wal(conn)
     if version == SCHEMA_VERSION:
         return
     if readonly:

@@ -24,7 +24,8 @@ from store.schema import APPLICATION_ID, MIGRATIONS
 from tests.conftest import CAUSE
 
 NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "pending-scrubs",
-         "key-store", "master-key", "forget-key", "signing-key", "keys-match"]
+         "key-store", "master-key", "forget-key", "signing-key", "keys-match",
+         "integrity", "erasure-half-state"]
 STRIPPED = ("CUSTODY_LEDGER", "CUSTODY_POLICY", "CUSTODY_KEYSTORE", "CUSTODY_MASTER_KEY")
 
 
@@ -186,7 +187,7 @@ def test_an_extra_trigger_is_a_warning(ledger: Path) -> None:
     assert "sneaky" in detail(report, "triggers")
 
 
-@pytest.mark.parametrize(("version", "words"), [(99, "newer than the 2"), (0, "user_version 0"),
+@pytest.mark.parametrize(("version", "words"), [(99, "newer than the 3"), (0, "user_version 0"),
                                                 (1, "served_facts")])
 def test_a_wrong_user_version_fails_without_making_the_ledger_unopenable(
         ledger: Path, version: int, words: str) -> None:

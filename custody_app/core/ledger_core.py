@@ -61,7 +61,8 @@ class LedgerCore:
     def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,
              clock: Clock | None = None, readonly: bool = False, id_seed: int | None = None,
              keystore: str | Path | None = None,
-             reindex_progress: Callable[[int, int], None] | None = None) -> Self:
+             reindex_progress: Callable[[int, int], None] | None = None,
+             immutable: bool = False) -> Self:
         """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default).
         Read-only opens create nothing; without a key store their values read as erased.
         When the policy's embedder changed, the recall indexes are rebuilt here, reporting
@@ -69,7 +70,8 @@ class LedgerCore:
         loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
         master_from_env()  # a malformed master key is refused before any file is created
         try:
-            db = open_ledger(path, readonly=readonly)
+            db = open_ledger(path, readonly=readonly or immutable, immutable=immutable)
+            readonly = readonly or immutable
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         keys = None
@@ -254,6 +256,12 @@ class LedgerCore:
             with self.transaction():
                 self.db.sessions.replace_all(*index)
         differences += index_differences
+        # The recall indexes are derived too: a stray or missing row is rebuilt away.
+        recall_differences = self.index.differences() if self.db.recall.exists() else []
+        if repair and recall_differences:
+            with self.transaction():
+                self.index.rebuild()
+        differences += [f"recall index: {d}" for d in recall_differences]
         return RebuildResult(facts=len(rebuilt[0]), states=len(rebuilt[1]),
                              differences=differences, repaired=repair and bool(differences))
 

@@ -8,6 +8,7 @@ from contextlib import closing
 from pathlib import Path
 
 from custody_app.doctor import keys as doctor_keys
+from custody_app.doctor.integrity import check_integrity
 from custody_app.doctor.report import DoctorCheck, DoctorReport, check, loose_mode
 from store import health
 from store.errors import StoreError
@@ -171,5 +172,7 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> Docto
             checks.append(check("ledger", "FAIL", f"{exc} ({exc.code}): the file is damaged."))
             return DoctorReport(ledger=path, opened=False, checks=checks, ok=False)
     checks += doctor_keys.check_keys(path, keystore, sample)
+    if all(c.outcome != "FAIL" for c in checks):
+        checks += check_integrity(path, keystore)
     return DoctorReport(ledger=path, opened=True, checks=checks,
                         ok=all(c.outcome != "FAIL" for c in checks))

@@ -118,8 +118,20 @@ class RecallIndex:
         lexical, vector = self.db.recall.indexed()
         out: list[str] = []
         if set(lexical) != set(want):
-            out.append(f"lexical index holds {len(set(lexical) - set(want))} fact(s) not "
-                       f"believed and misses {len(set(want) - set(lexical))}")
-        if dict(vector) != want:
-            out.append("vector index does not match the believed facts and their statuses")
+            stray, missing = sorted(set(lexical) - set(want)), sorted(set(want) - set(lexical))
+            out.append(f"lexical index holds {len(stray)} fact(s) not believed{_seqs(stray)} "
+                       f"and misses {len(missing)}{_seqs(missing)}")
+        vectors = dict(vector)
+        if vectors != want:
+            wrong = sorted(k for k in set(vectors) | set(want) if vectors.get(k) != want.get(k))
+            out.append("vector index does not match the believed facts and their statuses"
+                       f"{_seqs(wrong)}")
         return out
+
+
+def _seqs(seqs: list[int]) -> str:
+    """Names the rows (by the fact's assert seq) a difference is about, the first few."""
+    if not seqs:
+        return ""
+    more = ", ..." if len(seqs) > 3 else ""
+    return " (assert seq " + ", ".join(map(str, seqs[:3])) + more + ")"
