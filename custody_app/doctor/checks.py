@@ -172,7 +172,6 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> Docto
             checks.append(check("ledger", "FAIL", f"{exc} ({exc.code}): the file is damaged."))
             return DoctorReport(ledger=path, opened=False, checks=checks, ok=False)
     checks += doctor_keys.check_keys(path, keystore, sample)
-    if all(c.outcome != "FAIL" for c in checks):
-        checks += check_integrity(path, keystore)
+    checks += check_integrity(path, keystore)
     return DoctorReport(ledger=path, opened=True, checks=checks,
                         ok=all(c.outcome != "FAIL" for c in checks))
