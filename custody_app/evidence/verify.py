@@ -26,6 +26,7 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
 
     def opener(row: EventRow, body: dict[str, Any]) -> str | None:
         nonlocal unchecked
+        events.note_body(row.seq, body)
         text = ledger.values.opener(row, body)
         unchecked += text is None
         return text
