@@ -49,7 +49,23 @@ WHEN NOT (OLD.destroyed_at IS NULL AND NEW.destroyed_at IS NOT NULL AND NEW.wrap
           AND NEW.created_at IS OLD.created_at)
 BEGIN SELECT RAISE(ABORT, 'custody: a key can only be destroyed, once'); END;
 """
-_MIGRATIONS = (_V1,)
+# The ledger's high-water mark (issue 13): the head (seq, hash) the ledger had reached when
+# this key store last changed a key or recorded an erasure. A ledger behind it was restored
+# from an older copy (or cut short). `accepted` marks a rollback a user accepted knowingly.
+_V2 = """
+CREATE TABLE ledger_marks(
+    n        INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq      INTEGER NOT NULL,
+    head     TEXT NOT NULL,
+    at       TEXT NOT NULL,
+    accepted INTEGER NOT NULL DEFAULT 0
+);
+CREATE TRIGGER ledger_marks_no_update BEFORE UPDATE ON ledger_marks
+BEGIN SELECT RAISE(ABORT, 'custody: a ledger mark is written once'); END;
+CREATE TRIGGER ledger_marks_no_delete BEFORE DELETE ON ledger_marks
+BEGIN SELECT RAISE(ABORT, 'custody: a ledger mark is written once'); END;
+"""
+_MIGRATIONS = (_V1, _V2)
 
 GET_META = "SELECT value FROM keystore_meta WHERE name = ?"
 PUT_META = "INSERT INTO keystore_meta(name, value) VALUES (?, ?)"
@@ -66,6 +82,10 @@ DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = ? "
 # A keyless row born destroyed: the fence for a subject that had no live key at its erasure.
 INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at, "
                     "destroyed_at) VALUES (?, ?, NULL, ?, ?)")
+
+ADD_MARK = "INSERT INTO ledger_marks(seq, head, at, accepted) VALUES (?, ?, ?, ?)"
+LAST_MARK = "SELECT seq, head, at, accepted FROM ledger_marks ORDER BY n DESC LIMIT 1"
+FOREIGN_TABLES = "SELECT 1 FROM sqlite_schema LIMIT 1"
 
 KeyRow = tuple[int, bytes | None, str, str | None]
 _KEYS_FULL = "the disk is full: the key store write was rolled back"
@@ -122,6 +142,18 @@ class KeyStoreFile:
                                                      destroyed_at))
             return destroyed
 
+    def add_mark(self, seq: int, head: str, at: str, *, accepted: bool = False) -> None:
+        """Record the ledger's head (unless it is the mark already recorded)."""
+        with self.write():
+            last = self.high_water()
+            if accepted or last is None or (last[0], last[1]) != (seq, head):
+                self.conn.execute(ADD_MARK, (seq, head, at, int(accepted)))
+
+    def high_water(self) -> tuple[int, str, str, bool] | None:
+        """(seq, head hash, at, accepted) of the latest mark, if any."""
+        row = self.conn.execute(LAST_MARK).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]), bool(row[3]))
+
     @contextmanager
     def write(self) -> Iterator[None]:
         """A key store transaction (a savepoint inside one). A full disk at its commit is a
@@ -160,8 +192,10 @@ def open_keystore(path: str | Path) -> KeyStoreFile:
         apsw.bestpractice.connection_dqs(conn)
         app_id = conn.pragma("application_id")
         version = conn.pragma("user_version")
-        if app_id not in (0, KEYSTORE_APPLICATION_ID) or (app_id == 0 and version):
-            raise NotALedger(f"{path} is not a custody-app key store")
+        foreign = app_id == 0 and conn.execute(FOREIGN_TABLES).fetchone() is not None
+        if app_id not in (0, KEYSTORE_APPLICATION_ID) or (app_id == 0 and version) or foreign:
+            # Another application's SQLite file: refused before anything is written to it.
+            raise NotALedger(f"{path} is a SQLite file but not a custody-app key store")
         if version > len(_MIGRATIONS):
             raise LedgerTooNew(f"{path} was written by a newer custody-app")
         conn.pragma("secure_delete", "ON")

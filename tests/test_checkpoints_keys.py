@@ -230,6 +230,9 @@ def test_same_rewrite_without_a_checkpoint_goes_unnoticed(env: Env) -> None:
     env.ledger.close()
     rewrite_chain(env.path, 2, lambda body: body.update(predicate="tier"))
     ledger = env.reopen()
+    # The projection no longer matches the events (issue 13); an attacker rebuilds it too.
+    assert not ledger.verify().valid
+    ledger.rebuild(repair=True)
     report = ledger.verify()
     assert report.valid and report.checkpoints == 0, report.problem
     assert json.loads(ledger.events()[1].body)["predicate"] == "tier"
@@ -306,13 +309,14 @@ def test_limit_rewrite_after_the_last_checkpoint_is_not_detected(
     env.ledger.close()
     rewrite_chain(env.path, late_seq, lambda body: body.update(predicate="tier"))
     ledger = env.reopen()
+    ledger.rebuild(repair=True)  # the attacker makes the projection match the rewrite too
     report = ledger.verify(public_key=s["pem"])
     assert report.valid and report.checkpoints == 1, report.problem
     assert json.loads(ledger.events()[late_seq - 1].body)["predicate"] == "tier"
 
 
 def test_deleting_every_checkpoint_fails_under_the_key(
-        signed: tuple[Env, dict[str, Any]]) -> None:
+        signed: tuple[Env, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     """An attacker who deletes every checkpoint event and recomputes the chain is caught: under
     a public key, a ledger with no signed checkpoint is refused. (Deleting only the newest
     checkpoints is the limit covered by the events-after-the-last-checkpoint test.)"""
@@ -320,7 +324,13 @@ def test_deleting_every_checkpoint_fails_under_the_key(
     env.ledger.close()
     strip_checkpoints(env.path)
     rewrite_chain(env.path, 2, lambda body: body.update(predicate="tier"))
+    # The key store saw the ledger reach the last checkpoint: the shorter file is refused.
+    with pytest.raises(LedgerError) as info:
+        env.reopen()
+    assert info.value.code == "ledger_rolled_back"
+    monkeypatch.setenv("CUSTODY_ACCEPT_ROLLBACK", str(info.value.details["mark_seq"]))
     ledger = env.reopen()
+    ledger.rebuild(repair=True)  # and the projection made to match the rewrite
     report = ledger.verify(public_key=s["pem"])
     assert not report.valid and "no signed checkpoint" in (report.problem or "")
     assert (report.checkpoints, report.last_checkpoint_seq) == (0, None)

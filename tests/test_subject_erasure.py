@@ -236,7 +236,7 @@ def test_sqlite3_cannot_replace_a_tombstone_or_a_destroyed_key(env: Env) -> None
 
 # ---- crypto-shredding, proven on a real copy of the file ---------------------------------------
 def test_copy_taken_before_forget_subject_cannot_decrypt_that_subject(
-        env: Env, tmp_path: Path) -> None:
+        env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ledger = env.ledger
     mine = env.put(SUBJECT, "plan", "ZQX-S-PLAN-00001")
     mine2 = env.put(SUBJECT, "email_pref", {"weekly": "ZQX-S-PREF-00002"})
@@ -252,6 +252,12 @@ def test_copy_taken_before_forget_subject_cannot_decrypt_that_subject(
     env.at(day(2))
     ledger.forget_subject(SUBJECT, actor=DPO, reason="subject_request")
 
+    # The key store knows the ledger got further than the copy: refused (issue 13) until a
+    # user accepts the loss of what came after (here, to show the shredding holds even then).
+    with pytest.raises(LedgerError) as info:
+        Ledger.open(copy, keystore=keystore)
+    assert info.value.code == "ledger_rolled_back"
+    monkeypatch.setenv("CUSTODY_ACCEPT_ROLLBACK", str(info.value.details["mark_seq"]))
     with Ledger.open(copy, keystore=keystore) as old:
         assert old.keys is not None and old.keys.path == keystore
         views = {v.fact_id: v for v in old.as_of(include="claimed").facts}

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from custody_app.core import sessions
 from custody_app.core.faults import crash_point
 from custody_app.core.projector import MemoryProjection, apply_event
+from custody_app.core.rollback import check_high_water
 from custody_app.domain.chain import GENESIS, canonical, event_hash
 from custody_app.domain.commands import refusal
 from custody_app.domain.errors import LedgerError
@@ -78,6 +79,8 @@ class LedgerCore:
         try:
             if not readonly or keystore_path_for(path, keystore).exists():
                 keys = KeyRing.open(path, keystore)
+            if keys is not None:
+                check_high_water(db, keys, str(path), readonly=readonly)
             ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
         except BaseException:
             if keys is not None:
@@ -133,6 +136,8 @@ class LedgerCore:
         if self.readonly:
             raise LedgerError("read_only", "this ledger was opened read-only")
         keys = self.keys.store.write() if self.keys is not None else nullcontext()
+        outermost = self.db.depth == 0 and self.keys is not None
+        changes = self.keys.store.conn.total_changes() if outermost and self.keys else 0
         try:
             # The key store commits first (inner), so no committed value ever lacks its key.
             with self.db.write():
@@ -150,6 +155,9 @@ class LedgerCore:
                         raise
                 if self.db.depth == 1:
                     crash_point("tx.keys_committed")
+            if outermost and self.keys and self.keys.store.conn.total_changes() != changes:
+                # A key changed: the key store remembers how far the ledger had come.
+                self.keys.record_mark(self.db.events.head())
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
 
@@ -246,6 +254,9 @@ class LedgerCore:
             index = sessions.rebuilt_index(self.db.events.iter_all())
             stored_index = self.db.sessions.dump()
         rebuilt = memory.dump()
+        # The recall indexes are derived too; compared before anything is repaired.
+        with self.db.read():
+            recall_differences = self.index.differences() if self.db.recall.exists() else []
         differences = _compare(stored, rebuilt)
         index_differences = _compare(stored_index, index,
                                      names=("served fact", "session event", "session"))
@@ -256,8 +267,6 @@ class LedgerCore:
             with self.transaction():
                 self.db.sessions.replace_all(*index)
         differences += index_differences
-        # The recall indexes are derived too: a stray or missing row is rebuilt away.
-        recall_differences = self.index.differences() if self.db.recall.exists() else []
         if repair and recall_differences:
             with self.transaction():
                 self.index.rebuild()

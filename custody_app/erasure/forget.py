@@ -91,6 +91,8 @@ def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
                tx_at=tx_at, work=work)
         crash_point("erasure.before_commit")
     crash_point("erasure.ledger_committed")
+    if ledger.keys is not None:
+        ledger.keys.record_mark(ledger.db.events.head())
     cert = certificate(ledger, "forget", work, actor=cmd.actor, reason=cmd.reason,
                        root=cmd.fact_id, keys_place=SUBJECT_KEY_KEPT)
     scrubs.settle(ledger, cert, work)
@@ -146,7 +148,9 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     # destruction follows; a crash in between is rolled forward at the next read-write open
     # (and by any write for the subject before that), so no state in between is served.
     crash_point("erasure.ledger_committed")
-    destroyed = ledger.keys.destroy(cmd.subject, tx_at)
+    with ledger.keys.store.write():
+        destroyed = ledger.keys.destroy(cmd.subject, tx_at)
+        ledger.keys.record_mark(ledger.db.events.head())
     crash_point("erasure.keys_committed")
     keys_place = PlaceCheck(
         place="key store: the subject's data key", outcome="clean",

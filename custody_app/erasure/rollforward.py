@@ -34,4 +34,5 @@ def roll_forward(ledger: LedgerCore) -> list[int]:
     with ledger.keys.store.write():
         for _seq, subject_hash, at in todo:
             ledger.keys.destroy_ref(subject_hash, at)
+        ledger.keys.record_mark(ledger.db.events.head())
     return [seq for seq, _, _ in todo]

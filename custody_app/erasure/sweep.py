@@ -71,6 +71,8 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
             crash_point("erasure.before_commit")
     if expired and not cmd.dry_run:
         crash_point("erasure.ledger_committed")
+        if ledger.keys is not None:
+            ledger.keys.record_mark(ledger.db.events.head())
     cert = None
     if expired and not cmd.dry_run:
         cert = certificate(ledger, "sweep", work, actor=cmd.actor, reason=cmd.reason,

@@ -119,13 +119,14 @@ class KeyRing:
     @classmethod
     def open(cls, ledger_path: str | Path, keystore: str | Path | None = None) -> KeyRing:
         path = keystore_path_for(ledger_path, keystore)
-        master = load_master(path, create=True)
+        # The store first: a file of another application is refused before a master key
+        # file is made beside it.
         try:
             store = open_keystore(path)
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         try:
-            return cls(store, master)
+            return cls(store, load_master(path, create=True))
         except BaseException:
             store.close()
             raise
@@ -243,6 +244,11 @@ class KeyRing:
         self._cache = {k: v for k, v in self._cache.items() if k[0] != ref}
         self._live.pop(ref, None)
         return self.store.destroy(ref, at)
+
+    def record_mark(self, head: tuple[int, str, str] | None, *, accepted: bool = False) -> None:
+        """Record the ledger's head as the high-water mark (rollback detection)."""
+        if head is not None:
+            self.store.add_mark(head[0], head[1], head[2], accepted=accepted)
 
     def destroy_ref(self, ref: str, at: str) -> int:
         """destroy() by peppered subject hash (the roll-forward of an erasure has no plaintext)."""
