@@ -267,6 +267,13 @@ class LedgerCore:
             with self.transaction():
                 self.db.sessions.replace_all(*index)
         differences += index_differences
+        if repair and differences and not recall_differences:
+            # The projection was repaired: the indexes must follow the repaired beliefs.
+            with self.db.read():
+                stale = self.index.differences() if self.db.recall.exists() else []
+            if stale:
+                with self.transaction():
+                    self.index.rebuild()
         if repair and recall_differences:
             with self.transaction():
                 self.index.rebuild()
