@@ -79,7 +79,10 @@ def _refresh(port: ProjectionPort, fact: FactRow, seq: int, tx_at: str, changes:
     previous = None if new else port.latest_state(fact.assert_seq)
     check_move(fact.fact_id, previous.status_trusted if previous else None, state.status_trusted)
     old_status = None if new else fact.status
-    fact = replace(fact, status=state.status_trusted)
+    if new:
+        fact.status = state.status_trusted  # a row just made by apply_event: nobody shares it
+    else:
+        fact = replace(fact, status=state.status_trusted)
     if previous is None:
         port.insert(fact)
     else:
