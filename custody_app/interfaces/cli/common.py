@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -35,9 +36,15 @@ def chosen_ledger(args: argparse.Namespace) -> str:
 
 def open_ledger(args: argparse.Namespace, *, manual_clock: bool = False,
                 readonly: bool = False) -> Ledger:
-    return Ledger.open(chosen_ledger(args), policy=policy_path(args.policy),
+    path = chosen_ledger(args)
+    # A read-only command writes nothing to any file: with no WAL beside the ledger (so no
+    # other process has it open), an immutable snapshot creates no -wal or -shm either.
+    wal = Path(f"{path}-wal")
+    immutable = readonly and (not wal.exists() or wal.stat().st_size == 0)
+    return Ledger.open(path, policy=policy_path(args.policy),
                        keystore=args.keystore, reindex_progress=_reindex_progress,
-                       clock=ManualClock() if manual_clock else None, readonly=readonly)
+                       clock=ManualClock() if manual_clock else None, readonly=readonly,
+                       immutable=immutable)
 
 
 def _reindex_progress(done: int, total: int) -> None:
