@@ -3,6 +3,7 @@ commitment), check signed checkpoints, and compare the recall indexes with the b
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,14 +37,22 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     def extra(row: EventRow) -> str | None:
         return audit.check(row) or events.check(row)
 
-    with ledger.db.read():
-        audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
-        report = verify_chain(ledger.db.events.iter_all(), progress, opener, extra)
-        index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
-        valid, bad, problem = report.valid, report.first_bad_seq, report.problem
-        if valid:
-            bad, problem = events.finish(ledger)
-            valid = problem is None
+    # The fold keeps a row per fact alive for the whole walk: the cyclic collector would
+    # rescan them all again and again (none of them forms a cycle), so it waits until the end.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with ledger.db.read():
+            audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
+            report = verify_chain(ledger.db.events.iter_all(), progress, opener, extra)
+            index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
+            valid, bad, problem = report.valid, report.first_bad_seq, report.problem
+            if valid:
+                bad, problem = events.finish(ledger)
+                valid = problem is None
+    finally:
+        if collecting:
+            gc.enable()
     if valid and index_problems:
         valid, problem = False, "recall indexes: " + "; ".join(index_problems)
     if valid and public_key is not None and audit.count == 0 and report.events:
