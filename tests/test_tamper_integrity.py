@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from custody_app.doctor.checks import diagnose
 from custody_app.domain.chain import canonical, event_hash
+from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
 from screens.integrity import IntegrityScreen
 from tests.conftest import Env, day
@@ -123,6 +124,14 @@ def test_verify_and_doctor_name_each_edit(base: tuple[Path, dict[str, str]], tmp
     assert report.problem is not None and words in report.problem, report.problem
     integrity = [c for c in diagnose(path).checks if c.name == "integrity"]
     assert [c.outcome for c in integrity] == ["FAIL"] and words in integrity[0].detail
+
+
+def test_why_refuses_to_print_a_replaced_policy_text(base: tuple[Path, dict[str, str]],
+                                                     tmp_path: Path) -> None:
+    path = tampered(base, tmp_path, replaced_policy)
+    with Ledger.open(path, readonly=True) as led, pytest.raises(LedgerError) as info:
+        led.why(base[1]["kept"])
+    assert info.value.code == "policy_tampered"
 
 
 def test_a_revived_fact_with_index_rows_copied_is_caught_and_repaired(

@@ -9,6 +9,7 @@ from custody_app.domain.chain import GENESIS, check_event
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import effective_rank
 from custody_app.domain.models import PROVENANCES, Cause, LlmBlock
+from custody_app.domain.policy import policy_from_text
 from custody_app.domain.readmodels import (
     EventView,
     FactRef,
@@ -100,6 +101,11 @@ def why(db: LedgerFile, codec: ValueCodec, fact_id: str) -> WhyResult:
     body = json.loads(created.body)
     policy = db.policies.get(created.policy_hash)
     canonical, source, path = policy if policy else ("", "", None)
+    if policy is not None and not policy_matches(created.policy_hash, canonical, source):
+        # Never print a policy text as "in force" when it is not the one the event hashed.
+        raise LedgerError("policy_tampered", f"the stored text of policy "
+                          f"{created.policy_hash[:12]}... under which fact {fact_id} was written "
+                          "does not hash to its key: it was replaced (run verify)")
 
     older: list[FactRef] = []
     cursor = fact.supersedes
@@ -136,3 +142,12 @@ def why(db: LedgerFile, codec: ValueCodec, fact_id: str) -> WhyResult:
         supersedes=older, superseded_by=newer, reviews=reviews,
         events_verified=_events_verified(db, codec, history_rows(db, fact_id)),
     )
+
+
+def policy_matches(policy_hash: str, canonical: str, source: str) -> bool:
+    """Does a stored policy text (source and canonical form) still hash to its key?"""
+    try:
+        loaded = policy_from_text(source, "(stored policy)")
+    except LedgerError:
+        return False
+    return loaded.hash == policy_hash and loaded.canonical == canonical

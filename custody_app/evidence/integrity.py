@@ -9,9 +9,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from custody_app.core.projector import MemoryProjection, apply_event
-from custody_app.domain.errors import LedgerError, PolicyError
+from custody_app.core.reads import policy_matches
+from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import EVENT_MODELS
-from custody_app.domain.policy import policy_from_text
 from store.rows import EventRow
 
 if TYPE_CHECKING:
@@ -62,12 +62,8 @@ class EventAudit:
 
 
 def _policies(ledger: LedgerCore) -> tuple[int | None, str] | None:
-    for policy_hash, canonical, source, path in ledger.db.policies.all():
-        try:
-            loaded = policy_from_text(source, path or "(stored policy)")
-        except PolicyError:
-            loaded = None
-        if loaded is None or loaded.hash != policy_hash or loaded.canonical != canonical:
+    for policy_hash, canonical, source, _path in ledger.db.policies.all():
+        if not policy_matches(policy_hash, canonical, source):
             return None, (f"the stored policy text {policy_hash[:12]}... does not hash to its "
                           "key: it was replaced after it was recorded")
     return None
