@@ -19,6 +19,7 @@ from custody_app.domain.models import (
     Text,
     Time,
 )
+from custody_app.domain.receipts import Receipt
 
 
 class Command(Frozen):
@@ -39,6 +40,9 @@ class AssertFact(Command):
     supersedes: FactId | None = None
     sources: Annotated[list[FactId], Field(min_length=1, max_length=1000)] | None = None
     llm: LlmBlock | None = None
+    tool_output: Any = None
+    """The tool's output, when `cause.pointer` names the value inside it: checked against the
+    receipt's output digest at the door, never stored."""
 
     @field_validator("value")
     @classmethod
@@ -179,6 +183,8 @@ class Act(Command):
     outcome: Text
     actor: Actor
     args_digest: ArgsDigest | None = None
+    subject: Text | None = None
+    receipt: Receipt | None = None
 
 
 class Blast(Command):

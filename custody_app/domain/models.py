@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.receipts import Pointer, Receipt
 from custody_app.domain.timeutil import normalise
 
 ACTOR_KINDS = ("user", "agent", "llm", "reviewer", "system", "rule")
@@ -69,6 +70,10 @@ class Cause(Frozen):
     kind: Literal["message", "tool", "document", "manual", "rule", "import"]
     ref: Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S")]
     detail: Annotated[str, Field(max_length=2000)] | None = None
+    receipt: Receipt | None = None
+    """A tool gateway's signed receipt for the call the value came from (checked at the door)."""
+    pointer: Pointer | None = None
+    """RFC 6901 pointer to the value inside the receipt's output (absent: the whole output)."""
 
 
 class LlmBlock(Frozen):
@@ -251,6 +256,8 @@ class ActionRecorded(Event):
     ref: Text
     outcome: Text
     args_digest: ArgsDigest | None = None
+    subject_ref: Hash | None = None
+    receipt: Receipt | None = None
 
 
 EVENT_MODELS: dict[str, type[Event]] = {

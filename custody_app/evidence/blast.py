@@ -18,6 +18,7 @@ from custody_app.evidence.readmodels import (
     ExplainedFact,
     ExplainResult,
 )
+from custody_app.keys.receipts import check_receipt
 from store import LedgerFile
 from store.rows import FactRow
 
@@ -30,11 +31,22 @@ _ENDED_KIND = {"retracted": "retract", "rejected": "reject", "forgotten": "forge
 
 
 def act(ledger: LedgerCore, cmd: Act) -> ActResult:
+    if cmd.receipt is not None:
+        check_receipt(cmd.receipt, ledger.policy.policy.provenance.receipt_issuers, cmd.session,
+                      cmd.tool)
+    subject_ref = None
+    if cmd.subject is not None:
+        if ledger.keys is None:
+            raise LedgerError("keystore_missing", "an action's subject is recorded by its "
+                              "peppered hash, which needs the key store")
+        subject_ref = ledger.keys.subject_ref(cmd.subject)
     with ledger.transaction():
         tx_at = ledger.tx_at()
+        # The subject goes into the chain as its peppered hash, so erasing it keeps the chain.
         row = ledger.append("acted", cmd.actor, tx_at, {
             "session": cmd.session, "tool": cmd.tool, "ref": cmd.ref, "outcome": cmd.outcome,
-            "args_digest": cmd.args_digest})
+            "args_digest": cmd.args_digest, "subject_ref": subject_ref,
+            "receipt": cmd.receipt.model_dump(exclude_none=True) if cmd.receipt else None})
     return ActResult(event_id=row.hash, seq=row.seq, tx_at=tx_at, session=cmd.session,
                      ref=cmd.ref)
 

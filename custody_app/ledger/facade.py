@@ -170,11 +170,13 @@ class Ledger(BrowseReads):
         return accepted
 
     def act(self, session: str, tool: str, ref: str, outcome: str, *, actor: str,
-            args_digest: str | None = None) -> ActResult:
+            args_digest: str | None = None, subject: str | None = None,
+            receipt: dict[str, Any] | None = None) -> ActResult:
         """Record an action an agent took in a session (tool, a reference such as a
-        transaction id, its outcome, optionally a digest of its arguments)."""
+        transaction id, its outcome, optionally a digest of its arguments, the subject it
+        concerned and the tool gateway's signed receipt, checked like a write's)."""
         return self._do(Act, ActResult, session=session, tool=tool, ref=ref, outcome=outcome,
-                        actor=actor, args_digest=args_digest)
+                        actor=actor, args_digest=args_digest, subject=subject, receipt=receipt)
 
     def blast(self, fact_id: str) -> BlastResult:
         """Everything that could have relied on a fact: sessions served it, their later writes

@@ -136,6 +136,8 @@ _OWN_PARSERS: dict[str, tuple[str, str]] = {
     "doctor": ("custody_app.doctor.cli", "doctor_main"),
     "serve": ("custody_app.interfaces.cli.serve", "serve_main"),
     "writer-key": ("custody_app.interfaces.cli.serve", "writer_key_main"),
+    "receipt-key": ("custody_app.interfaces.cli.receipts", "receipt_key_main"),
+    "receipt": ("custody_app.interfaces.cli.receipts", "receipt_main"),
 }
 
 
