@@ -185,6 +185,7 @@ class Act(Command):
     args_digest: ArgsDigest | None = None
     subject: Text | None = None
     receipt: Receipt | None = None
+    cause: Cause | None = None
 
 
 class Blast(Command):

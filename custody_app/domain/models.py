@@ -258,6 +258,7 @@ class ActionRecorded(Event):
     args_digest: ArgsDigest | None = None
     subject_ref: Hash | None = None
     receipt: Receipt | None = None
+    cause: Cause | None = None
 
 
 EVENT_MODELS: dict[str, type[Event]] = {

@@ -46,7 +46,8 @@ def act(ledger: LedgerCore, cmd: Act) -> ActResult:
         row = ledger.append("acted", cmd.actor, tx_at, {
             "session": cmd.session, "tool": cmd.tool, "ref": cmd.ref, "outcome": cmd.outcome,
             "args_digest": cmd.args_digest, "subject_ref": subject_ref,
-            "receipt": cmd.receipt.model_dump(exclude_none=True) if cmd.receipt else None})
+            "receipt": cmd.receipt.model_dump(exclude_none=True) if cmd.receipt else None,
+            "cause": cmd.cause.model_dump(exclude_none=True) if cmd.cause else None})
     return ActResult(event_id=row.hash, seq=row.seq, tx_at=tx_at, session=cmd.session,
                      ref=cmd.ref)
 
@@ -202,7 +203,7 @@ def blast(ledger: LedgerCore, fact_id: str) -> BlastResult:
                        incomplete_sessions=sorted(incomplete))
 
 
-def _find_action(db: LedgerFile, action_ref: str) -> int:
+def find_action(db: LedgerFile, action_ref: str) -> int:
     seqs = db.sessions.actions_by_ref(action_ref)
     if not seqs and action_ref.startswith("seq:") and action_ref[4:].isdigit():
         row = db.events.get(int(action_ref[4:]))
@@ -221,7 +222,7 @@ def explain(ledger: LedgerCore, action_ref: str) -> ExplainResult:
     """For one recorded action: every fact served to its session before it, and its fate."""
     db = ledger.db
     with db.read():
-        seq = _find_action(db, action_ref)
+        seq = find_action(db, action_ref)
         action = _actions(db, [seq])[seq]
         served = db.sessions.served_before(action.session, seq)
         facts = {f.fact_id: f for f in db.facts.get_many([f for f, _, _ in served])}

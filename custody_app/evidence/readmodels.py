@@ -157,3 +157,26 @@ class ExplainResult(_Model):
         if self.incomplete:
             lines.append("  INCOMPLETE: no read was recorded in this session before the action")
         return "\n".join(lines)
+
+
+class Answer(_Model):
+    """One of the ten questions `explain` answers, and its one-line answer."""
+
+    question: str
+    answer: str
+
+
+class ActionAccount(_Model):
+    """An action explained in full: the ten answers in order, and what they rest on."""
+
+    action_ref: str
+    seq: int
+    answers: list[Answer]
+    receipt: dict[str, Any] | None
+    explain: ExplainResult
+    dependent_facts: list[str]
+    later_actions: list[int]
+
+    def render(self) -> str:
+        lines = [f"{a.question}: {a.answer}" for a in self.answers]
+        return "\n".join([*lines, "", self.explain.render()])
