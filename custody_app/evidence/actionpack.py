@@ -82,8 +82,12 @@ def _verify(text: str, pem: str) -> OfflineReport:
                              problems=[*problems, f"not a {ACTION_PACK_FORMAT} document"])
     fingerprint = crypto.public_fingerprint(pem)
     sig = document.get("signature")
-    if not isinstance(sig, dict) or sig.get("key_fingerprint") != fingerprint:
-        problems.append(f"the pack is not signed by the given key {fingerprint}")
+    if (not isinstance(sig, dict) or set(sig) != {"alg", "key_fingerprint", "value"}
+            or sig.get("alg") != "ed25519"):
+        problems.append("the pack's signature block is not an ed25519 signature")
+    elif sig.get("key_fingerprint") != fingerprint:
+        problems.append(f"the pack was signed by key {sig.get('key_fingerprint')}, not by the "
+                        f"given key {fingerprint}")
     elif not crypto.verify_signature(pem, signed_bytes(document), str(sig.get("value"))):
         problems.append("the signature does not verify under the given key: the pack was "
                         "changed after it was signed")

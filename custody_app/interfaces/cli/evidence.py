@@ -112,7 +112,9 @@ def _explain(ledger: Ledger, args: argparse.Namespace) -> int:
         return 0
     full = ledger.explain_full(args.action_ref)
     if args.json:
-        print_json(full.model_dump(mode="json"))
+        # The served facts stay at the top level, where `explain --json` always had them.
+        print_json({**full.explain.model_dump(mode="json"),
+                    **full.model_dump(mode="json", exclude={"explain"})})
     else:
         sys.stdout.write(full.render() + "\n")
     return 0
