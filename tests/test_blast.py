@@ -16,6 +16,7 @@ from custody_app import Ledger
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.timeutil import ManualClock
 from custody_app.interfaces.batch import run_batch
+from store.schema import SCHEMA_VERSION
 from tests.conftest import CAUSE, Env, day
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -296,7 +297,7 @@ def test_schema_upgrade_backfills_the_session_index(tmp_path: Path) -> None:
     conn.pragma("user_version", 1)
     made.ledger.close()
     with Ledger.open(tmp_path / "old.db") as reopened:
-        assert reopened.db.conn.pragma("user_version") == 2
+        assert reopened.db.conn.pragma("user_version") == SCHEMA_VERSION
         assert reopened.blast(root) == expected
         assert reopened.rebuild().differences == []
 

@@ -188,6 +188,19 @@ class Act(Command):
     cause: Cause | None = None
 
 
+class Actions(Command):
+    """Search recorded actions, newest first, one page at a time."""
+
+    tool: Text | None = None
+    actor: Actor | None = None
+    session: Text | None = None
+    subject: Text | None = None
+    since: Time | None = None
+    until: Time | None = None
+    before_seq: Annotated[int, Field(ge=1)] | None = None
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
 class Blast(Command):
     fact_id: FactId
 
@@ -202,7 +215,7 @@ OPS: dict[str, type[Command]] = {
     "affirm": Affirm, "as_of": AsOf, "history": History, "why": Why, "verify": Verify,
     "clock": SetClock, "hold": Hold, "release": Release, "forget": Forget,
     "forget_subject": ForgetSubject, "sweep": Sweep, "checkpoint": Checkpoint, "recall": Recall,
-    "act": Act, "blast": Blast, "explain": Explain,
+    "act": Act, "blast": Blast, "explain": Explain, "actions": Actions,
 }
 # Ops of the protocol that later versions bring; named so the error says so.
 NOT_YET: tuple[str, ...] = ()

@@ -5,7 +5,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from custody_app.domain.errors import LedgerError
@@ -74,6 +83,16 @@ class Cause(Frozen):
     """A tool gateway's signed receipt for the call the value came from (checked at the door)."""
     pointer: Pointer | None = None
     """RFC 6901 pointer to the value inside the receipt's output (absent: the whole output)."""
+
+    @model_serializer(mode="wrap")
+    def _without_absent_evidence(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A cause without a receipt reads as it did before receipts existed.
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("receipt", "pointer"):
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
 
 
 class LlmBlock(Frozen):

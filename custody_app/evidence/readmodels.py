@@ -180,3 +180,34 @@ class ActionAccount(_Model):
     def render(self) -> str:
         lines = [f"{a.question}: {a.answer}" for a in self.answers]
         return "\n".join([*lines, "", self.explain.render()])
+
+
+class ListedAction(_Model):
+    """One recorded action as the search lists it: what, where, by whom, and its receipt."""
+
+    seq: int
+    tx_at: str
+    tool: str
+    ref: str
+    outcome: str
+    actor: str
+    session: str
+    subject_ref: str | None = None
+    receipt_id: str | None = None
+    principal: str | None = None
+    grant: str | None = None
+
+
+class ActionsResult(_Model):
+    """A page of actions, newest first; `next_before_seq` fetches the next page."""
+
+    actions: list[ListedAction]
+    next_before_seq: int | None = None
+
+    def render(self) -> str:
+        lines = [f"{a.tx_at}  seq {a.seq}  {a.tool} {a.ref} -> {a.outcome}  by {a.actor} in "
+                 f"{a.session}" + (f"  receipt {a.receipt_id}" if a.receipt_id else "")
+                 for a in self.actions]
+        if self.next_before_seq is not None:
+            lines.append(f"(more: --before-seq {self.next_before_seq})")
+        return "\n".join(lines) if lines else "no recorded action matches"

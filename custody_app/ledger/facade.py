@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from custody_app.core.ledger_core import SYSTEM_ACTOR
 from custody_app.domain.commands import (
     Act,
+    Actions,
     Affirm,
     AsOf,
     AssertFact,
@@ -59,12 +60,19 @@ from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.sweep import sweep
 from custody_app.evidence import blast
 from custody_app.evidence.actionpack import build_action_pack
+from custody_app.evidence.actions import search_actions
 from custody_app.evidence.checkpoints import sign_checkpoint
 from custody_app.evidence.explain import account
 from custody_app.evidence.export import ExportResult
 from custody_app.evidence.export import export as export_events
 from custody_app.evidence.packs import EvidencePack, build_pack
-from custody_app.evidence.readmodels import ActionAccount, ActResult, BlastResult, ExplainResult
+from custody_app.evidence.readmodels import (
+    ActionAccount,
+    ActionsResult,
+    ActResult,
+    BlastResult,
+    ExplainResult,
+)
 from custody_app.evidence.verify import verify as verify_ledger
 from custody_app.keys import writer_keys
 from custody_app.ledger import queries, writes
@@ -202,6 +210,11 @@ class Ledger(BrowseReads):
         were since retracted or erased."""
         return self._do(Explain, ExplainResult, action_ref=action_ref)
 
+    def actions(self, **filters: Any) -> ActionsResult:
+        """Recorded actions, newest first, a page at a time. Filters: tool, actor, session,
+        subject, since, until (ISO times, [since, until)), before_seq (cursor), limit."""
+        return self._do(Actions, ActionsResult, **filters)
+
     def explain_full(self, action_ref: str) -> ActionAccount:
         """The ten answers about one action, in order (who acted ... what needs reversal)."""
         return account(self, action_ref)
@@ -280,4 +293,5 @@ _HANDLERS: dict[type[Command], Callable[[Ledger, Any], BaseModel]] = {
     Checkpoint: lambda ledger, cmd: sign_checkpoint(ledger, cmd.actor),
     Act: blast.act, Blast: lambda ledger, cmd: blast.blast(ledger, cmd.fact_id),
     Explain: lambda ledger, cmd: blast.explain(ledger, cmd.action_ref),
+    Actions: search_actions,
 }

@@ -19,8 +19,8 @@ from custody_app.interfaces.cli.output import protected_paths, write_output
 from custody_app.keys.keyring import read_public_key
 from custody_app.ledger.facade import Ledger
 
-NAMES = ("blast", "explain", "pack", "export")
-READ_ONLY = ("blast", "explain")
+NAMES = ("blast", "explain", "pack", "export", "actions")
+READ_ONLY = ("blast", "explain", "actions")
 
 
 def add_parsers(add: AddParser) -> None:
@@ -36,6 +36,17 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--force", action="store_true", help="replace an --out file that exists")
     s.add_argument("--verify", metavar="PACK", help="check an action pack offline (needs --key)")
     s.add_argument("--key", metavar="PUB", help="the ledger's public key PEM (LEDGER.pub)")
+    s = add("actions", "recorded actions, newest first, filtered by tool, actor, session, subject "
+            "and time")
+    for flag, helptext in (("--tool", "the tool, e.g. billing.issue_refund"),
+                           ("--actor", "who acted, kind:id"), ("--session", "the session id"),
+                           ("--subject", "the subject it concerned (matched by its hash)"),
+                           ("--since", "at or after this ISO time"),
+                           ("--until", "before this ISO time")):
+        s.add_argument(flag, help=helptext)
+    s.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    s.add_argument("--before-seq", type=int, help="the page before this seq (a cursor)")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
     s = add("pack", "write one fact's signed evidence pack, or check one with --verify")
     s.add_argument("fact", nargs="?", metavar="FACT", help="the fact to pack")
     s.add_argument("--out", metavar="PATH", help="where to write the pack")
@@ -148,6 +159,17 @@ def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
     return 0
 
 
+def _actions(ledger: Ledger, args: argparse.Namespace) -> int:
+    found = ledger.actions(tool=args.tool, actor=args.actor, session=args.session,
+                           subject=args.subject, since=args.since, until=args.until,
+                           before_seq=args.before_seq, limit=args.limit)
+    if args.json:
+        print_json(found.model_dump(mode="json"))
+    else:
+        sys.stdout.write(found.render() + "\n")
+    return 0
+
+
 def _export(ledger: Ledger, args: argparse.Namespace) -> int:
     print_json(ledger.export(args.out).model_dump(mode="json"))
     return 0
@@ -155,4 +177,5 @@ def _export(ledger: Ledger, args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "blast": _blast, "explain": _explain, "pack": _pack, "export": _export,
+    "actions": _actions,
 }
