@@ -169,6 +169,7 @@ class FactConfirmed(Event):
     fact_id: FactId
     reason: Text | None = None
     session: Text | None = None
+    corroborated_by: list[FactId] | None = None
 
 
 class FactRejected(Event):

@@ -17,6 +17,7 @@ from custody_app.domain.readmodels import AssertResult, FactOpResult
 from custody_app.domain.redaction import redact
 from custody_app.erasure.forget import previously_forgotten_digest
 from custody_app.keys import receipts
+from custody_app.ledger.corroborate import corroborate
 
 
 def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
@@ -80,6 +81,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
         row = ledger.append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
                            value=sealed, salt=salt, subject=cmd.subject,
                            plaintext=value_text)
+        corroborate(ledger, reads.require_fact(ledger.db, fact_id), value_text)
         fact = reads.require_fact(ledger.db, fact_id)
     return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                         status=fact.status, provenance=provenance)
