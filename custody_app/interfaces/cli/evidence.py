@@ -11,11 +11,11 @@ from pathlib import Path
 from custody_app.domain.errors import LedgerError
 from custody_app.evidence.actionpack import action_pack_text, render_offline, verify_action_pack
 from custody_app.evidence.offline import OfflineReport, verify_export
+from custody_app.evidence.output import protected_paths, write_output
 from custody_app.evidence.packcheck import verify_pack
 from custody_app.evidence.packs import pack_text
 from custody_app.evidence.readmodels import BlastResult, ExplainResult
 from custody_app.interfaces.cli.common import AddParser, print_json
-from custody_app.interfaces.cli.output import protected_paths, write_output
 from custody_app.keys.keyring import read_public_key
 from custody_app.ledger.facade import Ledger
 
