@@ -21,6 +21,9 @@ SEARCH = {
                + " AND session = ?3",
     "subject": "SELECT seq FROM actions INDEXED BY actions_by_subject" + _WHERE
                + " AND subject_ref = ?4",
+    # A bounded window reads just its rows by time (then sorts that window by seq).
+    "window": "SELECT seq FROM actions INDEXED BY actions_by_time" + _WHERE
+              + " AND tx_at < ?6 AND tx_at >= coalesce(?5, '')",
     "any": "SELECT seq FROM actions" + _WHERE,
 }
 ORDER = " ORDER BY seq DESC LIMIT ?8"
@@ -44,7 +47,7 @@ class ActionStore:
                before_seq: int | None, limit: int) -> list[int]:
         """Seqs of matching actions, newest first, below `before_seq` (the page cursor)."""
         shape = ("tool" if tool else "session" if session else "subject" if subject_ref
-                 else "actor" if actor else "any")
+                 else "actor" if actor else "window" if until else "any")
         args = (tool, actor, session, subject_ref, since, until,
                 before_seq if before_seq is not None else 2**62, limit)
         return [int(r[0]) for r in self._conn.execute(SEARCH[shape] + ORDER, args)]
