@@ -178,3 +178,62 @@ def test_receipt_key_cli_and_offline_receipt_verify(tmp_path: Path) -> None:
     bad = subprocess.run(run, capture_output=True, text=True, check=False)
     assert bad.returncode == 1 and "signature" in bad.stderr
     assert crypto.private_from_pem(key.read_text())
+
+
+@pytest.mark.parametrize("hostile", ["gate\x1b[31mway", "grant\u202eevil", "a\x00b", "\x9bc"])
+def test_a_receipt_field_with_a_control_character_is_refused(make_env: Any, hostile: str) -> None:
+    env = make_env(policy())
+    before = env.snapshot()
+    with pytest.raises(LedgerError) as refused:
+        write(env, OUTPUT, {**receipt(), "grant": hostile})
+    assert refused.value.code == "bad_request" and "grant" in refused.value.message
+    with pytest.raises(LedgerError):
+        sign(KEY, issuer=hostile, receipt_id="r", tool="t", session="s", arguments={}, output=1)
+    assert env.snapshot() == before
+
+
+def test_explain_escapes_control_characters_from_stored_action_fields(make_env: Any) -> None:
+    env = make_env(policy())
+    env.ledger.act(SESSION, "billing.issue_refund", "RF-9", "ok \x1b]0;pwned\x07", actor="agent:bot")
+    text = env.ledger.explain_full("RF-9").render()
+    assert "\x1b" not in text and "\x07" not in text and "\\x1b]0;pwned\\x07" in text
+
+
+def test_verify_names_a_forged_receipt_in_a_hand_edited_ledger_with_its_chain_recomputed(
+        make_env: Any) -> None:
+    """The attacker has the file and this code, drops the triggers, swaps an assert's receipt
+    for one signed with their own key (or lifts an attested fact to verified) and re-hashes
+    the chain: without a signed checkpoint after it, only the receipt check can tell."""
+    from tests.reliability import _raw, _recompute_from
+
+    env = make_env(policy())
+    good = write(env, OUTPUT, receipt())
+    summary = write(env, "a summary", receipt(receipt_id="rc-2"))
+    assert summary.provenance == "attested"
+    env.ledger.close()
+    for seq, edit in ((good.seq, "forge"), (summary.seq, "lift")):
+        con = _raw(env.path)
+        body = json.loads(con.execute("SELECT body FROM events WHERE seq = ?", (seq,)).fetchone()[0])
+        if edit == "forge":
+            body["cause"]["receipt"] = receipt(OTHER)
+        else:
+            body["provenance"] = "verified"
+        from custody_app.domain.chain import canonical
+        con.execute("UPDATE events SET body = ? WHERE seq = ?", (canonical(body), seq))
+        _recompute_from(con, seq)
+        con.commit()
+        con.close()
+        ledger = env.reopen()
+        report = ledger.verify()
+        assert not report.valid and report.first_bad_seq == seq, report
+        assert "receipt" in (report.problem or "")
+        env.ledger.close()
+        con = _raw(env.path)  # put it back for the next case
+        body = json.loads(con.execute("SELECT body FROM events WHERE seq = ?", (seq,)).fetchone()[0])
+        body["cause"]["receipt"] = receipt() if edit == "forge" else receipt(receipt_id="rc-2")
+        body["provenance"] = "verified" if edit == "forge" else "attested"
+        con.execute("UPDATE events SET body = ? WHERE seq = ?", (canonical(body), seq))
+        _recompute_from(con, seq)
+        con.commit()
+        con.close()
+    assert env.reopen().verify().valid

@@ -4,10 +4,11 @@ bytes it signs, digests of JSON by RFC 8785, and whether a receipt's output cove
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Annotated, Any, Literal
 
 import rfc8785
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from custody_app.domain.errors import LedgerError
@@ -21,8 +22,20 @@ def _time(value: Any) -> Any:
         raise PydanticCustomError("invalid_time", exc.message) from None
 
 
+# Control characters (C0, DEL, C1) and bidirectional overrides, refused in receipt fields: they
+# are shown by explain and the terminal app, where they could drive the terminal.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _plain(text: str) -> str:
+    if _UNSAFE.search(text):
+        raise PydanticCustomError("bad_request", "holds a control character or a bidirectional "
+                                  "override")
+    return text
+
+
 # Defined here rather than taken from models: models' Cause embeds a Receipt.
-Text = Annotated[str, Field(min_length=1, max_length=500)]
+Text = Annotated[str, Field(min_length=1, max_length=500), AfterValidator(_plain)]
 Hash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Time = Annotated[str, BeforeValidator(_time)]
 

@@ -12,6 +12,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.evidence.explain import QUESTIONS, account
 from custody_app.evidence.offline import OfflineReport, canonical_line, event_problem
 from custody_app.evidence.packs import event_record, signed_bytes
+from custody_app.evidence.readmodels import printable
 from custody_app.keys import crypto
 from store.rows import EventRow
 
@@ -114,7 +115,8 @@ def _verify(text: str, pem: str) -> OfflineReport:
 
 def render_offline(document: dict[str, Any]) -> str:
     """The answers as the pack holds them, saying that the ledger is not there to update them."""
-    lines = [f"{a['question']}: {a['answer']}" for a in document.get("answers", [])]
-    lines.append(f"(from the pack made at {document.get('created_at')}: the ledger is absent, "
-                 "so statuses 'now' and the chain check are as of then)")
+    lines = [printable(f"{a['question']}: {a['answer']}") for a in document.get("answers", [])]
+    made = printable(str(document.get("created_at")))
+    lines.append(f"(from the pack made at {made}: the ledger is absent, so statuses 'now' and "
+                 "the chain check are as of then)")
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -11,6 +12,15 @@ UPPER_BOUND = (
     "recorded reads, writes, actions and derivations; it does not prove that each one did. "
     "Sessions marked INCOMPLETE wrote after the root was known but have no recorded reads, so "
     "whether they relied on it cannot be told.")
+
+
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """Stored text as a terminal may show it: control characters and bidi overrides escaped."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                       else f"\\u{ord(m.group()):04x}", text)
 
 
 class _Model(BaseModel):
@@ -178,8 +188,8 @@ class ActionAccount(_Model):
     later_actions: list[int]
 
     def render(self) -> str:
-        lines = [f"{a.question}: {a.answer}" for a in self.answers]
-        return "\n".join([*lines, "", self.explain.render()])
+        lines = [f"{a.question}: {printable(a.answer)}" for a in self.answers]
+        return "\n".join([*lines, "", printable(self.explain.render())])
 
 
 class ListedAction(_Model):
@@ -210,4 +220,4 @@ class ActionsResult(_Model):
                  for a in self.actions]
         if self.next_before_seq is not None:
             lines.append(f"(more: --before-seq {self.next_before_seq})")
-        return "\n".join(lines) if lines else "no recorded action matches"
+        return printable("\n".join(lines)) if lines else "no recorded action matches"
