@@ -126,7 +126,8 @@ class ActionsScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="explain")
     def explain(self, ref: str) -> None:
-        self.run_read("explain", lambda ledger: ledger.explain_full(ref))
+        # The whole-chain walk is verify's job (Integrity screen): a big ledger takes seconds.
+        self.run_read("explain", lambda ledger: ledger.explain_full(ref, walk_chain=False))
 
     def action_pack(self) -> None:
         key = cursor_key(self.query_one("#actions", DataTable))

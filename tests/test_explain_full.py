@@ -76,6 +76,12 @@ def test_the_action_pack_verifies_offline_with_the_ledger_deleted_and_fails_on_a
     ok = cli("explain", "--verify", pack, "--key", key)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["valid"] is True and "who authorised it: user:ops-lead" in ok.stderr
+    offline = dict(line.split(": ", 1) for line in ok.stderr.splitlines()[:10])
+    assert list(offline) == list(QUESTIONS)
+    for question in ("what the agent saw", "can it be verified", "what depended on it",
+                     "what needs reversal"):
+        assert offline[question].endswith("the ledger is absent]"), question
+    assert "ledger is absent" not in offline["who acted"]
     data = pack.read_bytes()
     pem = key.read_text()
     for i in range(len(data)):  # every byte, each changed once

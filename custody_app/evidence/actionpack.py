@@ -113,10 +113,17 @@ def _verify(text: str, pem: str) -> OfflineReport:
                          checkpoints=1 if document.get("checkpoint") else 0, signature_checked=True)
 
 
+# Answers that change as the ledger does: offline, they are only what they were at packing.
+NEEDS_LEDGER = ("what the agent saw", "can it be verified", "what depended on it",
+                "what needs reversal")
+
+
 def render_offline(document: dict[str, Any]) -> str:
-    """The answers as the pack holds them, saying that the ledger is not there to update them."""
-    lines = [printable(f"{a['question']}: {a['answer']}") for a in document.get("answers", [])]
+    """The answers as the pack holds them; those that need the ledger say it is absent."""
     made = printable(str(document.get("created_at")))
-    lines.append(f"(from the pack made at {made}: the ledger is absent, so statuses 'now' and "
-                 "the chain check are as of then)")
+    lines = []
+    for a in document.get("answers", []):
+        note = (f" [as of {made}, when the pack was made: the ledger is absent]"
+                if a.get("question") in NEEDS_LEDGER else "")
+        lines.append(printable(f"{a['question']}: {a['answer']}") + note)
     return "\n".join(lines)

@@ -115,6 +115,8 @@ def _answers(actor: str, session: str, body: dict[str, Any], receipt: dict[str, 
     if chain is not None:
         checks.append(f"chain: {'valid' if chain.valid else 'BROKEN: ' + str(chain.problem)} "
                       f"({chain.events} events)")
+    else:
+        checks.append("chain: not walked here (run verify)")
     checks.append("checkpoint: covers it" if covered else "checkpoint: none covers it yet")
     believed = [f for f in dependents if f.status == "active"]
     depended = ", ".join(

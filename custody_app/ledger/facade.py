@@ -215,9 +215,10 @@ class Ledger(BrowseReads):
         subject, since, until (ISO times, [since, until)), before_seq (cursor), limit."""
         return self._do(Actions, ActionsResult, **filters)
 
-    def explain_full(self, action_ref: str) -> ActionAccount:
-        """The ten answers about one action, in order (who acted ... what needs reversal)."""
-        return account(self, action_ref)
+    def explain_full(self, action_ref: str, *, walk_chain: bool = True) -> ActionAccount:
+        """The ten answers about one action, in order (who acted ... what needs reversal);
+        `walk_chain=False` skips the whole-chain verify (a browsing screen on a big ledger)."""
+        return account(self, action_ref, run_verify=walk_chain)
 
     def action_pack(self, action_ref: str) -> dict[str, Any]:
         """The action explained in full as a signed pack (`verify_action_pack` checks it)."""
