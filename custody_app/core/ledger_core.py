@@ -253,6 +253,8 @@ class LedgerCore:
             stored = self.db.facts.dump()
             index = sessions.rebuilt_index(self.db.events.iter_all())
             stored_index = self.db.sessions.dump()
+            actions = sessions.rebuilt_actions(self.db.events.iter_all())
+            stored_actions = self.db.actions.dump()
         rebuilt = memory.dump()
         # The recall indexes are derived too; compared before anything is repaired.
         with self.db.read():
@@ -266,7 +268,13 @@ class LedgerCore:
         if repair and index_differences:
             with self.transaction():
                 self.db.sessions.replace_all(*index)
-        differences += index_differences
+        action_differences = _compare(([*map(tuple, stored_actions)], [], []),
+                                      ([*map(tuple, actions)], [], []),
+                                      names=("action", "-", "-"))
+        if repair and action_differences:
+            with self.transaction():
+                self.db.actions.replace_all(actions)
+        differences += index_differences + action_differences
         if repair and differences and not recall_differences:
             # The projection was repaired: the indexes must follow the repaired beliefs.
             with self.db.read():

@@ -11,6 +11,7 @@ from custody_app.domain.chain import verify_chain
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.evidence.checkpoints import CheckpointAudit
 from custody_app.evidence.integrity import EventAudit
+from custody_app.evidence.receipts import ReceiptAudit
 from store.rows import EventRow
 
 if TYPE_CHECKING:
@@ -24,18 +25,23 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     pem = public_key or (ledger.keys.public_pem() if ledger.keys is not None
                          and ledger.keys.store.meta("signing") is not None else None)
     unchecked = 0
+    opened: dict[int, str | None] = {}
 
     def opener(row: EventRow, body: dict[str, Any]) -> str | None:
         nonlocal unchecked
         events.note_body(row.seq, body)
         text = ledger.values.opener(row, body)
         unchecked += text is None
+        opened.clear()
+        opened[row.seq] = text
         return text
 
     events = EventAudit()
+    receipts = ReceiptAudit(ledger)
 
     def extra(row: EventRow) -> str | None:
-        return audit.check(row) or events.check(row)
+        return (audit.check(row) or receipts.check(row, opened.get(row.seq))
+                or events.check(row))
 
     # The fold keeps a row per fact alive for the whole walk: the cyclic collector would
     # rescan them all again and again (none of them forms a cycle), so it waits until the end.
