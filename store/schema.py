@@ -222,9 +222,9 @@ FROM events WHERE kind = 'acted';
 # Issue 13. A retraction that waits for review is a `retract` event marked
 # pending; the review queue lists those no confirm or reject has settled, through this index.
 V4 = """
-CREATE INDEX events_retractions ON events(seq) WHERE kind = 'retract';
+CREATE INDEX IF NOT EXISTS events_retractions ON events(seq) WHERE kind = 'retract';
 -- The key fence and the roll-forward of a subject erasure look up its latest tombstone.
-CREATE INDEX tombstones_by_subject ON tombstones(subject_hash, at);
+CREATE INDEX IF NOT EXISTS tombstones_by_subject ON tombstones(subject_hash, at);
 """
 
 # Index i holds the script that upgrades user_version i to i+1.
