@@ -130,6 +130,12 @@ class RecallStore:
         self._conn.execute(FTS_INSERT, (fact_seq, terms, scope))
         self._insert_vectors([(fact_seq, cell, vector, status, space, subject_ref, embedder)])
 
+    def add_many(self, lexical: list[tuple[int, str, str]],
+                 vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+        """Several facts at once: (fact_seq, terms, scope) and the vector rows."""
+        self._conn.executemany(FTS_INSERT, lexical)
+        self._insert_vectors(vectors)
+
     def _insert_vectors(self, rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
         try:
             self._conn.executemany(VEC_INSERT, rows)

@@ -135,10 +135,15 @@ class LedgerCore:
                     self._head = self.db.events.head()
                     self._recorded_policy = self.db.events.last_policy_hash()
                 saved = (self._head, self._recorded_policy)
+                pending = self.index.pending()
                 try:
                     yield
+                    if self.db.depth == 1:
+                        # The group's recall rows go in together, still inside its transaction.
+                        self.index.flush()
                 except BaseException:
                     self._head, self._recorded_policy = saved
+                    self.index.restore(pending)
                     if self.keys is not None:
                         self.keys.drop_cache()
                     raise

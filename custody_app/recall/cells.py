@@ -83,6 +83,13 @@ class CellIndex:
         centroids = self.centroids()
         return 0 if centroids is None else int(np.argmax(centroids @ vector))
 
+    def cells_for(self, vectors: Matrix) -> npt.NDArray[np.int64]:
+        """The cell of each of several vectors (one matrix product)."""
+        centroids = self.centroids()
+        if centroids is None:
+            return np.zeros(len(vectors), dtype=np.int64)
+        return nearest_cells(vectors, centroids)
+
     def probe(self, query: Matrix, pool: int) -> list[int] | None:
         """The cells a query reads, nearest first: the policy's share of them, and enough to
         hold about twice `pool` vectors on average; None when the index is one cell."""

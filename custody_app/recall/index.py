@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import numpy as np
+
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.policy import LoadedPolicy
 from custody_app.keys.keyring import KeyRing
 from custody_app.keys.values import ValueCodec
 from custody_app.recall import text
-from custody_app.recall.cells import CellIndex, unit
+from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, make_embedder
 from store import LedgerFile
 from store.rows import FactRow
@@ -34,6 +36,8 @@ class RecallIndex:
         self.policy = policy
         self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
         self.cells = CellIndex(db, policy, self.embedder.dimensions)
+        # Adds not yet written: (fact, index status, its text), flushed before commit.
+        self._pending: list[tuple[FactRow, str, str]] = []
 
     def key(self) -> bytes:
         """The key of the lexical index's word hashes."""
@@ -56,14 +60,46 @@ class RecallIndex:
         return " ".join([STATUS_TOKEN[status], self.term("space:" + space),
                          self.term("subject:" + subject)])
 
-    def _index_one(self, fact: FactRow, status: str, value_text: str) -> None:
+    def _index_many(self, pending: list[tuple[FactRow, str, str]]) -> None:
+        """Index (fact, status, text) rows: one embed call for all, one executemany each."""
+        if not pending:
+            return
         key = self.key()
-        body = text.fact_text(fact.subject, fact.predicate, json.loads(value_text))
-        terms = " ".join(text.term(key, w) for w in text.words(body))
-        vector = unit(self.embedder.embed([body])[0])
-        self.db.recall.add(fact.assert_seq, terms, self.scope(status, fact.space, fact.subject),
-                           self.cells.cell_for(vector), vector.tobytes(), status, fact.space,
-                           self.subject_ref(fact.subject), self.embedder.name)
+        vectors = self.embedder.embed([body for _, _, body in pending])
+        norms = np.linalg.norm(vectors, axis=1)
+        # Embedders give unit rows (kept bit for bit, as `unit` does); others are scaled.
+        off = (norms != 0) & (np.abs(norms - 1.0) >= 1e-6)
+        if off.any():
+            vectors = vectors.copy()
+            vectors[off] = (vectors[off] / norms[off, None]).astype(np.float32)
+        cells = self.cells.cells_for(vectors)
+        lexical, vector = [], []
+        for (fact, status, body), vec, cell in zip(pending, vectors, cells, strict=True):
+            terms = " ".join(text.term(key, w) for w in text.words(body))
+            lexical.append((fact.assert_seq, terms, self.scope(status, fact.space, fact.subject)))
+            vector.append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
+                           self.subject_ref(fact.subject), self.embedder.name))
+        self.db.recall.add_many(lexical, vector)
+
+    def pending(self) -> list[tuple[FactRow, str, str]]:
+        """A copy of the adds not yet written (a savepoint restores it if it rolls back)."""
+        return list(self._pending)
+
+    def restore(self, pending: list[tuple[FactRow, str, str]]) -> None:
+        self._pending = pending
+
+    def flush(self) -> None:
+        """Write the adds deferred by `sync`: before the transaction commits, and before anything
+        on this connection reads or changes the index rows."""
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        try:
+            self._index_many(batch)
+        except BaseException:
+            self._pending = batch  # the caller's savepoint decides what stands
+            raise
+        self.cells.added(len(batch))
 
     def sync(self, changes: list[tuple[FactRow, str | None]], fresh: dict[str, str]) -> None:
         """Keep the indexes equal to the believed facts, in the transaction of the event that
@@ -74,14 +110,17 @@ class RecallIndex:
             had = INDEXED.get(old) if old is not None else None
             if want == had:
                 continue
+            if want is None or had is not None:
+                self.flush()  # the row may still be pending
             if want is None:
                 self.db.recall.remove(fact.assert_seq)
                 delta -= 1
             elif had is None:
                 value_text = fresh.get(fact.fact_id) or self.stored_text(fact)
                 if value_text is not None:
-                    self._index_one(fact, want, value_text)
-                    delta += 1
+                    # Deferred: a transaction group embeds and inserts its facts together.
+                    self._pending.append((fact, want, text.fact_text(
+                        fact.subject, fact.predicate, json.loads(value_text))))
             else:
                 self.db.recall.set_status(fact.assert_seq, want,
                                           self.scope(want, fact.space, fact.subject))
@@ -102,17 +141,23 @@ class RecallIndex:
         indexed."""
         self.db.recall.create(self.embedder.name, self.embedder.dimensions)
         believed = [f for status in INDEXED for f in self.db.facts.with_status(status)]
+        self._pending = []
         for n, fact in enumerate(sorted(believed, key=lambda f: f.assert_seq), start=1):
             value_text = self.stored_text(fact)
             if value_text is not None:
-                self._index_one(fact, INDEXED[fact.status], value_text)
-            if progress is not None and (n % 500 == 0 or n == len(believed)):
-                progress(n, len(believed))
+                self._pending.append((fact, INDEXED[fact.status], text.fact_text(
+                    fact.subject, fact.predicate, json.loads(value_text))))
+            if n % 500 == 0 or n == len(believed):
+                batch, self._pending = self._pending, []
+                self._index_many(batch)  # re-embedding goes in batches of 500
+                if progress is not None:
+                    progress(n, len(believed))
         self.cells.rebuilt()
         return len(believed)
 
     def differences(self) -> list[str]:
         """Where the indexes disagree with the believed facts (what verify reports)."""
+        self.flush()
         want = {f.assert_seq: INDEXED[status] for status in INDEXED
                 for f in self.db.facts.with_status(status)}
         lexical, vector = self.db.recall.indexed()
