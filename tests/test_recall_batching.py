@@ -89,6 +89,33 @@ def test_a_group_that_fails_leaves_no_index_row(env: Env) -> None:
         _put(env, 1, "obsidian meadow")
         raise LedgerError("test_abort", "abort the group")
     assert ledger.db.recall.counts() == before
-    assert ledger.index.pending() == []
+    assert ledger.index.pending() == {}
     assert ids(ledger.recall("obsidian meadow", k=3)) == []
+    index_clean(env)
+
+
+def test_embedding_a_batch_gives_each_text_its_own_vector_bit_for_bit() -> None:
+    from custody_app.recall.embedders import HashedNgramEmbedder
+
+    embedder = HashedNgramEmbedder()
+    texts = ["acct:1 plan team", "", "Zürich São naïve", "x_y x_y", "42 invoices 42", "  "]
+    batch = embedder.embed(texts)
+    for i, one in enumerate(texts):
+        assert batch[i].tobytes() == embedder.embed([one])[0].tobytes()
+    assert embedder.embed([]).shape == (0, embedder.dimensions)
+
+
+def test_a_confirm_or_retract_of_a_pending_fact_is_applied_before_the_rows_are_written(
+        env: Env) -> None:
+    ledger = env.ledger
+    with ledger.transaction():
+        claimed = ledger.assert_fact("acct:1", "note", "teal anchor", actor=WRITER, cause=CAUSE,
+                                     provenance="claimed").fact_id
+        ledger.confirm(claimed, actor="reviewer:r1", reason="checked")
+        gone = _put(env, 2, "teal anchor")
+        ledger.retract(gone, actor="user:lead", reason="wrong")
+        assert ledger.index.pending() and all(
+            status == "live" for _, status, _ in ledger.index.pending().values())
+    assert ids(ledger.recall("teal anchor", k=5)) == [claimed]
+    assert ledger.db.recall.counts() == (1, 1)
     index_clean(env)

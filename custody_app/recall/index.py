@@ -21,6 +21,8 @@ from store.rows import FactRow
 # Status in the indexes for each fact status; a fact in any other status is not indexed.
 INDEXED = {"active": "live", "quarantined": "quarantined"}
 STATUS_TOKEN = {"live": "zslive", "quarantined": "zsquarantined"}
+# A fact waiting to be indexed: the fact, its index status, the text recall matches it on.
+Pending = tuple[FactRow, str, str]
 
 
 class RecallIndex:
@@ -36,8 +38,9 @@ class RecallIndex:
         self.policy = policy
         self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
         self.cells = CellIndex(db, policy, self.embedder.dimensions)
-        # Adds not yet written: (fact, index status, its text), flushed before commit.
-        self._pending: list[tuple[FactRow, str, str]] = []
+        # Adds not yet written, by assert seq: (fact, index status, its text); flushed before
+        # commit and before any read of the index rows.
+        self._pending: dict[int, Pending] = {}
 
     def key(self) -> bytes:
         """The key of the lexical index's word hashes."""
@@ -60,7 +63,7 @@ class RecallIndex:
         return " ".join([STATUS_TOKEN[status], self.term("space:" + space),
                          self.term("subject:" + subject)])
 
-    def _index_many(self, pending: list[tuple[FactRow, str, str]]) -> None:
+    def _index_many(self, pending: list[Pending]) -> None:
         """Index (fact, status, text) rows: one embed call for all, one executemany each."""
         if not pending:
             return
@@ -81,11 +84,11 @@ class RecallIndex:
                            self.subject_ref(fact.subject), self.embedder.name))
         self.db.recall.add_many(lexical, vector)
 
-    def pending(self) -> list[tuple[FactRow, str, str]]:
+    def pending(self) -> dict[int, Pending]:
         """A copy of the adds not yet written (a savepoint restores it if it rolls back)."""
-        return list(self._pending)
+        return dict(self._pending)
 
-    def restore(self, pending: list[tuple[FactRow, str, str]]) -> None:
+    def restore(self, pending: dict[int, Pending]) -> None:
         self._pending = pending
 
     def flush(self) -> None:
@@ -93,9 +96,9 @@ class RecallIndex:
         on this connection reads or changes the index rows."""
         if not self._pending:
             return
-        batch, self._pending = self._pending, []
+        batch, self._pending = self._pending, {}
         try:
-            self._index_many(batch)
+            self._index_many(list(batch.values()))
         except BaseException:
             self._pending = batch  # the caller's savepoint decides what stands
             raise
@@ -110,20 +113,21 @@ class RecallIndex:
             had = INDEXED.get(old) if old is not None else None
             if want == had:
                 continue
-            if want is None or had is not None:
-                self.flush()  # the row may still be pending
+            seq = fact.assert_seq
             if want is None:
-                self.db.recall.remove(fact.assert_seq)
-                delta -= 1
+                if self._pending.pop(seq, None) is None:  # a pending row was never written
+                    self.db.recall.remove(seq)
+                    delta -= 1
             elif had is None:
                 value_text = fresh.get(fact.fact_id) or self.stored_text(fact)
                 if value_text is not None:
                     # Deferred: a transaction group embeds and inserts its facts together.
-                    self._pending.append((fact, want, text.fact_text(
-                        fact.subject, fact.predicate, json.loads(value_text))))
+                    self._pending[seq] = (fact, want, text.fact_text(
+                        fact.subject, fact.predicate, json.loads(value_text)))
+            elif seq in self._pending:
+                self._pending[seq] = (fact, want, self._pending[seq][2])
             else:
-                self.db.recall.set_status(fact.assert_seq, want,
-                                          self.scope(want, fact.space, fact.subject))
+                self.db.recall.set_status(seq, want, self.scope(want, fact.space, fact.subject))
         if delta:
             self.cells.added(delta)
 
@@ -141,15 +145,16 @@ class RecallIndex:
         indexed."""
         self.db.recall.create(self.embedder.name, self.embedder.dimensions)
         believed = [f for status in INDEXED for f in self.db.facts.with_status(status)]
-        self._pending = []
+        self._pending = {}
+        batch: list[Pending] = []
         for n, fact in enumerate(sorted(believed, key=lambda f: f.assert_seq), start=1):
             value_text = self.stored_text(fact)
             if value_text is not None:
-                self._pending.append((fact, INDEXED[fact.status], text.fact_text(
+                batch.append((fact, INDEXED[fact.status], text.fact_text(
                     fact.subject, fact.predicate, json.loads(value_text))))
             if n % 500 == 0 or n == len(believed):
-                batch, self._pending = self._pending, []
                 self._index_many(batch)  # re-embedding goes in batches of 500
+                batch = []
                 if progress is not None:
                     progress(n, len(believed))
         self.cells.rebuilt()
