@@ -105,6 +105,19 @@ def test_embedding_a_batch_gives_each_text_its_own_vector_bit_for_bit() -> None:
     assert embedder.embed([]).shape == (0, embedder.dimensions)
 
 
+def test_the_batched_embedder_makes_the_vectors_existing_ledgers_hold() -> None:
+    # sha256 of these texts' vectors from the embedder before batching (commit 5f6d36b): a
+    # ledger's stored vectors keep matching its queries without a re-index.
+    import hashlib
+
+    from custody_app.recall.embedders import HashedNgramEmbedder
+
+    texts = ["acct:1 plan team", "", "Zürich São naïve", "x_y x_y", "42 invoices 42",
+             "customer asked about upgrade billing invoice migrated from legacy tier T-12345 chat"]
+    digest = hashlib.sha256(HashedNgramEmbedder().embed(texts).tobytes()).hexdigest()
+    assert digest == "69566a0c0ed02ad053c11f40cd7cfa4acf4c3ea8b1e319cdef812a89861263d2"
+
+
 def test_a_confirm_or_retract_of_a_pending_fact_is_applied_before_the_rows_are_written(
         env: Env) -> None:
     ledger = env.ledger
