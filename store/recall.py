@@ -4,6 +4,7 @@ and partitioned into k-means cells (an inverted-file index: a query reads the ne
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import apsw
 
@@ -35,6 +36,11 @@ CELLS_CREATE = ("CREATE TABLE IF NOT EXISTS recall_cells(cell INTEGER PRIMARY KE
                 "centroid BLOB NOT NULL)")
 CELLS_ALL = "SELECT cell, centroid FROM recall_cells ORDER BY cell"
 CELLS_INSERT = "INSERT INTO recall_cells(cell, centroid) VALUES (?, ?)"
+CELLS_DROP_BELOW = "DELETE FROM recall_cells WHERE cell < ?"
+VEC_CELLS = "SELECT fact_seq, cell FROM recall_vec"
+VEC_ONE = ("SELECT fact_seq, cell, embedding, status, space, subject_ref, embedder FROM recall_vec "
+           "WHERE fact_seq = ?")
+VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
 # Bumped when the index layout changes: an older layout is rebuilt at open like an embedder change.
 LAYOUT = "ivf-l2-1"
 VEC_DELETE = "DELETE FROM recall_vec WHERE fact_seq = ?"
@@ -80,6 +86,53 @@ class RecallStore:
         they were clustered on (0: not clustered)."""
         self._conn.execute(META_PUT, ("recall_cells_version", str(int(self.cells_version()) + 1)))
         self._conn.execute(META_PUT, ("recall_cells_n", str(clustered_on)))
+        self._conn.execute(META_PUT, ("recall_cells_moving", "0"))
+
+    def moving_below(self) -> int:
+        """While cells are re-clustered off the write path: cells below this id are the old
+        ones, still being emptied (0: no re-clustering under way)."""
+        row = self._conn.execute(META_GET, ("recall_cells_moving",)).fetchone()
+        return int(row[0]) if row else 0
+
+    def begin_moving(self, base: int, centroids: list[bytes]) -> None:
+        """Add new cells (ids from `base`) beside the old ones; writers use only the new ones
+        from now on, searches read every cell until the old ones are empty."""
+        self._conn.executemany(CELLS_INSERT, [(base + i, c) for i, c in enumerate(centroids)])
+        self._conn.execute(META_PUT, ("recall_cells_moving", str(int(base))))
+        self._conn.execute(META_PUT, ("recall_cells_version", str(int(self.cells_version()) + 1)))
+
+    def end_moving(self, clustered_on: int) -> None:
+        """The old cells are empty: drop their centroids."""
+        self._conn.execute(CELLS_DROP_BELOW, (self.moving_below(),))
+        self._conn.execute(META_PUT, ("recall_cells_moving", "0"))
+        self._new_cells(clustered_on)
+
+    def vector_cells(self) -> list[tuple[int, int]]:
+        """(fact_seq, cell) of every vector."""
+        return [(int(s), int(c)) for s, c in self._conn.execute(VEC_CELLS)]
+
+    def sample_vectors(self, fact_seqs: list[int]) -> list[bytes]:
+        out = []
+        for seq in fact_seqs:
+            row = self._conn.execute(VEC_SAMPLE, (seq,)).fetchone()
+            if row is not None:
+                out.append(bytes(row[0]))
+        return out
+
+    def move(self, fact_seqs: list[int], cell_of: Callable[[bytes], int], below: int) -> int:
+        """Move those of `fact_seqs` still in a cell below `below` into the cell `cell_of` gives
+        their vector (inside the caller's transaction). A vec0 DELETE zeroes the old slot in
+        place, so no copy of a moved vector stays behind. Returns how many moved."""
+        rows = []
+        for seq in fact_seqs:
+            row = self._conn.execute(VEC_ONE, (seq,)).fetchone()
+            if row is not None and int(row[1]) < below:
+                rows.append(row)
+        for row in rows:
+            self._conn.execute(VEC_DELETE, (row[0],))
+        self._insert_vectors([(int(r[0]), cell_of(bytes(r[2])), bytes(r[2]), str(r[3]), str(r[4]),
+                               str(r[5]), str(r[6])) for r in rows])
+        return len(rows)
 
     def clustered_on(self) -> int:
         row = self._conn.execute(META_GET, ("recall_cells_n",)).fetchone()

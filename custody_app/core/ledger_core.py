@@ -100,6 +100,7 @@ class LedgerCore:
             return self.index.rebuild(progress)
 
     def close(self) -> None:
+        self.index.close()
         if self.keys is not None:
             self.keys.close()
         self.db.close()
@@ -128,6 +129,7 @@ class LedgerCore:
         if self.readonly:
             raise LedgerError("read_only", "this ledger was opened read-only")
         keys = self.keys.store.write() if self.keys is not None else nullcontext()
+        outermost = self.db.depth == 0
         try:
             # The key store commits first (inner), so no committed value ever lacks its key.
             with self.db.write(), keys:
@@ -149,6 +151,8 @@ class LedgerCore:
                     raise
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
+        if outermost:
+            self.index.after_commit()
 
     @property
     def head(self) -> tuple[int, str, str] | None:

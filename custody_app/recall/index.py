@@ -15,6 +15,7 @@ from custody_app.keys.values import ValueCodec
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, make_embedder
+from custody_app.recall.recluster import Maintenance
 from store import LedgerFile
 from store.rows import FactRow
 
@@ -38,6 +39,8 @@ class RecallIndex:
         self.policy = policy
         self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
         self.cells = CellIndex(db, policy, self.embedder.dimensions)
+        # Re-clustering runs here, on a connection of its own, never inside a write.
+        self.maintenance = Maintenance(db.path, policy)
         # Adds not yet written, by assert seq: (fact, index status, its text); flushed before
         # commit and before any read of the index rows.
         self._pending: dict[int, Pending] = {}
@@ -83,6 +86,21 @@ class RecallIndex:
             vector.append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
                            self.subject_ref(fact.subject), self.embedder.name))
         self.db.recall.add_many(lexical, vector)
+
+    def after_commit(self) -> None:
+        """A write transaction committed: start a re-clustering in the background if due."""
+        if self.cells.due:
+            self.cells.due = False
+            self.maintenance.start()
+
+    def settle(self) -> None:
+        """Wait for background index maintenance to finish (tests, benchmarks, exit)."""
+        self.maintenance.join()
+        if self.maintenance.error is not None:
+            raise self.maintenance.error
+
+    def close(self) -> None:
+        self.maintenance.close()
 
     def pending(self) -> dict[int, Pending]:
         """A copy of the adds not yet written (a savepoint restores it if it rolls back)."""
