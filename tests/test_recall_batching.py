@@ -132,3 +132,17 @@ def test_a_confirm_or_retract_of_a_pending_fact_is_applied_before_the_rows_are_w
     assert ids(ledger.recall("teal anchor", k=5)) == [claimed]
     assert ledger.db.recall.counts() == (1, 1)
     index_clean(env)
+
+
+def test_a_large_group_is_indexed_in_bounded_batches(env: Env,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from custody_app.recall.index import FLUSH_AT
+
+    counting = Counting(env.ledger.index.embedder)
+    monkeypatch.setattr(env.ledger.index, "embedder", counting)
+    with env.ledger.transaction():
+        facts = [_put(env, i, "cedar quarry") for i in range(2 * FLUSH_AT + 5)]
+    # No single write indexes a whole large group at its end: at most FLUSH_AT facts at once.
+    assert counting.calls == [FLUSH_AT, FLUSH_AT, 5]
+    assert len(ids(env.ledger.recall("cedar quarry", k=len(facts)))) == len(facts)
+    index_clean(env)
