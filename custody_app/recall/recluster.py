@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,10 +26,12 @@ Progress = Callable[[int, int], None]
 
 def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
               progress: Progress | None = None,
-              stop: threading.Event | None = None) -> int:
+              stop: threading.Event | None = None,
+              held_ms: list[float] | None = None) -> int:
     """Re-cluster the cells of the ledger open as `db` (a connection no one else writes
     through), reporting (moved, total); resumes a re-clustering that was interrupted. Returns
-    the number of cells, or 0 when stopped before the end (it resumes next time)."""
+    the number of cells, or 0 when stopped before the end (it resumes next time). `held_ms`
+    collects how long each of its write transactions held the write lock."""
     moving = db.recall.moving_below()
     if not moving:
         with db.read():
@@ -60,8 +63,11 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     for done in range(0, len(todo), batch):
         if stop is not None and stop.is_set():
             return 0
+        began = time.perf_counter()
         with db.write():
             db.recall.move(todo[done:done + batch], cell_of, moving)
+        if held_ms is not None:
+            held_ms.append((time.perf_counter() - began) * 1000)
         if progress is not None:
             progress(min(done + batch, len(todo)), len(todo))
     with db.write():
@@ -80,6 +86,7 @@ class Maintenance:
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self.progress: tuple[int, int] = (0, 0)
+        self.held_ms: list[float] = []  # write-lock time of each batch moved (benchmarks)
 
     @property
     def running(self) -> bool:
@@ -97,7 +104,8 @@ class Maintenance:
         try:
             db = open_ledger(self.path)
             try:
-                recluster(db, self.policy, progress=self._note, stop=self._stop)
+                recluster(db, self.policy, progress=self._note, stop=self._stop,
+                          held_ms=self.held_ms)
             finally:
                 db.close()
         except BaseException as exc:  # kept for the owner to see; the index stays searchable
