@@ -112,12 +112,8 @@ class RecallStore:
         return [(int(s), int(c)) for s, c in self._conn.execute(VEC_CELLS)]
 
     def sample_vectors(self, fact_seqs: list[int]) -> list[bytes]:
-        out = []
-        for seq in fact_seqs:
-            row = self._conn.execute(VEC_SAMPLE, (seq,)).fetchone()
-            if row is not None:
-                out.append(bytes(row[0]))
-        return out
+        rows = (self._conn.execute(VEC_SAMPLE, (seq,)).fetchone() for seq in fact_seqs)
+        return [bytes(row[0]) for row in rows if row is not None]
 
     def move(self, fact_seqs: list[int], cell_of: Callable[[bytes], int], below: int) -> int:
         """Move those of `fact_seqs` still in a cell below `below` into the cell `cell_of` gives
