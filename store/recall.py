@@ -38,8 +38,7 @@ CELLS_ALL = "SELECT cell, centroid FROM recall_cells ORDER BY cell"
 CELLS_INSERT = "INSERT INTO recall_cells(cell, centroid) VALUES (?, ?)"
 CELLS_DROP_BELOW = "DELETE FROM recall_cells WHERE cell < ?"
 VEC_CELLS = "SELECT fact_seq, cell FROM recall_vec"
-VEC_ONE = ("SELECT fact_seq, cell, embedding, status, space, subject_ref, embedder FROM recall_vec "
-           "WHERE fact_seq = ?")
+VEC_META_ONE = "SELECT cell, status, space, subject_ref, embedder FROM recall_vec WHERE fact_seq = ?"
 VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
 # Bumped when the index layout changes: an older layout is rebuilt at open like an embedder change.
 LAYOUT = "ivf-l2-1"
@@ -111,23 +110,26 @@ class RecallStore:
         """(fact_seq, cell) of every vector."""
         return [(int(s), int(c)) for s, c in self._conn.execute(VEC_CELLS)]
 
-    def sample_vectors(self, fact_seqs: list[int]) -> list[bytes]:
-        rows = (self._conn.execute(VEC_SAMPLE, (seq,)).fetchone() for seq in fact_seqs)
-        return [bytes(row[0]) for row in rows if row is not None]
+    def vectors_of(self, fact_seqs: list[int]) -> list[tuple[int, bytes]]:
+        """(fact_seq, vector) of those of `fact_seqs` indexed (a fact's vector never changes
+        while its table lives, so these may be read before the write that moves them)."""
+        rows = ((seq, self._conn.execute(VEC_SAMPLE, (seq,)).fetchone()) for seq in fact_seqs)
+        return [(seq, bytes(row[0])) for seq, row in rows if row is not None]
 
-    def move(self, fact_seqs: list[int], cell_of: Callable[[bytes], int], below: int) -> int:
-        """Move those of `fact_seqs` still in a cell below `below` into the cell `cell_of` gives
-        their vector (inside the caller's transaction). A vec0 DELETE zeroes the old slot in
-        place, so no copy of a moved vector stays behind. Returns how many moved."""
+    def move(self, vectors: list[tuple[int, bytes]], cell_of: Callable[[bytes], int],
+             below: int) -> int:
+        """Move those of `vectors` whose row is still in a cell below `below` into the cell
+        `cell_of` gives (inside the caller's transaction; status and the other columns are
+        read afresh here). A vec0 DELETE zeroes the old slot in place, so no copy of a moved
+        vector stays behind. Returns how many moved."""
         rows = []
-        for seq in fact_seqs:
-            row = self._conn.execute(VEC_ONE, (seq,)).fetchone()
-            if row is not None and int(row[1]) < below:
-                rows.append(row)
-        for row in rows:
-            self._conn.execute(VEC_DELETE, (row[0],))
-        self._insert_vectors([(int(r[0]), cell_of(bytes(r[2])), bytes(r[2]), str(r[3]), str(r[4]),
-                               str(r[5]), str(r[6])) for r in rows])
+        for seq, vector in vectors:
+            row = self._conn.execute(VEC_META_ONE, (seq,)).fetchone()
+            if row is not None and int(row[0]) < below:
+                self._conn.execute(VEC_DELETE, (seq,))
+                rows.append((seq, cell_of(vector), vector, str(row[1]), str(row[2]),
+                             str(row[3]), str(row[4])))
+        self._insert_vectors(rows)
         return len(rows)
 
     def clustered_on(self) -> int:

@@ -145,3 +145,22 @@ def test_an_interrupted_reclustering_is_searchable_and_resumes(
     assert ledger.db.recall.moving_below() == 0
     assert ledger.index.cells.count_cells() == round(np.sqrt(ledger.db.recall.counts()[1]))
     index_clean(env)
+
+
+def test_a_reindex_while_vectors_move_ends_the_move(make_env: Callable[..., Env],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _grown(make_env, monkeypatch)
+    reindexed: list[int] = []
+
+    def reindex_once(done: int, total: int) -> None:
+        if not reindexed:  # the table is rebuilt under the moving re-clustering
+            reindexed.append(env.ledger.reindex())
+
+    other = open_ledger(env.path)
+    try:
+        assert rc.recluster(other, env.ledger.policy, batch=100, progress=reindex_once) == 0
+    finally:
+        other.close()
+    assert reindexed == [1300]
+    assert env.ledger.db.recall.moving_below() == 0
+    index_clean(env)
