@@ -60,6 +60,7 @@ import bench_ledger  # noqa: E402  (the ingest bench's workload and service inge
 import store.connection as store_connection  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.domain.timeutil import ManualClock, parse_time  # noqa: E402
+from custody_app.erasure.proof import ErasureWork, add_needles  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from store.erasure import ErasureStore  # noqa: E402
 from store.scrub import scan_files  # noqa: E402
@@ -541,9 +542,8 @@ def main(argv: list[str] | None = None) -> int:
             "SELECT fact_id, assert_seq FROM facts WHERE status = 'active' LIMIT 1").fetchone()
         ev = ledger.db.events.get(sample_fact[1])
         text = ledger.values.open(sample_fact[0], json.loads(ev.body)["subject_ref"], ev.value)
-        from custody_app.erasure.forget import _Erasure, _needles
-        work = _Erasure()
-        _needles(ev.value, text, work, ledger.db.erasure.is_name)
+        work = ErasureWork()
+        add_needles(ev.value, text, work, ledger.db.erasure.is_name)
         log(f"scan growth with {len(work.needles)} needles")
         sg = scan_growth(path, tmp, work.needles)
         log(f"sweep of ~{args.sweep_facts:,} facts")
