@@ -60,7 +60,7 @@ import bench_ledger  # noqa: E402  (the ingest bench's workload and service inge
 import store.connection as store_connection  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.domain.timeutil import ManualClock, parse_time  # noqa: E402
-from custody_app.erasure.proof import ErasureWork, add_needles  # noqa: E402
+from custody_app.erasure.work import ErasureWork, add_needles  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from store.erasure import ErasureStore  # noqa: E402
 from store.scrub import scan_files  # noqa: E402

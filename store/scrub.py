@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import ahocorasick_rs
@@ -66,47 +66,50 @@ def checkpoint_truncate(conn: apsw.Connection, db_path: str,
 # full. Building the automaton for a long self-overlapping needle ("x" * 3000, padding, rules of
 # "-----") is quadratic in its length: seconds for one forget before this cap.
 PREFIX_BYTES = 64
+# Offsets kept per needle and file: enough to locate every copy in a normal ledger, bounded so a
+# needle that is everywhere (a common word) cannot make the proof unbounded.
+MAX_OFFSETS = 64
 
 
-def _finder(needles: list[bytes]) -> Callable[[bytes], set[int]]:
-    """Which needles occur in a block: a few are searched one by one (memmem), many in a
-    single Aho-Corasick pass over their prefixes, so a sweep's thousands of values cost one
-    read of the file."""
-    if len(needles) <= 2:
-        return lambda block: {i for i, n in enumerate(needles) if n in block}
-    prefixes = [n[:PREFIX_BYTES] for n in needles]
-    automaton = ahocorasick_rs.BytesAhoCorasick(prefixes)
-
-    def find(block: bytes) -> set[int]:
-        found: set[int] = set()
-        for i, start, _ in automaton.find_matches_as_indexes(block, overlapping=True):
-            if i not in found and (len(needles[i]) <= PREFIX_BYTES
-                                   or block.startswith(needles[i], start)):
-                found.add(i)
-        return found
-
-    return find
+def _occurrences(view: mmap.mmap, needle: bytes, limit: int) -> list[int]:
+    out: list[int] = []
+    at = view.find(needle)
+    while at >= 0 and len(out) < limit:
+        out.append(at)
+        at = view.find(needle, at + 1)
+    return out
 
 
-def scan_files(paths: list[str], needles: list[bytes], chunk: int = 1 << 23) -> dict[str, list[int]]:
+def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> dict[int, list[int]]:
+    """Needle index -> file offsets (at most `limit`) of each needle found in the file.
+
+    One leftmost-longest Aho-Corasick pass over the mapped file (no copies; its SIMD prefilter
+    runs near memory speed) decides whether anything is there: if no reported match, no needle
+    prefix occurs anywhere, since a leftmost search reports some match at or before every
+    occurrence. Only when it reports something is each needle searched on its own (memmem),
+    which also finds the overlapping ones a non-overlapping pass skips."""
+    indexed = [(i, n) for i, n in enumerate(needles) if n]
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return {}
+    with handle:
+        if not indexed or os.fstat(handle.fileno()).st_size == 0:
+            return {}
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            prefixes = list(dict.fromkeys(n[:PREFIX_BYTES] for _, n in indexed))
+            automaton = ahocorasick_rs.BytesAhoCorasick(
+                prefixes, matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST)
+            if not automaton.find_matches_as_indexes(view):
+                return {}
+            found: dict[int, list[int]] = {}
+            for i, needle in indexed:
+                offsets = _occurrences(view, needle, limit)
+                if offsets:
+                    found[i] = offsets
+            return found
+
+
+def scan_files(paths: list[str], needles: list[bytes]) -> dict[str, list[int]]:
     """For each file, the indexes of the needles found in its bytes (a missing file: none)."""
-    found: dict[str, list[int]] = {}
-    needles = [n for n in needles if n]
-    longest = max((len(n) for n in needles), default=0)
-    find = _finder(needles) if needles else (lambda block: set())
-    for path in paths:
-        hits: set[int] = set()
-        try:
-            with open(path, "rb") as handle:
-                tail = b""
-                while True:
-                    block = handle.read(chunk)
-                    if not block:
-                        break
-                    window = tail + block
-                    hits |= find(window)
-                    tail = window[-(longest - 1):] if longest > 1 else b""
-        except FileNotFoundError:
-            pass
-        found[path] = sorted(hits)
-    return found
+    return {path: sorted(find_in_file(path, needles, limit=1)) for path in paths}

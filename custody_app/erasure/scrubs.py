@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from custody_app.erasure.certificate import ErasureCertificate
-from custody_app.erasure.proof import ErasureWork, reissue
+from custody_app.erasure.proof import reissue
+from custody_app.erasure.work import ErasureWork
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
@@ -17,7 +18,7 @@ class Scrubs:
     """This process's pending erasures: certificate, erased bytes and short values of each."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, tuple[ErasureCertificate, list[bytes], int]] = {}
+        self._pending: dict[str, tuple[ErasureCertificate, ErasureWork]] = {}
         self.due = False
         self.finishing = False
 
@@ -27,8 +28,7 @@ class Scrubs:
         if cert.complete:
             self.clear(core)
             return
-        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (
-            cert, work.needles, work.short_values)
+        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (cert, work)
         self.due = True
 
     def clear(self, core: LedgerCore) -> None:
@@ -54,8 +54,7 @@ class Scrubs:
             self.due = True
             return []
         self.clear(core)
-        certificates = [reissue(core, cert, needles, short)
-                        for cert, needles, short in self._pending.values()]
+        certificates = [reissue(core, cert, work) for cert, work in self._pending.values()]
         self._pending.clear()
         self.due = False
         return certificates
