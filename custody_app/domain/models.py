@@ -136,6 +136,7 @@ class FactRetracted(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactConfirmed(Event):
@@ -145,6 +146,7 @@ class FactConfirmed(Event):
     fact_id: FactId
     reason: Text | None = None
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactRejected(Event):
@@ -154,6 +156,7 @@ class FactRejected(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactAffirmed(Event):
@@ -171,6 +174,7 @@ class FactHeld(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactReleased(Event):
@@ -180,6 +184,7 @@ class FactReleased(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 DigestKind = Literal["hmac-sha256", "sha256", "none"]
@@ -251,6 +256,7 @@ class ActionRecorded(Event):
     ref: Text
     outcome: Text
     args_digest: ArgsDigest | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 EVENT_MODELS: dict[str, type[Event]] = {

@@ -61,12 +61,15 @@ class ErasurePolicy(_Section):
     """What happens to a write whose value was forgotten before for the same subject/predicate."""
 
 
-Detector = Literal["email", "phone", "card", "iban", "aadhaar", "pan", "gstin"]
+Detector = Literal["email", "phone", "card", "iban", "aadhaar", "pan", "gstin", "ifsc",
+                   "bank_account"]
 
 
 class RedactionPolicy(_Section):
-    detectors: tuple[Detector, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin")
-    """Identifiers masked in every string of a value before anything is stored or indexed."""
+    detectors: tuple[Detector, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin",
+                                       "ifsc", "bank_account")
+    """Identifiers masked in every string of a value and of every free-text field (cause ref
+    and detail, reasons, action ref and outcome, llm model) before anything is stored."""
 
 
 class RetentionPolicy(_Section):

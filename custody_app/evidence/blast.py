@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from custody_app.core.reads import require_fact
 from custody_app.domain.commands import Act
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.text_fields import redact_fields
 from custody_app.evidence.readmodels import (
     ActResult,
     BlastAction,
@@ -30,11 +31,12 @@ _ENDED_KIND = {"retracted": "retract", "rejected": "reject", "forgotten": "forge
 
 
 def act(ledger: LedgerCore, cmd: Act) -> ActResult:
+    cmd, found = redact_fields(cmd, ledger.policy.policy.redaction.detectors)
     with ledger.transaction():
         tx_at = ledger.tx_at()
         row = ledger.append("acted", cmd.actor, tx_at, {
             "session": cmd.session, "tool": cmd.tool, "ref": cmd.ref, "outcome": cmd.outcome,
-            "args_digest": cmd.args_digest})
+            "args_digest": cmd.args_digest, **({"redactions": found} if found else {})})
     return ActResult(event_id=row.hash, seq=row.seq, tx_at=tx_at, session=cmd.session,
                      ref=cmd.ref)
 
