@@ -11,6 +11,9 @@ Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_ap
 CANNOT_REACH = (
     "backups, snapshots and copies of the ledger file taken before this erasure (for a single "
     "fact they stay readable while the subject's data key exists; forget_subject destroys it)",
+    "in a copy of the ledger taken before this erasure: the embeddings (vectors are not "
+    "encrypted, and approximate the erased text), and the word index rows, testable with the "
+    "current key store until the index key is rotated (`custody-app rotate-index-key`)",
     "exports, evidence packs and reports already written out of the ledger",
     "an agent's or model's context window, caches, logs, transcripts or fine-tuned weights",
     "anything a person or program copied out of the ledger before the erasure",

@@ -16,6 +16,7 @@ from custody_app.erasure.certificate import (
     SubjectForgetResult,
 )
 from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, certificate
+from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork, add_needles
 from custody_app.keys import crypto
@@ -118,6 +119,9 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
                                         json.dumps(counts, sort_keys=True), tx_at)
         # Inside the same write: the key store commits (key destroyed) before the ledger does.
         destroyed = ledger.keys.destroy(cmd.subject, tx_at)
+    rotated = None
+    if ledger.policy.policy.erasure.rotate_index_key == "after_forget_subject":
+        rotated = rotate_index_key(ledger)
     keys_place = PlaceCheck(
         place="key store: the subject's data key", outcome="clean",
         detail=f"{destroyed} key generation(s) destroyed at {tx_at}; copies of the ledger made "
@@ -125,6 +129,7 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         "cannot write for it")
     cert = certificate(ledger, "forget_subject", work, actor=cmd.actor, reason=cmd.reason,
                        subject_hash=subject_hash, keys_place=keys_place)
+    cert = cert.model_copy(update={"places": [*cert.places, index_key_place(rotated)]})
     scrubs.settle(ledger, cert, work)
     return SubjectForgetResult(subject_hash=subject_hash, counts=counts, event_id=row.hash,
                                seq=row.seq, tx_at=tx_at, keys_destroyed=destroyed,
