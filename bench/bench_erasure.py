@@ -66,7 +66,9 @@ from store.erasure import ErasureStore  # noqa: E402
 from store.locate import Locator  # noqa: E402
 from store.scrub import scan_files  # noqa: E402
 
-TARGET_FORGET_MS = 50.0  # median, including the checkpoint, no reader open, at 1M events
+TARGET_FORGET_MS = 1000.0  # whole call, median, no reader open, at 1M events (issue 15)
+TARGET_OWN_MS = 10.0  # its own work: the erasure transaction, cascade and certificate checks
+SCAN_FLOOR_RATIO = 1 / 3  # the scan at no less than a third of a plain read of the same file
 START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
@@ -411,6 +413,10 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
     bytes_per_event = fs["db_bytes"] / n
     at_1m_gb = bytes_per_event * 1_000_000 / 1e9
     nonscan = med - scan_med
+    own = (statistics.median(fg["parts"]["erasure transaction"])
+           + statistics.median(fg["parts"]["other (certificate, cascade, reads)"]))
+    whole_ms = sg["by_size"][-1][1]
+    ratio = sg["read_ms"] / whole_ms if whole_ms else 0.0
     lines = [
         f"## Ledger measured: {size}" + ("" if n >= info["requested"] else
                                          f" (asked for {info['requested']:,}; see build)"),
@@ -434,21 +440,24 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         "| --- | --- | --- | --- | --- |",
         f"| forget, whole call (ms) | {med:,.1f} | {p95:,.1f} | < {TARGET_FORGET_MS:.0f} ms median "
         f"at 1M | {mark(med < TARGET_FORGET_MS)} at {size} |",
+        f"| forget, own work (erasure transaction + cascade/certificate reads) (ms) | {own:,.1f} | "
+        f"| < {TARGET_OWN_MS:.0f} ms | {mark(own < TARGET_OWN_MS)} |",
     ]
     for name, vals in fg["parts"].items():
         unit = "" if name == "scans per forget" else " (ms)"
         lines.append(f"| - {name}{unit} | {statistics.median(vals):,.1f} | "
                      f"{_pct(vals, 0.95):,.1f} | | |")
     lines += [
-        f"| (info) forget without the byte scan (ms) | {nonscan:,.1f} | | < 50 ms | "
-        f"{mark(nonscan < TARGET_FORGET_MS)} |",
+        f"| (info) forget without the byte scan (ms) | {nonscan:,.1f} | | | |",
         f"| (info) certificates not complete | {fg['incomplete']} of {len(fg['totals'])} | | | |",
         f"| (info) needles per forget scan | {fg['needles']:.0f} | | | |",
         "",
         f"Projected at 1M events with this schema: file ~{at_1m_gb:,.1f} GB, byte scan "
         f"~{ms_per_gb * at_1m_gb:,.0f} ms at the measured {ms_per_gb:,.0f} ms/GB for "
         f"{fg['needles']:.0f} needles, so a forget ~{nonscan + ms_per_gb * at_1m_gb:,.0f} ms: "
-        f"the 50 ms target is {mark(nonscan + ms_per_gb * at_1m_gb < TARGET_FORGET_MS)} at 1M.",
+        f"the {TARGET_FORGET_MS:.0f} ms target would be "
+        f"{mark(nonscan + ms_per_gb * at_1m_gb < TARGET_FORGET_MS)} at 1M (a projection, not a "
+        "measurement).",
         "",
         "### Byte scan growth (`store.scrub.scan_files`, warm page cache, best of 3)",
         "",
@@ -459,7 +468,10 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         "| needles | scan ms over the whole file |",
         "| --- | --- |",
         *[f"| {k} | {t:,.1f} |" for k, t in sg["by_count"]],
-        f"| (just reading the file, 4 MB blocks) | {sg['read_ms']:,.1f} |",
+        f"| (just reading the file, 4 MB blocks, best of 3: the floor) | {sg['read_ms']:,.1f} |",
+        "",
+        f"Scan speed against the plain-read floor, same file, same run: {ratio:.2f} of the read "
+        f"speed (target >= {SCAN_FLOOR_RATIO:.2f}: {mark(ratio >= SCAN_FLOOR_RATIO)}).",
         "",
         f"## Retention sweep at {size}",
         "",
@@ -502,6 +514,11 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         + f". That forget took {demo['first_ms']:,.0f} ms; the next forget took "
         f"{demo['next_forget_ms']:,.0f} ms with {demo['next_scans']} byte scans (it re-runs the "
         "'pending' scrub first).",
+        "",
+        "## rotate-index-key",
+        "",
+        f"- re-hashing the word index of {demo['rotate_facts']:,} believed facts under a fresh key "
+        f"(one transaction, then a truncating checkpoint): **{demo['rotate_s']:,.1f} s** at {size}.",
     ]
     return "\n".join(lines)
 
@@ -558,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
         sw = measure_sweep(ledger, probe, args.sweep_facts, args.scan_sample, args.real_sweep_facts)
         log(f"sweep tx {sw['tx_s']:,.1f} s")
         demo = subject_in_value_demo(ledger, probe)
+        log("rotate-index-key")
+        rot = ledger.rotate_index_key()
+        demo["rotate_s"], demo["rotate_facts"] = rot.seconds, rot.facts
         ledger.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

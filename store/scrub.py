@@ -80,14 +80,45 @@ def _occurrences(view: mmap.mmap, needle: bytes, limit: int) -> list[int]:
     return out
 
 
+def _in_windows(view: mmap.mmap, indexed: list[tuple[int, bytes]], prefixes: list[bytes],
+                matches: list[tuple[int, int, int]], limit: int) -> dict[int, list[int]]:
+    """Every occurrence of every needle, from the leftmost pass's matches: an occurrence
+    always starts inside a reported match (the pass reports a match at or before each
+    occurrence and skips only what a reported match covers), so only those windows are
+    searched again, with an overlapping automaton, each candidate checked in full."""
+    by_prefix: dict[bytes, list[int]] = {}
+    for i, needle in indexed:
+        by_prefix.setdefault(needle[:PREFIX_BYTES], []).append(i)
+    needles = dict(indexed)
+    overlapping = ahocorasick_rs.BytesAhoCorasick(prefixes)
+    reach = max(len(p) for p in prefixes)
+    found: dict[int, set[int]] = {}
+    for _, start, end in matches:
+        window = view[start:end - 1 + reach]
+        for k, at, _ in overlapping.find_matches_as_indexes(window, overlapping=True):
+            if at >= end - start:
+                continue
+            for i in by_prefix[prefixes[k]]:
+                offsets = found.setdefault(i, set())
+                if len(offsets) < limit and view[start + at:start + at + len(needles[i])] == needles[i]:
+                    offsets.add(start + at)
+    return {i: sorted(o) for i, o in found.items() if o}
+
+
+# Past this many leftmost matches (a needle that is everywhere) each needle is searched on its
+# own instead: memmem per needle costs a pass each, but windows would cost more.
+MAX_WINDOWS = 20_000
+
+
 def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> dict[int, list[int]]:
     """Needle index -> file offsets (at most `limit`) of each needle found in the file.
 
     One leftmost-longest Aho-Corasick pass over the mapped file (no copies; its SIMD prefilter
     runs near memory speed) decides whether anything is there: if no reported match, no needle
     prefix occurs anywhere, since a leftmost search reports some match at or before every
-    occurrence. Only when it reports something is each needle searched on its own (memmem),
-    which also finds the overlapping ones a non-overlapping pass skips."""
+    occurrence. When it reports something, the windows of its matches are searched again for
+    every needle (the overlapping ones a non-overlapping pass skips too), or, past
+    MAX_WINDOWS matches, each needle on its own (memmem)."""
     indexed = [(i, n) for i, n in enumerate(needles) if n]
     try:
         handle = open(path, "rb")
@@ -100,8 +131,11 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
             prefixes = list(dict.fromkeys(n[:PREFIX_BYTES] for _, n in indexed))
             automaton = ahocorasick_rs.BytesAhoCorasick(
                 prefixes, matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST)
-            if not automaton.find_matches_as_indexes(view):
+            matches = automaton.find_matches_as_indexes(view)
+            if not matches:
                 return {}
+            if len(matches) <= MAX_WINDOWS:
+                return _in_windows(view, indexed, prefixes, matches, limit)
             found: dict[int, list[int]] = {}
             for i, needle in indexed:
                 offsets = _occurrences(view, needle, limit)

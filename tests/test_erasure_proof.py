@@ -127,9 +127,11 @@ def test_cli_forget_exit_code_follows_the_classification(make_env) -> None:
     assert bad.returncode == 1 and "leak:" in bad.stdout
 
 
-@settings(derandomize=True, max_examples=60, deadline=None)
+@settings(derandomize=True, max_examples=150, deadline=None)
 @given(st.binary(min_size=0, max_size=3000),
-       st.lists(st.binary(min_size=1, max_size=80), min_size=1, max_size=12))
+       st.lists(st.binary(min_size=1, max_size=80) | st.sampled_from([b"ab", b"aba", b"a" * 70,
+                                                                      b"a" * 65 + b"b"]),
+                min_size=1, max_size=12))
 def test_scan_agrees_with_a_plain_search_of_the_bytes(tmp_path_factory, data: bytes,
                                                      needles: list[bytes]) -> None:
     """Overlapping, nested and repeated needles, and needles longer than the Aho-Corasick
@@ -140,6 +142,6 @@ def test_scan_agrees_with_a_plain_search_of_the_bytes(tmp_path_factory, data: by
     expected = sorted(i for i, n in enumerate(needles) if n in planted)
     assert scan_files([str(path)], needles)[str(path)] == expected
     found = find_in_file(str(path), needles)
-    for i, offsets in found.items():
-        assert all(planted[o:o + len(needles[i])] == needles[i] for o in offsets)
-        assert offsets[0] == planted.find(needles[i])
+    for i, needle in enumerate(needles):
+        every = [o for o in range(len(planted)) if planted.startswith(needle, o)]
+        assert found.get(i, []) == every[:64]
