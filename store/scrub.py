@@ -62,10 +62,10 @@ def checkpoint_truncate(conn: apsw.Connection, db_path: str,
         "the next write or open")
 
 
-# Aho-Corasick gets at most this many leading bytes of each needle; a hit is then checked in
+# Aho-Corasick gets at most this many bytes of each needle (a fragment); a hit is then checked in
 # full. Building the automaton for a long self-overlapping needle ("x" * 3000, padding, rules of
 # "-----") is quadratic in its length: seconds for one forget before this cap.
-PREFIX_BYTES = 64
+FRAGMENT_BYTES = 64
 # Offsets kept per needle and file: enough to locate every copy in a normal ledger, bounded so a
 # needle that is everywhere (a common word) cannot make the proof unbounded.
 MAX_OFFSETS = 64
@@ -80,29 +80,70 @@ def _occurrences(view: mmap.mmap, needle: bytes, limit: int) -> list[int]:
     return out
 
 
-def _in_windows(view: mmap.mmap, indexed: list[tuple[int, bytes]], prefixes: list[bytes],
-                matches: list[tuple[int, int, int]], limit: int) -> dict[int, list[int]]:
-    """Every occurrence of every needle, from the leftmost pass's matches: an occurrence
+def _weight(byte: int) -> int:
+    """How common a byte is in a ledger file (a guess that needs no pass over it): zero bytes
+    fill pages, JSON punctuation and lowercase text fill bodies; high bytes are ciphertext."""
+    if byte == 0:
+        return 100
+    if byte in b'"{}:, ' or 97 <= byte <= 122:
+        return 30
+    if 48 <= byte <= 57 or byte in b"_-.":
+        return 20
+    return 5 if byte < 128 else 1
+
+
+def _fragment(needle: bytes) -> tuple[int, bytes]:
+    """(offset, the FRAGMENT_BYTES of the needle from there) whose first bytes are the rarest:
+    the automaton's SIMD prefilter keys on a pattern's first bytes, and a needle starting with
+    '{"' or zero bytes would make it stop at every JSON body or empty page."""
+    size = min(len(needle), FRAGMENT_BYTES)
+    starts = range(min(len(needle) - size, 256) + 1)
+    best = min(starts, key=lambda j: sum(_weight(c) for c in needle[j:j + 3]))
+    return best, needle[best:best + size]
+
+
+def _in_windows(view: mmap.mmap, indexed: list[tuple[int, bytes]], pieces: dict[bytes, list[
+        tuple[int, int]]], matches: list[tuple[int, int, int]], limit: int) -> dict[int, list[int]]:
+    """Every occurrence of every needle, from the leftmost pass's matches: a needle's fragment
     always starts inside a reported match (the pass reports a match at or before each
     occurrence and skips only what a reported match covers), so only those windows are
     searched again, with an overlapping automaton, each candidate checked in full."""
-    by_prefix: dict[bytes, list[int]] = {}
-    for i, needle in indexed:
-        by_prefix.setdefault(needle[:PREFIX_BYTES], []).append(i)
     needles = dict(indexed)
-    overlapping = ahocorasick_rs.BytesAhoCorasick(prefixes)
-    reach = max(len(p) for p in prefixes)
+    fragments = list(pieces)
+    overlapping = ahocorasick_rs.BytesAhoCorasick(fragments)
+    reach = max(len(f) for f in fragments)
     found: dict[int, set[int]] = {}
     for _, start, end in matches:
         window = view[start:end - 1 + reach]
         for k, at, _ in overlapping.find_matches_as_indexes(window, overlapping=True):
             if at >= end - start:
                 continue
-            for i in by_prefix[prefixes[k]]:
+            for i, shift in pieces[fragments[k]]:
+                begin = start + at - shift
                 offsets = found.setdefault(i, set())
-                if len(offsets) < limit and view[start + at:start + at + len(needles[i])] == needles[i]:
-                    offsets.add(start + at)
+                if (begin >= 0 and len(offsets) < limit
+                        and view[begin:begin + len(needles[i])] == needles[i]):
+                    offsets.add(begin)
     return {i: sorted(o) for i, o in found.items() if o}
+
+
+# Up to this many fragments, one pass each: a one-pattern search runs near memory speed here
+# (memchr on its rarest byte), while the multi-pattern one measured 4-7 times slower per pass.
+SINGLE_PASSES = 6
+
+
+def _leftmost(view: mmap.mmap, fragments: list[bytes]) -> list[tuple[int, int, int]]:
+    """Matches of a leftmost-longest search: every occurrence of every fragment starts inside
+    one of them (one pass per fragment when they are few, else one pass for all)."""
+    kind = ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST
+    if len(fragments) > SINGLE_PASSES:
+        return list(ahocorasick_rs.BytesAhoCorasick(fragments, matchkind=kind)
+                    .find_matches_as_indexes(view))
+    out: list[tuple[int, int, int]] = []
+    for k, fragment in enumerate(fragments):
+        out += [(k, s, e) for _, s, e in ahocorasick_rs.BytesAhoCorasick(
+            [fragment], matchkind=kind).find_matches_as_indexes(view)]
+    return sorted(out, key=lambda m: m[1])
 
 
 # Past this many leftmost matches (a needle that is everywhere) each needle is searched on its
@@ -114,11 +155,12 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
     """Needle index -> file offsets (at most `limit`) of each needle found in the file.
 
     One leftmost-longest Aho-Corasick pass over the mapped file (no copies; its SIMD prefilter
-    runs near memory speed) decides whether anything is there: if no reported match, no needle
-    prefix occurs anywhere, since a leftmost search reports some match at or before every
-    occurrence. When it reports something, the windows of its matches are searched again for
-    every needle (the overlapping ones a non-overlapping pass skips too), or, past
-    MAX_WINDOWS matches, each needle on its own (memmem)."""
+    runs near memory speed) for one rare-led fragment of each needle decides whether anything
+    is there: with no reported match no fragment, so no needle, occurs anywhere, since a
+    leftmost search reports some match at or before every occurrence. When it reports
+    something, the windows of its matches are searched again for every fragment (the
+    overlapping ones a non-overlapping pass skips too), or, past MAX_WINDOWS matches, each
+    needle on its own (memmem)."""
     indexed = [(i, n) for i, n in enumerate(needles) if n]
     try:
         handle = open(path, "rb")
@@ -128,14 +170,15 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
         if not indexed or os.fstat(handle.fileno()).st_size == 0:
             return {}
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            prefixes = list(dict.fromkeys(n[:PREFIX_BYTES] for _, n in indexed))
-            automaton = ahocorasick_rs.BytesAhoCorasick(
-                prefixes, matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST)
-            matches = automaton.find_matches_as_indexes(view)
+            pieces: dict[bytes, list[tuple[int, int]]] = {}
+            for i, needle in indexed:
+                shift, fragment = _fragment(needle)
+                pieces.setdefault(fragment, []).append((i, shift))
+            matches = _leftmost(view, list(pieces))
             if not matches:
                 return {}
             if len(matches) <= MAX_WINDOWS:
-                return _in_windows(view, indexed, prefixes, matches, limit)
+                return _in_windows(view, indexed, pieces, matches, limit)
             found: dict[int, list[int]] = {}
             for i, needle in indexed:
                 offsets = _occurrences(view, needle, limit)
