@@ -6,6 +6,7 @@ import mmap
 import os
 import time
 from dataclasses import dataclass
+from io import RawIOBase
 
 import ahocorasick_rs
 import apsw
@@ -132,17 +133,36 @@ def _in_windows(view: mmap.mmap, indexed: list[tuple[int, bytes]], pieces: dict[
 SINGLE_PASSES = 6
 
 
-def _leftmost(view: mmap.mmap, fragments: list[bytes]) -> list[tuple[int, int, int]]:
-    """Matches of a leftmost-longest search: every occurrence of every fragment starts inside
-    one of them (one pass per fragment when they are few, else one pass for all)."""
+# The file is read in blocks of this size into one reused buffer (readinto: no mapping faults,
+# no new bytes objects); each block is searched while it is still in the CPU cache.
+BLOCK_BYTES = 1 << 21
+
+
+def _leftmost(handle: RawIOBase, fragments: list[bytes]) -> list[tuple[int, int, int]]:
+    """Matches (fragment, start, end in the file) of a leftmost-longest search: every
+    occurrence of every fragment starts inside one of them. One automaton per fragment when
+    they are few, else one for all. Each block is searched with the last FRAGMENT_BYTES - 1
+    bytes of the one before, so a fragment across a block boundary is found whole."""
     kind = ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST
-    if len(fragments) > SINGLE_PASSES:
-        return list(ahocorasick_rs.BytesAhoCorasick(fragments, matchkind=kind)
-                    .find_matches_as_indexes(view))
+    automata = ([ahocorasick_rs.BytesAhoCorasick([f], matchkind=kind) for f in fragments]
+                if len(fragments) <= SINGLE_PASSES
+                else [ahocorasick_rs.BytesAhoCorasick(fragments, matchkind=kind)])
+    single = len(automata) > 1
+    overlap = max(len(f) for f in fragments) - 1
+    buf = bytearray(BLOCK_BYTES + overlap)
+    view = memoryview(buf)
     out: list[tuple[int, int, int]] = []
-    for k, fragment in enumerate(fragments):
-        out += [(k, s, e) for _, s, e in ahocorasick_rs.BytesAhoCorasick(
-            [fragment], matchkind=kind).find_matches_as_indexes(view)]
+    keep, base = 0, 0  # bytes carried over; file offset of buf[0]
+    while n := handle.readinto(view[keep:keep + BLOCK_BYTES]):
+        window = view[:keep + n]
+        for k, automaton in enumerate(automata):
+            out += [(k if single else i, base + s, base + e)
+                    for i, s, e in automaton.find_matches_as_indexes(window) if e > keep]
+        carry = min(overlap, keep + n)
+        buf[:carry] = buf[keep + n - carry:keep + n]
+        base += keep + n - carry
+        keep = carry
+    view.release()
     return sorted(out, key=lambda m: m[1])
 
 
@@ -154,29 +174,30 @@ MAX_WINDOWS = 20_000
 def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> dict[int, list[int]]:
     """Needle index -> file offsets (at most `limit`) of each needle found in the file.
 
-    One leftmost-longest Aho-Corasick pass over the mapped file (no copies; its SIMD prefilter
-    runs near memory speed) for one rare-led fragment of each needle decides whether anything
-    is there: with no reported match no fragment, so no needle, occurs anywhere, since a
-    leftmost search reports some match at or before every occurrence. When it reports
+    A leftmost-longest Aho-Corasick search of the file, block by block in one reused buffer,
+    for one rare-led fragment of each needle decides whether anything is there: with no
+    reported match no fragment, so no needle, occurs anywhere, since a leftmost search reports
+    some match at or before every occurrence. When it reports
     something, the windows of its matches are searched again for every fragment (the
     overlapping ones a non-overlapping pass skips too), or, past MAX_WINDOWS matches, each
     needle on its own (memmem)."""
     indexed = [(i, n) for i, n in enumerate(needles) if n]
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb", buffering=0)
     except FileNotFoundError:
         return {}
     with handle:
         if not indexed or os.fstat(handle.fileno()).st_size == 0:
             return {}
+        pieces: dict[bytes, list[tuple[int, int]]] = {}
+        for i, needle in indexed:
+            shift, fragment = _fragment(needle)
+            pieces.setdefault(fragment, []).append((i, shift))
+        matches = _leftmost(handle, list(pieces))
+        if not matches:
+            return {}
+        # Something is there (rare: a shared or leaking string): map the file to locate it all.
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            pieces: dict[bytes, list[tuple[int, int]]] = {}
-            for i, needle in indexed:
-                shift, fragment = _fragment(needle)
-                pieces.setdefault(fragment, []).append((i, shift))
-            matches = _leftmost(view, list(pieces))
-            if not matches:
-                return {}
             if len(matches) <= MAX_WINDOWS:
                 return _in_windows(view, indexed, pieces, matches, limit)
             found: dict[int, list[int]] = {}
