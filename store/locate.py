@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import ahocorasick_rs
 import apsw
 
-from store.scrub import find_in_file, wal_path
+from store.scrub import find_in_file, fragment_of, wal_path
 
 TABLES = ("SELECT name, sql FROM sqlite_schema WHERE type = 'table' "
           "AND name NOT LIKE 'sqlite_%' ORDER BY name")
@@ -48,29 +50,79 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def rows_holding(conn: apsw.Connection, needle: bytes) -> list[Holder]:
-    """Every row (at most ROWS_PER_TABLE a table) of every ordinary table with the bytes in
-    one of its columns (compared as bytes, so text and blobs alike)."""
-    out: list[Holder] = []
+def _tables(conn: apsw.Connection) -> list[tuple[str, str, list[str]]]:
+    """(table, its row key, its columns) of every ordinary table; a virtual table's shadow
+    tables are ordinary tables and are searched instead of it."""
+    out = []
     for table, sql in list(conn.execute(TABLES)):
         if str(sql or "").upper().startswith("CREATE VIRTUAL"):
-            continue  # its shadow tables are ordinary tables and are searched instead
+            continue
         info = list(conn.execute(f"PRAGMA table_info({_quote(table)})"))
-        cols = [str(r[1]) for r in info]
         pk = [str(r[1]) for r in sorted(info, key=lambda r: int(r[5])) if int(r[5]) > 0]
         without_rowid = "WITHOUT ROWID" in str(sql or "").upper()
         key = ROW_KEY.get(table, pk[0] if without_rowid and pk else "rowid")
-        for col in cols:
-            query = (f"SELECT {_quote(key) if key != 'rowid' else 'rowid'} FROM {_quote(table)} "
-                     f"WHERE instr(CAST({_quote(col)} AS BLOB), ?) > 0 LIMIT {ROWS_PER_TABLE}")
-            for (value,) in conn.execute(query, (needle,)):
-                fact_id = subject = None
-                if table in FACT_OF:
-                    row = conn.execute(FACT_OF[table], (value,)).fetchone()
-                    if row is not None:
-                        fact_id, subject = row[0], row[1]
-                out.append(Holder(table, col, str(value), fact_id, subject))
+        out.append((str(table), key, [str(r[1]) for r in info]))
     return out
+
+
+def _matcher(needles: list[bytes]) -> Callable[[bytes], set[int]]:
+    """Which needles occur in a byte string: one overlapping pass over fragments, each
+    candidate checked in full (a plain `in` per needle when they are few)."""
+    if len(needles) <= 4:
+        return lambda data: {i for i, n in enumerate(needles) if n in data}
+    pieces: dict[bytes, list[tuple[int, int]]] = {}
+    for i, needle in enumerate(needles):
+        shift, fragment = fragment_of(needle)
+        pieces.setdefault(fragment, []).append((i, shift))
+    fragments = list(pieces)
+    automaton = ahocorasick_rs.BytesAhoCorasick(fragments)
+
+    def match(data: bytes) -> set[int]:
+        found: set[int] = set()
+        for k, at, _ in automaton.find_matches_as_indexes(data, overlapping=True):
+            for i, shift in pieces[fragments[k]]:
+                if i not in found and at >= shift and data.startswith(needles[i], at - shift):
+                    found.add(i)
+        return found
+
+    return match
+
+
+def rows_holding(conn: apsw.Connection, needles: list[bytes]) -> dict[bytes, list[Holder]]:
+    """For each needle, every row (at most ROWS_PER_TABLE a table) of every ordinary table
+    with its bytes in one of its columns (text and blobs compared as bytes). One read of each
+    table for all the needles, however many: this runs only when a scan found something."""
+    out: dict[bytes, list[Holder]] = {n: [] for n in needles}
+    if not needles:
+        return out
+    match = _matcher(needles)
+    for table, key, cols in _tables(conn):
+        select = ", ".join(_quote(c) for c in cols)
+        keyed = "rowid" if key == "rowid" else _quote(key)
+        shown: dict[int, int] = {}
+        for row in list(conn.execute(f"SELECT {keyed}, {select} FROM {_quote(table)}")):
+            for col, value in zip(cols, row[1:], strict=True):
+                if isinstance(value, str):
+                    data = value.encode("utf-8")
+                elif isinstance(value, bytes):
+                    data = value
+                else:
+                    continue
+                for i in match(data):
+                    if shown.get(i, 0) >= ROWS_PER_TABLE:
+                        continue
+                    shown[i] = shown.get(i, 0) + 1
+                    out[needles[i]].append(_holder(conn, table, col, row[0]))
+    return out
+
+
+def _holder(conn: apsw.Connection, table: str, col: str, value: object) -> Holder:
+    fact_id = subject = None
+    if table in FACT_OF:
+        row = conn.execute(FACT_OF[table], (value,)).fetchone()
+        if row is not None:
+            fact_id, subject = row[0], row[1]
+    return Holder(table, col, str(value), fact_id, subject)
 
 
 def page_names(conn: apsw.Connection, pages: set[int]) -> dict[int, str]:
@@ -117,8 +169,8 @@ class Locator:
     def page_size(self) -> int:
         return int(self._conn.pragma("page_size"))
 
-    def holders(self, needle: bytes) -> list[Holder]:
-        return rows_holding(self._conn, needle)
+    def holders(self, needles: list[bytes]) -> dict[bytes, list[Holder]]:
+        return rows_holding(self._conn, needles)
 
     def page_names(self, pages: set[int]) -> dict[int, str]:
         return page_names(self._conn, pages)

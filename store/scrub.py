@@ -93,7 +93,7 @@ def _weight(byte: int) -> int:
     return 5 if byte < 128 else 1
 
 
-def _fragment(needle: bytes) -> tuple[int, bytes]:
+def fragment_of(needle: bytes) -> tuple[int, bytes]:
     """(offset, the FRAGMENT_BYTES of the needle from there) whose first bytes are the rarest:
     the automaton's SIMD prefilter keys on a pattern's first bytes, and a needle starting with
     '{"' or zero bytes would make it stop at every JSON body or empty page."""
@@ -191,7 +191,7 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
             return {}
         pieces: dict[bytes, list[tuple[int, int]]] = {}
         for i, needle in indexed:
-            shift, fragment = _fragment(needle)
+            shift, fragment = fragment_of(needle)
             pieces.setdefault(fragment, []).append((i, shift))
         matches = _leftmost(handle, list(pieces))
         if not matches:

@@ -150,3 +150,28 @@ def test_scan_agrees_with_a_plain_search_of_the_bytes(tmp_path_factory, data: by
     for i, needle in enumerate(needles):
         every = [o for o in range(len(planted)) if planted.startswith(needle, o)]
         assert found.get(i, []) == every[:64]
+
+
+def test_a_sweep_locates_many_strings_each_in_its_own_row(make_env) -> None:
+    """Enough strings that the row lookup takes its multi-pattern path: each is found in the
+    one live record that holds it, and none in another's."""
+    env: Env = make_env()
+    seqs = {}
+    secrets = [f"ZQX-MANY-{n:02d}-{'k' * n}-END" for n in range(7)]
+    for n, secret in enumerate(secrets):
+        env.put(f"acct:{n}", "contact", {"name": secret})
+    env.at("2026-09-03T00:00:00Z")  # the records that share them are newer than the cutoff
+    for n, secret in enumerate(secrets):
+        seqs[secret] = env.ledger.assert_fact(
+            f"acct:9{n}", "note", "x", actor="agent:support",
+            cause={"kind": "message", "ref": f"m{n}", "detail": f"cc {secret}"}).seq
+    env.at("2026-09-05T00:00:00Z")
+    cert = env.ledger.sweep(before="2026-09-02T00:00:00Z", actor=DPO).certificate
+    assert cert is not None
+    listed = hits(cert)
+    assert len(listed) == 7 and {h.classification for h in listed} == {"shared"}
+    for secret, seq in seqs.items():
+        [hit] = [h for h in listed if digest_of(secret) in h.string]
+        assert [w for w in hit.where if "table events" in w] == [
+            w for w in hit.where if f"table events row {seq}," in w] != []
+    assert cert.complete

@@ -65,13 +65,12 @@ def classify(ledger: LedgerCore, work: ErasureWork,
                 elif (located := wal_page(path, off, page_size)) is not None:
                     frames[(path, off)], pages[(path, off)] = located
     names = ledger.db.locate.page_names(set(pages.values())) if pages else {}
-    holders: dict[bytes, list[Holder]] = {}
+    holders = ledger.db.locate.holders(list(dict.fromkeys(
+        work.needles[i] for per_needle in found.values() for i in per_needle)))
     out: dict[str, list[ScanHit]] = {}
     for path, per_needle in found.items():
         for i, offsets in sorted(per_needle.items()):
             needle = work.needles[i]
-            if needle not in holders:
-                holders[needle] = ledger.db.locate.holders(needle)
             rows = holders[needle]
             leaking = [h for h in rows if _leaks(h, erased, work.subject)]
             tables = {h.table for h in rows}
