@@ -17,15 +17,14 @@ Measurements run on a copy of the cached ledger (the cache is never modified):
   whole (`Ledger.forget`: the erasure transaction, the truncating WAL checkpoint, the byte scan
   of the db and WAL, the pending-row cleanup) and broken down with timing wrappers around
   `LedgerFile.write` (outermost transactions), `LedgerFile.wal_checkpoint` and `LedgerFile.scan`.
-- byte scan growth: `store.scrub.scan_files` with the same needles over prefixes of the ledger
-  file (1/8, 1/4, 1/2, all), and with 1 / 7 / 28 needles over the whole file.
+- byte scan growth: `store.scrub.scan_files` with the last forget's strings (erased, so absent:
+  the clean case) over prefixes of the ledger file (1/8, 1/4, 1/2, all), with 1 / 7 / 28
+  strings over the whole file, and a plain read of the same file in the same run (the floor the
+  scan is compared with).
 - sweep: `sweep(before=cutoff, dry_run=True)` and then the real sweep over a cutoff that covers
-  `--sweep-facts` facts. The byte scan of a sweep gets ~7 needles per expired fact and
-  `scan_files` makes one pass over the file per needle, so at this size the real scan would run
-  for hours: during the big sweep the scan is SAMPLED (`--scan-sample` needles scanned for real,
-  time extrapolated linearly in the needle count, which the needle-count rows show is how it
-  grows) and this is labelled in the table. A small sweep with the real, unsampled scan is run
-  too, to check the extrapolation.
+  `--sweep-facts` facts, its scan unsampled (`--scan-sample K` scans K strings and
+  extrapolates, labelled so), and a small sweep.
+- rotate-index-key: one re-keying of the word index at the end.
 
 Not a timed test: it prints a markdown table (and writes it to `--out` if given).
 """
