@@ -1,4 +1,4 @@
-"""Erasure benchmark: forget latency (with its breakdown) and retention sweep throughput.
+"""Erasure benchmark: forget latency (with its breakdown), scan speed, sweeps, re-keying.
 
     .venv/bin/python bench/bench_erasure.py [--events 1000000] [--build-budget 600]
                                             [--forgets 50] [--sweep-facts 20000]
