@@ -549,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = working_copy(info, tmp)
         log(f"working copy {path}")
-        with Ledger.open(path, readonly=True) as ro:
+        # read-write: a cached ledger of an older schema is upgraded here, on the copy
+        with Ledger.open(path) as ro:
             last = ro.db.events.head()
         assert last is not None
         clock = ManualClock(parse_time(last[2]) + timedelta(hours=1))
