@@ -80,6 +80,15 @@ class RecallStore:
         self._conn.execute(META_PUT, ("recall_layout", LAYOUT))
         self._new_cells(0)
 
+    def recreate_lexical(self, rows: list[tuple[int, str, str]]) -> None:
+        """Replace the lexical index with `rows` (fact_seq, terms, scope), inside the caller's
+        transaction. The old table is dropped: secure_delete zeroes its pages."""
+        self._conn.execute("DROP TABLE IF EXISTS recall_vocab")
+        self._conn.execute("DROP TABLE IF EXISTS recall_fts")
+        self._conn.execute(CREATE_FTS)
+        self._conn.executemany(FTS_INSERT, rows)
+        self._freq.clear()
+
     def _new_cells(self, clustered_on: int) -> None:
         """Record that the cells changed (readers reload their centroids) and how many vectors
         they were clustered on (0: not clustered)."""

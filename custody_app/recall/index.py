@@ -66,9 +66,24 @@ class RecallIndex:
     def term(self, word: str) -> str:
         return text.term(self.key(), word)
 
-    def scope(self, status: str, space: str, subject: str) -> str:
-        return " ".join([STATUS_TOKEN[status], self.term("space:" + space),
-                         self.term("subject:" + subject)])
+    def scope(self, status: str, space: str, subject: str, key: bytes | None = None) -> str:
+        key = key or self.key()
+        return " ".join([STATUS_TOKEN[status], text.term(key, "space:" + space),
+                         text.term(key, "subject:" + subject)])
+
+    def lexical_rows(self, key: bytes) -> list[tuple[int, str, str]]:
+        """The lexical index's rows for every believed fact, hashed under `key`."""
+        rows = []
+        for status, indexed in INDEXED.items():
+            for fact in self.db.facts.with_status(status):
+                value_text = self.stored_text(fact)
+                if value_text is None:
+                    continue
+                body = text.fact_text(fact.subject, fact.predicate, json.loads(value_text))
+                terms = " ".join(text.term(key, w) for w in text.words(body))
+                rows.append((fact.assert_seq, terms, self.scope(indexed, fact.space,
+                                                                fact.subject, key)))
+        return sorted(rows)
 
     def _index_many(self, pending: list[Pending]) -> None:
         """Index (fact, status, text) rows: one embed call for all, one executemany each."""

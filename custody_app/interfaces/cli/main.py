@@ -67,7 +67,7 @@ _GROUPS = (ledger_commands, erasure, evidence)
 _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     name: run for group in _GROUPS for name, run in group.COMMANDS.items()}
 SUBCOMMANDS = tuple(_COMMANDS)
-READ_ONLY = (*ledger_commands.READ_ONLY, *evidence.READ_ONLY)
+READ_ONLY = (*ledger_commands.READ_ONLY, *evidence.READ_ONLY, *erasure.READ_ONLY)
 
 
 def _subcommand(argv: list[str]) -> int:
