@@ -49,10 +49,19 @@ WHEN NOT (OLD.destroyed_at IS NULL AND NEW.destroyed_at IS NOT NULL AND NEW.wrap
           AND NEW.created_at IS OLD.created_at)
 BEGIN SELECT RAISE(ABORT, 'custody: a key can only be destroyed, once'); END;
 """
+# The word index key may be replaced (rotate-index-key: the old one must leave the file); every
+# other entry stays written once. A self-contained step, so it can be renumbered at a merge.
+_V2 = """
+DROP TRIGGER keystore_meta_no_update;
+CREATE TRIGGER keystore_meta_no_update BEFORE UPDATE ON keystore_meta
+WHEN NOT (OLD.name = 'index' AND NEW.name IS OLD.name)
+BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
+"""
+
 # The ledger's high-water mark (issue 13): the head (seq, hash) the ledger had reached when
 # this key store last changed a key or recorded an erasure. A ledger behind it was restored
 # from an older copy (or cut short). `accepted` marks a rollback a user accepted knowingly.
-_V2 = """
+_V3 = """
 CREATE TABLE ledger_marks(
     n        INTEGER PRIMARY KEY AUTOINCREMENT,
     seq      INTEGER NOT NULL,
@@ -65,10 +74,12 @@ BEGIN SELECT RAISE(ABORT, 'custody: a ledger mark is written once'); END;
 CREATE TRIGGER ledger_marks_no_delete BEFORE DELETE ON ledger_marks
 BEGIN SELECT RAISE(ABORT, 'custody: a ledger mark is written once'); END;
 """
-_MIGRATIONS = (_V1, _V2)
+_MIGRATIONS = (_V1, _V2, _V3)
 
 GET_META = "SELECT value FROM keystore_meta WHERE name = ?"
 PUT_META = "INSERT INTO keystore_meta(name, value) VALUES (?, ?)"
+# Overwrites in place: with secure_delete and a rollback journal the old value leaves the file.
+REPLACE_META = "UPDATE keystore_meta SET value = ? WHERE name = ?"
 LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
               "WHERE subject_ref = ? ORDER BY generation DESC LIMIT 1")
 KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
@@ -110,6 +121,10 @@ class KeyStoreFile:
         with self.write():
             if self.meta(name) is None:
                 self.conn.execute(PUT_META, (name, value))
+
+    def replace_meta(self, name: str, value: bytes) -> None:
+        with self.write():
+            self.conn.execute(REPLACE_META, (value, name))
 
     def latest(self, subject_ref: str) -> KeyRow | None:
         row = self.conn.execute(LATEST_KEY, (subject_ref,)).fetchone()

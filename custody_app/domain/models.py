@@ -163,6 +163,7 @@ class FactRetracted(Event):
     session: Text | None = None
     provenance: Provenance | None = None
     pending: Literal[True] | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactConfirmed(Event):
@@ -175,6 +176,7 @@ class FactConfirmed(Event):
     session: Text | None = None
     retraction: Annotated[int, Field(ge=1)] | None = None
     corroborated_by: list[FactId] | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactRejected(Event):
@@ -186,6 +188,7 @@ class FactRejected(Event):
     reason: Text
     session: Text | None = None
     retraction: Annotated[int, Field(ge=1)] | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactAffirmed(Event):
@@ -203,6 +206,7 @@ class FactHeld(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactReleased(Event):
@@ -212,6 +216,7 @@ class FactReleased(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 DigestKind = Literal["hmac-sha256", "sha256", "none"]
@@ -286,6 +291,7 @@ class ActionRecorded(Event):
     subject_ref: Hash | None = None
     receipt: Receipt | None = None
     cause: Cause | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 EVENT_MODELS: dict[str, type[Event]] = {

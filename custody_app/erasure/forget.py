@@ -17,15 +17,10 @@ from custody_app.erasure.certificate import (
     PlaceCheck,
     SubjectForgetResult,
 )
-from custody_app.erasure.proof import (
-    ERASED,
-    MIN_SCAN_BYTES,
-    SUBJECT_KEY_KEPT,
-    ErasureWork,
-    add_needles,
-    certificate,
-)
+from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, certificate
+from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs
+from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork, add_needles
 from custody_app.keys import crypto
 from store.rows import FactRow
 
@@ -61,7 +56,8 @@ def erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
         if text is not None and policy.digest != "none" and ledger.keys is not None:
             ledger.db.erasure.add_digest(ref, fact.predicate, previously_forgotten_digest(
                 ledger, ref, fact.predicate, text))
-        add_needles(event.value, text, work, ledger.db.erasure.is_name)
+        add_needles(event.value, text, work, ledger.db.erasure.is_name, fact.fact_id,
+                    fact.predicate)
         ledger.db.events.erase_value(fact.assert_seq)
         ledger.db.erasure.add_pending([fact.fact_id], tx_at)
         fields: dict[str, Any] = {"reason": reason, "digest_kind": digest_kind, "digest": digest,
@@ -105,7 +101,7 @@ def subject_place(subject: str, earlier: int, work: ErasureWork) -> PlaceCheck:
     """The subject id itself: removed from every fact of the subject, scanned for below."""
     data = subject.encode("utf-8")
     if len(data) >= MIN_SCAN_BYTES:
-        work.needles.append(data)
+        work.add(data, "subject id")
         return PlaceCheck(place="plaintext subject id", outcome="clean", detail=(
             f"removed from the events and the projection ({earlier} fact(s) erased earlier "
             "included); the byte scans below search for it"))
@@ -138,6 +134,7 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
             ledger.db.events.erase_subject(fact.assert_seq)
             ledger.db.erasure.set_subject(fact.assert_seq, erased_subject(subject_hash))
         work.notes.append(subject_place(cmd.subject, len(earlier), work))
+        work.subject = cmd.subject
         row = ledger.append("forget_subject", cmd.actor, tx_at,
                              {"subject_hash": subject_hash, "reason": cmd.reason,
                               "counts": counts})
@@ -152,6 +149,9 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         destroyed = ledger.keys.destroy(cmd.subject, tx_at)
         ledger.keys.record_mark(ledger.db.events.head())
     crash_point("erasure.keys_committed")
+    rotated = None
+    if ledger.policy.policy.erasure.rotate_index_key == "after_forget_subject":
+        rotated = rotate_index_key(ledger)
     keys_place = PlaceCheck(
         place="key store: the subject's data key", outcome="clean",
         detail=f"{destroyed} key generation(s) destroyed at {tx_at}; copies of the ledger made "
@@ -159,6 +159,7 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         "cannot write for it")
     cert = certificate(ledger, "forget_subject", work, actor=cmd.actor, reason=cmd.reason,
                        subject_hash=subject_hash, keys_place=keys_place)
+    cert = cert.model_copy(update={"places": [*cert.places, index_key_place(rotated)]})
     scrubs.settle(ledger, cert, work)
     return SubjectForgetResult(subject_hash=subject_hash, counts=counts, event_id=row.hash,
                                seq=row.seq, tx_at=tx_at, keys_destroyed=destroyed,

@@ -6,6 +6,9 @@ replacement instead of being blocked by it."""
 from __future__ import annotations
 
 import json
+from typing import Any
+
+from pydantic import BaseModel
 
 from custody_app.core import reads
 from custody_app.core.ledger_core import SYSTEM_ACTOR, LedgerCore
@@ -13,10 +16,25 @@ from custody_app.domain import lifecycle
 from custody_app.domain.commands import Confirm, Reject, Retract
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import FactOpResult, RetractResult
+from custody_app.domain.text_fields import redact_fields
 from store.rows import FactRow
 
 # The reason recorded when a trusted correction closes a claim that was still waiting.
 SUPERSEDED_WHILE_PENDING = "superseded_while_pending"
+
+
+class _Reason(BaseModel):
+    reason: str
+
+
+def redact_reason(ledger: LedgerCore, fields: dict[str, Any]) -> dict[str, Any]:
+    """An event's free-text reason, redacted like a value (with its value-free report)."""
+    reason = fields.get("reason")
+    if isinstance(reason, str):
+        masked, found = redact_fields(_Reason(reason=reason), ledger.policy.policy.redaction.detectors)
+        if found:
+            return {**fields, "reason": masked.reason, "redactions": found}
+    return fields
 
 
 def standing(ledger: LedgerCore, actor: str, declared: str | None) -> str:
@@ -55,9 +73,9 @@ def retract(ledger: LedgerCore, cmd: Retract) -> RetractResult:
                                   f"fact {cmd.fact_id} already has a retraction by {waiting[2]} "
                                   f"waiting for review (seq {waiting[0]})", seq=waiting[0])
         tx_at = ledger.tx_at()
-        row = ledger.append("retract", cmd.actor, tx_at, {
+        row = ledger.append("retract", cmd.actor, tx_at, redact_reason(ledger, {
             "reason": cmd.reason, "session": cmd.session, "provenance": provenance,
-            "pending": None if direct else True}, fact_id=cmd.fact_id)
+            "pending": None if direct else True}), fact_id=cmd.fact_id)
         now = reads.require_fact(ledger.db, cmd.fact_id)
     return RetractResult(fact_id=cmd.fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                          status=now.status, pending=not direct)
@@ -74,8 +92,8 @@ def review(ledger: LedgerCore, cmd: Confirm | Reject) -> FactOpResult:
         else:
             lifecycle.check_review(found, cmd.fact_id, cmd.actor, ledger.policy.policy)
         tx_at = ledger.tx_at()
-        row = ledger.append(kind, cmd.actor, tx_at, {
-            "reason": cmd.reason, "session": cmd.session, "retraction": waiting},
+        row = ledger.append(kind, cmd.actor, tx_at, redact_reason(ledger, {
+            "reason": cmd.reason, "session": cmd.session, "retraction": waiting}),
             fact_id=cmd.fact_id)
         fact = reads.require_fact(ledger.db, cmd.fact_id)
     return FactOpResult(fact_id=cmd.fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,

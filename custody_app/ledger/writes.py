@@ -15,6 +15,7 @@ from custody_app.domain.commands import Affirm, AssertFact, Hold, Release
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import AssertResult, FactOpResult
 from custody_app.domain.redaction import redact
+from custody_app.domain.text_fields import redact_fields
 from custody_app.erasure.forget import previously_forgotten_digest
 from custody_app.keys import receipts
 from custody_app.ledger import retractions
@@ -25,6 +26,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
     """Write a fact: redact, check, seal and append its assert (one transaction)."""
     pol = ledger.policy.policy
     value, findings = redact(cmd.value, pol.redaction.detectors)
+    cmd, text_findings = redact_fields(cmd, pol.redaction.detectors)
     try:
         value_text = canonical(value)
     except Exception as exc:  # rfc8785 raises several types for non-JSON values
@@ -77,7 +79,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
             "sources": list(dict.fromkeys(cmd.sources)) if cmd.sources else None,
             "llm": cmd.llm.model_dump(exclude_none=True) if cmd.llm else None,
             "commitment": commitment(salt, value_text),
-            "redactions": [f.to_json() for f in findings] or None,
+            "redactions": [f.to_json() for f in findings] + text_findings or None,
         }
         sealed = ledger.values.seal(
             fact_id, cmd.subject, value_text, work_started=ledger.work_started, now=tx_at,
@@ -102,7 +104,9 @@ def previously_forgotten(ledger: LedgerCore, subject: str, predicate: str, value
 
 def _fact_event(ledger: LedgerCore, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
                 check: Callable[[], object]) -> FactOpResult:
-    """One event about an existing fact: check the move, then append it (one transaction)."""
+    """One event about an existing fact: check the move, then append it (one transaction).
+    A free-text reason is redacted like a value first."""
+    fields = retractions.redact_reason(ledger, fields)
     with ledger.transaction():
         check()
         tx_at = ledger.tx_at()
