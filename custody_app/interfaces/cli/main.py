@@ -103,7 +103,8 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
             stream.close()
         return fail(exc, Exit.UNOPENABLE)
     with ledger, stream:
-        outcome = run_batch(ledger, stream, out or sys.stdout, fail_fast=args.fail_fast)
+        outcome = run_batch(ledger, stream, out or sys.stdout, fail_fast=args.fail_fast,
+                            held_open=source == "-")
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)
 
 
