@@ -54,7 +54,7 @@ echo "------------------------------"
 tmux send-keys -t "$SESSION" C-q
 sleep 0.5
 
-HISTORY="$("$PYTHON" -m custody_app history "$FACT" --ledger "$WORK/demo.db")"
+HISTORY="$("$PYTHON" -m custody_app history "$FACT" --json --ledger "$WORK/demo.db")"
 export HISTORY
 if "$PYTHON" - "$REVIEWER" <<'PY'
 import json, os, sys
