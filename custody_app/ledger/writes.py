@@ -46,8 +46,9 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
             raise LedgerError("invalid_interval",
                               f"valid_to {cmd.valid_to} is not after valid_from {valid_from}")
         if cmd.supersedes is not None:
-            lifecycle.check_supersede(ledger.db.facts.get(cmd.supersedes), cmd.supersedes,
-                                      cmd.subject, cmd.predicate, valid_from)
+            replaced = ledger.db.facts.get(cmd.supersedes)
+            lifecycle.check_supersede(replaced, cmd.supersedes, cmd.subject, cmd.predicate,
+                                      valid_from, replacement_pending=_pending(ledger, replaced))
         for source in cmd.sources or ():
             lifecycle.check_source(ledger.db.facts.get(source), source)
         fact_id = ledger.new_fact_id(tx_at)
@@ -72,6 +73,15 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
         fact = reads.require_fact(ledger.db, fact_id)
     return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                         status=fact.status, provenance=provenance)
+
+
+def _pending(ledger: LedgerCore, replaced: Any) -> bool:
+    """Whether the fact's replacement is a claim still waiting for review (not yet believed)."""
+    if replaced is None or replaced.superseded_by is None:
+        return False
+    replacement = ledger.db.facts.get(replaced.superseded_by)
+    return (replacement is not None and replacement.ended is None
+            and lifecycle.effective_rank(replacement) == 0)
 
 
 def previously_forgotten(ledger: LedgerCore, subject: str, predicate: str, value_text: str) -> bool:
