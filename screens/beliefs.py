@@ -10,6 +10,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.domain.errors import LedgerError
@@ -20,6 +21,8 @@ from screens.base import PAGE_KEYS, Failed, LedgerScreen, Loaded, fill, short, s
 from screens.keybar import KeyBar
 
 PAGE = 50
+# Seconds after the last key in a filter box before the filter applies.
+FILTER_PAUSE_S = 0.3
 MARK = {"same": " ", "added": "+", "ended": "-", "changed": "~"}
 STYLE = {"same": "", "added": "bold green", "ended": "red strike", "changed": "bold yellow"}
 COLUMNS = ("Δ", "fact", "subject", "predicate", "value", "space", "status", "now", "prov",
@@ -54,6 +57,7 @@ class BeliefsScreen(LedgerScreen):
         self.diff = False
         self.pages: list[int] = [0]  # after_seq of each page visited
         self.page: BeliefPage | None = None
+        self._typing: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -106,6 +110,7 @@ class BeliefsScreen(LedgerScreen):
     # ---- actions -----------------------------------------------------------------------
     def _restart(self) -> None:
         self.pages = [0]
+        self._sync_time_boxes()
         self.reload()
 
     def action_step(self, delta: int) -> None:
@@ -158,6 +163,9 @@ class BeliefsScreen(LedgerScreen):
         name = event.input.id or ""
         try:
             if name in self.filters:
+                if self._typing is not None:
+                    self._typing.stop()
+                    self._typing = None
                 self.filters[name] = text or None
             elif name == "valid":
                 self.valid_at = normalise(text, "valid at") if text else None
@@ -176,10 +184,39 @@ class BeliefsScreen(LedgerScreen):
     def resolve_instant(self, moment: str) -> None:
         self.run_read("instant", lambda ledger: ledger.seq_at(moment))
 
-    def on_key(self, event: Any) -> None:
-        if event.key == "escape" and isinstance(self.focused, Input):
-            self.query_one("#facts", DataTable).focus()
-            event.stop()
+    # ---- the boxes show what is applied -------------------------------------------------
+    @on(Input.Changed)
+    def _typed(self, event: Input.Changed) -> None:
+        """A filter box applies as it is typed (after a short pause), so what it shows is what
+        the table lists; a time box applies on enter and otherwise shows the applied time."""
+        name = event.input.id or ""
+        if name in self.filters:
+            if self._typing is not None:
+                self._typing.stop()
+            self._typing = self.set_timer(FILTER_PAUSE_S, self._apply_filters)
+
+    def _apply_filters(self) -> None:
+        self._typing = None
+        typed = {name: self.query_one(f"#{name}", Input).value.strip() or None
+                 for name in self.filters}
+        if typed != self.filters:
+            self.filters = typed
+            self._restart()
+
+    @on(Input.Blurred)
+    def _left(self, event: Input.Blurred) -> None:
+        if (event.input.id or "") in self.filters:
+            self._apply_filters()
+        else:
+            self._sync_time_boxes()
+
+    def _sync_time_boxes(self) -> None:
+        """The time boxes read as the instant shown: blank for now, `#seq` after travel."""
+        jump = "" if self.at_seq is None else f"#{self.at_seq}"
+        for box_id, text in (("jump", jump), ("valid", self.valid_at or "")):
+            box = self.query_one(f"#{box_id}", Input)
+            if box.value != text and not box.has_focus:
+                box.value = text
 
 
 def _event_number(text: str) -> int | None:

@@ -41,15 +41,16 @@ class BlastScreen(LedgerScreen):
         yield Input(placeholder="fact id to trace, then enter", id="fact",
                     value=self.fact_id or "")
         yield Static(id="summary")
-        yield Tree("(no fact chosen: type its id above)", id="tree")
+        yield Tree("(no fact chosen: press / and type its id)", id="tree")
         yield Static(id="bound")
         yield KeyBar()
 
     def on_mount(self) -> None:
-        if self.fact_id is None:
-            self.query_one("#fact", Input).focus()
-        else:
-            self.query_one("#tree", Tree).focus()
+        # The tree has focus even with no fact chosen: the screen keys (1-6, ?) must work on
+        # arrival; `/` is how a user chooses to type an id.
+        tree: Tree[str] = self.query_one("#tree", Tree)
+        tree.auto_expand = False  # enter opens the fact; space folds
+        tree.focus()
 
     def reload(self) -> None:
         if self.fact_id is not None:
@@ -123,6 +124,18 @@ class BlastScreen(LedgerScreen):
 
     def action_pick(self) -> None:
         self.query_one("#fact", Input).focus()
+
+    @on(Tree.NodeSelected, "#tree")
+    def _open_node(self, event: Tree.NodeSelected[str]) -> None:
+        """Enter on a fact (the root or a belief reached) opens its detail screen."""
+        fact_id = event.node.data
+        if self.result is None or not isinstance(fact_id, str):
+            return
+        if fact_id == self.result.root.fact_id or any(f.fact_id == fact_id
+                                                      for f in self.result.facts):
+            from screens.fact import FactScreen
+
+            self.app.push_screen(FactScreen(self.access, fact_id))
 
     def action_expand(self) -> None:
         self.query_one("#tree", Tree).root.expand_all()
