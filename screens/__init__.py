@@ -9,6 +9,7 @@ from textual.screen import Screen
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.beliefs import BeliefsScreen
 from screens.blast import BlastScreen
+from screens.fact import FactScreen
 from screens.holds import HoldsScreen
 from screens.integrity import IntegrityScreen
 from screens.retention import RetentionScreen
@@ -20,5 +21,5 @@ SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "holds": HoldsScreen,
     "retention": RetentionScreen,
     "integrity": IntegrityScreen,
-    "blast": BlastScreen,
+    "blast": lambda access: BlastScreen(access, fact_screen=FactScreen),
 }

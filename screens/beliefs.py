@@ -14,6 +14,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.policy import CardinalityPolicy
 from custody_app.domain.timeutil import normalise
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import BeliefPage, BeliefView
@@ -97,7 +98,9 @@ class BeliefsScreen(LedgerScreen):
             return
         page: BeliefPage = message.data
         self.page = page
-        fill(self.query_one("#facts", DataTable), [(v.fact_id, _cells(v)) for v in page.facts])
+        contested = _contested(page.facts, self.access.policy.policy.cardinality)
+        fill(self.query_one("#facts", DataTable),
+             [(v.fact_id, _cells(v, v.fact_id in contested)) for v in page.facts])
         show(self.query_one("#timebar", Static),
              _timebar(page, live=self.at_seq is None, live_valid=self.valid_at is None))
         first = (len(self.pages) - 1) * PAGE
@@ -227,10 +230,21 @@ def _event_number(text: str) -> int | None:
     return int(text[1:])
 
 
-def _cells(v: BeliefView) -> list[str | Text]:
-    style = STYLE[v.change]
+def _contested(facts: list[BeliefView], policy: CardinalityPolicy) -> set[str]:
+    """Believed facts sharing a subject and a `one` predicate with another on this page."""
+    by_key: dict[tuple[str, str], list[str]] = {}
+    for v in facts:
+        if v.believed and policy.of(v.predicate) == "one":
+            by_key.setdefault((v.subject, v.predicate), []).append(v.fact_id)
+    return {i for ids in by_key.values() if len(ids) > 1 for i in ids}
+
+
+def _cells(v: BeliefView, contested: bool = False) -> list[str | Text]:
+    style = STYLE[v.change] or ("bold magenta" if contested else "")
     value = "(erased)" if v.erased else short(v.value)
     status = "—" if v.status == "not_asserted" else v.status
+    if contested:
+        status += " ⚠contradiction"
     cells = [MARK[v.change], v.fact_id, v.subject, v.predicate, value, v.space, status,
              v.status_now + (" ⚑held" if v.held else ""), v.provenance, v.valid_from[:19],
              (v.valid_to or "")[:19], v.actor, v.salience_class or ""]

@@ -95,7 +95,7 @@ class FactScreen(LedgerScreen):
     def action_blast(self) -> None:
         from screens.blast import BlastScreen
 
-        self.app.push_screen(BlastScreen(self.access, self.fact_id))
+        self.app.push_screen(BlastScreen(self.access, self.fact_id, fact_screen=FactScreen))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pack")
     def action_pack(self) -> None:

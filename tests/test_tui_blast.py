@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import Input, Static, Tree
+from textual.widgets import Static, Tree
 
 from custody_app.domain.timeutil import ManualClock
 from custody_app.evidence.packcheck import verify_pack

@@ -127,7 +127,7 @@ async def test_enter_on_a_blast_tree_fact_opens_it_and_x_unfolds(story: Story) -
     app = app_on(story.path)
     async with app.run_test(size=(160, 40)) as pilot:
         await idle(pilot)
-        app.push_screen(BlastScreen(app.access, story["plan2"]))
+        app.push_screen(BlastScreen(app.access, story["plan2"], fact_screen=FactScreen))
         await idle(pilot)
         tree: Tree[str] = app.screen.query_one("#tree", Tree)
         assert app.screen.focused is tree
@@ -148,3 +148,19 @@ def _nodes(node: Any) -> list[Any]:
     for child in node.children:
         out += _nodes(child)
     return out
+
+
+async def test_beliefs_marks_two_values_of_a_one_valued_predicate(story: Story) -> None:
+    from custody_app import Ledger
+    from custody_app.domain.timeutil import ManualClock
+    from tests.tuikit import CAUSE, FROZEN, cell_texts
+
+    with Ledger.open(story.path, clock=ManualClock(FROZEN)) as led:
+        rival = led.assert_fact("acct:1042", "plan", "enterprise", actor="agent:x", cause=CAUSE,
+                                provenance="attested").fact_id
+    app = app_on(story.path)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await idle(pilot)
+        for fact in (story["plan2"], rival):
+            assert "active ⚠contradiction" in cell_texts(facts(app), fact), fact
+        assert "⚠" not in " ".join(cell_texts(facts(app), story["name"]))
