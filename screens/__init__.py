@@ -15,6 +15,11 @@ from screens.integrity import IntegrityScreen
 from screens.retention import RetentionScreen
 from screens.review import ReviewScreen
 
+# Every screen with keys of its own, in the order help lists them.
+SCREEN_CLASSES: tuple[type[Screen[None]], ...] = (
+    BeliefsScreen, ReviewScreen, HoldsScreen, RetentionScreen, IntegrityScreen, BlastScreen,
+    FactScreen)
+
 SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "beliefs": BeliefsScreen,
     "review": ReviewScreen,

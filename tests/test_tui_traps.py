@@ -164,3 +164,32 @@ async def test_beliefs_marks_two_values_of_a_one_valued_predicate(story: Story) 
         for fact in (story["plan2"], rival):
             assert "active ⚠contradiction" in cell_texts(facts(app), fact), fact
         assert "⚠" not in " ".join(cell_texts(facts(app), story["name"]))
+
+
+async def test_help_names_keys_as_people_do_and_covers_every_screen(story: Story) -> None:
+    from screens.help import HelpScreen
+
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await idle(pilot)
+        await pilot.press("2", "question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        grid = app.screen.query_one(DataTable)
+        rows = [tuple(str(c) for c in grid.get_row_at(i)) for i in range(grid.row_count)]
+        assert rows[0][0] == "Review"  # the open screen first
+        assert ("everywhere", "?", "Help") in rows and ("everywhere", "^q", "Quit") in rows
+        wheres = {r[0] for r in rows}
+        assert {"Beliefs", "Review", "Holds", "Retention", "Integrity", "Blast radius",
+                "Fact detail", "everywhere"} <= wheres
+        assert not [r for r in rows if "_" in r[1] or r[0].endswith("Screen")], rows
+        await pilot.press("escape")
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert len(titles) == len(set(titles)), titles
+        # Global actions from a pushed screen too.
+        app.push_screen(FactScreen(app.access, story["plan2"]))
+        await idle(pilot)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert {"Retract", "Beliefs", "Review", "Blast radius", "Help"} <= set(titles)
+        assert len(titles) == len(set(titles)), titles

@@ -20,7 +20,7 @@ from watchdog.observers import Observer
 from custody_app.domain.errors import LedgerError, PolicyError
 from custody_app.domain.timeutil import Clock
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens import SCREENS
+from screens import SCREEN_CLASSES, SCREENS
 
 # How long the app waits after a file change before refreshing (changes come in bursts).
 SETTLE_S = 0.15
@@ -203,26 +203,44 @@ class CustodyApp(App[None]):
             self.push_screen(HelpScreen(self._all_bindings(self.screen)))
 
     def _all_bindings(self, screen: Screen[Any]) -> list[tuple[str, str, str]]:
-        """(where, key, description) of every binding of the screen and the app."""
+        """(where, key, description) of every binding: the open screen's first, then the
+        app's (everywhere), then every other screen's, with human key names."""
+        others = [c for c in SCREEN_CLASSES if not isinstance(screen, c)]
         rows = []
-        for where, bindings in ((type(screen).__name__, screen.BINDINGS),
-                                ("everywhere", self.BINDINGS)):
+        for where, bindings in ((_screen_name(type(screen)), screen.BINDINGS),
+                                ("everywhere", self.BINDINGS),
+                                *((_screen_name(c), c.BINDINGS) for c in others)):
             for b in bindings:
                 if isinstance(b, Binding) and b.description:
-                    rows.append((where, b.key_display or b.key, b.description))
+                    keys = ", ".join(self.get_key_display(Binding(k.strip(), b.action))
+                                     for k in b.key.split(","))
+                    rows.append((where, b.key_display or keys, b.description))
         return rows
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Each action once (Textual's own first), the app's global actions from any screen.
+        seen_titles: set[str] = set()
+        for command in super().get_system_commands(screen):
+            seen_titles.add(command.title)
+            yield command
         seen = set()
         for owner, bindings in ((screen, screen.BINDINGS), (self, self.BINDINGS)):
             for b in bindings:
-                if not isinstance(b, Binding) or not b.description or b.action in seen:
+                if (not isinstance(b, Binding) or not b.description or b.action in seen
+                        or b.description in seen_titles):
                     continue
                 seen.add(b.action)
-                yield SystemCommand(b.description, f"{b.description} (key {b.key})",
+                seen_titles.add(b.description)
+                key = b.key_display or self.get_key_display(b)
+                yield SystemCommand(b.description, f"{b.description} (key {key})",
                                     lambda owner=owner, action=b.action:
                                     self.run_action(action, owner))
+
+
+def _screen_name(cls: type[Any]) -> str:
+    """`BeliefsScreen` -> `Beliefs`, `BlastScreen` -> `Blast radius`: how the user knows it."""
+    name = cls.__name__.removesuffix("Screen")
+    return {"Blast": "Blast radius", "Fact": "Fact detail"}.get(name, name)
 
 
 def _bind(factory: Callable[[LedgerAccess], Screen[None]],
