@@ -143,6 +143,11 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]
                 break
 
 
+def forget_rows(table: DataTable[Any]) -> None:
+    """The table was cleared: the next fill must add every row again."""
+    _SHOWN.pop(table, None)
+
+
 _TEXT: WeakKeyDictionary[Static, object] = WeakKeyDictionary()
 
 

@@ -18,7 +18,17 @@ from custody_app.domain.policy import CardinalityPolicy
 from custody_app.domain.timeutil import normalise
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import BeliefPage, BeliefView
-from screens.base import PAGE_KEYS, Failed, LedgerScreen, Loaded, fill, short, show, turn_page
+from screens.base import (
+    PAGE_KEYS,
+    Failed,
+    LedgerScreen,
+    Loaded,
+    fill,
+    forget_rows,
+    short,
+    show,
+    turn_page,
+)
 from screens.keybar import KeyBar
 
 PAGE = 50
@@ -26,6 +36,10 @@ PAGE = 50
 FILTER_PAUSE_S = 0.3
 MARK = {"same": " ", "added": "+", "ended": "-", "changed": "~"}
 STYLE = {"same": "", "added": "bold green", "ended": "red strike", "changed": "bold yellow"}
+# Below this many columns the table shows the columns a reader needs first (the fact id and
+# the rest are on the fact screen, one enter away).
+NARROW = 120
+PRIORITY = (0, 2, 3, 4, 6, 8)  # Δ, subject, predicate, value, status, prov
 COLUMNS = ("Δ", "fact", "subject", "predicate", "value", "space", "status", "now", "prov",
            "valid from", "valid to", "actor", "salience")
 
@@ -70,7 +84,8 @@ class BeliefsScreen(LedgerScreen):
             yield Input(placeholder="tx: ISO or #seq (blank: now)", id="jump")
         yield Static(id="timebar")
         table: DataTable[Any] = DataTable(id="facts", cursor_type="row", zebra_stripes=True)
-        table.add_columns(*COLUMNS)
+        self.narrow = self.app.size.width < NARROW
+        table.add_columns(*self._columns())
         yield table
         yield Static(id="pager")
         yield KeyBar()
@@ -98,9 +113,7 @@ class BeliefsScreen(LedgerScreen):
             return
         page: BeliefPage = message.data
         self.page = page
-        contested = _contested(page.facts, self.access.policy.policy.cardinality)
-        fill(self.query_one("#facts", DataTable),
-             [(v.fact_id, _cells(v, v.fact_id in contested)) for v in page.facts])
+        self._fill()
         show(self.query_one("#timebar", Static),
              _timebar(page, live=self.at_seq is None, live_valid=self.valid_at is None))
         first = (len(self.pages) - 1) * PAGE
@@ -109,6 +122,29 @@ class BeliefsScreen(LedgerScreen):
         show(self.query_one("#pager", Static),
             f"page {len(self.pages)} · rows {first + 1 if page.facts else 0}–"
             f"{first + len(page.facts)} · {more}{back}")
+
+    def _columns(self) -> tuple[str, ...]:
+        return tuple(COLUMNS[i] for i in PRIORITY) if self.narrow else COLUMNS
+
+    def _fill(self) -> None:
+        if self.page is None:
+            return
+        contested = _contested(self.page.facts, self.access.policy.policy.cardinality)
+        rows = [(v.fact_id, _cells(v, v.fact_id in contested, width=60 if self.narrow else 40))
+                for v in self.page.facts]
+        if self.narrow:
+            rows = [(key, [cells[i] for i in PRIORITY]) for key, cells in rows]
+        fill(self.query_one("#facts", DataTable), rows)
+
+    def on_resize(self) -> None:
+        narrow = self.app.size.width < NARROW
+        if narrow != getattr(self, "narrow", narrow):
+            self.narrow = narrow
+            table = self.query_one("#facts", DataTable)
+            table.clear(columns=True)
+            forget_rows(table)
+            table.add_columns(*self._columns())
+            self._fill()
 
     # ---- actions -----------------------------------------------------------------------
     def _restart(self) -> None:
@@ -239,9 +275,9 @@ def _contested(facts: list[BeliefView], policy: CardinalityPolicy) -> set[str]:
     return {i for ids in by_key.values() if len(ids) > 1 for i in ids}
 
 
-def _cells(v: BeliefView, contested: bool = False) -> list[str | Text]:
+def _cells(v: BeliefView, contested: bool = False, width: int = 40) -> list[str | Text]:
     style = STYLE[v.change] or ("bold magenta" if contested else "")
-    value = "(erased)" if v.erased else short(v.value)
+    value = "(erased)" if v.erased else short(v.value, width)
     status = "—" if v.status == "not_asserted" else v.status
     if contested:
         status += " ⚠contradiction"

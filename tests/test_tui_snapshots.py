@@ -53,3 +53,41 @@ def test_snapshot_fact_why(story: Story, snap_compare: Any) -> None:
         await idle(pilot)
 
     assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=why)
+
+
+# The main screens at the smallest terminal people use and at a large one (frozen clock, ids).
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
+
+
+async def _beliefs(pilot: Any, story: Story) -> None:
+    await idle(pilot)
+
+
+async def _review(pilot: Any, story: Story) -> None:
+    await pilot.press("2")
+    await idle(pilot)
+
+
+async def _fact(pilot: Any, story: Story) -> None:
+    await idle(pilot)
+    pilot.app.push_screen(FactScreen(pilot.app.access, story["plan2"]))
+    await idle(pilot)
+
+
+async def _blast(pilot: Any, story: Story) -> None:
+    from screens.blast import BlastScreen
+
+    await idle(pilot)
+    pilot.app.push_screen(BlastScreen(pilot.app.access, story["plan2"], fact_screen=FactScreen))
+    await idle(pilot)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("screen", [_beliefs, _review, _fact, _blast],
+                         ids=["beliefs", "review", "fact", "blast"])
+def test_snapshot_main_screens_at_two_sizes(story: Story, snap_compare: Any, size: Any,
+                                            screen: Any) -> None:
+    async def ready(pilot: Any) -> None:
+        await screen(pilot, story)
+
+    assert snap_compare(app_on(story.path), terminal_size=size, run_before=ready)
