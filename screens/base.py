@@ -113,6 +113,9 @@ class LedgerScreen(Screen[None]):
         message.stop()
         self.notify(message.message, title="Done")
         self.reload()
+        recount = getattr(self.app, "count_waiting", None)  # the header's review count
+        if callable(recount):
+            recount()
 
 
 def short(value: Any, width: int = 40) -> str:

@@ -193,3 +193,14 @@ async def test_help_names_keys_as_people_do_and_covers_every_screen(story: Story
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert {"Retract", "Beliefs", "Review", "Blast radius", "Help"} <= set(titles)
         assert len(titles) == len(set(titles)), titles
+
+
+async def test_the_header_counts_claims_waiting_and_follows_a_write(story: Story) -> None:
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        await idle(pilot)
+        assert app.sub_title.endswith(" · 2 waiting for review")
+        await pilot.press("2", "space", "space", "a", "enter")  # approve both
+        await idle(pilot)
+        await idle(pilot)
+        assert app.sub_title.endswith(" · 0 waiting for review"), app.sub_title

@@ -42,6 +42,12 @@ class HeadMoved(Message):
         self.seq = seq
 
 
+class WaitingCounted(Message):
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+
 class PolicyAdopted(Message):
     def __init__(self, policy_hash: str, recorded_seq: int | None) -> None:
         super().__init__()
@@ -91,6 +97,7 @@ class CustodyApp(App[None]):
         self.access = access
         self.live = watch
         self.head_seq = 0
+        self.waiting: int | None = None  # claims in the review queue, shown in the header
         self._observer: Any = None
         self._settle: Any = None
         self._policy_dirty = False
@@ -101,6 +108,7 @@ class CustodyApp(App[None]):
     # ---- lifecycle ---------------------------------------------------------------------
     def on_mount(self) -> None:
         self._show_policy()
+        self.count_waiting()
         self.switch_mode("beliefs")
         if self.live:
             self._start_observer()
@@ -124,8 +132,25 @@ class CustodyApp(App[None]):
 
     def _show_policy(self) -> None:
         name = Path(self.access.path).name
+        waiting = "" if self.waiting is None else f" · {self.waiting:,} waiting for review"
         self.sub_title = (f"{name} · policy {self.access.policy.hash[:12]} · "
-                          f"reviewer {self.access.reviewer}")
+                          f"reviewer {self.access.reviewer}{waiting}")
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="waiting")
+    def count_waiting(self) -> None:
+        """The review count in the header, read afresh whenever the ledger moved."""
+        try:
+            with self.access.open(readonly=True) as ledger:
+                count = ledger.status().counts.get("quarantined", 0)
+        except LedgerError:
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(WaitingCounted(count))
+
+    def on_waiting_counted(self, message: WaitingCounted) -> None:
+        if message.count != self.waiting:
+            self.waiting = message.count
+            self._show_policy()
 
     # ---- live refresh ------------------------------------------------------------------
     def on_ledger_files_changed(self, message: LedgerFilesChanged) -> None:
@@ -155,6 +180,7 @@ class CustodyApp(App[None]):
         if message.seq != self.head_seq:
             self.head_seq = message.seq
             self.refresh_screen()
+            self.count_waiting()
 
     def refresh_screen(self) -> None:
         """Reload what the open screen (and the screen under a dialog) shows."""
