@@ -138,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{n:,} ops per run (90% asserts, a quarter of them supersessions; 10% as_of), "
                 f"median of {args.rounds} alternating rounds, a fresh ledger each"]),
         "", "| runner | rate | median (each round) | ratio to floor |", "|---|---|---|---|", *rows,
-        "", "Ratios near 1.00x mean file-batch throughput is unchanged; the floor of the two console "
-        "rows is `--batch FILE` in the same round.", ""])
+        "", "Ratio = median time over the floor's median time in the same run (below 1.00x: faster); "
+        "near 1.00x means file-batch throughput is unchanged. The floor of the two console rows "
+        "is `--batch FILE`. Both runner rows run over today's ledger code: they isolate the "
+        "runner, not the per-assert cardinality lookup added in the same branch.", ""])
     sys.stdout.write(report)
     if args.out:
         args.out.write_text(report, encoding="utf-8")
