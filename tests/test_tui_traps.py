@@ -204,3 +204,14 @@ async def test_the_header_counts_claims_waiting_and_follows_a_write(story: Story
         await idle(pilot)
         await idle(pilot)
         assert app.sub_title.endswith(" · 0 waiting for review"), app.sub_title
+
+
+async def test_retention_shows_no_progress_bar_before_a_sweep_runs(story: Story) -> None:
+    from textual.widgets import ProgressBar
+
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await idle(pilot)
+        await pilot.press("4")
+        await idle(pilot)
+        assert app.screen.query_one("#progress", ProgressBar).display is False
