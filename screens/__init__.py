@@ -7,6 +7,7 @@ from collections.abc import Callable
 from textual.screen import Screen
 
 from custody_app.interfaces.tui.access import LedgerAccess
+from screens.actions import ActionsScreen
 from screens.beliefs import BeliefsScreen
 from screens.blast import BlastScreen
 from screens.fact import FactScreen
@@ -18,7 +19,7 @@ from screens.review import ReviewScreen
 # Every screen with keys of its own, in the order help lists them.
 SCREEN_CLASSES: tuple[type[Screen[None]], ...] = (
     BeliefsScreen, ReviewScreen, HoldsScreen, RetentionScreen, IntegrityScreen, BlastScreen,
-    FactScreen)
+    ActionsScreen, FactScreen)
 
 SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "beliefs": BeliefsScreen,
@@ -27,4 +28,5 @@ SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "retention": RetentionScreen,
     "integrity": IntegrityScreen,
     "blast": lambda access: BlastScreen(access, fact_screen=FactScreen),
+    "actions": ActionsScreen,
 }

@@ -13,6 +13,7 @@ import apsw
 import apsw.bestpractice
 import sqlite_vec
 
+from store.actions import ActionStore
 from store.browse import BrowseStore
 from store.erasure import ErasureStore
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError, StoreFull
@@ -53,6 +54,7 @@ class LedgerFile:
         self.recall = RecallStore(conn)
         self.browse = BrowseStore(conn)
         self.sessions = SessionStore(conn)
+        self.actions = ActionStore(conn)
         self._depth = 0
         # Set when SQLite rolled back the open transaction under a savepoint: why ("disk_full").
         self._aborted: str | None = None

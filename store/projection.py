@@ -41,6 +41,10 @@ COUNT_BY_STATUS = "SELECT status, count(*) FROM facts GROUP BY status"
 WITH_STATUS = f"SELECT {_FCOLS} FROM facts WHERE status = ? ORDER BY assert_seq"
 ACTIVE_OF_KEY = ("SELECT fact_id FROM facts WHERE subject = ? AND predicate = ? "
                  "AND status = 'active' ORDER BY assert_seq")
+# Facts of one subject and predicate written in a session and not ended: the candidates that
+# can corroborate one another.
+IN_SESSIONS = (f"SELECT {_FCOLS} FROM facts WHERE subject = ? AND predicate = ? "
+               "AND session IS NOT NULL AND status IN ('quarantined', 'active') ORDER BY assert_seq")
 
 
 @cache
@@ -150,6 +154,10 @@ class FactStore:
     def active_of(self, subject: str, predicate: str) -> list[str]:
         """Ids of the active facts of one subject and predicate, oldest first."""
         return [r[0] for r in self._conn.execute(ACTIVE_OF_KEY, (subject, predicate))]
+
+    def in_sessions(self, subject: str, predicate: str) -> list[FactRow]:
+        """Quarantined or active facts of a subject and predicate that were written in a session."""
+        return [FactRow(*r) for r in self._conn.execute(IN_SESSIONS, (subject, predicate))]
 
     def with_status(self, status: str) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(WITH_STATUS, (status,))]

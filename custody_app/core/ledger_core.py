@@ -237,6 +237,8 @@ class LedgerCore:
             stored = self.db.facts.dump()
             index = sessions.rebuilt_index(self.db.events.iter_all())
             stored_index = self.db.sessions.dump()
+            actions = sessions.rebuilt_actions(self.db.events.iter_all())
+            stored_actions = self.db.actions.dump()
         rebuilt = memory.dump()
         differences = _compare(stored, rebuilt)
         index_differences = _compare(stored_index, index,
@@ -247,7 +249,13 @@ class LedgerCore:
         if repair and index_differences:
             with self.transaction():
                 self.db.sessions.replace_all(*index)
-        differences += index_differences
+        action_differences = _compare(([*map(tuple, stored_actions)], [], []),
+                                      ([*map(tuple, actions)], [], []),
+                                      names=("action", "-", "-"))
+        if repair and action_differences:
+            with self.transaction():
+                self.db.actions.replace_all(actions)
+        differences += index_differences + action_differences
         return RebuildResult(facts=len(rebuilt[0]), states=len(rebuilt[1]),
                              differences=differences, repaired=repair and bool(differences))
 

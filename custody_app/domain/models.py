@@ -5,10 +5,20 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.receipts import Pointer, Receipt
 from custody_app.domain.timeutil import normalise
 
 ACTOR_KINDS = ("user", "agent", "llm", "reviewer", "system", "rule")
@@ -69,6 +79,20 @@ class Cause(Frozen):
     kind: Literal["message", "tool", "document", "manual", "rule", "import"]
     ref: Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S")]
     detail: Annotated[str, Field(max_length=2000)] | None = None
+    receipt: Receipt | None = None
+    """A tool gateway's signed receipt for the call the value came from (checked at the door)."""
+    pointer: Pointer | None = None
+    """RFC 6901 pointer to the value inside the receipt's output (absent: the whole output)."""
+
+    @model_serializer(mode="wrap")
+    def _without_absent_evidence(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A cause without a receipt reads as it did before receipts existed.
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("receipt", "pointer"):
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
 
 
 class LlmBlock(Frozen):
@@ -145,6 +169,7 @@ class FactConfirmed(Event):
     fact_id: FactId
     reason: Text | None = None
     session: Text | None = None
+    corroborated_by: list[FactId] | None = None
 
 
 class FactRejected(Event):
@@ -251,6 +276,9 @@ class ActionRecorded(Event):
     ref: Text
     outcome: Text
     args_digest: ArgsDigest | None = None
+    subject_ref: Hash | None = None
+    receipt: Receipt | None = None
+    cause: Cause | None = None
 
 
 EVENT_MODELS: dict[str, type[Event]] = {

@@ -45,6 +45,18 @@ class ProvenancePolicy(_Section):
         default_factory=dict)
     """Registered writer keys: actor (`kind:id`) to the sha256 (hex) of that writer's key file.
     A writer that presents the key (`custody-app serve --writer-key FILE`) writes `attested`."""
+    receipt_issuers: dict[Annotated[str, Field(min_length=1, max_length=500)],
+                          Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=dict)
+    """Tool receipt issuers: issuer name to its Ed25519 public key (64 hex digits, what
+    `custody-app receipt-key` prints). A write citing a receipt from an issuer not listed here
+    is refused (`receipt_invalid`)."""
+
+
+class QuarantinePolicy(_Section):
+    corroborate: Annotated[int, Field(ge=0, le=1000)] = 0
+    """Confirm a claimed fact (as `system:custody`) once its value has been asserted
+    independently in this many distinct sessions, matched by digest; 0 turns it off."""
 
 
 class ReviewPolicy(_Section):
@@ -127,6 +139,8 @@ class Policy(_Section):
     """Who may declare provenance above `claimed`."""
     review: ReviewPolicy = ReviewPolicy()
     """Who may confirm or reject quarantined facts."""
+    quarantine: QuarantinePolicy = QuarantinePolicy()
+    """What can lift quarantine besides a reviewer."""
     erasure: ErasurePolicy = ErasurePolicy()
     """Forget digests and the handling of previously forgotten values."""
     retention: RetentionPolicy = RetentionPolicy()
@@ -172,6 +186,11 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
         # A policy without writer keys hashes as it did before they existed, so upgrading
         # custody-app records no policy change on ledgers that never used them.
         del data["provenance"]["writer_keys"]
+    # Likewise for the sections added later, while they are left at their defaults.
+    if not data["provenance"]["receipt_issuers"]:
+        del data["provenance"]["receipt_issuers"]
+    if data["quarantine"] == {"corroborate": 0}:
+        del data["quarantine"]
     if policy.cardinality == CardinalityPolicy():
         del data["cardinality"]  # likewise: a policy at the defaults keeps its hash
     canonical = rfc8785.dumps(data).decode()

@@ -16,6 +16,8 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import AssertResult, ContradictingAssert, FactOpResult
 from custody_app.domain.redaction import redact
 from custody_app.erasure.forget import previously_forgotten_digest
+from custody_app.keys import receipts
+from custody_app.ledger.corroborate import corroborate
 
 
 def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
@@ -27,11 +29,21 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
     except Exception as exc:  # rfc8785 raises several types for non-JSON values
         raise LedgerError("bad_request", f"field 'value' is not JSON: {exc}",
                           field="value") from None
-    if (cmd.provenance != "claimed" and not pol.provenance.allow_declared
+    provenance: str = cmd.provenance
+    if cmd.cause.receipt is not None:
+        # Evidence, not a declaration: the receipt decides, whatever allow_declared says.
+        provenance = receipts.provenance_from(
+            cmd.cause.receipt, pol.provenance.receipt_issuers, session=cmd.session,
+            value=cmd.value, pointer=cmd.cause.pointer, output=cmd.tool_output,
+            declared=cmd.provenance)
+    elif cmd.cause.pointer is not None or cmd.tool_output is not None:
+        raise LedgerError("bad_request", "cause.pointer and tool_output need a cause.receipt",
+                          field="cause.pointer")
+    elif (cmd.provenance != "claimed" and not pol.provenance.allow_declared
             and cmd.actor not in ledger.vouched_writers):
         raise LedgerError("provenance_not_allowed",
                           f"the policy in force does not let writers declare {cmd.provenance}")
-    provenance, marks = cmd.provenance, None
+    marks = None
     with ledger.transaction():
         if previously_forgotten(ledger, cmd.subject, cmd.predicate, value_text):
             if pol.erasure.previously_forgotten == "refuse":
@@ -71,6 +83,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
         row = ledger.append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
                            value=sealed, salt=salt, subject=cmd.subject,
                            plaintext=value_text)
+        corroborate(ledger, reads.require_fact(ledger.db, fact_id), value_text)
         fact = reads.require_fact(ledger.db, fact_id)
     result = AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                           status=fact.status, provenance=provenance)

@@ -15,7 +15,7 @@ from typing import TextIO
 
 from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.policy import load_policy
-from custody_app.domain.resources import demo_batch_paths, policy_path
+from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
 from custody_app.interfaces.batch import run_batch
 from custody_app.interfaces.cli import erasure, evidence, reading, review
 from custody_app.interfaces.cli import ledger as ledger_commands
@@ -121,6 +121,8 @@ def _demo(args: argparse.Namespace) -> int:
     for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
         Path(f"{target}{suffix}").unlink(missing_ok=True)
     args.ledger = str(target)
+    # The sample's receipts are signed by demo issuers only the demo policy registers.
+    args.policy = args.policy or str(demo_policy_path())
     with tempfile.TemporaryDirectory() as tmp:
         sample = Path(tmp) / "sample.jsonl"
         sample.write_text("".join(part.read_text(encoding="utf-8") for part in demo_batch_paths()),
@@ -143,6 +145,8 @@ _OWN_PARSERS: dict[str, tuple[str, str]] = {
     "doctor": ("custody_app.doctor.cli", "doctor_main"),
     "serve": ("custody_app.interfaces.cli.serve", "serve_main"),
     "writer-key": ("custody_app.interfaces.cli.serve", "writer_key_main"),
+    "receipt-key": ("custody_app.interfaces.cli.receipts", "receipt_key_main"),
+    "receipt": ("custody_app.interfaces.cli.receipts", "receipt_main"),
 }
 
 
