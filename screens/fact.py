@@ -51,7 +51,11 @@ class FactScreen(LedgerScreen):
             yield Static(id="summary")
             yield Static(id="why")
             table: DataTable[Any] = DataTable(id="events", cursor_type="row")
-            table.add_columns("seq", "kind", "tx at", "actor", "detail")
+            # Fixed widths: the layout does not move when the rows arrive (and a snapshot taken
+            # at any moment after they did is the same).
+            for label, width in (("seq", 6), ("kind", 10), ("tx at", 19), ("actor", 24),
+                                 ("detail", 60)):
+                table.add_column(label, width=width)
             yield table
             yield Static(id="policy")
         yield KeyBar()

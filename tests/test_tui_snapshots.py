@@ -46,11 +46,25 @@ def test_snapshot_review_queue(story: Story, snap_compare: Any) -> None:
     assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=review)
 
 
+async def _fact_settled(pilot: Any) -> None:
+    """The fact screen with its events table filled and laid out (its column widths follow
+    the rows, so a screenshot taken between the fill and the next layout differs)."""
+    from textual.widgets import DataTable
+
+    await idle(pilot)
+    for _ in range(100):
+        if pilot.app.screen.query_one("#events", DataTable).row_count:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause(0.1)
+    await idle(pilot)
+
+
 def test_snapshot_fact_why(story: Story, snap_compare: Any) -> None:
     async def why(pilot: Any) -> None:
         await idle(pilot)
         pilot.app.push_screen(FactScreen(pilot.app.access, story["summary"]))
-        await idle(pilot)
+        await _fact_settled(pilot)
 
     assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=why)
 
@@ -71,7 +85,7 @@ async def _review(pilot: Any, story: Story) -> None:
 async def _fact(pilot: Any, story: Story) -> None:
     await idle(pilot)
     pilot.app.push_screen(FactScreen(pilot.app.access, story["plan2"]))
-    await idle(pilot)
+    await _fact_settled(pilot)
 
 
 async def _blast(pilot: Any, story: Story) -> None:
