@@ -100,6 +100,7 @@ class LedgerCore:
             return self.index.rebuild(progress)
 
     def close(self) -> None:
+        self.index.close()
         if self.keys is not None:
             self.keys.close()
         self.db.close()
@@ -128,6 +129,7 @@ class LedgerCore:
         if self.readonly:
             raise LedgerError("read_only", "this ledger was opened read-only")
         keys = self.keys.store.write() if self.keys is not None else nullcontext()
+        outermost = self.db.depth == 0
         try:
             # The key store commits first (inner), so no committed value ever lacks its key.
             with self.db.write(), keys:
@@ -135,15 +137,22 @@ class LedgerCore:
                     self._head = self.db.events.head()
                     self._recorded_policy = self.db.events.last_policy_hash()
                 saved = (self._head, self._recorded_policy)
+                pending = self.index.pending()
                 try:
                     yield
+                    if self.db.depth == 1:
+                        # The group's recall rows go in together, still inside its transaction.
+                        self.index.flush()
                 except BaseException:
                     self._head, self._recorded_policy = saved
+                    self.index.restore(pending)
                     if self.keys is not None:
                         self.keys.drop_cache()
                     raise
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
+        if outermost:
+            self.index.after_commit()
 
     @property
     def head(self) -> tuple[int, str, str] | None:

@@ -160,6 +160,7 @@ class FactRetracted(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactConfirmed(Event):
@@ -170,6 +171,7 @@ class FactConfirmed(Event):
     reason: Text | None = None
     session: Text | None = None
     corroborated_by: list[FactId] | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactRejected(Event):
@@ -179,6 +181,7 @@ class FactRejected(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactAffirmed(Event):
@@ -196,6 +199,7 @@ class FactHeld(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactReleased(Event):
@@ -205,6 +209,7 @@ class FactReleased(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 DigestKind = Literal["hmac-sha256", "sha256", "none"]
@@ -279,6 +284,7 @@ class ActionRecorded(Event):
     subject_ref: Hash | None = None
     receipt: Receipt | None = None
     cause: Cause | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 EVENT_MODELS: dict[str, type[Event]] = {

@@ -71,14 +71,20 @@ class ErasurePolicy(_Section):
     """What a forget event keeps of the erased value."""
     previously_forgotten: Literal["quarantine", "refuse"] = "quarantine"
     """What happens to a write whose value was forgotten before for the same subject/predicate."""
+    rotate_index_key: Literal["manual", "after_forget_subject"] = "manual"
+    """When the lexical index is re-keyed (`custody-app rotate-index-key`): only when asked, or
+    after each forget_subject, so a copy taken before it cannot be tested with the key store."""
 
 
-Detector = Literal["email", "phone", "card", "iban", "aadhaar", "pan", "gstin"]
+Detector = Literal["email", "phone", "card", "iban", "aadhaar", "pan", "gstin", "ifsc",
+                   "bank_account"]
 
 
 class RedactionPolicy(_Section):
-    detectors: tuple[Detector, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin")
-    """Identifiers masked in every string of a value before anything is stored or indexed."""
+    detectors: tuple[Detector, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin",
+                                       "ifsc", "bank_account")
+    """Identifiers masked in every string of a value and of every free-text field (cause ref
+    and detail, reasons, action ref and outcome, llm model) before anything is stored."""
 
 
 class RetentionPolicy(_Section):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from custody_app.core.reads import require_fact
 from custody_app.domain.commands import Act
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.text_fields import redact_fields
 from custody_app.evidence.readmodels import (
     ActResult,
     BlastAction,
@@ -40,6 +41,9 @@ def act(ledger: LedgerCore, cmd: Act) -> ActResult:
             raise LedgerError("keystore_missing", "an action's subject is recorded by its "
                               "peppered hash, which needs the key store")
         subject_ref = ledger.keys.subject_ref(cmd.subject)
+    # After the receipt's checks (they read the tool and session, never redacted): the free
+    # text the event keeps is redacted like a value. The receipt itself is stored as signed.
+    cmd, found = redact_fields(cmd, ledger.policy.policy.redaction.detectors)
     with ledger.transaction():
         tx_at = ledger.tx_at()
         # The subject goes into the chain as its peppered hash, so erasing it keeps the chain.
@@ -47,7 +51,8 @@ def act(ledger: LedgerCore, cmd: Act) -> ActResult:
             "session": cmd.session, "tool": cmd.tool, "ref": cmd.ref, "outcome": cmd.outcome,
             "args_digest": cmd.args_digest, "subject_ref": subject_ref,
             "receipt": cmd.receipt.model_dump(exclude_none=True) if cmd.receipt else None,
-            "cause": cmd.cause.model_dump(exclude_none=True) if cmd.cause else None})
+            "cause": cmd.cause.model_dump(exclude_none=True) if cmd.cause else None,
+            **({"redactions": found} if found else {})})
     return ActResult(event_id=row.hash, seq=row.seq, tx_at=tx_at, session=cmd.session,
                      ref=cmd.ref)
 

@@ -149,6 +149,13 @@ class KeyRing:
         """Keys the word hashes of the lexical index, so it holds no plaintext words."""
         return self._slot("index")
 
+    def rotate_index_key_to(self, new: bytes) -> None:
+        """`new` replaces the index key in the key store; the old one is destroyed
+        (overwritten in place, secure_delete, rollback journal)."""
+        self._slot("index")  # the slot must exist before it is replaced
+        self.store.replace_meta("index", crypto.wrap(self._master, new, "index"))
+        self._slots["index"] = new
+
     @property
     def signing_key(self) -> bytes:
         if "signing" not in self._slots and self.store.meta("signing") is None:

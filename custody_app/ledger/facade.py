@@ -49,6 +49,7 @@ from custody_app.domain.readmodels import (
     WhyResult,
 )
 from custody_app.domain.timeutil import ManualClock, format_time
+from custody_app.erasure import receipts, rotate
 from custody_app.erasure.certificate import (
     ErasureCertificate,
     ForgetResult,
@@ -56,6 +57,8 @@ from custody_app.erasure.certificate import (
     SweepResult,
 )
 from custody_app.erasure.forget import forget, forget_subject
+from custody_app.erasure.receipts import ErasuresResult
+from custody_app.erasure.rotate import RotateResult
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.sweep import sweep
 from custody_app.evidence import blast
@@ -189,6 +192,14 @@ class Ledger(BrowseReads):
         return self._do(Act, ActResult, session=session, tool=tool, ref=ref, outcome=outcome,
                         actor=actor, args_digest=args_digest, subject=subject, receipt=receipt,
                         cause=cause)
+
+    def rotate_index_key(self) -> RotateResult:
+        """Re-key the word index under a fresh key and destroy the old key."""
+        return rotate.rotate_index_key(self)
+
+    def erasures(self, subject: str | None = None) -> ErasuresResult:
+        """The erasure receipts; with `subject`, whether it was erased (by peppered hash)."""
+        return receipts.erasures(self, subject)
 
     def blast(self, fact_id: str) -> BlastResult:
         """Everything that could have relied on a fact: sessions served it, their later writes

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import BaseModel
+
 from custody_app.core import reads
 from custody_app.core.ledger_core import LedgerCore
 from custody_app.domain import lifecycle
@@ -15,6 +17,7 @@ from custody_app.domain.commands import Affirm, AssertFact, Confirm, Hold, Rejec
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import AssertResult, ContradictingAssert, FactOpResult
 from custody_app.domain.redaction import redact
+from custody_app.domain.text_fields import redact_fields
 from custody_app.erasure.forget import previously_forgotten_digest
 from custody_app.keys import receipts
 from custody_app.ledger.corroborate import corroborate
@@ -24,6 +27,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
     """Write a fact: redact, check, seal and append its assert (one transaction)."""
     pol = ledger.policy.policy
     value, findings = redact(cmd.value, pol.redaction.detectors)
+    cmd, text_findings = redact_fields(cmd, pol.redaction.detectors)
     try:
         value_text = canonical(value)
     except Exception as exc:  # rfc8785 raises several types for non-JSON values
@@ -76,7 +80,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
             "sources": list(dict.fromkeys(cmd.sources)) if cmd.sources else None,
             "llm": cmd.llm.model_dump(exclude_none=True) if cmd.llm else None,
             "commitment": commitment(salt, value_text),
-            "redactions": [f.to_json() for f in findings] or None,
+            "redactions": [f.to_json() for f in findings] + text_findings or None,
         }
         sealed = ledger.values.seal(fact_id, cmd.subject, value_text,
                                   work_started=ledger.work_started, now=tx_at)
@@ -128,9 +132,19 @@ def previously_forgotten(ledger: LedgerCore, subject: str, predicate: str, value
     return ledger.db.erasure.has_digest(ref, predicate, digest)
 
 
+class _Reason(BaseModel):
+    reason: str
+
+
 def _fact_event(ledger: LedgerCore, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
                 check: Callable[[], object]) -> FactOpResult:
-    """One event about an existing fact: check the move, then append it (one transaction)."""
+    """One event about an existing fact: check the move, then append it (one transaction).
+    A free-text reason is redacted like a value first."""
+    reason = fields.get("reason")
+    if isinstance(reason, str):
+        masked, found = redact_fields(_Reason(reason=reason), ledger.policy.policy.redaction.detectors)
+        if found:
+            fields = {**fields, "reason": masked.reason, "redactions": found}
     with ledger.transaction():
         check()
         tx_at = ledger.tx_at()

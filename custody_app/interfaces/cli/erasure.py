@@ -14,7 +14,8 @@ from custody_app.erasure.certificate import ErasureCertificate, ForgetResult, Su
 from custody_app.interfaces.cli.common import AddParser, print_json
 from custody_app.ledger.facade import Ledger
 
-NAMES = ("forget", "forget-subject", "sweep")
+NAMES = ("forget", "forget-subject", "sweep", "erasures", "rotate-index-key")
+READ_ONLY = ("erasures",)
 
 
 def add_parsers(add: AddParser) -> None:
@@ -33,6 +34,13 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--dry-run", action="store_true", help="show what would expire; write nothing")
     s.add_argument("--actor", default="system:retention")
     s.add_argument("--reason", default="retention", choices=REASON_CODES)
+    s.add_argument("--json", action="store_true")
+    s = add("erasures", "the erasure receipts: tombstones and erasure events (reason, counts, "
+            "cascade depth, time); with --subject, whether that subject was erased")
+    s.add_argument("--subject", help="match this subject by its peppered hash")
+    s.add_argument("--json", action="store_true")
+    s = add("rotate-index-key", "re-key the word index under a fresh key and destroy the old "
+            "one, so copies taken before can no longer be tested with the current key store")
     s.add_argument("--json", action="store_true")
 
 
@@ -60,10 +68,30 @@ def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
     return _erasure(args, result, result.certificate, extra_failure=bool(result.held))
 
 
+def _erasures(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.erasures(args.subject)
+    if args.json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        sys.stdout.write(result.render() + "\n")
+    return int(Exit.OK)
+
+
+def _rotate(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.rotate_index_key()
+    if args.json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        sys.stdout.write(f"rotated the word index key in {result.seconds:.2f} s: {result.detail}\n")
+    return int(Exit.OK if result.checkpoint_complete else Exit.OP_FAILED)
+
+
 COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "forget": lambda led, a: _erasure(a, r := led.forget(a.fact, actor=a.actor, reason=a.reason),
                                       r.certificate),
     "forget-subject": lambda led, a: _erasure(
         a, r := led.forget_subject(a.subject, actor=a.actor, reason=a.reason), r.certificate),
     "sweep": _sweep,
+    "erasures": _erasures,
+    "rotate-index-key": _rotate,
 }

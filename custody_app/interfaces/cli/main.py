@@ -71,7 +71,7 @@ _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     name: run for group in _GROUPS for name, run in group.COMMANDS.items()}
 SUBCOMMANDS = tuple(_COMMANDS)
 READ_ONLY = (*ledger_commands.READ_ONLY, *reading.READ_ONLY, *review.READ_ONLY,
-             *evidence.READ_ONLY)
+             *evidence.READ_ONLY, *erasure.READ_ONLY)
 
 
 def _subcommand(argv: list[str]) -> int:
@@ -111,6 +111,8 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
     with ledger, stream:
         outcome = run_batch(ledger, stream, out or sys.stdout, fail_fast=args.fail_fast,
                             held_open=source == "-")
+        # A re-clustering the run made due (it ran beside the writes) is let finish.
+        ledger.index.maintenance.join()
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)
 
 
