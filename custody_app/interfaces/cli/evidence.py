@@ -10,7 +10,6 @@ from pathlib import Path
 from custody_app.domain.errors import LedgerError
 from custody_app.evidence.offline import OfflineReport, verify_export
 from custody_app.evidence.packcheck import verify_pack
-from custody_app.evidence.packs import pack_text
 from custody_app.evidence.readmodels import BlastResult, ExplainResult
 from custody_app.interfaces.cli.common import AddParser, print_json
 from custody_app.keys.keyring import read_public_key
@@ -32,9 +31,13 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--out", metavar="PATH", help="where to write the pack")
     s.add_argument("--verify", metavar="PACK", help="check a pack offline (needs --key)")
     s.add_argument("--key", metavar="PUB", help="the ledger's public key PEM (LEDGER.pub)")
-    add("export", "write the whole event log as JSON Lines (one event per line, with its chain "
-        "fields; erased values null) and a signed trailer").add_argument(
-        "--out", metavar="PATH", required=True, help="where to write the export")
+    s.add_argument("--force", action="store_true", help="replace PATH if it exists (never the "
+                   "ledger's own files)")
+    s = add("export", "write the whole event log as JSON Lines (one event per line, with its chain "
+            "fields; erased values null) and a signed trailer")
+    s.add_argument("--out", metavar="PATH", required=True, help="where to write the export")
+    s.add_argument("--force", action="store_true", help="replace PATH if it exists (never the "
+                   "ledger's own files)")
 
 
 def _report(report: OfflineReport, as_json: bool = True) -> int:
@@ -92,9 +95,7 @@ def _explain(ledger: Ledger, args: argparse.Namespace) -> int:
 
 
 def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
-    pack = ledger.pack(args.fact)
-    with open(args.out, "w", encoding="utf-8", newline="") as handle:
-        handle.write(pack_text(pack))
+    pack = ledger.write_pack(args.fact, args.out, force=args.force)
     radius = pack.blast
     print_json({"pack": args.out, "fact_id": pack.fact_id, "events": len(pack.events),
           "sessions": len(radius["sessions"]), "facts_reached": len(radius["facts"]),
@@ -104,7 +105,7 @@ def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
 
 
 def _export(ledger: Ledger, args: argparse.Namespace) -> int:
-    print_json(ledger.export(args.out).model_dump(mode="json"))
+    print_json(ledger.export(args.out, force=args.force).model_dump(mode="json"))
     return 0
 
 

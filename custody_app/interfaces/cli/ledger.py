@@ -13,7 +13,7 @@ from pathlib import Path
 from custody_app.domain.errors import Exit
 from custody_app.interfaces.cli.common import AddParser, print_json, show
 from custody_app.keys.crypto import public_fingerprint
-from custody_app.keys.keyring import MASTER_ENV, master_path_for, public_key_path_for, read_public_key
+from custody_app.keys.keyring import MASTER_ENV, master_path_for, read_public_key, write_public_key
 from custody_app.ledger.facade import Ledger
 
 NAMES = ("init", "verify", "rebuild", "why", "history", "hold", "release", "checkpoint",
@@ -51,8 +51,7 @@ def _init(ledger: Ledger, args: argparse.Namespace) -> int:
     assert ledger.keys is not None
     pem = ledger.keys.public_pem()
     _ = ledger.keys.forget_key
-    pub = public_key_path_for(ledger.db.path)
-    pub.write_text(pem)
+    pub = write_public_key(ledger.db.path, pem)
     files = [ledger.db.path, ledger.keys.path, str(master_path_for(Path(ledger.keys.path)))]
     for path in files:
         if os.path.exists(path):

@@ -15,6 +15,7 @@ from typing import TextIO
 
 from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.resources import demo_batch_paths, policy_path
+from custody_app.files.inputs import require_regular
 from custody_app.interfaces.batch import run_batch
 from custody_app.interfaces.cli import erasure, evidence
 from custody_app.interfaces.cli import ledger as ledger_commands
@@ -88,6 +89,12 @@ def _subcommand(argv: list[str]) -> int:
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
                out: TextIO | None = None) -> int:
     # The batch file first: a usage error must not create a ledger file as a side effect.
+    try:
+        if source != "-":
+            require_regular(source, "batch file", "usage")
+    except LedgerError as exc:
+        sys.stderr.write(f"custody-app: {exc.message}\n")
+        return int(Exit.USAGE)
     try:
         # surrogateescape: a line of invalid UTF-8 becomes that line's bad_json, not a crash.
         stream = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
