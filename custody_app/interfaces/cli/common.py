@@ -4,13 +4,13 @@ ledger they name, and printing results (stdout carries data only; diagnostics go
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from custody_app.domain.errors import Exit, LedgerError
+from custody_app.domain.escaping import escape_text, escaped, json_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, POLICY_ENV, ledger_path, policy_path
 from custody_app.domain.timeutil import ManualClock
 from custody_app.keys.keyring import KEYSTORE_ENV
@@ -48,12 +48,24 @@ def _reindex_progress(done: int, total: int) -> None:
 
 
 def fail(exc: LedgerError, code: Exit) -> int:
-    sys.stderr.write(f"custody-app: {exc.message} ({exc.code})\n")
+    sys.stderr.write(escape_text(f"custody-app: {exc.message} ({exc.code})") + "\n")
     return int(code)
 
 
 def print_json(obj: object) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(obj, indent=2) + "\n")
+
+
+def print_text(text: str) -> None:
+    """Human-readable output: the caller escaped the stored strings it interpolated (see
+    `show_rendered`); this escapes whatever control character is left but the line breaks."""
+    sys.stdout.write(escape_text(text, keep_newlines=True) + "\n")
+
+
+def show_rendered(result: Any) -> None:
+    """A read model's `render()`, computed on a copy whose stored strings are escaped, so a
+    newline or escape sequence in a subject cannot forge or recolour a line."""
+    print_text(escaped(result).render())
 
 
 def show(result: BaseModel) -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 
 from custody_app.domain.errors import Exit
+from custody_app.domain.escaping import escaped
 from custody_app.domain.models import REASON_CODES
 from custody_app.erasure.certificate import ErasureCertificate, ForgetResult, SubjectForgetResult, SweepResult
-from custody_app.interfaces.cli.common import AddParser, print_json
+from custody_app.interfaces.cli.common import AddParser, print_json, print_text, show_rendered
 from custody_app.ledger.facade import Ledger
 
 NAMES = ("forget", "forget-subject", "sweep")
@@ -41,7 +41,7 @@ def _erasure(args: argparse.Namespace, result: ForgetResult | SubjectForgetResul
     if args.json:
         print_json(result.model_dump(mode="json"))
     elif certificate is not None:
-        sys.stdout.write(certificate.render() + "\n")
+        show_rendered(certificate)
     complete = certificate is None or certificate.complete
     return int(Exit.OK if complete and not extra_failure else Exit.OP_FAILED)
 
@@ -51,12 +51,13 @@ def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
                           actor=args.actor, reason=args.reason)
     if not args.json:
         verb = "would expire" if result.dry_run else "expired"
-        sys.stdout.write(f"cutoffs: {json.dumps(result.cutoffs)}\n{verb} {len(result.expired)}"
-                         f" fact(s): {' '.join(result.expired)}\n")
-        if result.held:
-            sys.stdout.write(f"skipped, on legal hold: {' '.join(result.held)}\n")
-        if result.note:
-            sys.stdout.write(result.note + "\n")
+        shown = escaped(result)
+        print_text(f"cutoffs: {json.dumps(shown.cutoffs)}\n{verb} {len(shown.expired)}"
+                   f" fact(s): {' '.join(shown.expired)}")
+        if shown.held:
+            print_text(f"skipped, on legal hold: {' '.join(shown.held)}")
+        if shown.note:
+            print_text(shown.note)
     return _erasure(args, result, result.certificate, extra_failure=bool(result.held))
 
 

@@ -8,10 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.escaping import escape_text
 from custody_app.evidence.offline import OfflineReport, verify_export
 from custody_app.evidence.packcheck import verify_pack
 from custody_app.evidence.readmodels import BlastResult, ExplainResult
-from custody_app.interfaces.cli.common import AddParser, print_json
+from custody_app.interfaces.cli.common import AddParser, print_json, show_rendered
 from custody_app.keys.keyring import read_public_key
 from custody_app.ledger.facade import Ledger
 
@@ -44,7 +45,7 @@ def _report(report: OfflineReport, as_json: bool = True) -> int:
     if as_json:
         print_json(report.model_dump(mode="json"))
     for problem in report.problems:
-        sys.stderr.write(f"custody-app: {report.what} check failed: {problem}\n")
+        sys.stderr.write(escape_text(f"custody-app: {report.what} check failed: {problem}") + "\n")
     return 0 if report.valid else 1
 
 
@@ -72,7 +73,7 @@ def offline(args: argparse.Namespace) -> int | None:
                              "--key PUB)\n")
             return 2
     except LedgerError as exc:
-        sys.stderr.write(f"custody-app: {exc.message} ({exc.code})\n")
+        sys.stderr.write(escape_text(f"custody-app: {exc.message} ({exc.code})") + "\n")
         return 1
     return None
 
@@ -82,7 +83,7 @@ def _readable(result: BlastResult | ExplainResult, as_json: bool) -> int:
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:
-        sys.stdout.write(result.render() + "\n")
+        show_rendered(result)
     return 0
 
 
