@@ -40,12 +40,31 @@ class Aliases:
             data["sources"] = [self.resolve(s) for s in data["sources"]]
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different; a repeated key raises (any nesting level)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str, Any]:
     """One input line to one output object; a failure writes nothing."""
     out: dict[str, Any] = {"line": number, "id": None, "op": None}
     try:
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            raise LedgerError("bad_json", f"line {number} has the key {exc.key!r} twice (JSON "
+                              "parsers disagree on which one wins)", key=exc.key) from None
         except ValueError as exc:
             raise LedgerError("bad_json", f"line {number} is not JSON: {exc}") from None
         except RecursionError:
