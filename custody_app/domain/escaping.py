@@ -57,8 +57,14 @@ def escaped(value: Any) -> Any:
     return value
 
 
+# What json.dumps(ensure_ascii=False) leaves raw of the above: DEL, C1, the bidi characters and
+# U+2028/U+2029 (which end a line in JavaScript and in some log viewers).
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
 def json_text(obj: Any, *, indent: int | None = None) -> str:
-    """JSON (UTF-8 kept readable) with U+2028 and U+2029 escaped: raw, they end a line in
-    JavaScript and in some terminals and log viewers."""
+    """JSON with UTF-8 kept readable but every control, bidirectional and line-separator
+    character written as `\\uNNNN`: the same data, safe on a terminal and in JavaScript.
+    (Such characters only occur inside JSON strings, so the escape is always valid JSON.)"""
     text = json.dumps(obj, indent=indent, ensure_ascii=False)
-    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
