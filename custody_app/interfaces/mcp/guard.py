@@ -15,6 +15,7 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # limit must reach the tool, which refuses it with the same message as --batch.
 MAX_MESSAGE_DEPTH = MAX_NESTING + 8
 INVALID_REQUEST = -32600
+PARSE_ERROR = -32700
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 _BRACKET = re.compile(rb"[\[\]{}]")
@@ -45,12 +46,35 @@ def request_id(raw: bytes) -> Any:
 
 
 def refusal(raw: bytes, *, truncated: bool = False) -> dict[str, Any] | None:
-    """The JSON-RPC error answering `raw`, or None when the SDK may parse it."""
+    """The JSON-RPC error answering `raw`, or None when the SDK may parse it. The SDK drops
+    what it cannot parse without a word, so a client waiting on it would wait forever: every
+    message that is not JSON, not a JSON-RPC 2.0 object, too large or too deep is answered."""
+    code, msg_id = INVALID_REQUEST, request_id(raw)
+    why: str | None
     if truncated or len(raw) > MAX_MESSAGE_BYTES:
         why = f"the message is larger than {MAX_MESSAGE_BYTES} bytes"
     elif depth(raw) > MAX_MESSAGE_DEPTH:
         why = f"the message nests deeper than {MAX_MESSAGE_DEPTH} levels of arrays and objects"
     else:
-        return None
-    return {"jsonrpc": "2.0", "id": request_id(raw),
-            "error": {"code": INVALID_REQUEST, "message": f"{why}; nothing was run"}}
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            message, code, why = None, PARSE_ERROR, "the message is not JSON"
+        else:
+            why = _not_jsonrpc(message)
+            msg_id = message.get("id") if isinstance(message, dict) else None
+            msg_id = msg_id if isinstance(msg_id, str | int) and not isinstance(msg_id, bool) else None
+        if why is None:
+            return None
+    return {"jsonrpc": "2.0", "id": msg_id,
+            "error": {"code": code, "message": f"{why}; nothing was run"}}
+
+
+def _not_jsonrpc(message: object) -> str | None:
+    if not isinstance(message, dict):
+        return "the message is not a JSON-RPC object"
+    if message.get("jsonrpc") != "2.0":
+        return "the message is not JSON-RPC 2.0 (\"jsonrpc\": \"2.0\")"
+    if not isinstance(message.get("method"), str) and "result" not in message and "error" not in message:
+        return "the message has neither a method (a string) nor a result or error"
+    return None
