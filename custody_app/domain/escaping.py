@@ -43,8 +43,10 @@ def escaped(value: Any) -> Any:
     if isinstance(value, str):
         return escape_text(value)
     if isinstance(value, BaseModel):
-        return value.model_copy(update={name: escaped(getattr(value, name))
-                                        for name in type(value).model_fields})
+        update = {name: escaped(getattr(value, name)) for name in type(value).model_fields}
+        # Extra fields (an event's kind-specific ones: reason, detail) are stored strings too.
+        update.update({k: escaped(v) for k, v in (value.model_extra or {}).items()})
+        return value.model_copy(update=update)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.replace(value, **{f.name: escaped(getattr(value, f.name))
                                              for f in dataclasses.fields(value) if f.init})
