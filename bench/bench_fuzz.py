@@ -18,9 +18,7 @@ import argparse
 import hashlib
 import json
 import os
-import select
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from bench.benchenv import header, machine_note  # noqa: E402
-from bench.fuzz_cases import mcp_messages, paths, policy_texts, writers  # noqa: E402
+from bench.fuzz_cases import HANG_S, Tally, file_state, paths, policy_texts, writers  # noqa: E402  # noqa: E402
+from bench.fuzz_mcp import mcp_requests  # noqa: E402
 from custody_app.domain.errors import LedgerError  # noqa: E402
 from custody_app.domain.policy import load_policy  # noqa: E402
 from custody_app.domain.timeutil import ManualClock  # noqa: E402
@@ -46,29 +45,6 @@ from custody_app.keys.keyring import write_public_key  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from custody_app.ledger.ops import Aliases, result_line, run_op  # noqa: E402
 from tests.hostile import hostile_lines, valid_setup  # noqa: E402
-
-HANG_S = 2.0
-
-
-def file_state(db: Path) -> tuple[str | None, ...]:
-    return tuple(hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else None
-                 for f in (db, Path(f"{db}-wal"), Path(f"{db}.keys")))
-
-
-class Tally:
-    def __init__(self) -> None:
-        self.cases = self.crashes = self.hangs = self.changed = self.refused = self.unanswered = 0
-        self.examples: list[str] = []
-        self.extra = ""
-
-    def note(self, what: str, case: object) -> None:
-        if len(self.examples) < 3:
-            self.examples.append(f"{what}: {str(case)[:120]!r}")
-
-    def row(self, name: str, seconds: float) -> str:
-        return (f"| {name} | {self.cases:,} | {self.refused:,} | {self.crashes} | {self.hangs} | "
-                f"{self.changed} | {'; '.join([self.extra] * bool(self.extra) + self.examples) or 'none'}"
-                f" | {seconds:.0f} s |")
 
 
 def fuzz(strategy: st.SearchStrategy[Any], cases: int, body: Callable[[Any], None]) -> None:
@@ -206,107 +182,6 @@ def output_paths(tmp: Path, cases: int) -> Tally:
                     made.unlink()
 
         fuzz(st.tuples(paths, writers, st.booleans()), cases, one)
-    return tally
-
-
-def mcp_requests(tmp: Path, cases: int) -> Tally:
-    tally, db = Tally(), tmp / "mcp.db"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
-    cli = str(Path(sys.executable).parent / "custody-app")
-    proc = subprocess.Popen([cli, "serve", "--agent", "agent:fuzz", "--ledger", str(db)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=env)
-    assert proc.stdin is not None and proc.stdout is not None
-    stdin, stdout = proc.stdin, proc.stdout
-
-    def send(text: str) -> None:
-        stdin.write(text.encode("utf-8", errors="surrogatepass") + b"\n")
-        stdin.flush()
-
-    pending = bytearray()  # read with os.read: select() cannot see a file object's buffer
-
-    def next_line(deadline: float) -> bytes | None:
-        while b"\n" not in pending:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([stdout], [], [], max(0.0, left))
-            if not ready:
-                return None
-            chunk = os.read(stdout.fileno(), 1 << 16)
-            if not chunk:
-                return None
-            pending.extend(chunk)
-        end = pending.index(b"\n") + 1
-        line = bytes(pending[:end])
-        del pending[:end]
-        return line
-
-    def replies_until(ping_id: int, within: float) -> tuple[list[dict[str, Any]], float | None]:
-        """The replies before the ping's, and how long it took (None: not within `within`)."""
-        got: list[dict[str, Any]] = []
-        start = time.monotonic()
-        while True:
-            raw = next_line(start + within)
-            if raw is None:
-                break
-            reply = json.loads(raw)
-            if reply.get("id") == ping_id and "result" in reply:
-                return got, time.monotonic() - start
-            got.append(reply)
-        return got, None
-
-    send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "f", "version": "0"}}}))
-    next_line(time.monotonic() + 60)
-    send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-    # Warm up (the first write opens the key store and loads the embedder): not a case.
-    send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "memory_write", "arguments": {"subject": "acct:1", "predicate": "plan",
-                                              "value": "pro", "cause": {"kind": "tool", "ref": "r"}}}}))
-    send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
-    replies_until(2, 60)
-    counter = [1_000_000]
-    slowest = [0.0]
-
-    @settings(max_examples=cases, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(data=st.data())
-    def run(data: st.DataObject) -> None:
-        tally.cases += 1
-        counter[0] += 2
-        message = data.draw(mcp_messages(counter[0]))
-        before = file_state(db)
-        send(message)
-        send(json.dumps({"jsonrpc": "2.0", "id": counter[0] + 1, "method": "ping"}))
-        got, took = replies_until(counter[0] + 1, HANG_S)
-        if took is None:
-            tally.hangs += 1
-            tally.note("no reply within 2 s", message)
-            more, late = replies_until(counter[0] + 1, 60)  # resynchronise for the next case
-            got += more
-            if late is None:
-                tally.note("no reply within 62 s", message)
-        slowest[0] = max(slowest[0], took or HANG_S)
-        if proc.poll() is not None:
-            tally.crashes += 1
-            tally.note("server died", message)
-            raise SystemExit("the MCP server died")
-        answered = {r.get("id") for r in got}
-        if f'"id": {counter[0]}' in message[:200] and counter[0] not in answered:
-            tally.unanswered += 1
-            tally.note("request not answered", message)
-        failed = [r for r in got if "error" in r or (r.get("result") or {}).get("isError")]
-        if failed and len(failed) == len(got):
-            tally.refused += 1
-            if file_state(db) != before:
-                tally.changed += 1
-                tally.note("changed", message)
-
-    try:
-        run()
-    finally:
-        stdin.close()
-        proc.wait(timeout=60)
-    tally.extra = f"slowest reply {slowest[0] * 1000:.0f} ms; {tally.unanswered} requests unanswered"
     return tally
 
 

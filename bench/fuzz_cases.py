@@ -3,12 +3,38 @@ and MCP messages (batch lines come from tests/hostile.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
 
 from tests.hostile import field_values, json_values
+
+HANG_S = 2.0
+
+
+def file_state(db: Path) -> tuple[str | None, ...]:
+    return tuple(hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else None
+                 for f in (db, Path(f"{db}-wal"), Path(f"{db}.keys")))
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.cases = self.crashes = self.hangs = self.changed = self.refused = self.unanswered = 0
+        self.examples: list[str] = []
+        self.extra = ""
+
+    def note(self, what: str, case: object) -> None:
+        if len(self.examples) < 3:
+            self.examples.append(f"{what}: {str(case)[:120]!r}")
+
+    def row(self, name: str, seconds: float) -> str:
+        return (f"| {name} | {self.cases:,} | {self.refused:,} | {self.crashes} | {self.hangs} | "
+                f"{self.changed} | {'; '.join([self.extra] * bool(self.extra) + self.examples) or 'none'}"
+                f" | {seconds:.0f} s |")
+
 
 # Policy files: the real sections and keys with values of every TOML type, durations from a
 # grammar with absurd sizes, and raw bytes that are not TOML or not UTF-8 at all.

@@ -24,7 +24,7 @@ from custody_app.domain.models import EVENT_MODELS
 from custody_app.domain.policy import LoadedPolicy, load_policy
 from custody_app.domain.readmodels import RebuildResult
 from custody_app.domain.timeutil import Clock, WallClock, format_time
-from custody_app.files.inputs import require_regular
+from custody_app.files.output import require_regular
 from custody_app.keys.keyring import KeyRing, keystore_path_for, master_from_env
 from custody_app.keys.values import ValueCodec
 from custody_app.recall.embedders import Embedder

@@ -1,5 +1,6 @@
-"""The one way a command writes a file: refuse what it must never replace, write a temporary file
-in the same folder, fsync, rename, with a fixed mode whatever the umask."""
+"""The one way a command writes a file (refuse what it must never replace; a temporary file in
+the same folder, fsync, rename, a fixed mode whatever the umask), and the check that a path
+named as input is a regular file (opening a FIFO blocks; reading a device never ends)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,25 @@ def _sniff(path: Path) -> str | None:
     if len(text) == 64 and all(c in b"0123456789abcdefABCDEF" for c in text):
         return "it looks like a key file (64 hex digits)"
     return None
+
+
+def require_regular(path: str | Path, what: str, code: str, *, may_be_missing: bool = True) -> None:
+    """Refuse (`code`) a path that exists but is not a regular file (through symlinks); one that
+    does not exist passes when `may_be_missing` (a ledger is created on first open)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if may_be_missing:
+            return
+        raise LedgerError(code, f"cannot read {what} {path}: no such file", path=str(path)) from None
+    except OSError as exc:
+        raise LedgerError(code, f"cannot read {what} {path}: {exc.strerror}", path=str(path)) from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                "not a regular file")
+        raise LedgerError(code, f"refusing {what} {path}: it is {kind}, not a regular file",
+                          path=str(path))
 
 
 def refuse_reason(target: Path, *, force: bool, protected: Iterable[str | Path] = ()) -> str | None:

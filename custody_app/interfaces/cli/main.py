@@ -16,7 +16,7 @@ from typing import TextIO
 
 from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.resources import demo_batch_paths, policy_path
-from custody_app.files.inputs import require_regular
+from custody_app.files.output import require_regular
 from custody_app.interfaces.batch import run_batch
 from custody_app.interfaces.cli import erasure, evidence
 from custody_app.interfaces.cli import ledger as ledger_commands
