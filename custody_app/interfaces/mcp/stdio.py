@@ -67,7 +67,8 @@ def _claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
     os.close(null)
     os.dup2(2, 1)
     try:
-        yield os.fdopen(wire_in, "rb", buffering=0), os.fdopen(wire_out, "wb")
+        # Buffered: an unbuffered readline() reads one byte per system call.
+        yield os.fdopen(wire_in, "rb"), os.fdopen(wire_out, "wb")
     finally:
         os.dup2(saved_in, 0)
         os.dup2(saved_out, 1)
