@@ -1,4 +1,4 @@
-"""Erasure benchmark: forget latency (with its breakdown) and retention sweep throughput.
+"""Erasure benchmark: forget latency (with its breakdown), scan speed, sweeps, re-keying.
 
     .venv/bin/python bench/bench_erasure.py [--events 1000000] [--build-budget 600]
                                             [--forgets 50] [--sweep-facts 20000]
@@ -17,15 +17,14 @@ Measurements run on a copy of the cached ledger (the cache is never modified):
   whole (`Ledger.forget`: the erasure transaction, the truncating WAL checkpoint, the byte scan
   of the db and WAL, the pending-row cleanup) and broken down with timing wrappers around
   `LedgerFile.write` (outermost transactions), `LedgerFile.wal_checkpoint` and `LedgerFile.scan`.
-- byte scan growth: `store.scrub.scan_files` with the same needles over prefixes of the ledger
-  file (1/8, 1/4, 1/2, all), and with 1 / 7 / 28 needles over the whole file.
+- byte scan growth: `store.scrub.scan_files` with the last forget's strings (erased, so absent:
+  the clean case) over prefixes of the ledger file (1/8, 1/4, 1/2, all), with 1 / 7 / 28
+  strings over the whole file, and a plain read of the same file in the same run (the floor the
+  scan is compared with).
 - sweep: `sweep(before=cutoff, dry_run=True)` and then the real sweep over a cutoff that covers
-  `--sweep-facts` facts. The byte scan of a sweep gets ~7 needles per expired fact and
-  `scan_files` makes one pass over the file per needle, so at this size the real scan would run
-  for hours: during the big sweep the scan is SAMPLED (`--scan-sample` needles scanned for real,
-  time extrapolated linearly in the needle count, which the needle-count rows show is how it
-  grows) and this is labelled in the table. A small sweep with the real, unsampled scan is run
-  too, to check the extrapolation.
+  `--sweep-facts` facts, its scan unsampled (`--scan-sample K` scans K strings and
+  extrapolates, labelled so), and a small sweep.
+- rotate-index-key: one re-keying of the word index at the end.
 
 Not a timed test: it prints a markdown table (and writes it to `--out` if given).
 """
@@ -60,11 +59,15 @@ import bench_ledger  # noqa: E402  (the ingest bench's workload and service inge
 import store.connection as store_connection  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.domain.timeutil import ManualClock, parse_time  # noqa: E402
+from custody_app.erasure.work import ErasureWork, add_needles  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from store.erasure import ErasureStore  # noqa: E402
+from store.locate import Locator  # noqa: E402
 from store.scrub import scan_files  # noqa: E402
 
-TARGET_FORGET_MS = 50.0  # median, including the checkpoint, no reader open, at 1M events
+TARGET_FORGET_MS = 1000.0  # whole call, median, no reader open, at 1M events (issue 15)
+TARGET_OWN_MS = 10.0  # its own work: the erasure transaction, cascade and certificate checks
+SCAN_FLOOR_RATIO = 1 / 3  # the scan at no less than a third of a plain read of the same file
 START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
@@ -140,6 +143,7 @@ class Probe:
         self.n: dict[str, list[int]] = defaultdict(list)
         self.scan_sample: int | None = None  # scan only this many needles, extrapolate the time
         self.extrapolated = False
+        self.last_needles: list[bytes] = []
 
     def reset(self) -> None:
         self.t.clear()
@@ -148,7 +152,7 @@ class Probe:
 
     def install(self) -> None:
         cls = store_connection.LedgerFile
-        orig_write, orig_ck, orig_scan = cls.write, cls.wal_checkpoint, cls.scan
+        orig_write, orig_ck, orig_scan = cls.write, cls.wal_checkpoint, Locator.find
         orig_cand = ErasureStore.sweep_candidates
         probe = self
 
@@ -167,19 +171,20 @@ class Probe:
             probe.t["checkpoint"].append(time.perf_counter() - t0)
             return out
 
-        def scan(self: Any, needles: list[bytes]) -> dict[str, list[int]]:
+        def scan(self: Any, needles: list[bytes]) -> dict[str, dict[int, list[int]]]:
             t0 = time.perf_counter()
             k = probe.scan_sample
             if k is not None and len(needles) > k:
                 picks = sorted(random.Random(len(needles)).sample(range(len(needles)), k))
                 raw = orig_scan(self, [needles[i] for i in picks])
-                out = {path: [picks[i] for i in hits] for path, hits in raw.items()}
+                out = {path: {picks[i]: o for i, o in hits.items()} for path, hits in raw.items()}
                 dt = (time.perf_counter() - t0) * len(needles) / k
                 probe.extrapolated = True
             else:
                 out = orig_scan(self, needles)
                 dt = time.perf_counter() - t0
             probe.t["scan"].append(dt)
+            probe.last_needles = list(needles)
             probe.n["needles"].append(len(needles))
             return out
 
@@ -191,7 +196,7 @@ class Probe:
 
         cls.write = write  # type: ignore[method-assign]
         cls.wal_checkpoint = wal_checkpoint  # type: ignore[method-assign]
-        cls.scan = scan  # type: ignore[method-assign]
+        Locator.find = scan  # type: ignore[method-assign]
         ErasureStore.sweep_candidates = sweep_candidates  # type: ignore[method-assign]
 
 
@@ -294,11 +299,14 @@ def scan_growth(path: Path, tmp: Path, needles: list[bytes]) -> dict[str, Any]:
         t0 = time.perf_counter()
         scan_files([str(path)], sample)
         by_count.append((k, (time.perf_counter() - t0) * 1000))
-    t0 = time.perf_counter()
-    with open(path, "rb") as fh:
-        while fh.read(1 << 22):
-            pass
-    read_ms = (time.perf_counter() - t0) * 1000
+    reads = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        with open(path, "rb") as fh:
+            while fh.read(1 << 22):
+                pass
+        reads.append(time.perf_counter() - t0)
+    read_ms = min(reads) * 1000
     return {"by_size": by_size, "by_count": by_count, "read_ms": read_ms}
 
 
@@ -404,6 +412,10 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
     bytes_per_event = fs["db_bytes"] / n
     at_1m_gb = bytes_per_event * 1_000_000 / 1e9
     nonscan = med - scan_med
+    own = (statistics.median(fg["parts"]["erasure transaction"])
+           + statistics.median(fg["parts"]["other (certificate, cascade, reads)"]))
+    whole_ms = sg["by_size"][-1][1]
+    ratio = sg["read_ms"] / whole_ms if whole_ms else 0.0
     lines = [
         f"## Ledger measured: {size}" + ("" if n >= info["requested"] else
                                          f" (asked for {info['requested']:,}; see build)"),
@@ -427,21 +439,24 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         "| --- | --- | --- | --- | --- |",
         f"| forget, whole call (ms) | {med:,.1f} | {p95:,.1f} | < {TARGET_FORGET_MS:.0f} ms median "
         f"at 1M | {mark(med < TARGET_FORGET_MS)} at {size} |",
+        f"| forget, own work (erasure transaction + cascade/certificate reads) (ms) | {own:,.1f} | "
+        f"| < {TARGET_OWN_MS:.0f} ms | {mark(own < TARGET_OWN_MS)} |",
     ]
     for name, vals in fg["parts"].items():
         unit = "" if name == "scans per forget" else " (ms)"
         lines.append(f"| - {name}{unit} | {statistics.median(vals):,.1f} | "
                      f"{_pct(vals, 0.95):,.1f} | | |")
     lines += [
-        f"| (info) forget without the byte scan (ms) | {nonscan:,.1f} | | < 50 ms | "
-        f"{mark(nonscan < TARGET_FORGET_MS)} |",
+        f"| (info) forget without the byte scan (ms) | {nonscan:,.1f} | | | |",
         f"| (info) certificates not complete | {fg['incomplete']} of {len(fg['totals'])} | | | |",
         f"| (info) needles per forget scan | {fg['needles']:.0f} | | | |",
         "",
         f"Projected at 1M events with this schema: file ~{at_1m_gb:,.1f} GB, byte scan "
         f"~{ms_per_gb * at_1m_gb:,.0f} ms at the measured {ms_per_gb:,.0f} ms/GB for "
         f"{fg['needles']:.0f} needles, so a forget ~{nonscan + ms_per_gb * at_1m_gb:,.0f} ms: "
-        f"the 50 ms target is {mark(nonscan + ms_per_gb * at_1m_gb < TARGET_FORGET_MS)} at 1M.",
+        f"the {TARGET_FORGET_MS:.0f} ms target would be "
+        f"{mark(nonscan + ms_per_gb * at_1m_gb < TARGET_FORGET_MS)} at 1M (a projection, not a "
+        "measurement).",
         "",
         "### Byte scan growth (`store.scrub.scan_files`, warm page cache, best of 3)",
         "",
@@ -452,7 +467,10 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         "| needles | scan ms over the whole file |",
         "| --- | --- |",
         *[f"| {k} | {t:,.1f} |" for k, t in sg["by_count"]],
-        f"| (just reading the file, 4 MB blocks) | {sg['read_ms']:,.1f} |",
+        f"| (just reading the file, 4 MB blocks, best of 3: the floor) | {sg['read_ms']:,.1f} |",
+        "",
+        f"Scan speed against the plain-read floor, same file, same run: {ratio:.2f} of the read "
+        f"speed (target >= {SCAN_FLOOR_RATIO:.2f}: {mark(ratio >= SCAN_FLOOR_RATIO)}).",
         "",
         f"## Retention sweep at {size}",
         "",
@@ -495,6 +513,11 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         + f". That forget took {demo['first_ms']:,.0f} ms; the next forget took "
         f"{demo['next_forget_ms']:,.0f} ms with {demo['next_scans']} byte scans (it re-runs the "
         "'pending' scrub first).",
+        "",
+        "## rotate-index-key",
+        "",
+        f"- re-hashing the word index of {demo['rotate_facts']:,} believed facts under a fresh key "
+        f"(one transaction, then a truncating checkpoint): **{demo['rotate_s']:,.1f} s** at {size}.",
     ]
     return "\n".join(lines)
 
@@ -507,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tx", type=int, default=1000)
     ap.add_argument("--forgets", type=int, default=50)
     ap.add_argument("--sweep-facts", type=int, default=20_000)
-    ap.add_argument("--scan-sample", type=int, default=28,
+    ap.add_argument("--scan-sample", type=int, default=None,
                     help="needles scanned for real during the big sweep (time extrapolated)")
     ap.add_argument("--real-sweep-facts", type=int, default=2,
                     help="facts in the small sweep whose scan runs unsampled (0: skip)")
@@ -526,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = working_copy(info, tmp)
         log(f"working copy {path}")
-        with Ledger.open(path, readonly=True) as ro:
+        # read-write: a cached ledger of an older schema is upgraded here, on the copy
+        with Ledger.open(path) as ro:
             last = ro.db.events.head()
         assert last is not None
         clock = ManualClock(parse_time(last[2]) + timedelta(hours=1))
@@ -541,15 +565,19 @@ def main(argv: list[str] | None = None) -> int:
             "SELECT fact_id, assert_seq FROM facts WHERE status = 'active' LIMIT 1").fetchone()
         ev = ledger.db.events.get(sample_fact[1])
         text = ledger.values.open(sample_fact[0], json.loads(ev.body)["subject_ref"], ev.value)
-        from custody_app.erasure.forget import _Erasure, _needles
-        work = _Erasure()
-        _needles(ev.value, text, work, ledger.db.erasure.is_name)
-        log(f"scan growth with {len(work.needles)} needles")
-        sg = scan_growth(path, tmp, work.needles)
+        work = ErasureWork()
+        add_needles(ev.value, text, work, ledger.db.erasure.is_name)
+        # The last forget's own strings: erased, so absent, as in a forget that is clean.
+        needles = probe.last_needles or work.needles
+        log(f"scan growth with {len(needles)} needles")
+        sg = scan_growth(path, tmp, needles)
         log(f"sweep of ~{args.sweep_facts:,} facts")
         sw = measure_sweep(ledger, probe, args.sweep_facts, args.scan_sample, args.real_sweep_facts)
         log(f"sweep tx {sw['tx_s']:,.1f} s")
         demo = subject_in_value_demo(ledger, probe)
+        log("rotate-index-key")
+        rot = ledger.rotate_index_key()
+        demo["rotate_s"], demo["rotate_facts"] = rot.seconds, rot.facts
         ledger.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

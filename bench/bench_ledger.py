@@ -19,6 +19,7 @@ import gc
 import os
 import platform
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,6 +42,7 @@ from custody_app.domain.errors import LedgerError  # noqa: E402
 from custody_app.domain.models import PROV_RANK  # noqa: E402
 from custody_app.domain.timeutil import ManualClock, format_time  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
+from custody_app.recall.recluster import BATCH as RECLUSTER_BATCH  # noqa: E402
 from store import open_ledger  # noqa: E402
 from store.events import FOR_FACTS, HEAD, INSERT, LAST_POLICY  # noqa: E402
 from store.projection import (  # noqa: E402
@@ -53,6 +55,7 @@ from store.projection import (  # noqa: E402
     REPLACEMENTS,
     _as_of_sql,
 )
+from store.recall import FTS_INSERT, VEC_INSERT  # noqa: E402
 from store.rows import EVENT_COLUMNS  # noqa: E402
 
 # Targets (from the brief), checked at every size and judged at the largest one.
@@ -254,6 +257,13 @@ class Result:
     floor_rate: float = 0.0
     floor_cpu_rate: float = 0.0
     floor_proj_rate: float = 0.0
+    floor_recall_rate: float = 0.0
+    floor_recall_cpu_rate: float = 0.0
+    op_ms: list[float] = field(default_factory=list)
+    settle_s: float = 0.0
+    recluster_ms: list[float] = field(default_factory=list)
+    peak_rss_mb: float = 0.0
+    commit_ms: list[float] = field(default_factory=list)
     open_ms: float = 0.0
     open_p95_ms: float = 0.0
     first_query_ms: float = 0.0
@@ -286,10 +296,12 @@ def ingest(path: Path, work: Workload, tx: int, seed: int, log: Callable[[str], 
     t_start = time.perf_counter()
     c_start = time.process_time()
     next_log = t_start + 30
+    clock_now = time.perf_counter
     for lo in range(0, n, tx):
         with ledger.transaction():
             for i in range(lo, min(n, lo + tx)):
                 clock.set(work.times[i])
+                t_op = clock_now()
                 try:
                     run_op(ledger, work.ops[i], ids)
                 except LedgerError as exc:
@@ -298,7 +310,12 @@ def ingest(path: Path, work: Workload, tx: int, seed: int, log: Callable[[str], 
                     res.failures += 1
                     if res.failures <= 5:
                         log(f"  op {i} {work.ops[i][0]} failed: {exc}")
+                t_end = clock_now()
+                res.op_ms.append((t_end - t_op) * 1000)
+        # The group's end: its recall rows (deferred by the batching), any re-clustering and
+        # COMMIT. Timed from the end of its last op.
         now = time.perf_counter()
+        res.commit_ms.append((now - t_end) * 1000)
         if now - t_start > budget_s and lo + tx < n:
             n = lo + tx
             res.prefix_note = f"stopped after {budget_s:.0f} s at {n + 1:,} of {len(work.ops) + 1:,} events"
@@ -309,6 +326,11 @@ def ingest(path: Path, work: Workload, tx: int, seed: int, log: Callable[[str], 
             log(f"  ingest {done:,}/{n:,} ({done / (now - t_start):,.0f} ops/s)")
             next_log = now + 30
     res.ingest_s = time.perf_counter() - t_start
+    # A re-clustering the ingest made due runs in the background; waited for outside the timing.
+    t_settle = time.perf_counter()
+    ledger.index.settle()
+    res.settle_s = time.perf_counter() - t_settle
+    res.recluster_ms = list(ledger.index.maintenance.held_ms)
     res.ops_measured = n
     res.ingest_rate = (n + 1) / res.ingest_s  # events written, incl. the policy event
     res.ingest_cpu_rate = (n + 1) / (time.process_time() - c_start)
@@ -329,6 +351,10 @@ def floor(src: Path, dst: Path, tx: int, res: Result) -> None:
     facts = db.conn.execute(f"SELECT {_FCOLS} FROM facts ORDER BY assert_seq").fetchall()
     states = db.conn.execute(f"SELECT {_SCOLS} FROM fact_states ORDER BY fact_seq, from_seq"
                              ).fetchall()
+    fts_rows = db.conn.execute("SELECT rowid, terms, scope FROM recall_fts").fetchall()
+    vec_rows = db.conn.execute("SELECT fact_seq, cell, embedding, status, space, subject_ref, "
+                               "embedder FROM recall_vec").fetchall()
+    fts_vec_meta = db.recall.embedder() or ("hashed-ngram-v1-256", 256)
     db.close()
     gc.collect()
 
@@ -367,6 +393,30 @@ def floor(src: Path, dst: Path, tx: int, res: Result) -> None:
         conn.execute("COMMIT")
     res.floor_proj_rate = len(rows) / (time.perf_counter() - t0)
     out.close()
+    for p in (dst, Path(f"{dst}-wal"), Path(f"{dst}-shm")):
+        if p.exists():
+            p.unlink()
+
+    # The second floor: the same event rows plus, per fact, its FTS5 row and its sqlite-vec row
+    # exactly as the service stored them (keyed word hashes, scope tokens, vector, cell).
+    out = open_ledger(dst)
+    conn = out.conn
+    with out.write():
+        out.recall.create(fts_vec_meta[0], fts_vec_meta[1])
+    by_seq_fts = {r[0]: r for r in fts_rows}
+    by_seq_vec = {r[0]: r for r in vec_rows}
+    t0, c0 = time.perf_counter(), time.process_time()
+    for lo in range(0, len(rows), tx):
+        chunk = rows[lo:lo + tx]
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(INSERT, chunk)
+        conn.executemany(FTS_INSERT, [by_seq_fts[r[0]] for r in chunk if r[0] in by_seq_fts])
+        conn.executemany(VEC_INSERT, [by_seq_vec[r[0]] for r in chunk if r[0] in by_seq_vec])
+        conn.execute("COMMIT")
+    res.floor_recall_rate = len(rows) / (time.perf_counter() - t0)
+    res.floor_recall_cpu_rate = len(rows) / (time.process_time() - c0)
+    out.close()
+    del fts_rows, vec_rows, by_seq_fts, by_seq_vec
     del rows, facts, states, by_seq_fact, states_by_seq
     gc.collect()
 
@@ -500,6 +550,34 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
          for r, x in zip(results, cpu_ratio, strict=True)])
     row("(diagnostic) raw floor incl. facts + fact_states rows (events/s, wall)",
         [f"{r.floor_proj_rate:,.0f}" for r in results])
+    rec = [r.ingest_rate / r.floor_recall_rate for r in results]
+    row("raw floor incl. one FTS5 + one sqlite-vec row per fact (events/s, wall)",
+        [f"{r.floor_recall_rate:,.0f}" for r in results])
+    row("service / that floor (wall)", [f"{x:.2f}" for x in rec], ">= 0.33",
+        f"{_mark(min(rec) >= 1 / 3)} at every size" if min(rec) >= 1 / 3 else
+        "NOT met at " + ", ".join(_column(r) for r, x in zip(results, rec, strict=True) if x < 1 / 3))
+    row("(noise check) same from CPU time: service / floor (events per CPU-s)",
+        [f"{r.ingest_cpu_rate:,.0f} / {r.floor_recall_cpu_rate:,.0f} = {r.ingest_cpu_rate / r.floor_recall_cpu_rate:.2f}"
+         for r in results])
+    row("single op in a group, p50 / p99 / p99.9 / max (ms)",
+        [" / ".join(f"{_pct(r.op_ms, q):.2f}" for q in (0.5, 0.99, 0.999)) + f" / {max(r.op_ms):.1f}"
+         for r in results])
+    row("group end (deferred recall rows + COMMIT), p50 / p99 / max (ms)",
+        [" / ".join(f"{_pct(r.commit_ms, q):.1f}" for q in (0.5, 0.99)) + f" / {max(r.commit_ms):,.1f}"
+         for r in results])
+    row(f"background re-clustering: batches of {RECLUSTER_BATCH} moved, write lock held (BEGIN to "
+        "COMMIT) p50 / p99 / max (ms)",
+        [(f"{len(r.recluster_ms)} batches: {_pct(r.recluster_ms, 0.5):.1f} / "
+          f"{_pct(r.recluster_ms, 0.99):.1f} / {max(r.recluster_ms):,.1f}"
+          if r.recluster_ms else "none ran") for r in results])
+    row("(info) wait for the background re-clustering after ingest (s)",
+        [f"{r.settle_s:.1f}" for r in results])
+    row("(info) peak RSS of this process so far (MB; the benchmark holds the workload too)",
+        [f"{r.peak_rss_mb:,.0f}" for r in results])
+    worst = [max(max(r.op_ms), max(r.commit_ms)) for r in results]
+    row("longest single write (op or group end, ms)", [f"{w:,.1f}" for w in worst], "<= 100 ms",
+        _mark(max(worst) <= 100) + " at every size" if max(worst) <= 100 else
+        "NOT met at " + ", ".join(_column(r) for r, w in zip(results, worst, strict=True) if w > 100))
     row("Ledger.open, median / p95 (ms)", [f"{r.open_ms:.2f} / {r.open_p95_ms:.2f}" for r in results],
         f"< {TARGET_OPEN_MS:.0f} ms", f"{_mark(last.open_ms < TARGET_OPEN_MS)} at {big}")
     row("(diagnostic) first as_of after open, median (ms)",
@@ -631,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"[{_size_label(size)}] ingest through the service")
             res = ingest(path, work, args.tx, args.seed, log, args.max_ingest_seconds)
             res.load = load
+            res.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             log(f"[{_size_label(size)}] ingest {res.ingest_s:,.1f} s, {res.ingest_rate:,.0f} events/s")
             del work
             gc.unfreeze()

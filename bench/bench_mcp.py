@@ -1,9 +1,10 @@
 """What the MCP server adds to a tool call: SDK client -> server -> Ledger, against the Ledger
 call itself (the floor, measured in the same run), in-process and over a stdio subprocess.
 
-    .venv/bin/python bench/bench_mcp.py [--facts 2000] [--calls 200]
+    .venv/bin/python bench/bench_mcp.py [--facts 2000] [--calls 200] [--out FILE]
 
-Prints a markdown table and writes it to bench/results_mcp.md.
+Prints a markdown table; writes it only where `--out` says (by default into a new temp dir,
+whose path it prints), never into the checkout unless asked (`--out bench/results_mcp.md`).
 """
 
 from __future__ import annotations
@@ -114,10 +115,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--facts", type=int, default=2000)
     p.add_argument("--calls", type=int, default=200)
+    p.add_argument("--out", default=None, help="write the report here (default: a new temp dir)")
     args = p.parse_args()
     report = anyio.run(run, args.facts, args.calls)
     print(report)
-    (Path(__file__).resolve().parent / "results_mcp.md").write_text(report)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="custody-bench-mcp-")) / "results_mcp.md"
+    out.write_text(report)
+    print(f"written to {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

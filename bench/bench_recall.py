@@ -322,7 +322,9 @@ def ingest(ledger: Ledger, clock: ManualClock, facts: list[tuple[str, str, str, 
                 ledger.assert_fact(s, p, v, actor="system:crm-sync",
                                    cause={"kind": "import", "ref": f"crm-{i}"}, space=sp,
                                    provenance="attested")
-    return t, time.perf_counter() - t0
+    secs = time.perf_counter() - t0
+    ledger.index.settle()  # a re-clustering made due runs in the background: let it finish
+    return t, secs
 
 
 def timed_interleaved(methods: dict[str, Callable[[str], object]],
@@ -414,6 +416,7 @@ def latency(ledger: Ledger, facts: list[tuple[str, str, str, str]], n: int,
                                                         None, None, probes[q])}
         agree.append(len(mine & theirs) / 10)
     out["vec_agreement"] = statistics.fmean(agree)
+    out["overlap"] = overlap_sets(ledger, facts[:n], matrix, seq_of, emb)
     cells = ledger.index.cells.count_cells()
     probed = [len(probes[q]) if probes[q] is not None else cells for q in queries]
     out["cells"] = (cells, statistics.fmean(probed))
@@ -493,6 +496,53 @@ def render_quality(q: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def overlap_sets(ledger: Ledger, facts: list[tuple[str, str, str, str]], matrix: np.ndarray,
+                 seq_of: list[int], emb: Any, per_set: int = 50) -> dict[str, dict[str, float]]:
+    """Top-10 overlap with exact search on two query sets: subject-and-predicate queries, and
+    queries of one token found in exactly one fact. 'Exact' = numpy over every believed vector
+    (vector-only), and for hybrid the product's own fusion of its bm25 ranking with that exact
+    vector ranking, so only the approximate vector search can differ. Also: how often the one
+    fact holding a unique token is in the top 10."""
+    rng = random.Random(17)
+    counts: dict[str, list[int]] = defaultdict(list)
+    for i, (_, _, v, _) in enumerate(facts):
+        for w in set(v.replace(",", " ").replace(";", " ").split()):
+            if any(c.isdigit() for c in w) and len(w) >= 5:
+                counts[w].append(i)
+    unique = [(w, rows[0]) for w, rows in counts.items() if len(rows) == 1]
+    sets = {
+        "subject+predicate": [(f"{s} {p.replace('_', ' ')}", None) for s, p, _, _ in
+                              rng.sample(facts, min(per_set, len(facts)))],
+        "unique token": rng.sample(unique, min(per_set, len(unique))),
+    }
+    seq_by_id = dict(ledger.db.conn.execute("SELECT fact_id, assert_seq FROM facts"))
+    weight = ledger.embedder.fusion_weight
+    out: dict[str, dict[str, float]] = {}
+    for name, queries in sets.items():
+        vec_o, hyb_o, vec_hit, hyb_hit = [], [], [], []
+        for q, row in queries:
+            qv = emb.embed_query(q)
+            order = np.argsort(-(matrix @ qv))
+            exact_vec = [seq_of[i] for i in order[:50]]
+            got_vec = [seq_by_id[h.fact.fact_id] for h in
+                       ledger.recall(q, k=10, strategy="vector").results]
+            vec_o.append(len(set(exact_vec[:10]) & set(got_vec)) / 10)
+            match = recall_mod.lexical_match(ledger.index, text_mod.words(q), False, None, None)
+            lexical = [seq for seq, _ in ledger.db.recall.lexical(match, 50)]
+            exact_hyb = [seq for seq, _ in recall_mod.fused(lexical, exact_vec, weight)[:10]]
+            got_hyb = [seq_by_id[h.fact.fact_id] for h in ledger.recall(q, k=10).results]
+            hyb_o.append(len(set(exact_hyb) & set(got_hyb)) / max(1, min(10, len(exact_hyb))))
+            if row is not None:
+                vec_hit.append(float(seq_of[row] in got_vec))
+                hyb_hit.append(float(seq_of[row] in got_hyb))
+        out[name] = {"queries": len(queries), "vector": statistics.fmean(vec_o),
+                     "hybrid": statistics.fmean(hyb_o)}
+        if vec_hit:
+            out[name]["vector_hit"] = statistics.fmean(vec_hit)
+            out[name]["hybrid_hit"] = statistics.fmean(hyb_hit)
+    return out
+
+
 def render_latency(lat: list[dict[str, Any]], builds: dict[int, tuple[int, float]],
                    reidx: dict[int, tuple[int, float]]) -> str:
     def mp(xs: list[float]) -> str:
@@ -503,7 +553,6 @@ def render_latency(lat: list[dict[str, Any]], builds: dict[int, tuple[int, float
              f"{len(lat[0]['hybrid'])} queries, every query through all methods in turn)", "",
              f"| measure | {cols} | target | verdict |", "| --- |" + " --- |" * (len(lat) + 2)]
     last = lat[-1]
-    ratio = statistics.median(last["hybrid"]) / statistics.median(last["floor"])
     rows = [
         ("hybrid recall (`Ledger.recall`)", "hybrid", f"< {TARGET_MS:.0f} ms at 100k",
          f"{'met' if statistics.median(last['hybrid']) < TARGET_MS else '**NOT met**'} "
@@ -522,10 +571,17 @@ def render_latency(lat: list[dict[str, Any]], builds: dict[int, tuple[int, float
     for label, key, target, verdict in rows:
         lines.append(f"| {label} | " + " | ".join(mp(r[key]) for r in lat)
                      + f" | {target} | {verdict} |")
+    # Issue 17's targets: within 3x of the floor at 10k, within 2x from 100k on; judged at
+    # every size measured, not only the largest.
+    verdicts = []
+    for r in lat:
+        mine = statistics.median(r["hybrid"]) / statistics.median(r["floor"])
+        limit = 3.0 if r["n"] < 100_000 else 2.0
+        verdicts.append(f"{'met' if mine <= limit else '**NOT met**'} at {r['n']:,} "
+                        f"({mine:,.1f}x vs {limit:.0f}x)")
     lines.append("| ratio hybrid / floor (medians) | " + " | ".join(
         f"{statistics.median(r['hybrid']) / statistics.median(r['floor']):,.1f}x" for r in lat)
-        + f" | within {TARGET_RATIO:.0f}x | "
-        + f"{'met' if ratio <= TARGET_RATIO else '**NOT met**'} at {last['believed']:,} |")
+        + " | <= 3x at 10k, <= 2x at 100k and 1M | " + "; ".join(verdicts) + " |")
     lines.append("| (info) ratio vector-only / floor | " + " | ".join(
         f"{statistics.median(r['vector']) / statistics.median(r['floor']):,.1f}x" for r in lat)
         + " | | |")
@@ -533,6 +589,16 @@ def render_latency(lat: list[dict[str, Any]], builds: dict[int, tuple[int, float
         f"{r['cells'][0]:,} / {r['cells'][1]:,.1f}" for r in lat) + " | | |")
     lines.append("| (info) sqlite-vec top 10 (as recall runs it) vs numpy exact top 10 overlap | "
                  + " | ".join(f"{r['vec_agreement']:.2f}" for r in lat) + " | | |")
+    for name in ("subject+predicate", "unique token"):
+        for kind in ("hybrid", "vector"):
+            worst = min(r["overlap"][name][kind] for r in lat)
+            lines.append(f"| top-10 overlap with exact search, {name} queries, {kind} | " + " | ".join(
+                f"{r['overlap'][name][kind]:.2f} ({r['overlap'][name]['queries']} q)" for r in lat)
+                + " | >= 0.95 | " + ("met" if worst >= 0.95 else "**NOT met**") + " |")
+    lines.append("| (info) unique-token query finds its one fact in the top 10: hybrid / vector | "
+                 + " | ".join(f"{r['overlap']['unique token'].get('hybrid_hit', 0):.2f} / "
+                              f"{r['overlap']['unique token'].get('vector_hit', 0):.2f}" for r in lat)
+                 + " | | |")
     lines.append("| ingest through the service (facts/s, incl. indexing) | " + " | ".join(
         f"{builds[r['n']][0] / builds[r['n']][1]:,.0f}" for r in lat) + " | | |")
     lines.append("| index build `ledger.reindex()` (facts/s) | " + " | ".join(

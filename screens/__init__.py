@@ -7,6 +7,7 @@ from collections.abc import Callable
 from textual.screen import Screen
 
 from custody_app.interfaces.tui.access import LedgerAccess
+from screens.actions import ActionsScreen
 from screens.beliefs import BeliefsScreen
 from screens.blast import BlastScreen
 from screens.holds import HoldsScreen
@@ -21,4 +22,5 @@ SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "retention": RetentionScreen,
     "integrity": IntegrityScreen,
     "blast": BlastScreen,
+    "actions": ActionsScreen,
 }

@@ -13,10 +13,12 @@ import apsw
 import apsw.bestpractice
 import sqlite_vec
 
+from store.actions import ActionStore
 from store.browse import BrowseStore
 from store.erasure import ErasureStore
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError, StoreFull
 from store.events import EventStore
+from store.locate import Locator
 from store.policies import PolicyStore
 from store.projection import FactStore
 from store.recall import RecallStore
@@ -53,6 +55,8 @@ class LedgerFile:
         self.recall = RecallStore(conn)
         self.browse = BrowseStore(conn)
         self.sessions = SessionStore(conn)
+        self.locate = Locator(conn, path)
+        self.actions = ActionStore(conn)
         self._depth = 0
         # Set when SQLite rolled back the open transaction under a savepoint: why ("disk_full").
         self._aborted: str | None = None

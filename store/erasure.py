@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import apsw
 
 from store.rows import FACT_COLUMNS, FactRow
@@ -40,6 +42,10 @@ SELECT space FROM s WHERE space IS NOT NULL"""
 SPECIAL_EVENTS = "SELECT seq, body FROM events WHERE kind = ? ORDER BY seq"
 IS_NAME = ("SELECT 1 FROM facts WHERE subject = ?1 UNION ALL "
            "SELECT 1 FROM facts WHERE space = ?1 LIMIT 1")
+# Erasures whose certificate found leaks: a JSON list in ledger_meta (no schema step needed).
+LEAKS_GET = "SELECT value FROM ledger_meta WHERE key = 'erasure_leaks'"
+LEAKS_PUT = "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES ('erasure_leaks', ?)"
+LEAKS_KEPT = 100
 HELD = f"SELECT {_FCOLS} FROM facts f WHERE f.held = 1 ORDER BY f.assert_seq"
 
 
@@ -93,3 +99,12 @@ class ErasureStore:
 
     def held(self) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(HELD)]
+
+    def leaks(self) -> list[dict[str, object]]:
+        """The recorded erasures whose certificate found erased bytes leaking (newest last)."""
+        row = self._conn.execute(LEAKS_GET).fetchone()
+        return list(json.loads(row[0])) if row else []
+
+    def add_leak(self, record: dict[str, object]) -> None:
+        self._conn.execute(LEAKS_PUT, (json.dumps((self.leaks() + [record])[-LEAKS_KEPT:],
+                                                  sort_keys=True),))

@@ -145,6 +145,13 @@ class Inspection:
         return ErasureStore(self.conn).pending()
 
     @_translated
+    def erasure_leaks(self) -> list[dict[str, object]]:
+        """Erasures whose certificate found leaks (recorded when it was issued)."""
+        if not self.has_table("ledger_meta"):
+            return []
+        return ErasureStore(self.conn).leaks()
+
+    @_translated
     def last_subject(self) -> tuple[int, str, str] | None:
         """(seq, subject, hashed body) of the newest assert whose subject is not erased."""
         if not self.has_table("events"):

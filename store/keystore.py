@@ -49,10 +49,20 @@ WHEN NOT (OLD.destroyed_at IS NULL AND NEW.destroyed_at IS NOT NULL AND NEW.wrap
           AND NEW.created_at IS OLD.created_at)
 BEGIN SELECT RAISE(ABORT, 'custody: a key can only be destroyed, once'); END;
 """
-_MIGRATIONS = (_V1,)
+# The word index key may be replaced (rotate-index-key: the old one must leave the file); every
+# other entry stays written once. A self-contained step, so it can be renumbered at a merge.
+_V2 = """
+DROP TRIGGER keystore_meta_no_update;
+CREATE TRIGGER keystore_meta_no_update BEFORE UPDATE ON keystore_meta
+WHEN NOT (OLD.name = 'index' AND NEW.name IS OLD.name)
+BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
+"""
+_MIGRATIONS = (_V1, _V2)
 
 GET_META = "SELECT value FROM keystore_meta WHERE name = ?"
 PUT_META = "INSERT INTO keystore_meta(name, value) VALUES (?, ?)"
+# Overwrites in place: with secure_delete and a rollback journal the old value leaves the file.
+REPLACE_META = "UPDATE keystore_meta SET value = ? WHERE name = ?"
 LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
               "WHERE subject_ref = ? ORDER BY generation DESC LIMIT 1")
 KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
@@ -88,6 +98,10 @@ class KeyStoreFile:
         with self.write():
             if self.meta(name) is None:
                 self.conn.execute(PUT_META, (name, value))
+
+    def replace_meta(self, name: str, value: bytes) -> None:
+        with self.write():
+            self.conn.execute(REPLACE_META, (value, name))
 
     def latest(self, subject_ref: str) -> KeyRow | None:
         row = self.conn.execute(LATEST_KEY, (subject_ref,)).fetchone()

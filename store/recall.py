@@ -4,6 +4,7 @@ and partitioned into k-means cells (an inverted-file index: a query reads the ne
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import apsw
 
@@ -35,6 +36,10 @@ CELLS_CREATE = ("CREATE TABLE IF NOT EXISTS recall_cells(cell INTEGER PRIMARY KE
                 "centroid BLOB NOT NULL)")
 CELLS_ALL = "SELECT cell, centroid FROM recall_cells ORDER BY cell"
 CELLS_INSERT = "INSERT INTO recall_cells(cell, centroid) VALUES (?, ?)"
+CELLS_DROP_BELOW = "DELETE FROM recall_cells WHERE cell < ?"
+VEC_CELLS = "SELECT fact_seq, cell FROM recall_vec"
+VEC_META_ONE = "SELECT cell, status, space, subject_ref, embedder FROM recall_vec WHERE fact_seq = ?"
+VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
 # Bumped when the index layout changes: an older layout is rebuilt at open like an embedder change.
 LAYOUT = "ivf-l2-1"
 VEC_DELETE = "DELETE FROM recall_vec WHERE fact_seq = ?"
@@ -75,11 +80,66 @@ class RecallStore:
         self._conn.execute(META_PUT, ("recall_layout", LAYOUT))
         self._new_cells(0)
 
+    def recreate_lexical(self, rows: list[tuple[int, str, str]]) -> None:
+        """Replace the lexical index with `rows` (fact_seq, terms, scope), inside the caller's
+        transaction. The old table is dropped: secure_delete zeroes its pages."""
+        self._conn.execute("DROP TABLE IF EXISTS recall_vocab")
+        self._conn.execute("DROP TABLE IF EXISTS recall_fts")
+        self._conn.execute(CREATE_FTS)
+        self._conn.executemany(FTS_INSERT, rows)
+        self._freq.clear()
+
     def _new_cells(self, clustered_on: int) -> None:
         """Record that the cells changed (readers reload their centroids) and how many vectors
         they were clustered on (0: not clustered)."""
         self._conn.execute(META_PUT, ("recall_cells_version", str(int(self.cells_version()) + 1)))
         self._conn.execute(META_PUT, ("recall_cells_n", str(clustered_on)))
+        self._conn.execute(META_PUT, ("recall_cells_moving", "0"))
+
+    def moving_below(self) -> int:
+        """While cells are re-clustered off the write path: cells below this id are the old
+        ones, still being emptied (0: no re-clustering under way)."""
+        row = self._conn.execute(META_GET, ("recall_cells_moving",)).fetchone()
+        return int(row[0]) if row else 0
+
+    def begin_moving(self, base: int, centroids: list[bytes]) -> None:
+        """Add new cells (ids from `base`) beside the old ones; writers use only the new ones
+        from now on, searches read every cell until the old ones are empty."""
+        self._conn.executemany(CELLS_INSERT, [(base + i, c) for i, c in enumerate(centroids)])
+        self._conn.execute(META_PUT, ("recall_cells_moving", str(int(base))))
+        self._conn.execute(META_PUT, ("recall_cells_version", str(int(self.cells_version()) + 1)))
+
+    def end_moving(self, clustered_on: int) -> None:
+        """The old cells are empty: drop their centroids."""
+        self._conn.execute(CELLS_DROP_BELOW, (self.moving_below(),))
+        self._conn.execute(META_PUT, ("recall_cells_moving", "0"))
+        self._new_cells(clustered_on)
+
+    def vector_cells(self) -> list[tuple[int, int]]:
+        """(fact_seq, cell) of every vector."""
+        return [(int(s), int(c)) for s, c in self._conn.execute(VEC_CELLS)]
+
+    def vectors_of(self, fact_seqs: list[int]) -> list[tuple[int, bytes]]:
+        """(fact_seq, vector) of those of `fact_seqs` indexed (a fact's vector never changes
+        while its table lives, so these may be read before the write that moves them)."""
+        rows = ((seq, self._conn.execute(VEC_SAMPLE, (seq,)).fetchone()) for seq in fact_seqs)
+        return [(seq, bytes(row[0])) for seq, row in rows if row is not None]
+
+    def move(self, vectors: list[tuple[int, bytes]], cell_of: Callable[[bytes], int],
+             below: int) -> int:
+        """Move those of `vectors` whose row is still in a cell below `below` into the cell
+        `cell_of` gives (inside the caller's transaction; status and the other columns are
+        read afresh here). A vec0 DELETE zeroes the old slot in place, so no copy of a moved
+        vector stays behind. Returns how many moved."""
+        rows = []
+        for seq, vector in vectors:
+            row = self._conn.execute(VEC_META_ONE, (seq,)).fetchone()
+            if row is not None and int(row[0]) < below:
+                self._conn.execute(VEC_DELETE, (seq,))
+                rows.append((seq, cell_of(vector), vector, str(row[1]), str(row[2]),
+                             str(row[3]), str(row[4])))
+        self._insert_vectors(rows)
+        return len(rows)
 
     def clustered_on(self) -> int:
         row = self._conn.execute(META_GET, ("recall_cells_n",)).fetchone()
@@ -129,6 +189,12 @@ class RecallStore:
             space: str, subject_ref: str, embedder: str) -> None:
         self._conn.execute(FTS_INSERT, (fact_seq, terms, scope))
         self._insert_vectors([(fact_seq, cell, vector, status, space, subject_ref, embedder)])
+
+    def add_many(self, lexical: list[tuple[int, str, str]],
+                 vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+        """Several facts at once: (fact_seq, terms, scope) and the vector rows."""
+        self._conn.executemany(FTS_INSERT, lexical)
+        self._insert_vectors(vectors)
 
     def _insert_vectors(self, rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
         try:

@@ -196,6 +196,29 @@ SELECT session, sum(kind = 'served'), max(CASE WHEN kind != 'served' THEN seq EN
 FROM session_events GROUP BY session;
 """
 
+# Actions you can search: one row per `acted` event with the fields a reviewer filters on (the
+# subject only as the peppered hash the chain holds), filled in the event's transaction.
+V3 = """
+CREATE TABLE IF NOT EXISTS actions(
+    seq         INTEGER PRIMARY KEY,
+    tool        TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    session     TEXT NOT NULL,
+    subject_ref TEXT,
+    tx_at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS actions_by_tool ON actions(tool, seq);
+CREATE INDEX IF NOT EXISTS actions_by_actor ON actions(actor, seq);
+CREATE INDEX IF NOT EXISTS actions_by_session ON actions(session, seq);
+CREATE INDEX IF NOT EXISTS actions_by_subject ON actions(subject_ref, seq) WHERE subject_ref IS NOT NULL;
+CREATE INDEX IF NOT EXISTS actions_by_time ON actions(tx_at, seq);
+
+INSERT OR IGNORE INTO actions(seq, tool, actor, session, subject_ref, tx_at)
+SELECT seq, json_extract(body, '$.tool'), actor, json_extract(body, '$.session'),
+       json_extract(body, '$.subject_ref'), tx_at
+FROM events WHERE kind = 'acted';
+"""
+
 # Index i holds the script that upgrades user_version i to i+1.
-MIGRATIONS: tuple[str, ...] = (V1, V2)
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3)
 SCHEMA_VERSION = len(MIGRATIONS)

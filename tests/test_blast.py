@@ -16,11 +16,14 @@ from custody_app import Ledger
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.timeutil import ManualClock
 from custody_app.interfaces.batch import run_batch
+from store.schema import SCHEMA_VERSION
 from tests.conftest import CAUSE, Env, day
 
 ROOT = Path(__file__).resolve().parent.parent
 INCIDENT = ROOT / "sample_data" / "incident_refund.jsonl"
 SAMPLE = ROOT / "sample_data" / "support_agent.jsonl"
+# The incident's receipts are signed by demo issuers that only the demo policy registers.
+DEMO_POLICY = ROOT / "sample_data" / "demo_policy.toml"
 
 
 @dataclass
@@ -38,7 +41,7 @@ class Incident:
 
 
 def replay(path: Path, *files: Path) -> Incident:
-    ledger = Ledger.open(path, clock=ManualClock())
+    ledger = Ledger.open(path, clock=ManualClock(), policy=DEMO_POLICY)
     out = io.StringIO()
     for file in files:
         with file.open(encoding="utf-8") as stream:
@@ -294,7 +297,7 @@ def test_schema_upgrade_backfills_the_session_index(tmp_path: Path) -> None:
     conn.pragma("user_version", 1)
     made.ledger.close()
     with Ledger.open(tmp_path / "old.db") as reopened:
-        assert reopened.db.conn.pragma("user_version") == 2
+        assert reopened.db.conn.pragma("user_version") == SCHEMA_VERSION
         assert reopened.blast(root) == expected
         assert reopened.rebuild().differences == []
 
@@ -305,7 +308,8 @@ def test_blast_and_explain_subcommands(tmp_path: Path) -> None:
     from tests.test_batch_cli import cli, results
 
     path = tmp_path / "inc.db"
-    done = cli("--batch", INCIDENT, "--ledger", path, "--manual-clock", cwd=tmp_path)
+    done = cli("--batch", INCIDENT, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
+               cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     [plan] = [r["result"]["fact_id"] for r in results(done) if r["id"] == "wrong-plan"]
     text = cli("blast", plan, "--ledger", path)

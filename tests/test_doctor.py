@@ -20,10 +20,11 @@ import pytest
 from custody_app.doctor.checks import _secure_delete, diagnose, sqlite_vec_ok
 from custody_app.ledger.facade import Ledger
 from store import health
-from store.schema import APPLICATION_ID, MIGRATIONS
+from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import CAUSE
 
 NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "pending-scrubs",
+         "erasure-leaks",
          "key-store", "master-key", "forget-key", "signing-key", "keys-match"]
 STRIPPED = ("CUSTODY_LEDGER", "CUSTODY_POLICY", "CUSTODY_KEYSTORE", "CUSTODY_MASTER_KEY")
 
@@ -186,8 +187,8 @@ def test_an_extra_trigger_is_a_warning(ledger: Path) -> None:
     assert "sneaky" in detail(report, "triggers")
 
 
-@pytest.mark.parametrize(("version", "words"), [(99, "newer than the 2"), (0, "user_version 0"),
-                                                (1, "served_facts")])
+@pytest.mark.parametrize(("version", "words"), [(99, f"newer than the {SCHEMA_VERSION}"),
+                                                (0, "user_version 0"), (1, "served_facts")])
 def test_a_wrong_user_version_fails_without_making_the_ledger_unopenable(
         ledger: Path, version: int, words: str) -> None:
     _sql(ledger, f"PRAGMA user_version = {version}")

@@ -60,7 +60,7 @@ def test_no_output_replaces_the_ledgers_own_files_even_with_force(
     before = digest(*_files(db))
     args = ["export"] if command == "export" else ["pack", fact]
     done = run(*args, "--ledger", str(db), "--out", str(target), "--force")
-    assert done.returncode == 1 and "output_refused" in done.stderr, done.stderr
+    assert done.returncode == 1 and "output_protected" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert digest(*_files(db)) == before
     assert not target.exists() or b'"line_hash"' not in target.read_bytes()  # no export landed
@@ -75,7 +75,7 @@ def test_a_symlink_or_hard_link_to_the_ledger_is_the_ledger(ledger: tuple[Path, 
     before = digest(*_files(db))
     for name in ("soft.json", "hard.json"):
         done = run("pack", fact, "--ledger", str(db), "--out", str(db.parent / name), "--force")
-        assert done.returncode == 1 and "output_refused" in done.stderr
+        assert done.returncode == 1 and "output_protected" in done.stderr
     assert digest(*_files(db)) == before
 
 
@@ -89,7 +89,7 @@ def test_another_ledger_or_key_file_is_refused_by_its_content(ledger: tuple[Path
         target = other / name
         before = digest(target)
         done = run("export", "--ledger", str(db), "--out", str(target), "--force")
-        assert done.returncode == 1 and "output_refused" in done.stderr, name
+        assert done.returncode == 1 and "output_protected" in done.stderr, name
         assert digest(target) == before
 
 
@@ -99,7 +99,7 @@ def test_an_existing_file_needs_force_and_outputs_are_0600_whatever_the_umask(
     out = db.parent / "pack.json"
     out.write_text("mine")
     done = run("pack", fact, "--ledger", str(db), "--out", str(out), umask=0)
-    assert done.returncode == 1 and "--force" in done.stderr and out.read_text() == "mine"
+    assert done.returncode == 1 and "output_exists" in done.stderr and out.read_text() == "mine"
     assert run("pack", fact, "--ledger", str(db), "--out", str(out), "--force", umask=0).returncode == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600 and "a plaintext value" in out.read_text()
     export = db.parent / "e.jsonl"
@@ -140,7 +140,7 @@ def test_eval_reports_and_keys_and_writer_keys_never_replace_a_file(tmp_path: Pa
     report = tmp_path / "r.json"
     report.write_text("keep")
     done = run("eval", "--out", str(report))
-    assert done.returncode == 2 and "output_refused" in done.stderr and report.read_text() == "keep"
+    assert done.returncode == 2 and "output_exists" in done.stderr and report.read_text() == "keep"
     done = run("eval", "--out", str(key), "--force")
     assert done.returncode == 2 and digest(key, Path(f"{key}.pub")) == before
     wk = tmp_path / "w.key"
@@ -165,7 +165,7 @@ def test_the_helper_refuses_before_writing_anything(tmp_path: Path) -> None:
     with pytest.raises(LedgerError) as caught:
         write_output(tmp_path / "link", "y", force=True, protected=[precious]) if (
             (tmp_path / "link").symlink_to(precious) is None) else None
-    assert caught.value.code == "output_refused" and precious.read_text() == "x"
+    assert caught.value.code == "output_protected" and precious.read_text() == "x"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "p"]
 
 

@@ -366,7 +366,9 @@ def _run(draw: st.DrawFn, alphabet: str, size: int) -> str:
 @st.composite
 def identifiers(draw: st.DrawFn) -> tuple[str, str]:
     """A freshly generated valid identifier and its kind."""
-    kind = draw(st.sampled_from(DETECTORS))
+    # The context-gated bank detectors (ifsc, bank_account) have their own tests
+    # (tests/test_redaction_fields.py): their span is not a standalone string.
+    kind = draw(st.sampled_from([d for d in DETECTORS if d not in ("ifsc", "bank_account")]))
     digits, upper = string.digits, string.ascii_uppercase
     pan = _run(draw, upper, 3) + draw(st.sampled_from("PCHFATBLJG")) + _run(draw, upper, 1)
     pan += _run(draw, digits, 4) + _run(draw, upper, 1)

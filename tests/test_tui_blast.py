@@ -27,7 +27,8 @@ def incident(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """The incident replayed; returns the ledger and fact ids by the sample's op ids."""
     path = tmp_path / "incident.db"
     out = io.StringIO()
-    with Ledger.open(path, clock=ManualClock(), id_seed=3) as led:
+    policy = INCIDENT.with_name("demo_policy.toml")  # registers the sample's receipt issuers
+    with Ledger.open(path, clock=ManualClock(), id_seed=3, policy=policy) as led:
         run_batch(led, INCIDENT.read_text().splitlines(), out)
     ids = {}
     for line in out.getvalue().splitlines():

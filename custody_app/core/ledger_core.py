@@ -103,6 +103,7 @@ class LedgerCore:
             return self.index.rebuild(progress)
 
     def close(self) -> None:
+        self.index.close()
         if self.keys is not None:
             self.keys.close()
         self.db.close()
@@ -131,6 +132,7 @@ class LedgerCore:
         if self.readonly:
             raise LedgerError("read_only", "this ledger was opened read-only")
         keys = self.keys.store.write() if self.keys is not None else nullcontext()
+        outermost = self.db.depth == 0
         try:
             # The key store commits first (inner), so no committed value ever lacks its key.
             with self.db.write(), keys:
@@ -138,15 +140,22 @@ class LedgerCore:
                     self._head = self.db.events.head()
                     self._recorded_policy = self.db.events.last_policy_hash()
                 saved = (self._head, self._recorded_policy)
+                pending = self.index.pending()
                 try:
                     yield
+                    if self.db.depth == 1:
+                        # The group's recall rows go in together, still inside its transaction.
+                        self.index.flush()
                 except BaseException:
                     self._head, self._recorded_policy = saved
+                    self.index.restore(pending)
                     if self.keys is not None:
                         self.keys.drop_cache()
                     raise
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
+        if outermost:
+            self.index.after_commit()
 
     @property
     def head(self) -> tuple[int, str, str] | None:
@@ -240,6 +249,8 @@ class LedgerCore:
             stored = self.db.facts.dump()
             index = sessions.rebuilt_index(self.db.events.iter_all())
             stored_index = self.db.sessions.dump()
+            actions = sessions.rebuilt_actions(self.db.events.iter_all())
+            stored_actions = self.db.actions.dump()
         rebuilt = memory.dump()
         differences = _compare(stored, rebuilt)
         index_differences = _compare(stored_index, index,
@@ -250,7 +261,13 @@ class LedgerCore:
         if repair and index_differences:
             with self.transaction():
                 self.db.sessions.replace_all(*index)
-        differences += index_differences
+        action_differences = _compare(([*map(tuple, stored_actions)], [], []),
+                                      ([*map(tuple, actions)], [], []),
+                                      names=("action", "-", "-"))
+        if repair and action_differences:
+            with self.transaction():
+                self.db.actions.replace_all(actions)
+        differences += index_differences + action_differences
         return RebuildResult(facts=len(rebuilt[0]), states=len(rebuilt[1]),
                              differences=differences, repaired=repair and bool(differences))
 

@@ -26,8 +26,22 @@ def index_event(db: LedgerFile, kind: str, seq: int, fact_id: str | None,
     session = session_of(kind, body)
     if session is None:
         return
+    if kind == "acted":
+        db.actions.record(action_row(seq, body, str(body.get("actor")), str(body.get("tx_at"))))
     db.sessions.record(session, seq, kind, fact_id, body.get("ref") if kind == "acted" else None,
                        list(body.get("fact_ids") or []) if kind == "served" else None)
+
+
+def action_row(seq: int, body: dict[str, Any], actor: str, tx_at: str) -> tuple[
+        int, str, str, str, str | None, str]:
+    """The actions index row of an `acted` event."""
+    return (seq, str(body["tool"]), actor, str(body["session"]), body.get("subject_ref"), tx_at)
+
+
+def rebuilt_actions(events: Iterable[EventRow]) -> list[tuple[object, ...]]:
+    """The whole actions index recomputed from the events, in the order `dump()` returns it."""
+    return [action_row(e.seq, json.loads(e.body), e.actor, e.tx_at)
+            for e in events if e.kind == "acted"]
 
 
 Rows = tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[object, ...]]]

@@ -150,6 +150,23 @@ def _pending(db: health.Inspection) -> DoctorCheck:
                  "open finishes it once no reader holds the WAL.")
 
 
+def _leaks(db: health.Inspection) -> DoctorCheck:
+    """Separate from pending: the checkpoint completed, but the byte scan found erased bytes
+    that belong to the erased facts or subject (a leak), so the erasure is not complete."""
+    leaks = db.erasure_leaks()
+    if not leaks:
+        return check("erasure-leaks", "ok", f"no erasure of {db.path} was certified with "
+                     "erased bytes still leaking.")
+    last = leaks[-1]
+    facts = last.get("facts")
+    named = [str(f) for f in facts[:5]] if isinstance(facts, list) else []
+    return check("erasure-leaks", "warn", f"{len(leaks)} erasure(s) of {db.path} found erased "
+                 f"bytes still present after a complete checkpoint; latest {last.get('operation')} "
+                 f"at {last.get('issued_at')}: {last.get('leaks')} leaking string(s) about "
+                 f"{', '.join(named)}. Their certificates list "
+                 "where each string lives (free text of the erased facts is not yet sealed).")
+
+
 def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> DoctorReport:
     """Check the install and the ledger at `ledger` (and its key store, `<ledger>.keys` unless
     `keystore` or $CUSTODY_KEYSTORE says otherwise) without writing to any of them."""
@@ -165,7 +182,7 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> Docto
             checks.append(_ledger_file(path))
             schema, version = _schema(db)
             checks += [schema, _triggers(db, version), _secure_delete(db), _wal(path),
-                       _pending(db)]
+                       _pending(db), _leaks(db)]
             sample = db.last_subject()
         except StoreError as exc:
             checks.append(check("ledger", "FAIL", f"{exc} ({exc.code}): the file is damaged."))

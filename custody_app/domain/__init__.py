@@ -2,7 +2,7 @@
 rules over them (the lifecycle's legal moves, the hash chain, the as-of fold, times, redaction,
 retention windows).
 
-Owns: models, commands, lifecycle, fold, chain, policy, timeutil, errors, redaction,
+Owns: models, commands, lifecycle, fold, chain, policy, receipts, timeutil, errors, redaction,
 retention, readmodels, resources. May import: nothing else of the project (not `store`, not
 another subpackage) and no `apsw`, `textual` or `mcp`. Rows from the store are read through the
 protocols in `records`.

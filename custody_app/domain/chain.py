@@ -9,8 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import rfc8785
-
+from custody_app.domain.canonical import canonical as canonical  # callers import it from here
 from custody_app.domain.records import EventRecord
 
 E = TypeVar("E", bound=EventRecord)
@@ -18,11 +17,6 @@ E = TypeVar("E", bound=EventRecord)
 GENESIS = "0" * 64
 # Columns repeated outside the hashed body; verify checks they still agree with it.
 _MIRRORED = ("seq", "kind", "tx_at", "actor", "policy_hash", "fact_id")
-
-
-def canonical(obj: Any) -> str:
-    """RFC 8785 (JCS) canonical JSON text."""
-    return rfc8785.dumps(obj).decode("utf-8")
 
 
 def new_salt() -> str:

@@ -20,6 +20,7 @@ from custody_app.domain.models import (
     Text,
     Time,
 )
+from custody_app.domain.receipts import Receipt
 
 
 class Command(Frozen):
@@ -40,6 +41,9 @@ class AssertFact(Command):
     supersedes: FactId | None = None
     sources: Annotated[list[FactId], Field(min_length=1, max_length=1000)] | None = None
     llm: LlmBlock | None = None
+    tool_output: Any = None
+    """The tool's output, when `cause.pointer` names the value inside it: checked against the
+    receipt's output digest at the door, never stored."""
 
     @field_validator("value")
     @classmethod
@@ -189,6 +193,22 @@ class Act(Command):
     outcome: Text
     actor: Actor
     args_digest: ArgsDigest | None = None
+    subject: Text | None = None
+    receipt: Receipt | None = None
+    cause: Cause | None = None
+
+
+class Actions(Command):
+    """Search recorded actions, newest first, one page at a time."""
+
+    tool: Text | None = None
+    actor: Actor | None = None
+    session: Text | None = None
+    subject: Text | None = None
+    since: Time | None = None
+    until: Time | None = None
+    before_seq: Annotated[int, Field(ge=1)] | None = None
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
 
 
 class Blast(Command):
@@ -205,7 +225,7 @@ OPS: dict[str, type[Command]] = {
     "affirm": Affirm, "as_of": AsOf, "history": History, "why": Why, "verify": Verify,
     "clock": SetClock, "hold": Hold, "release": Release, "forget": Forget,
     "forget_subject": ForgetSubject, "sweep": Sweep, "checkpoint": Checkpoint, "recall": Recall,
-    "act": Act, "blast": Blast, "explain": Explain,
+    "act": Act, "blast": Blast, "explain": Explain, "actions": Actions,
 }
 # Ops of the protocol that later versions bring; named so the error says so.
 NOT_YET: tuple[str, ...] = ()

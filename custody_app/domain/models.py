@@ -5,11 +5,21 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.escaping import escape_text, unsafe_character
+from custody_app.domain.receipts import Pointer, Receipt
 from custody_app.domain.timeutil import normalise
 
 ACTOR_KINDS = ("user", "agent", "llm", "reviewer", "system", "rule")
@@ -82,6 +92,20 @@ class Cause(Frozen):
     ref: Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S"),
                    AfterValidator(check_identifier)]
     detail: Annotated[str, Field(max_length=2000)] | None = None
+    receipt: Receipt | None = None
+    """A tool gateway's signed receipt for the call the value came from (checked at the door)."""
+    pointer: Pointer | None = None
+    """RFC 6901 pointer to the value inside the receipt's output (absent: the whole output)."""
+
+    @model_serializer(mode="wrap")
+    def _without_absent_evidence(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A cause without a receipt reads as it did before receipts existed.
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("receipt", "pointer"):
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
 
 
 class LlmBlock(Frozen):
@@ -149,6 +173,7 @@ class FactRetracted(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactConfirmed(Event):
@@ -158,6 +183,8 @@ class FactConfirmed(Event):
     fact_id: FactId
     reason: Text | None = None
     session: Text | None = None
+    corroborated_by: list[FactId] | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactRejected(Event):
@@ -167,6 +194,7 @@ class FactRejected(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactAffirmed(Event):
@@ -184,6 +212,7 @@ class FactHeld(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 class FactReleased(Event):
@@ -193,6 +222,7 @@ class FactReleased(Event):
     fact_id: FactId
     reason: Text
     session: Text | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 DigestKind = Literal["hmac-sha256", "sha256", "none"]
@@ -264,6 +294,10 @@ class ActionRecorded(Event):
     ref: Text
     outcome: Text
     args_digest: ArgsDigest | None = None
+    subject_ref: Hash | None = None
+    receipt: Receipt | None = None
+    cause: Cause | None = None
+    redactions: list[dict[str, Any]] | None = None
 
 
 EVENT_MODELS: dict[str, type[Event]] = {

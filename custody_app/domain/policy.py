@@ -49,6 +49,18 @@ class ProvenancePolicy(_Section):
         default_factory=dict)
     """Registered writer keys: actor (`kind:id`) to the sha256 (hex) of that writer's key file.
     A writer that presents the key (`custody-app serve --writer-key FILE`) writes `attested`."""
+    receipt_issuers: dict[Annotated[str, Field(min_length=1, max_length=500)],
+                          Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=dict)
+    """Tool receipt issuers: issuer name to its Ed25519 public key (64 hex digits, what
+    `custody-app receipt-key` prints). A write citing a receipt from an issuer not listed here
+    is refused (`receipt_invalid`)."""
+
+
+class QuarantinePolicy(_Section):
+    corroborate: Annotated[int, Field(ge=0, le=1000)] = 0
+    """Confirm a claimed fact (as `system:custody`) once its value has been asserted
+    independently in this many distinct sessions, matched by digest; 0 turns it off."""
 
 
 class ReviewPolicy(_Section):
@@ -63,14 +75,20 @@ class ErasurePolicy(_Section):
     """What a forget event keeps of the erased value."""
     previously_forgotten: Literal["quarantine", "refuse"] = "quarantine"
     """What happens to a write whose value was forgotten before for the same subject/predicate."""
+    rotate_index_key: Literal["manual", "after_forget_subject"] = "manual"
+    """When the lexical index is re-keyed (`custody-app rotate-index-key`): only when asked, or
+    after each forget_subject, so a copy taken before it cannot be tested with the key store."""
 
 
-Detector = Literal["email", "phone", "card", "iban", "aadhaar", "pan", "gstin"]
+Detector = Literal["email", "phone", "card", "iban", "aadhaar", "pan", "gstin", "ifsc",
+                   "bank_account"]
 
 
 class RedactionPolicy(_Section):
-    detectors: tuple[Detector, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin")
-    """Identifiers masked in every string of a value before anything is stored or indexed."""
+    detectors: tuple[Detector, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin",
+                                       "ifsc", "bank_account")
+    """Identifiers masked in every string of a value and of every free-text field (cause ref
+    and detail, reasons, action ref and outcome, llm model) before anything is stored."""
 
 
 class RetentionPolicy(_Section):
@@ -113,6 +131,8 @@ class Policy(_Section):
     """Who may declare provenance above `claimed`."""
     review: ReviewPolicy = ReviewPolicy()
     """Who may confirm or reject quarantined facts."""
+    quarantine: QuarantinePolicy = QuarantinePolicy()
+    """What can lift quarantine besides a reviewer."""
     erasure: ErasurePolicy = ErasurePolicy()
     """Forget digests and the handling of previously forgotten values."""
     retention: RetentionPolicy = RetentionPolicy()
@@ -158,6 +178,11 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
         # A policy without writer keys hashes as it did before they existed, so upgrading
         # custody-app records no policy change on ledgers that never used them.
         del data["provenance"]["writer_keys"]
+    # Likewise for the sections added later, while they are left at their defaults.
+    if not data["provenance"]["receipt_issuers"]:
+        del data["provenance"]["receipt_issuers"]
+    if data["quarantine"] == {"corroborate": 0}:
+        del data["quarantine"]
     canonical = rfc8785.dumps(data).decode()
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     return LoadedPolicy(policy, digest, canonical, source, path)

@@ -1,4 +1,5 @@
-"""Redaction at ingest: mask emails, phones, cards, IBANs, Aadhaar, PAN and GSTIN in JSON values."""
+"""Redaction at ingest: mask emails, phones, cards, IBANs, Aadhaar, PAN, GSTIN, IFSC and bank
+accounts in JSON values."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-DETECTORS: tuple[str, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin")
+from custody_app.domain.bank_detectors import bank_account, ifsc
+
+DETECTORS: tuple[str, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin", "ifsc",
+                             "bank_account")
 # Overlapping spans of equal length: the more specific identifier names the region.
-_PRIORITY: tuple[str, ...] = ("gstin", "iban", "card", "aadhaar", "pan", "phone", "email")
+_PRIORITY: tuple[str, ...] = ("gstin", "iban", "ifsc", "bank_account", "card", "aadhaar", "pan", "phone",
+                             "email")
 _MASKS: dict[str, str] = {kind: f"[{kind}]" for kind in DETECTORS}
 
 _Span = tuple[int, int, str]
@@ -55,28 +60,12 @@ _PAN = re.compile(r"(?<!\w)" + _PAN_BODY + r"(?!\w)")
 _GSTIN = re.compile(r"(?<!\w)(?:0[1-9]|[12][0-9]|3[0-8]|97|99)" + _PAN_BODY + r"[1-9A-Z]Z[0-9A-Z](?!\w)")
 
 _B36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_VERHOEFF_D = (
-    (0, 1, 2, 3, 4, 5, 6, 7, 8, 9),
-    (1, 2, 3, 4, 0, 6, 7, 8, 9, 5),
-    (2, 3, 4, 0, 1, 7, 8, 9, 5, 6),
-    (3, 4, 0, 1, 2, 8, 9, 5, 6, 7),
-    (4, 0, 1, 2, 3, 9, 5, 6, 7, 8),
-    (5, 9, 8, 7, 6, 0, 4, 3, 2, 1),
-    (6, 5, 9, 8, 7, 1, 0, 4, 3, 2),
-    (7, 6, 5, 9, 8, 2, 1, 0, 4, 3),
-    (8, 7, 6, 5, 9, 3, 2, 1, 0, 4),
-    (9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-)
-_VERHOEFF_P = (
-    (0, 1, 2, 3, 4, 5, 6, 7, 8, 9),
-    (1, 5, 7, 6, 2, 8, 3, 0, 9, 4),
-    (5, 8, 0, 3, 7, 9, 6, 1, 4, 2),
-    (8, 9, 1, 6, 0, 4, 3, 5, 2, 7),
-    (9, 4, 5, 3, 1, 2, 6, 8, 7, 0),
-    (4, 2, 8, 6, 5, 7, 3, 9, 0, 1),
-    (2, 7, 9, 3, 8, 0, 6, 4, 1, 5),
-    (7, 0, 4, 6, 9, 1, 3, 2, 5, 8),
-)
+_VERHOEFF_D = tuple(tuple(map(int, row)) for row in (
+    "0123456789", "1234067895", "2340178956", "3401289567", "4012395678", "5987604321",
+    "6598710432", "7659821043", "8765932104", "9876543210"))
+_VERHOEFF_P = tuple(tuple(map(int, row)) for row in (
+    "0123456789", "1576283094", "5803796142", "8916043527", "9453126870", "4286573901",
+    "2793806415", "7046913258"))
 
 
 def _digits(s: str) -> str:
@@ -162,6 +151,8 @@ _DETECT: dict[str, _Detector] = {
     "aadhaar": _matches(_AADHAAR, lambda s: _verhoeff_ok(_digits(s))),
     "pan": _matches(_PAN, lambda s: True),
     "gstin": _matches(_GSTIN, _gstin_ok),
+    "ifsc": ifsc,
+    "bank_account": bank_account,
 }
 
 

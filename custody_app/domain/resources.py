@@ -37,6 +37,11 @@ def demo_batch_paths() -> list[Path]:
     return [sample_batch_path(), resource("sample_data/incident_refund.jsonl")]
 
 
+def demo_policy_path() -> Path:
+    """The policy --demo runs under: the default plus the demo receipt issuers."""
+    return resource("sample_data/demo_policy.toml")
+
+
 def ledger_path(given: str | None) -> str:
     """The ledger a command works on: the one given, else $CUSTODY_LEDGER, else ./custody.db."""
     return given or os.environ.get(LEDGER_ENV) or DEFAULT_LEDGER

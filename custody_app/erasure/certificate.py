@@ -6,16 +6,30 @@ from typing import Literal
 
 from custody_app.domain.readmodels import ReadModel
 
-Outcome = Literal["clean", "pending", "found", "unverifiable", "not_applicable"]
+Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable"]
 
 CANNOT_REACH = (
     "backups, snapshots and copies of the ledger file taken before this erasure (for a single "
     "fact they stay readable while the subject's data key exists; forget_subject destroys it)",
+    "in a copy of the ledger taken before this erasure: the embeddings (vectors are not "
+    "encrypted, and approximate the erased text), and the word index rows, testable with the "
+    "current key store until the index key is rotated (`custody-app rotate-index-key`)",
     "exports, evidence packs and reports already written out of the ledger",
     "an agent's or model's context window, caches, logs, transcripts or fine-tuned weights",
     "anything a person or program copied out of the ledger before the erasure",
     "freed blocks of the underlying disk or SSD (below SQLite, outside this software's reach)",
 )
+
+
+class ScanHit(ReadModel):
+    """One erased byte string still in a file: what it was (never its bytes), whose it is now
+    (`leak`: the erased fact's, a derived fact's or the erased subject's, or no live row's;
+    `shared`: a live record not derived from it also holds these bytes) and where it lives."""
+
+    string: str
+    classification: Literal["leak", "shared"]
+    file: str
+    where: list[str]
 
 
 class PlaceCheck(ReadModel):
@@ -24,6 +38,7 @@ class PlaceCheck(ReadModel):
     place: str
     outcome: Outcome
     detail: str
+    hits: list[ScanHit] = []
 
 
 class ErasedFact(ReadModel):
@@ -69,7 +84,10 @@ class ErasureCertificate(ReadModel):
         lines.append("  checked:")
         for place in self.places:
             lines.append(f"    [{place.outcome}] {place.place}: {place.detail}")
-        lines.append(f"  complete: {'yes' if self.complete else 'NO, see pending above'}")
+            for hit in place.hits:
+                lines.append(f"      {hit.classification}: {hit.string}")
+                lines += [f"        in {where}" for where in hit.where]
+        lines.append(f"  complete: {'yes' if self.complete else 'NO, see pending and found above'}")
         lines.append("  erasure cannot reach:")
         lines += [f"    - {item}" for item in self.cannot_reach]
         return "\n".join(lines)

@@ -15,15 +15,10 @@ from custody_app.erasure.certificate import (
     PlaceCheck,
     SubjectForgetResult,
 )
-from custody_app.erasure.proof import (
-    ERASED,
-    MIN_SCAN_BYTES,
-    SUBJECT_KEY_KEPT,
-    ErasureWork,
-    add_needles,
-    certificate,
-)
+from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, certificate
+from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs
+from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork, add_needles
 from custody_app.keys import crypto
 from store.rows import FactRow
 
@@ -59,7 +54,8 @@ def erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
         if text is not None and policy.digest != "none" and ledger.keys is not None:
             ledger.db.erasure.add_digest(ref, fact.predicate, previously_forgotten_digest(
                 ledger, ref, fact.predicate, text))
-        add_needles(event.value, text, work, ledger.db.erasure.is_name)
+        add_needles(event.value, text, work, ledger.db.erasure.is_name, fact.fact_id,
+                    fact.predicate)
         ledger.db.events.erase_value(fact.assert_seq)
         ledger.db.erasure.add_pending([fact.fact_id], tx_at)
         fields: dict[str, Any] = {"reason": reason, "digest_kind": digest_kind, "digest": digest,
@@ -113,8 +109,9 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         erase(ledger, facts, root_of, kind="forget", reason=cmd.reason, actor=cmd.actor,
                tx_at=tx_at, work=work, subject_hash=subject_hash)
         subject_bytes = cmd.subject.encode("utf-8")
+        work.subject = cmd.subject
         if own and len(subject_bytes) >= MIN_SCAN_BYTES:
-            work.needles.append(subject_bytes)
+            work.add(subject_bytes, "subject id")
         row = ledger.append("forget_subject", cmd.actor, tx_at,
                              {"subject_hash": subject_hash, "reason": cmd.reason,
                               "counts": counts})
@@ -122,6 +119,9 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
                                         json.dumps(counts, sort_keys=True), tx_at)
         # Inside the same write: the key store commits (key destroyed) before the ledger does.
         destroyed = ledger.keys.destroy(cmd.subject, tx_at)
+    rotated = None
+    if ledger.policy.policy.erasure.rotate_index_key == "after_forget_subject":
+        rotated = rotate_index_key(ledger)
     keys_place = PlaceCheck(
         place="key store: the subject's data key", outcome="clean",
         detail=f"{destroyed} key generation(s) destroyed at {tx_at}; copies of the ledger made "
@@ -129,6 +129,7 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         "cannot write for it")
     cert = certificate(ledger, "forget_subject", work, actor=cmd.actor, reason=cmd.reason,
                        subject_hash=subject_hash, keys_place=keys_place)
+    cert = cert.model_copy(update={"places": [*cert.places, index_key_place(rotated)]})
     scrubs.settle(ledger, cert, work)
     return SubjectForgetResult(subject_hash=subject_hash, counts=counts, event_id=row.hash,
                                seq=row.seq, tx_at=tx_at, keys_destroyed=destroyed,

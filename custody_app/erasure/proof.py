@@ -2,61 +2,17 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from custody_app.domain.timeutil import format_time
-from custody_app.erasure.certificate import ErasedFact, ErasureCertificate, PlaceCheck
+from custody_app.erasure.certificate import ErasureCertificate, Outcome, PlaceCheck
+from custody_app.erasure.hits import classify
+from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
 
 ERASED = ("forgotten", "expired")
-# A value this short could match bytes by chance, so a byte scan cannot prove it absent.
-MIN_SCAN_BYTES = 8
-
-
-@dataclass
-class ErasureWork:
-    """What one erasure transaction did, for its certificate."""
-
-    erased: list[ErasedFact] = field(default_factory=list)
-    needles: list[bytes] = field(default_factory=list)
-    short_values: int = 0
-
-
-def add_needles(sealed: bytes | None, text: str | None, work: ErasureWork,
-             is_name: Callable[[str], bool]) -> None:
-    """The byte strings a scan must not find: the sealed value, its JSON and each long string
-    (but not a string that names a subject or space: identifiers stay in the file)."""
-    if sealed:
-        work.needles.append(bytes(sealed))
-    if text is None:
-        return
-    leaves: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, str):
-            leaves.append(node)
-        elif isinstance(node, dict):
-            for k, v in node.items():
-                walk(k)
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(json.loads(text))
-    for candidate in [text, *dict.fromkeys(leaves)]:
-        data = candidate.encode("utf-8")
-        if candidate is not text and is_name(candidate):
-            continue
-        if len(data) >= MIN_SCAN_BYTES:
-            work.needles.append(data)
-        elif candidate is text:
-            work.short_values += 1
 
 
 def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
@@ -96,18 +52,30 @@ def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> 
 
 
 def scan_places(ledger: LedgerCore, work: ErasureWork, *, checkpoint_done: bool) -> list[PlaceCheck]:
+    """The byte scan of each file, each string still found located and classified."""
     out: list[PlaceCheck] = []
-    hits = ledger.db.scan(work.needles)
-    for path, found in hits.items():
-        if not found:
+    found = ledger.db.locate.find(work.needles)
+    hits = classify(ledger, work, {p: f for p, f in found.items() if f}) if any(
+        found.values()) else {}
+    for path in found:
+        listed = hits.get(path, [])
+        leaks = sum(1 for h in listed if h.classification == "leak")
+        if not listed:
             out.append(PlaceCheck(place=f"byte scan of {path}", outcome="clean",
                                   detail=f"none of {len(work.needles)} erased byte string(s) "
                                   "(sealed values, their JSON and strings) found"))
+            continue
+        if not checkpoint_done:
+            outcome: Outcome = "pending"
         else:
-            out.append(PlaceCheck(
-                place=f"byte scan of {path}", outcome="found" if checkpoint_done else "pending",
-                detail=f"{len(found)} of {len(work.needles)} erased byte string(s) still present"
-                + ("" if checkpoint_done else "; expected until the checkpoint completes")))
+            outcome = "found" if leaks else "shared"
+        detail = (f"{len(listed)} of {len(work.needles)} erased byte string(s) still present: "
+                  f"{leaks} leak(s), {len(listed) - leaks} shared with live records not derived "
+                  "from the erased facts (listed below with where)")
+        if not checkpoint_done:
+            detail += "; expected until the checkpoint completes"
+        out.append(PlaceCheck(place=f"byte scan of {path}", outcome=outcome, detail=detail,
+                              hits=listed))
     if work.short_values:
         out.append(PlaceCheck(
             place="byte scan of short values", outcome="unverifiable",
@@ -136,10 +104,8 @@ SUBJECT_KEY_KEPT = PlaceCheck(
     "forget can still be decrypted with it; forget_subject destroys it")
 
 
-def reissue(ledger: LedgerCore, cert: ErasureCertificate, needles: list[bytes],
-            short_values: int) -> ErasureCertificate:
+def reissue(ledger: LedgerCore, cert: ErasureCertificate, work: ErasureWork) -> ErasureCertificate:
     """The certificate again once a pending checkpoint completed: checkpoint and scans redone."""
-    work = ErasureWork(erased=list(cert.erased), needles=needles, short_values=short_values)
     kept = [p for p in cert.places
             if not p.place.startswith(("WAL checkpoint", "byte scan"))]
     checks = kept + [PlaceCheck(place="WAL checkpoint (TRUNCATE)", outcome="clean",

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from custody_app.erasure.certificate import ErasureCertificate
-from custody_app.erasure.proof import ErasureWork, reissue
+from custody_app.erasure.proof import reissue
+from custody_app.erasure.work import ErasureWork
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
@@ -17,26 +18,35 @@ class Scrubs:
     """This process's pending erasures: certificate, erased bytes and short values of each."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, tuple[ErasureCertificate, list[bytes], int]] = {}
+        self._pending: dict[str, tuple[ErasureCertificate, ErasureWork]] = {}
         self.due = False
         self.finishing = False
 
     def settle(self, core: LedgerCore, cert: ErasureCertificate, work: ErasureWork) -> None:
         """After an erasure's proof: a complete one clears its pending rows; an incomplete one
         is kept (with what a re-issued certificate needs) until a checkpoint completes."""
-        if cert.complete:
-            self.clear(core)
+        checkpointed = any(p.place.startswith("WAL checkpoint") and p.outcome == "clean"
+                           for p in cert.places)
+        if checkpointed:
+            # Not pending any more, whatever the scan found: leaks are recorded as leaks.
+            self.clear(core, [cert])
             return
-        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (
-            cert, work.needles, work.short_values)
+        self._pending[cert.root or cert.subject_hash or cert.issued_at] = (cert, work)
         self.due = True
 
-    def clear(self, core: LedgerCore) -> None:
-        """After a complete checkpoint: drop the pending-scrub rows and leave the WAL empty."""
+    def clear(self, core: LedgerCore, certs: list[ErasureCertificate] | None = None) -> None:
+        """After a complete checkpoint: drop the pending-scrub rows (recording the erasures
+        whose certificate found leaks) and leave the WAL empty."""
         self.finishing = True
         try:
             with core.transaction():
                 core.db.erasure.clear_pending()
+                for cert in certs or []:
+                    leaks = [h for p in cert.places for h in p.hits if h.classification == "leak"]
+                    if leaks:
+                        core.db.erasure.add_leak({
+                            "operation": cert.operation, "issued_at": cert.issued_at,
+                            "leaks": len(leaks), "facts": [e.fact_id for e in cert.erased][:20]})
         finally:
             self.finishing = False
         core.db.wal_checkpoint(wait=False)
@@ -53,9 +63,8 @@ class Scrubs:
         if not core.db.wal_checkpoint(wait=wait).complete:
             self.due = True
             return []
-        self.clear(core)
-        certificates = [reissue(core, cert, needles, short)
-                        for cert, needles, short in self._pending.values()]
+        certificates = [reissue(core, cert, work) for cert, work in self._pending.values()]
+        self.clear(core, certificates)
         self._pending.clear()
         self.due = False
         return certificates

@@ -11,8 +11,9 @@ from custody_app.domain.timeutil import parse_time
 from custody_app.erasure.cascade import cascade
 from custody_app.erasure.certificate import SweepResult
 from custody_app.erasure.forget import erase
-from custody_app.erasure.proof import SUBJECT_KEY_KEPT, ErasureWork, certificate
+from custody_app.erasure.proof import SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.scrubs import Scrubs
+from custody_app.erasure.work import ErasureWork
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from custody_app.core.reads import require_fact
 from custody_app.domain.commands import Act
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.text_fields import redact_fields
 from custody_app.evidence.readmodels import (
     ActResult,
     BlastAction,
@@ -18,6 +19,7 @@ from custody_app.evidence.readmodels import (
     ExplainedFact,
     ExplainResult,
 )
+from custody_app.keys.receipts import check_receipt
 from store import LedgerFile
 from store.rows import FactRow
 
@@ -30,11 +32,27 @@ _ENDED_KIND = {"retracted": "retract", "rejected": "reject", "forgotten": "forge
 
 
 def act(ledger: LedgerCore, cmd: Act) -> ActResult:
+    if cmd.receipt is not None:
+        check_receipt(cmd.receipt, ledger.policy.policy.provenance.receipt_issuers, cmd.session,
+                      cmd.tool)
+    subject_ref = None
+    if cmd.subject is not None:
+        if ledger.keys is None:
+            raise LedgerError("keystore_missing", "an action's subject is recorded by its "
+                              "peppered hash, which needs the key store")
+        subject_ref = ledger.keys.subject_ref(cmd.subject)
+    # After the receipt's checks (they read the tool and session, never redacted): the free
+    # text the event keeps is redacted like a value. The receipt itself is stored as signed.
+    cmd, found = redact_fields(cmd, ledger.policy.policy.redaction.detectors)
     with ledger.transaction():
         tx_at = ledger.tx_at()
+        # The subject goes into the chain as its peppered hash, so erasing it keeps the chain.
         row = ledger.append("acted", cmd.actor, tx_at, {
             "session": cmd.session, "tool": cmd.tool, "ref": cmd.ref, "outcome": cmd.outcome,
-            "args_digest": cmd.args_digest})
+            "args_digest": cmd.args_digest, "subject_ref": subject_ref,
+            "receipt": cmd.receipt.model_dump(exclude_none=True) if cmd.receipt else None,
+            "cause": cmd.cause.model_dump(exclude_none=True) if cmd.cause else None,
+            **({"redactions": found} if found else {})})
     return ActResult(event_id=row.hash, seq=row.seq, tx_at=tx_at, session=cmd.session,
                      ref=cmd.ref)
 
@@ -190,7 +208,7 @@ def blast(ledger: LedgerCore, fact_id: str) -> BlastResult:
                        incomplete_sessions=sorted(incomplete))
 
 
-def _find_action(db: LedgerFile, action_ref: str) -> int:
+def find_action(db: LedgerFile, action_ref: str) -> int:
     seqs = db.sessions.actions_by_ref(action_ref)
     if not seqs and action_ref.startswith("seq:") and action_ref[4:].isdigit():
         row = db.events.get(int(action_ref[4:]))
@@ -209,7 +227,7 @@ def explain(ledger: LedgerCore, action_ref: str) -> ExplainResult:
     """For one recorded action: every fact served to its session before it, and its fate."""
     db = ledger.db
     with db.read():
-        seq = _find_action(db, action_ref)
+        seq = find_action(db, action_ref)
         action = _actions(db, [seq])[seq]
         served = db.sessions.served_before(action.session, seq)
         facts = {f.fact_id: f for f in db.facts.get_many([f for f, _, _ in served])}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -11,6 +12,15 @@ UPPER_BOUND = (
     "recorded reads, writes, actions and derivations; it does not prove that each one did. "
     "Sessions marked INCOMPLETE wrote after the root was known but have no recorded reads, so "
     "whether they relied on it cannot be told.")
+
+
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """Stored text as a terminal may show it: control characters and bidi overrides escaped."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                       else f"\\u{ord(m.group()):04x}", text)
 
 
 class _Model(BaseModel):
@@ -157,3 +167,57 @@ class ExplainResult(_Model):
         if self.incomplete:
             lines.append("  INCOMPLETE: no read was recorded in this session before the action")
         return "\n".join(lines)
+
+
+class Answer(_Model):
+    """One of the ten questions `explain` answers, and its one-line answer."""
+
+    question: str
+    answer: str
+
+
+class ActionAccount(_Model):
+    """An action explained in full: the ten answers in order, and what they rest on."""
+
+    action_ref: str
+    seq: int
+    answers: list[Answer]
+    receipt: dict[str, Any] | None
+    explain: ExplainResult
+    dependent_facts: list[str]
+    later_actions: list[int]
+
+    def render(self) -> str:
+        lines = [f"{a.question}: {printable(a.answer)}" for a in self.answers]
+        return "\n".join([*lines, "", printable(self.explain.render())])
+
+
+class ListedAction(_Model):
+    """One recorded action as the search lists it: what, where, by whom, and its receipt."""
+
+    seq: int
+    tx_at: str
+    tool: str
+    ref: str
+    outcome: str
+    actor: str
+    session: str
+    subject_ref: str | None = None
+    receipt_id: str | None = None
+    principal: str | None = None
+    grant: str | None = None
+
+
+class ActionsResult(_Model):
+    """A page of actions, newest first; `next_before_seq` fetches the next page."""
+
+    actions: list[ListedAction]
+    next_before_seq: int | None = None
+
+    def render(self) -> str:
+        lines = [f"{a.tx_at}  seq {a.seq}  {a.tool} {a.ref} -> {a.outcome}  by {a.actor} in "
+                 f"{a.session}" + (f"  receipt {a.receipt_id}" if a.receipt_id else "")
+                 for a in self.actions]
+        if self.next_before_seq is not None:
+            lines.append(f"(more: --before-seq {self.next_before_seq})")
+        return printable("\n".join(lines)) if lines else "no recorded action matches"

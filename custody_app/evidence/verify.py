@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from custody_app.domain.chain import verify_chain
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.evidence.checkpoints import CheckpointAudit
+from custody_app.evidence.receipts import ReceiptAudit
 from store.rows import EventRow
 
 if TYPE_CHECKING:
@@ -22,16 +23,24 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     pem = public_key or (ledger.keys.public_pem() if ledger.keys is not None
                          and ledger.keys.store.meta("signing") is not None else None)
     unchecked = 0
+    opened: dict[int, str | None] = {}
 
     def opener(row: EventRow, body: dict[str, Any]) -> str | None:
         nonlocal unchecked
         text = ledger.values.opener(row, body)
         unchecked += text is None
+        opened.clear()
+        opened[row.seq] = text
         return text
+
+    receipts = ReceiptAudit(ledger)
+
+    def per_event(row: EventRow) -> str | None:
+        return audit.check(row) or receipts.check(row, opened.get(row.seq))
 
     with ledger.db.read():
         audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
-        report = verify_chain(ledger.db.events.iter_all(), progress, opener, audit.check)
+        report = verify_chain(ledger.db.events.iter_all(), progress, opener, per_event)
         index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
     valid, bad, problem = report.valid, report.first_bad_seq, report.problem
     if valid and index_problems:

@@ -106,8 +106,17 @@ def refuse_reason(target: Path, *, force: bool, protected: Iterable[str | Path] 
     if (why := _sniff(target)) is not None:
         return why
     if not force:
-        return "it already exists (pass --force to replace it)"
+        return EXISTS
     return None
+
+
+EXISTS = "it already exists (pass --force to replace it)"
+
+
+def refusal(target: Path, why: str) -> LedgerError:
+    """`output_exists` when --force would do; `output_protected` when nothing may."""
+    code = "output_exists" if why == EXISTS else "output_protected"
+    return LedgerError(code, f"refusing to write {target}: {why}", path=str(target))
 
 
 def write_output(path: str | Path, data: str, *, force: bool = False, public: bool = False,
@@ -124,13 +133,14 @@ def output_file(path: str | Path, *, force: bool = False, public: bool = False,
     """A text handle on a temporary file beside `path`, renamed onto it (after fsync) when the
     block ends without an exception; mode 0600 (0644 when `public`) whatever the umask.
 
-    Refused (`output_refused`, nothing written) when the path exists and `force` is not set, and
-    always when it is one of `protected` (compared by device and inode, so through any link), a
-    database, WAL or key file by its content, or not a regular file."""
+    Refused (`output_exists`, nothing written) when the path exists and `force` is not set,
+    and always (`output_protected`) when it is one of `protected` (compared by device and
+    inode, so through any link), a database, WAL or key file by its content, or not a regular
+    file."""
     target = Path(path)
     protected = list(protected)
     if (why := refuse_reason(target, force=force, protected=protected)) is not None:
-        raise LedgerError("output_refused", f"refusing to write {target}: {why}", path=str(target))
+        raise refusal(target, why)
     if os.path.islink(target):
         target = Path(os.path.realpath(target))  # replace what the link names, keep the link
     mode = PUBLIC_MODE if public else SECRET_MODE
@@ -162,8 +172,7 @@ def _publish(temp: Path, target: Path, *, force: bool) -> None:
         try:
             os.link(temp, target)
         except FileExistsError:
-            raise LedgerError("output_refused", f"refusing to write {target}: it already "
-                              "exists (pass --force to replace it)", path=str(target)) from None
+            raise refusal(target, EXISTS) from None
     _sync_dir(target.parent)
 
 

@@ -31,7 +31,7 @@ def public_key_path_for(ledger_path: str | Path) -> Path:
 
 def write_public_key(ledger_path: str | Path, pem: str) -> Path:
     """`<ledger>.pub` (0644), written once: an existing file holding this key is kept, and one
-    holding anything else is never replaced (`output_refused`)."""
+    holding anything else is never replaced (`output_protected`)."""
     path = public_key_path_for(ledger_path)
     try:
         if path.is_file() and path.read_text(encoding="utf-8") == pem:
@@ -161,6 +161,13 @@ class KeyRing:
     def index_key(self) -> bytes:
         """Keys the word hashes of the lexical index, so it holds no plaintext words."""
         return self._slot("index")
+
+    def rotate_index_key_to(self, new: bytes) -> None:
+        """`new` replaces the index key in the key store; the old one is destroyed
+        (overwritten in place, secure_delete, rollback journal)."""
+        self._slot("index")  # the slot must exist before it is replaced
+        self.store.replace_meta("index", crypto.wrap(self._master, new, "index"))
+        self._slots["index"] = new
 
     @property
     def signing_key(self) -> bytes:

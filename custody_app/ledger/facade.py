@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from custody_app.core.ledger_core import SYSTEM_ACTOR
 from custody_app.domain.commands import (
     Act,
+    Actions,
     Affirm,
     AsOf,
     AssertFact,
@@ -49,6 +50,7 @@ from custody_app.domain.readmodels import (
     WhyResult,
 )
 from custody_app.domain.timeutil import ManualClock, format_time
+from custody_app.erasure import receipts, rotate
 from custody_app.erasure.certificate import (
     ErasureCertificate,
     ForgetResult,
@@ -56,14 +58,25 @@ from custody_app.erasure.certificate import (
     SweepResult,
 )
 from custody_app.erasure.forget import forget, forget_subject
+from custody_app.erasure.receipts import ErasuresResult
+from custody_app.erasure.rotate import RotateResult
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.sweep import sweep
 from custody_app.evidence import blast
+from custody_app.evidence.actionpack import build_action_pack
+from custody_app.evidence.actions import search_actions
 from custody_app.evidence.checkpoints import sign_checkpoint
+from custody_app.evidence.explain import account
 from custody_app.evidence.export import ExportResult
 from custody_app.evidence.export import export as export_events
 from custody_app.evidence.packs import EvidencePack, build_pack, pack_text
-from custody_app.evidence.readmodels import ActResult, BlastResult, ExplainResult
+from custody_app.evidence.readmodels import (
+    ActionAccount,
+    ActionsResult,
+    ActResult,
+    BlastResult,
+    ExplainResult,
+)
 from custody_app.evidence.verify import verify as verify_ledger
 from custody_app.files.output import ledger_files, write_output
 from custody_app.keys import writer_keys
@@ -172,11 +185,23 @@ class Ledger(BrowseReads):
         return accepted
 
     def act(self, session: str, tool: str, ref: str, outcome: str, *, actor: str,
-            args_digest: str | None = None) -> ActResult:
+            args_digest: str | None = None, subject: str | None = None,
+            receipt: dict[str, Any] | None = None,
+            cause: dict[str, Any] | None = None) -> ActResult:
         """Record an action an agent took in a session (tool, a reference such as a
-        transaction id, its outcome, optionally a digest of its arguments)."""
+        transaction id, its outcome, optionally a digest of its arguments, the subject it
+        concerned and the tool gateway's signed receipt, checked like a write's)."""
         return self._do(Act, ActResult, session=session, tool=tool, ref=ref, outcome=outcome,
-                        actor=actor, args_digest=args_digest)
+                        actor=actor, args_digest=args_digest, subject=subject, receipt=receipt,
+                        cause=cause)
+
+    def rotate_index_key(self) -> RotateResult:
+        """Re-key the word index under a fresh key and destroy the old key."""
+        return rotate.rotate_index_key(self)
+
+    def erasures(self, subject: str | None = None) -> ErasuresResult:
+        """The erasure receipts; with `subject`, whether it was erased (by peppered hash)."""
+        return receipts.erasures(self, subject)
 
     def blast(self, fact_id: str) -> BlastResult:
         """Everything that could have relied on a fact: sessions served it, their later writes
@@ -203,7 +228,7 @@ class Ledger(BrowseReads):
             target = folder / (f"pack-{fact_id}.json" if n == 1 else f"pack-{fact_id}-{n}.json")
             if not os.path.lexists(target):
                 return target, self.write_pack(fact_id, target)
-        raise LedgerError("output_refused", f"refusing to write a pack of {fact_id}: "
+        raise LedgerError("output_exists", f"refusing to write a pack of {fact_id}: "
                           f"{folder} already holds 999 of them", path=str(folder))
 
     def own_files(self) -> list[Path]:
@@ -219,6 +244,20 @@ class Ledger(BrowseReads):
         """What had been served to an action's session before it, and which of those facts
         were since retracted or erased."""
         return self._do(Explain, ExplainResult, action_ref=action_ref)
+
+    def actions(self, **filters: Any) -> ActionsResult:
+        """Recorded actions, newest first, a page at a time. Filters: tool, actor, session,
+        subject, since, until (ISO times, [since, until)), before_seq (cursor), limit."""
+        return self._do(Actions, ActionsResult, **filters)
+
+    def explain_full(self, action_ref: str, *, walk_chain: bool = True) -> ActionAccount:
+        """The ten answers about one action, in order (who acted ... what needs reversal);
+        `walk_chain=False` skips the whole-chain verify (a browsing screen on a big ledger)."""
+        return account(self, action_ref, run_verify=walk_chain)
+
+    def action_pack(self, action_ref: str) -> dict[str, Any]:
+        """The action explained in full as a signed pack (`verify_action_pack` checks it)."""
+        return build_action_pack(self, action_ref)
 
     # ---- what the façade adds to the core ------------------------------------------------
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -290,4 +329,5 @@ _HANDLERS: dict[type[Command], Callable[[Ledger, Any], BaseModel]] = {
     Checkpoint: lambda ledger, cmd: sign_checkpoint(ledger, cmd.actor),
     Act: blast.act, Blast: lambda ledger, cmd: blast.blast(ledger, cmd.fact_id),
     Explain: lambda ledger, cmd: blast.explain(ledger, cmd.action_ref),
+    Actions: search_actions,
 }

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import BaseModel
+
 from custody_app.core import reads
 from custody_app.core.ledger_core import LedgerCore
 from custody_app.domain import lifecycle
@@ -15,23 +17,37 @@ from custody_app.domain.commands import Affirm, AssertFact, Confirm, Hold, Rejec
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import AssertResult, FactOpResult
 from custody_app.domain.redaction import redact
+from custody_app.domain.text_fields import redact_fields
 from custody_app.erasure.forget import previously_forgotten_digest
+from custody_app.keys import receipts
+from custody_app.ledger.corroborate import corroborate
 
 
 def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
     """Write a fact: redact, check, seal and append its assert (one transaction)."""
     pol = ledger.policy.policy
     value, findings = redact(cmd.value, pol.redaction.detectors)
+    cmd, text_findings = redact_fields(cmd, pol.redaction.detectors)
     try:
         value_text = canonical(value)
     except Exception as exc:  # rfc8785 raises several types for non-JSON values
         raise LedgerError("bad_request", f"field 'value' is not JSON: {exc}",
                           field="value") from None
-    if (cmd.provenance != "claimed" and not pol.provenance.allow_declared
+    provenance: str = cmd.provenance
+    if cmd.cause.receipt is not None:
+        # Evidence, not a declaration: the receipt decides, whatever allow_declared says.
+        provenance = receipts.provenance_from(
+            cmd.cause.receipt, pol.provenance.receipt_issuers, session=cmd.session,
+            value=cmd.value, pointer=cmd.cause.pointer, output=cmd.tool_output,
+            declared=cmd.provenance)
+    elif cmd.cause.pointer is not None or cmd.tool_output is not None:
+        raise LedgerError("bad_request", "cause.pointer and tool_output need a cause.receipt",
+                          field="cause.pointer")
+    elif (cmd.provenance != "claimed" and not pol.provenance.allow_declared
             and cmd.actor not in ledger.vouched_writers):
         raise LedgerError("provenance_not_allowed",
                           f"the policy in force does not let writers declare {cmd.provenance}")
-    provenance, marks = cmd.provenance, None
+    marks = None
     with ledger.transaction():
         if previously_forgotten(ledger, cmd.subject, cmd.predicate, value_text):
             if pol.erasure.previously_forgotten == "refuse":
@@ -62,13 +78,14 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
             "sources": list(dict.fromkeys(cmd.sources)) if cmd.sources else None,
             "llm": cmd.llm.model_dump(exclude_none=True) if cmd.llm else None,
             "commitment": commitment(salt, value_text),
-            "redactions": [f.to_json() for f in findings] or None,
+            "redactions": [f.to_json() for f in findings] + text_findings or None,
         }
         sealed = ledger.values.seal(fact_id, cmd.subject, value_text,
                                   work_started=ledger.work_started, now=tx_at)
         row = ledger.append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
                            value=sealed, salt=salt, subject=cmd.subject,
                            plaintext=value_text)
+        corroborate(ledger, reads.require_fact(ledger.db, fact_id), value_text)
         fact = reads.require_fact(ledger.db, fact_id)
     return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                         status=fact.status, provenance=provenance)
@@ -83,9 +100,19 @@ def previously_forgotten(ledger: LedgerCore, subject: str, predicate: str, value
     return ledger.db.erasure.has_digest(ref, predicate, digest)
 
 
+class _Reason(BaseModel):
+    reason: str
+
+
 def _fact_event(ledger: LedgerCore, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
                 check: Callable[[], object]) -> FactOpResult:
-    """One event about an existing fact: check the move, then append it (one transaction)."""
+    """One event about an existing fact: check the move, then append it (one transaction).
+    A free-text reason is redacted like a value first."""
+    reason = fields.get("reason")
+    if isinstance(reason, str):
+        masked, found = redact_fields(_Reason(reason=reason), ledger.policy.policy.redaction.detectors)
+        if found:
+            fields = {**fields, "reason": masked.reason, "redactions": found}
     with ledger.transaction():
         check()
         tx_at = ledger.tx_at()

@@ -4,7 +4,8 @@ Below the policy's `ann_min_facts` every vector sits in one cell and a query rea
 (exact). From there on the vectors are clustered into about sqrt(n) cells, each vector stored in
 the cell of its nearest centroid (a sqlite-vec partition key), and a query reads only the
 `ann_probe` share of cells nearest to it: the KNN is still sqlite-vec's, over fewer chunks. The
-cells are re-clustered when the index has grown fourfold since the last clustering.
+cells are re-clustered when the index has grown fourfold since the last clustering, off the
+write path (`recluster`), in short transactions of their own.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def nearest_cells(vectors: Matrix, centroids: Matrix, block: int = 8192) -> npt.
 
 class CellIndex:
     """The centroids of one ledger file, cached per connection and reloaded when another
-    process re-clustered (the store keeps a version)."""
+    connection changed them (the store keeps a version). Re-clustering is not done here, on
+    the write path: `due` tells the caller to run `recall.recluster` on a connection of its
+    own."""
 
     def __init__(self, db: LedgerFile, policy: LoadedPolicy, dimensions: int) -> None:
         self.db = db
@@ -67,50 +70,68 @@ class CellIndex:
         self.dimensions = dimensions
         self._version: str | None = None
         self._centroids: Matrix | None = None
+        self._ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._moving = 0
         self._count: int | None = None  # vectors in the index, kept in step by this process
+        self.due = False  # the index grew enough to be re-clustered (off the write path)
 
-    def centroids(self) -> Matrix | None:
+    def _load(self) -> None:
         version = self.db.recall.cells_version()
         if version != self._version:
             rows = self.db.recall.cells()
+            self._moving = self.db.recall.moving_below()
+            if self._moving:  # writers place vectors by the new cells only
+                rows = [r for r in rows if r[0] >= self._moving]
             self._centroids = (np.stack([np.frombuffer(b, dtype=np.float32) for _, b in rows])
                                if rows else None)
+            self._ids = np.asarray([c for c, _ in rows], dtype=np.int64)
             self._version = version
             self._count = None
+
+    def centroids(self) -> Matrix | None:
+        self._load()
         return self._centroids
 
     def cell_for(self, vector: Matrix) -> int:
         centroids = self.centroids()
-        return 0 if centroids is None else int(np.argmax(centroids @ vector))
+        return 0 if centroids is None else int(self._ids[int(np.argmax(centroids @ vector))])
+
+    def cells_for(self, vectors: Matrix) -> npt.NDArray[np.int64]:
+        """The cell of each of several vectors (one matrix product)."""
+        centroids = self.centroids()
+        if centroids is None:
+            return np.zeros(len(vectors), dtype=np.int64)
+        out: npt.NDArray[np.int64] = self._ids[nearest_cells(vectors, centroids)]
+        return out
 
     def probe(self, query: Matrix, pool: int) -> list[int] | None:
         """The cells a query reads, nearest first: the policy's share of them, and enough to
-        hold about twice `pool` vectors on average; None when the index is one cell."""
+        hold about twice `pool` vectors on average; None when the index is one cell, or while
+        a re-clustering is moving vectors between cells (then every vector is read)."""
         centroids = self.centroids()
-        if centroids is None:
+        if centroids is None or self._moving:
             return None
         cells = len(centroids)
         per_cell = max(self.db.recall.clustered_on(), 1) / cells
         share = self.policy.policy.recall.ann_probe
         n = min(cells, max(1, math.ceil(cells * share), math.ceil(2 * pool / per_cell)))
-        return [int(c) for c in np.argsort(-(centroids @ query))[:n]]
+        return [int(self._ids[c]) for c in np.argsort(-(centroids @ query))[:n]]
 
     def added(self, n: int) -> None:
-        """`n` vectors were added (negative: removed); re-cluster when the index has grown
-        enough. Runs inside the caller's write transaction."""
+        """`n` vectors were added (negative: removed): note when a re-clustering is due."""
         if self._count is None:
             self._count = self.db.recall.counts()[1]
         else:
             self._count += n
         if n > 0 and self._due(self._count):
             self._count = self.db.recall.counts()[1]  # the cached count may have drifted
-            if self._due(self._count):
-                self.repartition()
+            self.due = self._due(self._count)
 
     def rebuilt(self) -> None:
-        """The index was rebuilt (all in one cell): cluster it if it is large enough."""
+        """The index was rebuilt (all in one cell): cluster it if it is large enough (a rebuild
+        rewrites every vector in its transaction anyway)."""
         self._count = self.db.recall.counts()[1]
-        if self._due(self._count):
+        if self._count >= self.policy.policy.recall.ann_min_facts:
             self.repartition()
 
     def count_cells(self) -> int:
@@ -118,12 +139,15 @@ class CellIndex:
         return 1 if centroids is None else len(centroids)
 
     def _due(self, count: int) -> bool:
+        if self.db.recall.moving_below():
+            return True  # an interrupted re-clustering resumes
         floor = self.policy.policy.recall.ann_min_facts
         clustered = self.db.recall.clustered_on()
         return count >= floor and (clustered == 0 or count >= REGROW * clustered)
 
     def repartition(self) -> int:
-        """Cluster every vector anew and store each in its nearest cell; returns the cells."""
+        """Cluster every vector anew and store each in its nearest cell, in the caller's
+        transaction (used by a rebuild); returns the cells."""
         rows = self.db.recall.vectors()
         if not rows:
             return 0

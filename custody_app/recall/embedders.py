@@ -48,6 +48,22 @@ def _ngrams(word: str) -> tuple[int, ...]:
                  for n in (3, 4, 5) for i in range(len(padded) - n + 1))
 
 
+@lru_cache(maxsize=100_000)
+def _ngram_array(word: str) -> npt.NDArray[np.uint64]:
+    """`_ngrams` as an array, so a batch joins them with one concatenate."""
+    out = np.asarray(_ngrams(word), dtype=np.uint64)
+    out.flags.writeable = False  # shared through the cache
+    return out
+
+
+@lru_cache(maxsize=100_000)
+def _stem_feature(stem: str) -> npt.NDArray[np.uint64]:
+    """A stemmed word's feature, counted twice (whole words weigh more than their pieces)."""
+    out = np.full(2, zlib.crc32(b"w:" + stem.encode()), dtype=np.uint64)
+    out.flags.writeable = False
+    return out
+
+
 class HashedNgramEmbedder:
     """Character 3-5-grams of each folded word plus the stemmed words, hashed into a signed
     feature vector (the hashing trick), log-scaled and L2-normalised. Deterministic, fast,
@@ -72,22 +88,25 @@ class HashedNgramEmbedder:
         # (bench/results_recall.md, fusion weights).
         return 1.0
 
-    def _features(self, text: str) -> list[int]:
-        feats: list[int] = []
-        for word in fold(text).split():
-            feats += _ngrams(word)
-        feats += [zlib.crc32(b"w:" + w.encode()) for w in words(text)] * 2
-        return feats
-
     def embed(self, texts: Sequence[str]) -> Vectors:
-        out = np.zeros((len(texts), self._dims), dtype=np.float32)
+        # One bincount over the whole batch (row r's features offset by r * dims): the same
+        # sums as one bincount per row (sums of +-1.0 are exact in any order), without the
+        # per-row numpy overhead; each word's features are cached arrays, joined once.
+        parts: list[npt.NDArray[np.uint64]] = []
+        per_text = np.zeros(len(texts), dtype=np.intp)  # arrays each text contributed
         for row, text in enumerate(texts):
-            feats = np.asarray(self._features(text), dtype=np.uint64)
-            if feats.size == 0:
-                continue
-            index = (feats % self._dims).astype(np.intp)
-            sign = np.where((feats >> np.uint64(31)) & np.uint64(1), -1.0, 1.0)
-            out[row] = np.bincount(index, weights=sign, minlength=self._dims)
+            before = len(parts)
+            parts += [_ngram_array(w) for w in fold(text).split()]
+            parts += [_stem_feature(w) for w in words(text)]
+            per_text[row] = len(parts) - before
+        feats = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+        lengths = np.fromiter(map(len, parts), dtype=np.intp, count=len(parts))
+        rows = np.repeat(np.repeat(np.arange(len(texts), dtype=np.intp), per_text), lengths)
+        index = rows * self._dims + (feats % self._dims).astype(np.intp)
+        sign = np.where((feats >> np.uint64(31)) & np.uint64(1), -1.0, 1.0)
+        # float32 before the log, as the per-row version stored its sums: bit-identical vectors.
+        out = np.bincount(index, weights=sign, minlength=len(texts) * self._dims).reshape(
+            len(texts), self._dims).astype(np.float32)
         out = np.sign(out) * np.log1p(np.abs(out))
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0

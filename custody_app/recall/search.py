@@ -93,6 +93,7 @@ def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
 
 def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     """The k facts believed now that best match the query, each saying how it ranked."""
+    index.flush()  # facts written earlier in this transaction are found too
     statuses = ("live", "quarantined") if cmd.include_claimed else ("live",)
     words = text.words(cmd.query)
     pool = max(cmd.k * 4, 50)

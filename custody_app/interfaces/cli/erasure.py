@@ -8,13 +8,14 @@ import json
 from collections.abc import Callable
 
 from custody_app.domain.errors import Exit
-from custody_app.domain.escaping import escaped
+from custody_app.domain.escaping import escape_text, escaped
 from custody_app.domain.models import REASON_CODES
 from custody_app.erasure.certificate import ErasureCertificate, ForgetResult, SubjectForgetResult, SweepResult
 from custody_app.interfaces.cli.common import AddParser, print_json, print_text, show_rendered
 from custody_app.ledger.facade import Ledger
 
-NAMES = ("forget", "forget-subject", "sweep")
+NAMES = ("forget", "forget-subject", "sweep", "erasures", "rotate-index-key")
+READ_ONLY = ("erasures",)
 
 
 def add_parsers(add: AddParser) -> None:
@@ -33,6 +34,13 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--dry-run", action="store_true", help="show what would expire; write nothing")
     s.add_argument("--actor", default="system:retention")
     s.add_argument("--reason", default="retention", choices=REASON_CODES)
+    s.add_argument("--json", action="store_true")
+    s = add("erasures", "the erasure receipts: tombstones and erasure events (reason, counts, "
+            "cascade depth, time); with --subject, whether that subject was erased")
+    s.add_argument("--subject", help="match this subject by its peppered hash")
+    s.add_argument("--json", action="store_true")
+    s = add("rotate-index-key", "re-key the word index under a fresh key and destroy the old "
+            "one, so copies taken before can no longer be tested with the current key store")
     s.add_argument("--json", action="store_true")
 
 
@@ -61,10 +69,30 @@ def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
     return _erasure(args, result, result.certificate, extra_failure=bool(result.held))
 
 
+def _erasures(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.erasures(args.subject)
+    if args.json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        show_rendered(result)
+    return int(Exit.OK)
+
+
+def _rotate(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.rotate_index_key()
+    if args.json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        print_text(f"rotated the word index key in {result.seconds:.2f} s: {escape_text(result.detail)}")
+    return int(Exit.OK if result.checkpoint_complete else Exit.OP_FAILED)
+
+
 COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "forget": lambda led, a: _erasure(a, r := led.forget(a.fact, actor=a.actor, reason=a.reason),
                                       r.certificate),
     "forget-subject": lambda led, a: _erasure(
         a, r := led.forget_subject(a.subject, actor=a.actor, reason=a.reason), r.certificate),
     "sweep": _sweep,
+    "erasures": _erasures,
+    "rotate-index-key": _rotate,
 }

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from custody_app.domain.errors import Exit, LedgerError
-from custody_app.domain.resources import demo_batch_paths, policy_path
+from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
 from custody_app.files.output import require_regular
 from custody_app.interfaces.batch import run_batch
 from custody_app.interfaces.cli import erasure, evidence
@@ -69,7 +69,7 @@ _GROUPS = (ledger_commands, erasure, evidence)
 _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     name: run for group in _GROUPS for name, run in group.COMMANDS.items()}
 SUBCOMMANDS = tuple(_COMMANDS)
-READ_ONLY = (*ledger_commands.READ_ONLY, *evidence.READ_ONLY)
+READ_ONLY = (*ledger_commands.READ_ONLY, *evidence.READ_ONLY, *erasure.READ_ONLY)
 
 
 def _subcommand(argv: list[str]) -> int:
@@ -112,6 +112,8 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
         return fail(exc, Exit.UNOPENABLE)
     with ledger, stream:
         outcome = run_batch(ledger, stream, out or sys.stdout, fail_fast=args.fail_fast)
+        # A re-clustering the run made due (it ran beside the writes) is let finish.
+        ledger.index.maintenance.join()
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)
 
 
@@ -122,6 +124,8 @@ def _demo(args: argparse.Namespace) -> int:
     for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
         Path(f"{target}{suffix}").unlink(missing_ok=True)
     args.ledger = str(target)
+    # The sample's receipts are signed by demo issuers only the demo policy registers.
+    args.policy = args.policy or str(demo_policy_path())
     with tempfile.TemporaryDirectory() as tmp:
         sample = Path(tmp) / "sample.jsonl"
         sample.write_text("".join(part.read_text(encoding="utf-8") for part in demo_batch_paths()),
@@ -144,6 +148,8 @@ _OWN_PARSERS: dict[str, tuple[str, str]] = {
     "doctor": ("custody_app.doctor.cli", "doctor_main"),
     "serve": ("custody_app.interfaces.cli.serve", "serve_main"),
     "writer-key": ("custody_app.interfaces.cli.serve", "writer_key_main"),
+    "receipt-key": ("custody_app.interfaces.cli.receipts", "receipt_key_main"),
+    "receipt": ("custody_app.interfaces.cli.receipts", "receipt_main"),
 }
 
 

@@ -82,6 +82,7 @@ class CustodyApp(App[None]):
         Binding("4", "show('retention')", "Retention"),
         Binding("5", "show('integrity')", "Integrity"),
         Binding("6", "show('blast')", "Blast radius"),
+        Binding("7", "show('actions')", "Actions"),
         Binding("question_mark", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]

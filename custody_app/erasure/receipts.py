@@ -1,0 +1,134 @@
+"""Erasure receipts: the tombstones and erasure events of a ledger (reason, counts, cascade
+depth, time), and whether a given subject was erased, matched by its peppered hash."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Literal
+
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.readmodels import ReadModel
+
+if TYPE_CHECKING:
+    from custody_app.core.ledger_core import LedgerCore
+
+
+class ErasureReceipt(ReadModel):
+    """One erasure transaction: a forget (with its cascade), a subject erasure or a sweep."""
+
+    operation: Literal["forget", "forget_subject", "sweep"]
+    tx_at: str
+    actor: str
+    reason: str
+    first_seq: int
+    last_seq: int
+    facts: int
+    derived: int
+    cascade_depth: int
+    roots: list[str]
+    subject_hash: str | None = None
+    counts: dict[str, int] | None = None
+
+
+class SubjectErasure(ReadModel):
+    subject_hash: str
+    erased: bool
+    at: str | None = None
+    seq: int | None = None
+    reason: str | None = None
+
+
+class ErasuresResult(ReadModel):
+    erasures: list[ErasureReceipt]
+    tombstones: int
+    subject: SubjectErasure | None = None
+
+    def render(self) -> str:
+        lines = [f"{len(self.erasures)} erasure(s), {self.tombstones} subject tombstone(s)"]
+        for r in self.erasures:
+            who = f" subject {r.subject_hash}" if r.subject_hash else ""
+            lines.append(
+                f"  {r.tx_at} {r.operation}{who} by {r.actor}, reason {r.reason}: {r.facts} "
+                f"fact(s) ({r.derived} derived, cascade depth {r.cascade_depth}), seq "
+                f"{r.first_seq}-{r.last_seq}" + (f", counts {json.dumps(r.counts)}" if r.counts
+                                                 else ""))
+        if self.subject is not None:
+            s = self.subject
+            lines.append(f"subject {s.subject_hash}: " + (
+                f"ERASED at {s.at} (seq {s.seq}, reason {s.reason})" if s.erased
+                else "no erasure of this subject is recorded"))
+        return "\n".join(lines)
+
+
+def _depths(core: LedgerCore, facts: dict[str, str | None]) -> int:
+    """How many layers of derivation the cascade went through (0: only roots were erased)."""
+    reached = {f for f, root in facts.items() if root is None}
+    left = {f for f, root in facts.items() if root is not None}
+    depth = 0
+    while left:
+        layer = {d for d in left if set(core.db.facts.sources_of(d)) & reached}
+        if not layer:
+            break  # reached by another relation than sources (a supersession): not a layer
+        depth += 1
+        reached |= layer
+        left -= layer
+    return depth
+
+
+def erasures(core: LedgerCore, subject: str | None = None) -> ErasuresResult:
+    """Every erasure, grouped by transaction, oldest first; with `subject`, whether it was
+    erased (its peppered hash against the tombstones: the plaintext is never stored)."""
+    with core.db.read():
+        rows = sorted((seq, json.loads(body)) for kind in ("forget", "expire", "forget_subject")
+                      for seq, body in core.db.erasure.events_of_kind(kind))
+        tombstones = core.db.erasure.tombstones()
+        receipts = [_receipt(core, group) for group in _transactions(rows)]
+    found = None
+    if subject is not None:
+        if core.keys is None:
+            raise LedgerError("keystore_missing", "the key store is needed to match a subject")
+        ref = core.keys.subject_ref(subject)
+        hit = next((t for t in tombstones if t[1] == ref), None)
+        found = SubjectErasure(subject_hash=ref, erased=hit is not None,
+                               at=hit[4] if hit else None, seq=hit[0] if hit else None,
+                               reason=hit[2] if hit else None)
+    return ErasuresResult(erasures=receipts, tombstones=len(tombstones), subject=found)
+
+
+def _transactions(rows: list[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:
+    """Erasure events (in seq order) cut into erasures: a sweep is its expire events of one
+    instant and actor; a forget starts at its root's event (no `root`) and takes the derived
+    ones after it; a subject erasure runs to its forget_subject event."""
+    groups: list[list[tuple[int, dict[str, Any]]]] = []
+    for seq, event in rows:
+        cur = groups[-1] if groups else None
+        same = cur is not None and (cur[-1][1]["tx_at"], cur[-1][1]["actor"]) == (
+            event["tx_at"], event["actor"]) and cur[-1][1]["kind"] != "forget_subject"
+        if not same or cur is None:
+            groups.append([(seq, event)])
+        elif event["kind"] == "expire" or event["kind"] == "forget_subject" or event.get("root"):
+            cur.append((seq, event))
+        elif "subject_hash" in event and all("subject_hash" in e or e.get("root") for _, e in cur):
+            cur.append((seq, event))
+        else:
+            groups.append([(seq, event)])
+    return groups
+
+
+def _receipt(core: LedgerCore, rows: list[tuple[int, dict[str, Any]]]) -> ErasureReceipt:
+    first = rows[0][1]
+    tx_at, actor = str(first["tx_at"]), str(first["actor"])
+    operation = "sweep" if first["kind"] == "expire" else "forget"
+    subject_row = next((e for _, e in rows if e["kind"] == "forget_subject"), None)
+    facts = {str(e["fact_id"]): (str(e["root"]) if e.get("root") else None)
+             for _, e in rows if e.get("fact_id")}
+    counts = subject_row.get("counts") if subject_row else None
+    return ErasureReceipt(
+        operation="forget_subject" if subject_row else operation,  # type: ignore[arg-type]
+        tx_at=tx_at, actor=actor, reason=str(rows[0][1].get("reason")),
+        first_seq=rows[0][0], last_seq=rows[-1][0], facts=len(facts),
+        derived=sum(1 for r in facts.values() if r), cascade_depth=_depths(core, facts),
+        roots=sorted({r for r in facts.values() if r} | {f for f, r in facts.items() if not r}
+                     if not subject_row else set()),
+        subject_hash=str(subject_row["subject_hash"]) if subject_row else None,
+        counts=counts if isinstance(counts, dict) else None)

@@ -1,0 +1,68 @@
+"""What one erasure transaction did, and the byte strings its scan must not find."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from custody_app.erasure.certificate import ErasedFact
+
+# A value this short could match bytes by chance, so a byte scan cannot prove it absent.
+MIN_SCAN_BYTES = 8
+
+
+@dataclass
+class ErasureWork:
+    """What one erasure transaction did, for its certificate: the byte strings the scan must
+    not find, each with a label naming where it came from (never its bytes)."""
+
+    erased: list[ErasedFact] = field(default_factory=list)
+    needles: list[bytes] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    short_values: int = 0
+    # forget_subject: the plaintext subject id, so rows still naming it are classified as leaks
+    subject: str | None = None
+
+    def add(self, data: bytes, label: str) -> None:
+        self.needles.append(data)
+        self.labels.append(label)
+
+
+def _leaves(node: Any, path: str, out: list[tuple[str, str]]) -> None:
+    if isinstance(node, str):
+        out.append((path, node))
+    elif isinstance(node, dict):
+        # Keys are the value's field names (its shape, like a predicate), not its content.
+        for k, v in node.items():
+            _leaves(v, f"{path}.{k}", out)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _leaves(v, f"{path}[{i}]", out)
+
+
+def add_needles(sealed: bytes | None, text: str | None, work: ErasureWork,
+                is_name: Callable[[str], bool], fact_id: str = "", predicate: str = "") -> None:
+    """The byte strings a scan must not find: the sealed value, its JSON and each long string
+    (but not a string that names a subject or space, or is the fact's own predicate:
+    identifiers stay in the file by design)."""
+    of = f" of {fact_id}" if fact_id else ""
+    if sealed:
+        work.add(bytes(sealed), f"sealed value{of}")
+    if text is None:
+        return
+    data = text.encode("utf-8")
+    if len(data) >= MIN_SCAN_BYTES:
+        work.add(data, f"value JSON{of}")
+    else:
+        work.short_values += 1
+    leaves: list[tuple[str, str]] = []
+    _leaves(json.loads(text), "value", leaves)
+    seen: set[str] = {text}
+    for path, leaf in leaves:
+        raw = leaf.encode("utf-8")
+        if leaf in seen or len(raw) < MIN_SCAN_BYTES or leaf == predicate or is_name(leaf):
+            continue
+        seen.add(leaf)
+        work.add(raw, f"string {path}{of}")

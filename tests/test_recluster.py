@@ -1,0 +1,172 @@
+"""Re-clustering the vector cells runs off the write path (issue 17): on a connection of its own,
+in batches of short write transactions, so a second writer's asserts keep completing while it
+runs; searches stay right while vectors move; an interrupted run resumes; a forget during it
+leaves no vector bytes behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from custody_app.ledger.facade import Ledger
+from custody_app.recall import recluster as rc
+from custody_app.recall.text import fact_text
+from store import open_ledger
+from tests.conftest import CAUSE, WRITER, Env, day, ledger_bytes
+from tests.test_recall import ids, index_clean, vector_slices
+from tests.test_recall_cells import LOW, fill
+
+
+def _grown(make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> Env:
+    """A ledger clustered at 300 vectors that grew to 1,300 (re-clustering due) with the
+    background start disabled, so the test runs the re-clustering itself."""
+    env = make_env(LOW)
+    fill(env, 300)
+    assert env.ledger.db.recall.clustered_on() == 300
+    monkeypatch.setattr(rc.Maintenance, "start", lambda self: None)
+    fill(env, 1000, seed=7, start=5000)
+    return env
+
+
+def _put(env: Env, n: int) -> str:
+    return env.ledger.assert_fact(f"acct:w{n}", "note", f"writer {n} zephyr orchid", actor=WRITER,
+                                  cause=CAUSE, provenance="attested").fact_id
+
+
+def test_a_second_writer_commits_between_every_batch(make_env: Callable[..., Env],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _grown(make_env, monkeypatch)
+    written: list[str] = []
+
+    def between_batches(done: int, total: int) -> None:
+        # The main ledger's own connection writes here: had the re-clustering kept the write
+        # lock past its batch, this would wait out the busy timeout and fail.
+        written.append(_put(env, len(written)))
+        assert env.ledger.db.recall.moving_below() > 0 or done == total
+        # Mid-move, search reads every cell and still finds the newest fact first.
+        assert ids(env.ledger.recall(f"writer {len(written) - 1} zephyr orchid", k=1,
+                                     strategy="vector")) == [written[-1]]
+
+    other = open_ledger(env.path)
+    try:
+        cells = rc.recluster(other, env.ledger.policy, batch=100, progress=between_batches)
+    finally:
+        other.close()
+    assert len(written) == 13  # 1,300 vectors in batches of 100
+    assert cells == round(np.sqrt(1300))
+    assert env.ledger.db.recall.moving_below() == 0
+    assert env.ledger.db.recall.clustered_on() == 1300 + len(written)
+    for n, fact in enumerate(written):
+        assert ids(env.ledger.recall(f"writer {n} zephyr orchid", k=1, strategy="vector")) == [fact]
+    index_clean(env)
+
+
+def test_a_writer_thread_keeps_writing_while_the_background_reclusters(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    env = make_env(LOW)
+    fill(env, 300)
+    original = rc.recluster
+    batches: list[float] = []
+
+    moving = threading.Event()
+
+    def timed(*args: object, **kwargs: object) -> int:
+        def note(done: int, total: int) -> None:
+            batches.append(time.monotonic())
+            moving.set()
+        kwargs.update(batch=50, progress=note)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rc, "recluster", timed)
+    writer = Ledger.open(env.path, policy=env.policy, clock=env.clock, id_seed=404)
+    stop = threading.Event()
+    commits: list[float] = []
+    errors: list[BaseException] = []
+
+    def keep_writing() -> None:
+        n = 0
+        # From the first batch on: before it, the fill's own 1,000-op transaction holds the lock
+        # (seconds on a loaded machine), which is not what this test is about.
+        moving.wait(timeout=120)
+        try:
+            while not stop.is_set():
+                writer.assert_fact(f"acct:t{n}", "note", f"thread {n}", actor=WRITER,
+                                   cause=CAUSE, provenance="attested")
+                commits.append(time.monotonic())
+                n += 1
+        except BaseException as exc:  # surfaced by the assert below
+            errors.append(exc)
+
+    thread = threading.Thread(target=keep_writing)
+    thread.start()
+    try:
+        fill(env, 1000, seed=8, start=7000)  # due: runs in the background; fill() waits for it
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+    assert errors == []
+    assert len(batches) >= 20  # 1,300+ vectors in batches of 50
+    during = [t for t in commits if batches[0] < t < batches[-1]]
+    assert during, "no write of the second writer completed while the re-clustering ran"
+    assert env.ledger.db.recall.moving_below() == 0
+    index_clean(env)
+
+
+def test_an_interrupted_reclustering_is_searchable_and_resumes(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _grown(make_env, monkeypatch)
+    stop = threading.Event()
+
+    def halt_after_two(done: int, total: int) -> None:
+        if done >= 200:
+            stop.set()
+
+    other = open_ledger(env.path)
+    try:
+        assert rc.recluster(other, env.ledger.policy, batch=100, progress=halt_after_two,
+                            stop=stop) == 0
+    finally:
+        other.close()
+    ledger = env.ledger
+    assert ledger.db.recall.moving_below() > 0
+    index_clean(env)
+    note = ledger.recall("amber basalt", strategy="vector").note
+    assert "over every vector" in note  # mid-move: every cell is read
+    # A forget mid-move: of a vector already moved and of one not yet moved.
+    value = "Quixotic marmalade zeppelin vortex"
+    fact = env.put("acct:quillon", "dessert", value)
+    slices = vector_slices(ledger.embedder.embed([fact_text("acct:quillon", "dessert", value)])[0])
+    env.at(day(2))
+    assert ledger.forget(fact, actor="user:dpo", reason="subject_request").certificate.complete
+    assert ledger.db.wal_checkpoint().complete
+    assert [s for s in slices if s in ledger_bytes(env.path)] == []
+    monkeypatch.undo()  # the next write that sees it due starts it in the background again
+    env.put("acct:resume", "note", "resume it")
+    ledger.index.settle()
+    assert ledger.db.recall.moving_below() == 0
+    assert ledger.index.cells.count_cells() == round(np.sqrt(ledger.db.recall.counts()[1]))
+    index_clean(env)
+
+
+def test_a_reindex_while_vectors_move_ends_the_move(make_env: Callable[..., Env],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _grown(make_env, monkeypatch)
+    reindexed: list[int] = []
+
+    def reindex_once(done: int, total: int) -> None:
+        if not reindexed:  # the table is rebuilt under the moving re-clustering
+            reindexed.append(env.ledger.reindex())
+
+    other = open_ledger(env.path)
+    try:
+        assert rc.recluster(other, env.ledger.policy, batch=100, progress=reindex_once) == 0
+    finally:
+        other.close()
+    assert reindexed == [1300]
+    assert env.ledger.db.recall.moving_below() == 0
+    index_clean(env)
