@@ -10,10 +10,16 @@ from custody_app.interfaces.tui.access import LedgerAccess
 from screens.actions import ActionsScreen
 from screens.beliefs import BeliefsScreen
 from screens.blast import BlastScreen
+from screens.fact import FactScreen
 from screens.holds import HoldsScreen
 from screens.integrity import IntegrityScreen
 from screens.retention import RetentionScreen
 from screens.review import ReviewScreen
+
+# Every screen with keys of its own, in the order help lists them.
+SCREEN_CLASSES: tuple[type[Screen[None]], ...] = (
+    BeliefsScreen, ReviewScreen, HoldsScreen, RetentionScreen, IntegrityScreen, BlastScreen,
+    ActionsScreen, FactScreen)
 
 SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "beliefs": BeliefsScreen,
@@ -21,6 +27,6 @@ SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "holds": HoldsScreen,
     "retention": RetentionScreen,
     "integrity": IntegrityScreen,
-    "blast": BlastScreen,
+    "blast": lambda access: BlastScreen(access, fact_screen=FactScreen),
     "actions": ActionsScreen,
 }

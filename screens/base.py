@@ -10,9 +10,10 @@ from weakref import WeakKeyDictionary
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.events import Key
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 from textual.worker import get_current_worker
 
 from custody_app.domain.errors import LedgerError, PolicyError
@@ -70,6 +71,18 @@ class LedgerScreen(Screen[None]):
     def reload(self) -> None:
         """Start the read worker(s) for what this screen shows."""
 
+    def on_key(self, event: Key) -> None:
+        # No keyboard trap: escape always leaves a text box, so the screen's keys work again.
+        if event.key == "escape" and isinstance(self.focused, Input):
+            event.stop()
+            event.prevent_default()
+            self.leave_input(self.focused)
+
+    def leave_input(self, box: Input) -> None:
+        """Focus the screen's first widget that is not a text box (its table or tree)."""
+        target = next((w for w in self.focus_chain if not isinstance(w, Input)), None)
+        self.set_focus(target)
+
     def run_read(self, what: str, read: Callable[[Any], Any]) -> None:
         """In the calling worker thread: open the ledger, read, post Loaded or Failed."""
         try:
@@ -103,6 +116,9 @@ class LedgerScreen(Screen[None]):
         message.stop()
         self.notify(message.message, title="Done")
         self.reload()
+        recount = getattr(self.app, "count_waiting", None)  # the header's review count
+        if callable(recount):
+            recount()
 
 
 def short(value: Any, width: int = 40) -> str:
@@ -131,6 +147,11 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]
             if key == keep:
                 table.move_cursor(row=index, animate=False)
                 break
+
+
+def forget_rows(table: DataTable[Any]) -> None:
+    """The table was cleared: the next fill must add every row again."""
+    _SHOWN.pop(table, None)
 
 
 _TEXT: WeakKeyDictionary[Static, object] = WeakKeyDictionary()

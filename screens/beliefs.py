@@ -10,18 +10,36 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.policy import CardinalityPolicy
 from custody_app.domain.timeutil import normalise
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import BeliefPage, BeliefView
-from screens.base import PAGE_KEYS, Failed, LedgerScreen, Loaded, fill, short, show, turn_page
+from screens.base import (
+    PAGE_KEYS,
+    Failed,
+    LedgerScreen,
+    Loaded,
+    fill,
+    forget_rows,
+    short,
+    show,
+    turn_page,
+)
 from screens.keybar import KeyBar
 
 PAGE = 50
+# Seconds after the last key in a filter box before the filter applies.
+FILTER_PAUSE_S = 0.3
 MARK = {"same": " ", "added": "+", "ended": "-", "changed": "~"}
 STYLE = {"same": "", "added": "bold green", "ended": "red strike", "changed": "bold yellow"}
+# Below this many columns the table shows the columns a reader needs first (the fact id and
+# the rest are on the fact screen, one enter away).
+NARROW = 120
+PRIORITY = (0, 2, 3, 4, 6, 8)  # Δ, subject, predicate, value, status, prov
 COLUMNS = ("Δ", "fact", "subject", "predicate", "value", "space", "status", "now", "prov",
            "valid from", "valid to", "actor", "salience")
 
@@ -54,6 +72,7 @@ class BeliefsScreen(LedgerScreen):
         self.diff = False
         self.pages: list[int] = [0]  # after_seq of each page visited
         self.page: BeliefPage | None = None
+        self._typing: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -65,7 +84,8 @@ class BeliefsScreen(LedgerScreen):
             yield Input(placeholder="tx: ISO or #seq (blank: now)", id="jump")
         yield Static(id="timebar")
         table: DataTable[Any] = DataTable(id="facts", cursor_type="row", zebra_stripes=True)
-        table.add_columns(*COLUMNS)
+        self.narrow = self.app.size.width < NARROW
+        table.add_columns(*self._columns())
         yield table
         yield Static(id="pager")
         yield KeyBar()
@@ -93,7 +113,7 @@ class BeliefsScreen(LedgerScreen):
             return
         page: BeliefPage = message.data
         self.page = page
-        fill(self.query_one("#facts", DataTable), [(v.fact_id, _cells(v)) for v in page.facts])
+        self._fill()
         show(self.query_one("#timebar", Static),
              _timebar(page, live=self.at_seq is None, live_valid=self.valid_at is None))
         first = (len(self.pages) - 1) * PAGE
@@ -103,9 +123,33 @@ class BeliefsScreen(LedgerScreen):
             f"page {len(self.pages)} · rows {first + 1 if page.facts else 0}–"
             f"{first + len(page.facts)} · {more}{back}")
 
+    def _columns(self) -> tuple[str, ...]:
+        return tuple(COLUMNS[i] for i in PRIORITY) if self.narrow else COLUMNS
+
+    def _fill(self) -> None:
+        if self.page is None:
+            return
+        contested = _contested(self.page.facts, self.access.policy.policy.cardinality)
+        rows = [(v.fact_id, _cells(v, v.fact_id in contested, width=60 if self.narrow else 40))
+                for v in self.page.facts]
+        if self.narrow:
+            rows = [(key, [cells[i] for i in PRIORITY]) for key, cells in rows]
+        fill(self.query_one("#facts", DataTable), rows)
+
+    def on_resize(self) -> None:
+        narrow = self.app.size.width < NARROW
+        if narrow != getattr(self, "narrow", narrow):
+            self.narrow = narrow
+            table = self.query_one("#facts", DataTable)
+            table.clear(columns=True)
+            forget_rows(table)
+            table.add_columns(*self._columns())
+            self._fill()
+
     # ---- actions -----------------------------------------------------------------------
     def _restart(self) -> None:
         self.pages = [0]
+        self._sync_time_boxes()
         self.reload()
 
     def action_step(self, delta: int) -> None:
@@ -158,6 +202,9 @@ class BeliefsScreen(LedgerScreen):
         name = event.input.id or ""
         try:
             if name in self.filters:
+                if self._typing is not None:
+                    self._typing.stop()
+                    self._typing = None
                 self.filters[name] = text or None
             elif name == "valid":
                 self.valid_at = normalise(text, "valid at") if text else None
@@ -176,10 +223,39 @@ class BeliefsScreen(LedgerScreen):
     def resolve_instant(self, moment: str) -> None:
         self.run_read("instant", lambda ledger: ledger.seq_at(moment))
 
-    def on_key(self, event: Any) -> None:
-        if event.key == "escape" and isinstance(self.focused, Input):
-            self.query_one("#facts", DataTable).focus()
-            event.stop()
+    # ---- the boxes show what is applied -------------------------------------------------
+    @on(Input.Changed)
+    def _typed(self, event: Input.Changed) -> None:
+        """A filter box applies as it is typed (after a short pause), so what it shows is what
+        the table lists; a time box applies on enter and otherwise shows the applied time."""
+        name = event.input.id or ""
+        if name in self.filters:
+            if self._typing is not None:
+                self._typing.stop()
+            self._typing = self.set_timer(FILTER_PAUSE_S, self._apply_filters)
+
+    def _apply_filters(self) -> None:
+        self._typing = None
+        typed = {name: self.query_one(f"#{name}", Input).value.strip() or None
+                 for name in self.filters}
+        if typed != self.filters:
+            self.filters = typed
+            self._restart()
+
+    @on(Input.Blurred)
+    def _left(self, event: Input.Blurred) -> None:
+        if (event.input.id or "") in self.filters:
+            self._apply_filters()
+        else:
+            self._sync_time_boxes()
+
+    def _sync_time_boxes(self) -> None:
+        """The time boxes read as the instant shown: blank for now, `#seq` after travel."""
+        jump = "" if self.at_seq is None else f"#{self.at_seq}"
+        for box_id, text in (("jump", jump), ("valid", self.valid_at or "")):
+            box = self.query_one(f"#{box_id}", Input)
+            if box.value != text and not box.has_focus:
+                box.value = text
 
 
 def _event_number(text: str) -> int | None:
@@ -190,10 +266,21 @@ def _event_number(text: str) -> int | None:
     return int(text[1:])
 
 
-def _cells(v: BeliefView) -> list[str | Text]:
-    style = STYLE[v.change]
-    value = "(erased)" if v.erased else short(v.value)
+def _contested(facts: list[BeliefView], policy: CardinalityPolicy) -> set[str]:
+    """Believed facts sharing a subject and a `one` predicate with another on this page."""
+    by_key: dict[tuple[str, str], list[str]] = {}
+    for v in facts:
+        if v.believed and policy.of(v.predicate) == "one":
+            by_key.setdefault((v.subject, v.predicate), []).append(v.fact_id)
+    return {i for ids in by_key.values() if len(ids) > 1 for i in ids}
+
+
+def _cells(v: BeliefView, contested: bool = False, width: int = 40) -> list[str | Text]:
+    style = STYLE[v.change] or ("bold magenta" if contested else "")
+    value = "(erased)" if v.erased else short(v.value, width)
     status = "—" if v.status == "not_asserted" else v.status
+    if contested:
+        status += " ⚠contradiction"
     cells = [MARK[v.change], v.fact_id, v.subject, v.predicate, value, v.space, status,
              v.status_now + (" ⚑held" if v.held else ""), v.provenance, v.valid_from[:19],
              (v.valid_to or "")[:19], v.actor, v.salience_class or ""]

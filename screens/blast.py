@@ -3,10 +3,13 @@ beliefs written or derived after it, still-believed ones marked; export the evid
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.screen import Screen
 from textual.widgets import Header, Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
@@ -27,9 +30,12 @@ class BlastScreen(LedgerScreen):
         Binding("slash", "pick", "Fact id", key_display="/"),
     ]
 
-    def __init__(self, access: LedgerAccess, fact_id: str | None = None) -> None:
+    def __init__(self, access: LedgerAccess, fact_id: str | None = None, *,
+                 fact_screen: Callable[[LedgerAccess, str], Screen[None]] | None = None) -> None:
         super().__init__(access)
         self.fact_id = fact_id
+        # How a fact of the tree opens: handed in, as the fact screen imports this one.
+        self.fact_screen = fact_screen
         self.result: BlastResult | None = None
 
     def compose(self) -> ComposeResult:
@@ -37,15 +43,16 @@ class BlastScreen(LedgerScreen):
         yield Input(placeholder="fact id to trace, then enter", id="fact",
                     value=self.fact_id or "")
         yield Static(id="summary")
-        yield Tree("(no fact chosen: type its id above)", id="tree")
+        yield Tree("(no fact chosen: press / and type its id)", id="tree")
         yield Static(id="bound")
         yield KeyBar()
 
     def on_mount(self) -> None:
-        if self.fact_id is None:
-            self.query_one("#fact", Input).focus()
-        else:
-            self.query_one("#tree", Tree).focus()
+        # The tree has focus even with no fact chosen: the screen keys (1-6, ?) must work on
+        # arrival; `/` is how a user chooses to type an id.
+        tree: Tree[str] = self.query_one("#tree", Tree)
+        tree.auto_expand = False  # enter opens the fact; space folds
+        tree.focus()
 
     def reload(self) -> None:
         if self.fact_id is not None:
@@ -119,6 +126,16 @@ class BlastScreen(LedgerScreen):
 
     def action_pick(self) -> None:
         self.query_one("#fact", Input).focus()
+
+    @on(Tree.NodeSelected, "#tree")
+    def _open_node(self, event: Tree.NodeSelected[str]) -> None:
+        """Enter on a fact (the root or a belief reached) opens its detail screen."""
+        fact_id = event.node.data
+        if self.result is None or not isinstance(fact_id, str):
+            return
+        if self.fact_screen is not None and (fact_id == self.result.root.fact_id or any(
+                f.fact_id == fact_id for f in self.result.facts)):
+            self.app.push_screen(self.fact_screen(self.access, fact_id))
 
     def action_expand(self) -> None:
         self.query_one("#tree", Tree).root.expand_all()

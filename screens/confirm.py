@@ -21,8 +21,10 @@ class ConfirmDialog(ModalScreen[str | None]):
 
     def __init__(self, title: str, items: list[str], *, warning: str = "",
                  reason_codes: bool = True, default_code: str = "subject_request",
-                 verb: str = "Erase") -> None:
+                 verb: str = "Erase", blocked: bool = False) -> None:
         super().__init__()
+        # The action would be refused (a held fact): show it disabled rather than offer it.
+        self.blocked = blocked
         self.title_text = title
         self.items = items
         self.warning = warning
@@ -37,11 +39,12 @@ class ConfirmDialog(ModalScreen[str | None]):
                 yield Static("\n".join(self.items) or "(nothing)", id="list")
             if self.warning:
                 yield Label(self.warning, id="warning")
-            if self.reason_codes:
+            if self.reason_codes and not self.blocked:
                 yield Select([(c, c) for c in REASON_CODES], value=self.default_code,
                              allow_blank=False, id="code")
             with Horizontal(id="buttons"):
-                yield Button(f"{self.verb} (y)", variant="error", id="ok")
+                yield Button(f"{self.verb} (y)" if not self.blocked else f"{self.verb}: blocked",
+                             variant="error", id="ok", disabled=self.blocked)
                 yield Button("Cancel (esc)", id="cancel")
 
     def on_mount(self) -> None:
@@ -49,6 +52,8 @@ class ConfirmDialog(ModalScreen[str | None]):
 
     @on(Button.Pressed, "#ok")
     def action_confirm(self) -> None:
+        if self.blocked:
+            return
         if not self.reason_codes:
             self.dismiss("yes")
             return

@@ -28,6 +28,8 @@ class FactScreen(LedgerScreen):
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("t", "retract", "Retract"),
+        Binding("a", "approve", "Approve"),
+        Binding("x", "reject", "Reject"),
         Binding("h", "hold", "Hold"),
         Binding("u", "release", "Release"),
         Binding("f", "forget", "Forget"),
@@ -48,7 +50,11 @@ class FactScreen(LedgerScreen):
             yield Static(id="summary")
             yield Static(id="why")
             table: DataTable[Any] = DataTable(id="events", cursor_type="row")
-            table.add_columns("seq", "kind", "tx at", "actor", "detail")
+            # Fixed widths: the layout does not move when the rows arrive (and a snapshot taken
+            # at any moment after they did is the same).
+            for label, width in (("seq", 6), ("kind", 10), ("tx at", 19), ("actor", 24),
+                                 ("detail", 60)):
+                table.add_column(label, width=width)
             yield table
             yield Static(id="policy")
         yield KeyBar()
@@ -70,6 +76,7 @@ class FactScreen(LedgerScreen):
             return
         why, history = message.data
         self.why = why
+        self.refresh_bindings()  # approve / reject depend on the fact's status
         show(self.query_one("#summary", Static), _summary(why))
         show(self.query_one("#why", Static), _why(why))
         fill(self.query_one("#events", DataTable), _events(history))
@@ -94,7 +101,7 @@ class FactScreen(LedgerScreen):
     def action_blast(self) -> None:
         from screens.blast import BlastScreen
 
-        self.app.push_screen(BlastScreen(self.access, self.fact_id))
+        self.app.push_screen(BlastScreen(self.access, self.fact_id, fact_screen=FactScreen))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pack")
     def action_pack(self) -> None:
@@ -104,15 +111,40 @@ class FactScreen(LedgerScreen):
         self.show_policy = not self.show_policy
         self._policy_text()
 
-    def _ask(self, title: str, op: str) -> None:
+    def _ask(self, title: str, op: str, consequence: str = "", required: bool = True) -> None:
         def done(reason: str | None) -> None:
             if reason is not None:
-                self.write(op, reason)
+                self.write(op, reason or None)
 
-        self.app.push_screen(ReasonDialog(f"{title} {self.fact_id}"), done)
+        about = ""
+        if self.why is not None:
+            f = self.why.fact
+            value = "(erased)" if f.erased else json.dumps(f.value, ensure_ascii=False)
+            about = f"{f.subject} {f.predicate} = {value}\n{f.status}, {f.provenance}"
+        details = "\n".join(x for x in (about, consequence) if x)
+        self.app.push_screen(ReasonDialog(f"{title} {self.fact_id}", details=details,
+                                          required=required), done)
 
     def action_retract(self) -> None:
-        self._ask("Retract", "retract")
+        back = [r for r in (self.why.supersedes if self.why else []) if r.status == "superseded"]
+        consequence = ("Reads stop returning it; believed again: "
+                       + "; ".join(_ref(r) for r in back) if back else
+                       "Reads stop returning it; nothing it replaced comes back.")
+        self._ask("Retract", "retract", consequence)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Approve and reject only for a claim waiting for review: shown disabled otherwise.
+        if action in ("approve", "reject"):
+            return True if self.why is not None and self.why.fact.status == "quarantined" else None
+        return True
+
+    def action_approve(self) -> None:
+        self._ask(f"Approve as {self.access.reviewer}", "confirm",
+                  "Reads and recall return it from now on.", required=False)
+
+    def action_reject(self) -> None:
+        self._ask(f"Reject as {self.access.reviewer}", "reject",
+                  "It is never believed; what it would replace stays believed.")
 
     def action_hold(self) -> None:
         self._ask("Place a legal hold on", "hold")
@@ -130,8 +162,9 @@ class FactScreen(LedgerScreen):
     def _confirm_forget(self, preview: Any) -> None:
         items = [f"{f.fact_id}  {f.subject} {f.predicate} [{f.status}]"
                  + ("  (derived)" if f.fact_id != preview.root else "") for f in preview.facts]
-        warning = (f"on legal hold, so the forget will be refused: {', '.join(preview.held)}"
-                   if preview.held else "The values are erased for good; the events stay.")
+        warning = (f"On legal hold: {', '.join(preview.held)}. Release the hold (u) before "
+                   "forgetting." if preview.held else
+                   "The values are erased for good; the events stay.")
 
         def done(code: str | None) -> None:
             if code is not None:
@@ -139,10 +172,10 @@ class FactScreen(LedgerScreen):
 
         self.app.push_screen(ConfirmDialog(
             f"Forget {len(preview.facts)} fact(s)? This erases exactly:", items,
-            warning=warning), done)
+            warning=warning, blocked=bool(preview.held)), done)
 
     @work(thread=True, exclusive=False, exit_on_error=False, group="write")
-    def write(self, op: str, reason: str) -> None:
+    def write(self, op: str, reason: str | None) -> None:
         actor = self.access.reviewer
 
         def run(ledger: Any) -> Any:

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label
+from textual.widgets import Button, Input, Label, Static
 
 
 class ReasonDialog(ModalScreen[str | None]):
@@ -16,15 +16,20 @@ class ReasonDialog(ModalScreen[str | None]):
     CSS_PATH = "reason.tcss"
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str, *, required: bool = True, placeholder: str = "reason") -> None:
+    def __init__(self, title: str, *, required: bool = True, placeholder: str = "reason",
+                 details: str = "") -> None:
         super().__init__()
         self.title_text = title
+        # What the write is about (subject, predicate, value) and what follows from it.
+        self.details = details
         self.required = required
         self.placeholder = placeholder
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(self.title_text, id="title")
+            if self.details:
+                yield Static(self.details, id="details", markup=False)
             yield Input(placeholder=self.placeholder + ("" if self.required else " (optional)"),
                         id="reason", max_length=500)
             yield Label("", id="problem")

@@ -75,6 +75,8 @@ class RetentionScreen(LedgerScreen):
         yield KeyBar()
 
     def on_mount(self) -> None:
+        # No progress bar until a sweep runs: an idle bar animates as if work were going on.
+        self.query_one("#progress", ProgressBar).display = False
         self.query_one("#spaces", DataTable).focus()
 
     def reload(self) -> None:
@@ -187,8 +189,9 @@ class RetentionScreen(LedgerScreen):
         self.post_message(SweepFinished(results))
 
     def on_sweep_progress(self, message: SweepProgress) -> None:
-        self.query_one("#progress", ProgressBar).update(total=message.total,
-                                                        progress=message.done)
+        bar = self.query_one("#progress", ProgressBar)
+        bar.display = True
+        bar.update(total=message.total, progress=message.done)
 
     def on_sweep_finished(self, message: SweepFinished) -> None:
         expired = sum(len(r.expired) for r in message.results)

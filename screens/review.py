@@ -39,6 +39,11 @@ class ReviewScreen(LedgerScreen):
     CSS_PATH = "review.tcss"
     BINDINGS = [
         Binding("space", "mark", "Mark"),
+        Binding("m", "mark_page", "Mark page"),
+        Binding("M", "mark_queue('all')", "Mark all", key_display="shift+m"),
+        Binding("w", "mark_queue('writer')", "Mark writer"),
+        Binding("c", "mark_queue('cause')", "Mark cause"),
+        Binding("u", "unmark", "Unmark all"),
         Binding("a", "review('confirm')", "Approve"),
         Binding("x", "review('reject')", "Reject"),
         *PAGE_KEYS,
@@ -50,6 +55,7 @@ class ReviewScreen(LedgerScreen):
         self.marked: set[str] = set()
         self.pages: list[int] = [0]
         self.page: ReviewPage | None = None
+        self.total: int | None = None  # claims waiting in the whole queue
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -69,15 +75,19 @@ class ReviewScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="read")
     def load(self, after: int) -> None:
-        self.run_read("queue", lambda ledger: ledger.review_queue(after_seq=after, limit=PAGE))
+        self.run_read("queue", lambda ledger: (
+            ledger.review_queue(after_seq=after, limit=PAGE),
+            ledger.status().counts.get("quarantined", 0)))
 
     def on_loaded(self, message: Loaded) -> None:
+        if message.what == "marks":
+            self.marked |= set(message.data)
+            self._show_rows()
+            return
         if message.what != "queue":
             return
-        self.page = message.data
+        self.page, self.total = message.data
         assert self.page is not None
-        waiting = {i.fact.fact_id for i in self.page.items}
-        self.marked &= waiting
         self._show_rows()
         show(self.query_one("#who", Static),
              f"reviewing as [b]{self.access.reviewer}[/b] · space: mark · a: approve · "
@@ -89,9 +99,12 @@ class ReviewScreen(LedgerScreen):
         fill(self.query_one("#queue", DataTable),
              [(i.fact.fact_id, _cells(i, i.fact.fact_id in self.marked)) for i in self.page.items])
         more = "PgDn: next page" if self.page.next_after is not None else "end of the queue"
+        first = (len(self.pages) - 1) * PAGE
+        rows = f"{first + 1}–{first + len(self.page.items)}" if self.page.items else "none"
         show(self.query_one("#pager", Static),
-             f"page {len(self.pages)} · {len(self.page.items)} waiting here · "
-             f"{len(self.marked)} marked · {more}")
+             f"{self.total if self.total is not None else '?'} waiting in all · page "
+             f"{len(self.pages)} (rows {rows}) · {len(self.marked)} marked · {more} · "
+             "m: mark page, shift+m: all, w: same writer, c: same cause, u: unmark")
 
     # ---- actions -----------------------------------------------------------------------
     def action_mark(self) -> None:
@@ -104,15 +117,67 @@ class ReviewScreen(LedgerScreen):
         if table.cursor_row < table.row_count - 1:
             table.move_cursor(row=table.cursor_row + 1)
 
+    def action_mark_page(self) -> None:
+        if self.page is not None:
+            self.marked |= {i.fact.fact_id for i in self.page.items}
+            self._show_rows()
+
+    def action_unmark(self) -> None:
+        self.marked.clear()
+        self._show_rows()
+
+    def action_mark_queue(self, how: str) -> None:
+        """Mark across the whole queue (every page): all, or those sharing the writer or the
+        cause kind of the claim under the cursor."""
+        key = cursor_key(self.query_one("#queue", DataTable))
+        item = next((i for i in (self.page.items if self.page else []) if i.fact.fact_id == key),
+                    None)
+        if how != "all" and item is None:
+            self.notify("put the cursor on a claim first", severity="warning")
+            return
+        writer = item.writer if item else None
+        cause = item.cause.kind if item else None
+        self.mark_matching(how, writer, cause)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="marks")
+    def mark_matching(self, how: str, writer: str | None, cause: str | None) -> None:
+        def matching(ledger: Any) -> list[str]:
+            found: list[str] = []
+            after: int | None = 0
+            while after is not None and not get_current_worker().is_cancelled:
+                page = ledger.review_queue(after_seq=after, limit=500)
+                found += [i.fact.fact_id for i in page.items if how == "all"
+                          or (how == "writer" and i.writer == writer)
+                          or (how == "cause" and i.cause.kind == cause)]
+                after = page.next_after
+            return found
+
+        self.run_read("marks", matching)
+
     def action_page(self, delta: int) -> None:
         if turn_page(self.pages, delta, self.page.next_after if self.page else None):
             self.reload()
 
     def _targets(self) -> list[str]:
-        if self.marked and self.page is not None:
-            return [i.fact.fact_id for i in self.page.items if i.fact.fact_id in self.marked]
+        if self.marked:
+            return sorted(self.marked)  # marks may span pages (mark all, by writer or cause)
         key = cursor_key(self.query_one("#queue", DataTable))
         return [key] if key else []
+
+    def _details(self, op: str, targets: list[str]) -> str:
+        """What the reviewer is about to approve or reject, and what follows from it."""
+        shown = {i.fact.fact_id: i for i in (self.page.items if self.page else [])}
+        lines = []
+        for fact_id in targets[:5]:
+            i = shown.get(fact_id)
+            lines.append(f"{fact_id}  {i.fact.subject} {i.fact.predicate} = "
+                         f"{'(erased)' if i.fact.erased else short(i.fact.value, 60)}  by "
+                         f"{i.writer}" if i else f"{fact_id}  (on another page)")
+        if len(targets) > 5:
+            lines.append(f"… and {len(targets) - 5} more")
+        lines.append("Reads and recall return them from now on." if op == "confirm" else
+                     "They are never believed; what they would replace stays believed.")
+        return "\n".join(lines)
 
     def action_review(self, op: str) -> None:
         targets = self._targets()
@@ -127,7 +192,8 @@ class ReviewScreen(LedgerScreen):
                 self.review(op, targets, reason or None)
 
         self.app.push_screen(ReasonDialog(f"{verb} {what} as {self.access.reviewer}",
-                                          required=op == "reject"), done)
+                                          required=op == "reject",
+                                          details=self._details(op, targets)), done)
 
     @work(thread=True, exclusive=False, exit_on_error=False, group="write")
     def review(self, op: str, fact_ids: list[str], reason: str | None) -> None:
@@ -140,6 +206,7 @@ class ReviewScreen(LedgerScreen):
                     try:
                         getattr(ledger, op)(fact_id, actor=self.access.reviewer, reason=reason)
                         done += 1
+                        self.marked.discard(fact_id)
                     except LedgerError as exc:
                         refused += 1
                         self.post_message(Failed(exc.code, exc.message))

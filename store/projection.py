@@ -39,6 +39,8 @@ DERIVED_FROM_MANY = ("SELECT fact_id, source_id FROM fact_sources "
                      "WHERE source_id IN (SELECT value FROM json_each(?)) ORDER BY fact_id")
 COUNT_BY_STATUS = "SELECT status, count(*) FROM facts GROUP BY status"
 WITH_STATUS = f"SELECT {_FCOLS} FROM facts WHERE status = ? ORDER BY assert_seq"
+ACTIVE_OF_KEY = ("SELECT fact_id FROM facts WHERE subject = ? AND predicate = ? "
+                 "AND status = 'active' ORDER BY assert_seq")
 # Facts of one subject and predicate written in a session and not ended: the candidates that
 # can corroborate one another.
 IN_SESSIONS = (f"SELECT {_FCOLS} FROM facts WHERE subject = ? AND predicate = ? "
@@ -148,6 +150,10 @@ class FactStore:
         params = {"v": valid_at, "t": tx_at, "inc": min_rank, "after": after_seq,
                   "limit": limit, "subject": subject, "predicate": predicate, "space": space}
         return [AsOfRow(*r) for r in self._conn.execute(sql, params)]
+
+    def active_of(self, subject: str, predicate: str) -> list[str]:
+        """Ids of the active facts of one subject and predicate, oldest first."""
+        return [r[0] for r in self._conn.execute(ACTIVE_OF_KEY, (subject, predicate))]
 
     def in_sessions(self, subject: str, predicate: str) -> list[FactRow]:
         """Quarantined or active facts of a subject and predicate that were written in a session."""

@@ -480,7 +480,7 @@ def test_batch_never_imports_textual(tmp_path: Path) -> None:
 def test_why_subcommand_prints_json(replayed: Replay) -> None:
     summary = replayed.fact_on_line('"ref":"summary_v3"')
     before = snapshot(replayed.path)
-    done = cli("why", summary, "--ledger", replayed.path)
+    done = cli("why", summary, "--json", "--ledger", replayed.path)
     assert done.returncode == 0, done.stderr
     why = json.loads(done.stdout)
     assert why["fact"]["fact_id"] == summary and why["fact"]["status"] == "active"
@@ -496,7 +496,7 @@ def test_why_subcommand_prints_json(replayed: Replay) -> None:
 
 def test_history_subcommand_prints_json(replayed: Replay) -> None:
     address = replayed.fact("crm-acme-addr")
-    done = cli("history", address, "--ledger", replayed.path)
+    done = cli("history", address, "--json", "--ledger", replayed.path)
     assert done.returncode == 0, done.stderr
     history = json.loads(done.stdout)
     assert history["fact_id"] == address and history["status"] == "superseded"

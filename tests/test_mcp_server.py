@@ -311,3 +311,36 @@ async def test_a_run_begun_before_a_subject_was_erased_cannot_write_for_it_again
         async with connect(tools) as after:
             written = await call(after, "memory_write", **write_args("pro again"))
     assert written["status"] == "quarantined"
+
+
+async def test_memory_pending_lists_only_this_agents_writes_awaiting_review(env: Env) -> None:
+    tools = MemoryTools(env.ledger, AGENT)
+    other = MemoryTools(env.ledger, "agent:other")
+    async with connect(tools) as client, connect(other) as other_client:
+        assert "memory_pending" in {t.name for t in (await client.list_tools()).tools}
+        written = await call(client, "memory_write", **write_args("enterprise"))
+        assert written["status"] == "quarantined"
+        assert "memory_read and memory_recall do not return it" in written["note"]
+        second = await call(client, "memory_write", **write_args("team", predicate="seats"))
+        await call(other_client, "memory_write", **write_args("basic", subject="acct:7"))
+        pending = await call(client, "memory_pending")
+        assert pending["total"] == 2
+        assert [(w["fact_id"], w["value"]) for w in pending["writes"]] == [
+            (written["fact_id"], "enterprise"), (second["fact_id"], "team")]
+        assert (await call(client, "memory_pending", limit=1))["total"] == 2
+        assert len((await call(client, "memory_pending", limit=1))["writes"]) == 1
+        assert (await refused(client, "memory_pending", limit=0))["code"] == "bad_request"
+        assert (await refused(client, "memory_pending", agent="agent:other"))["code"] == "bad_request"
+        env.at(day(2))
+        env.ledger.confirm(written["fact_id"], actor=REVIEWER)
+        after = await call(client, "memory_pending")
+        assert [w["fact_id"] for w in after["writes"]] == [second["fact_id"]]
+        assert (await call(other_client, "memory_pending"))["total"] == 1
+
+
+async def test_a_trusted_write_carries_no_quarantine_note(env: Env) -> None:
+    tools = MemoryTools(env.ledger, AGENT)
+    tools.provenance = "attested"  # as with a registered writer key (tested above)
+    async with connect(tools) as client:
+        written = await call(client, "memory_write", **write_args("pro"))
+    assert written["status"] == "active" and "note" not in written

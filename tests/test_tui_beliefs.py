@@ -160,7 +160,7 @@ async def test_help_screen_and_command_palette_list_the_keys(story: Story) -> No
         assert isinstance(app.screen, HelpScreen)
         rows = [tuple(str(c) for c in app.screen.query_one(DataTable).get_row_at(i))
                 for i in range(app.screen.query_one(DataTable).row_count)]
-        assert ("BeliefsScreen", "[", "Back 1 event") in rows
+        assert ("Beliefs", "[", "Back 1 event") in rows
         assert ("everywhere", "2", "Review") in rows
         await pilot.press("escape")
         await pilot.pause()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import Input, Static, Tree
+from textual.widgets import Static, Tree
 
 from custody_app.domain.timeutil import ManualClock
 from custody_app.evidence.packcheck import verify_pack
@@ -114,11 +114,12 @@ async def test_blast_mode_takes_a_typed_fact_id_and_refuses_an_unknown_one(
         await pilot.press("6")
         await idle(pilot)
         assert isinstance(app.screen, BlastScreen)
-        assert app.screen.focused is app.screen.query_one("#fact", Input)
-        await pilot.press(*"f_nothing", "enter")
+        # Keys work on arrival (no trap); `/` is how a user chooses to type an id.
+        assert app.screen.focused is app.screen.query_one("#tree", Tree)
+        await pilot.press("slash", *"f_nothing", "enter")
         await idle(pilot)
         assert any("(unknown_fact)" in n for n in notes(app))
-        await pilot.press("slash", *ids["sla-deadline"], "enter")
+        await pilot.press("slash", "ctrl+a", "ctrl+k", *ids["sla-deadline"], "enter")
         await idle(pilot)
         root = str(app.screen.query_one("#tree", Tree).root.label)
         assert root.startswith(f"root {ids['sla-deadline']}")

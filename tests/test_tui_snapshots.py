@@ -46,10 +46,62 @@ def test_snapshot_review_queue(story: Story, snap_compare: Any) -> None:
     assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=review)
 
 
+async def _fact_settled(pilot: Any) -> None:
+    """The fact screen with its events table filled and laid out (its column widths follow
+    the rows, so a screenshot taken between the fill and the next layout differs)."""
+    from textual.widgets import DataTable
+
+    await idle(pilot)
+    for _ in range(100):
+        if pilot.app.screen.query_one("#events", DataTable).row_count:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause(0.1)
+    await idle(pilot)
+
+
 def test_snapshot_fact_why(story: Story, snap_compare: Any) -> None:
     async def why(pilot: Any) -> None:
         await idle(pilot)
         pilot.app.push_screen(FactScreen(pilot.app.access, story["summary"]))
-        await idle(pilot)
+        await _fact_settled(pilot)
 
     assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=why)
+
+
+# The main screens at the smallest terminal people use and at a large one (frozen clock, ids).
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
+
+
+async def _beliefs(pilot: Any, story: Story) -> None:
+    await idle(pilot)
+
+
+async def _review(pilot: Any, story: Story) -> None:
+    await pilot.press("2")
+    await idle(pilot)
+
+
+async def _fact(pilot: Any, story: Story) -> None:
+    await idle(pilot)
+    pilot.app.push_screen(FactScreen(pilot.app.access, story["plan2"]))
+    await _fact_settled(pilot)
+
+
+async def _blast(pilot: Any, story: Story) -> None:
+    from screens.blast import BlastScreen
+
+    await idle(pilot)
+    pilot.app.push_screen(BlastScreen(pilot.app.access, story["plan2"], fact_screen=FactScreen))
+    await idle(pilot)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("screen", [_beliefs, _review, _fact, _blast],
+                         ids=["beliefs", "review", "fact", "blast"])
+def test_snapshot_main_screens_at_two_sizes(story: Story, snap_compare: Any, size: Any,
+                                            screen: Any) -> None:
+    async def ready(pilot: Any) -> None:
+        await screen(pilot, story)
+
+    assert snap_compare(app_on(story.path), terminal_size=size, run_before=ready)

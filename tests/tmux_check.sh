@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # tmux check of the terminal app, end to end in a real terminal:
-#   start `custody-app --demo` (a fresh copy of the sample ledger) in tmux, send the keys that
-#   approve the quarantined fact waiting in the review queue, capture the pane, quit, and find
-#   the confirm event in the ledger with `custody-app history`.
+#   build a fresh demo ledger with three claims waiting, open it in tmux, approve the three in
+#   bulk (review screen, mark all, approve), then retract a fact from the blast radius tree
+#   (choose it, enter on its node, t, a reason), by keys alone; quit, and find the three
+#   confirm events and the retract event in the ledger.
 #
 #   bash tests/tmux_check.sh            (PYTHON=/path/to/python to choose the interpreter)
-# Exit 0: the confirm was found; 1: it was not; 2: tmux is not installed.
+# Exit 0: all four events were found; 1: one was not; 2: tmux is not installed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,33 +37,77 @@ wait_for() {  # wait_for TEXT [SECONDS]: poll the pane until TEXT shows
 }
 
 cd "$WORK"
+APP="env -u CUSTODY_LEDGER -u CUSTODY_POLICY $PYTHON -m custody_app"
+# The demo ledger, plus two more claims, so three wait for review.
+$APP --demo --no-tui --ledger "$WORK/demo.db" >/dev/null
+cat > "$WORK/claims.jsonl" <<'JSONL'
+{"op": "assert", "subject": "acct:3001", "predicate": "tier", "value": "gold", "actor": "agent:helper", "cause": {"kind": "message", "ref": "tmux-1"}}
+{"op": "assert", "subject": "acct:3002", "predicate": "tier", "value": "silver", "actor": "agent:helper", "cause": {"kind": "message", "ref": "tmux-2"}}
+JSONL
+$APP --batch "$WORK/claims.jsonl" --ledger "$WORK/demo.db" >/dev/null
+CLAIMS="$($APP queue --json --ledger "$WORK/demo.db" | "$PYTHON" -c 'import json, sys; print(" ".join(i["fact"]["fact_id"] for i in json.load(sys.stdin)["items"]))')"
+[ "$(echo "$CLAIMS" | wc -w)" -eq 3 ] || { echo "tmux_check: expected 3 claims, got: $CLAIMS" >&2; exit 1; }
+TARGET="$($APP beliefs --subject acct:1042 --predicate plan --json --ledger "$WORK/demo.db" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["facts"][0]["fact_id"])')"
+
 tmux new-session -d -s "$SESSION" -x 170 -y 40 \
-    "env -u CUSTODY_LEDGER -u CUSTODY_POLICY '$PYTHON' -m custody_app --demo --ledger '$WORK/demo.db' --reviewer '$REVIEWER'; sleep 30"
+    "$APP '$WORK/demo.db' --reviewer '$REVIEWER'; sleep 30"
 wait_for "now (live)" 60
+
+# 1. Approve the three claims in bulk: review screen, mark all, approve, a reason.
 tmux send-keys -t "$SESSION" 2
 wait_for "reviewing as $REVIEWER"
-FACT="$(pane | grep -o 'f_[0-9a-f]\{22\}' | head -1)"
-[ -n "$FACT" ] || { echo "tmux_check: no quarantined fact on the review screen" >&2; pane >&2; exit 1; }
-echo "tmux_check: approving $FACT as $REVIEWER"
+wait_for "3 waiting in all"
+echo "tmux_check: approving all of $CLAIMS as $REVIEWER"
+tmux send-keys -t "$SESSION" M
+wait_for "3 marked"
 tmux send-keys -t "$SESSION" a
-wait_for "Approve $FACT"
+wait_for "Approve 3 marked facts"
 tmux send-keys -t "$SESSION" "approved from tmux" Enter
-wait_for "approved 1 fact(s)"
+wait_for "approved 3 fact(s)"
 echo "---- pane after approving ----"
 pane
 echo "------------------------------"
+
+# 2. Retract a fact from the blast tree: blast screen, / and its id, enter on the root node
+#    opens the fact, t and a reason retracts it.
+tmux send-keys -t "$SESSION" 6
+wait_for "no fact chosen"
+tmux send-keys -t "$SESSION" /
+tmux send-keys -t "$SESSION" -l "$TARGET"
+tmux send-keys -t "$SESSION" Enter
+wait_for "root $TARGET"
+tmux send-keys -t "$SESSION" Enter
+wait_for "Actions"
+tmux send-keys -t "$SESSION" t
+wait_for "Retract $TARGET"
+tmux send-keys -t "$SESSION" "retracted from the blast tree" Enter
+wait_for "now retracted"
+echo "---- pane after retracting ----"
+pane
+echo "-------------------------------"
 tmux send-keys -t "$SESSION" C-q
 sleep 0.5
 
-HISTORY="$("$PYTHON" -m custody_app history "$FACT" --ledger "$WORK/demo.db")"
-export HISTORY
+export CLAIMS TARGET LEDGER="$WORK/demo.db"
 if "$PYTHON" - "$REVIEWER" <<'PY'
-import json, os, sys
-events = json.loads(os.environ["HISTORY"])["events"]
-found = [e for e in events if e["kind"] == "confirm" and e["actor"] == sys.argv[1]]
-print(f"tmux_check: history has {len(events)} events; confirm by {sys.argv[1]}: "
-      + (f"seq {found[0]['seq']}, reason {found[0].get('reason')!r}" if found else "MISSING"))
-sys.exit(0 if found and found[0].get("reason") == "approved from tmux" else 1)
+import os, sys
+from custody_app import Ledger
+
+reviewer, ok = sys.argv[1], True
+with Ledger.open(os.environ["LEDGER"], readonly=True) as ledger:
+    for fact in os.environ["CLAIMS"].split():
+        events = ledger.history(fact).model_dump()["events"]
+        found = [e for e in events if e["kind"] == "confirm" and e["actor"] == reviewer]
+        good = bool(found) and found[0].get("reason") == "approved from tmux"
+        print(f"tmux_check: {fact}: confirm by {reviewer}: {'yes' if good else 'MISSING'}")
+        ok = ok and good
+    target = os.environ["TARGET"]
+    events = ledger.history(target).model_dump()["events"]
+    retracts = [e for e in events if e["kind"] == "retract" and e["actor"] == reviewer]
+    good = bool(retracts) and retracts[0].get("reason") == "retracted from the blast tree"
+    print(f"tmux_check: {target}: retract by {reviewer} from the blast tree: "
+          f"{'yes' if good else 'MISSING'}")
+sys.exit(0 if ok and good else 1)
 PY
 then
     echo "tmux_check: PASS"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from custody_app.domain.errors import LedgerError
+from custody_app.domain.errors import LedgerError, suggest
 from custody_app.domain.models import (
     Actor,
     ArgsDigest,
@@ -231,15 +232,19 @@ OPS: dict[str, type[Command]] = {
 NOT_YET: tuple[str, ...] = ()
 
 
-def refusal(exc: ValidationError) -> LedgerError:
-    """Turn the first validation problem into a coded, one-sentence refusal naming the field."""
-    err = exc.errors()[0]
+def refusal(exc: ValidationError, known: Iterable[str] = ()) -> LedgerError:
+    """Turn the first validation problem into a coded, one-sentence refusal naming the field
+    (with the closest of the `known` field names when the field is unknown)."""
+    errors = exc.errors()
+    # A mistyped field is also a missing one: name the typo, which has the suggestion.
+    err = next((e for e in errors if e["type"] == "extra_forbidden" and known), errors[0])
     field = ".".join(str(p) for p in err["loc"]) or "(input)"
     kind = err["type"]
     if kind == "missing":
         return LedgerError("bad_request", f"missing field '{field}'", field=field)
     if kind == "extra_forbidden":
-        return LedgerError("bad_request", f"unknown field '{field}'", field=field)
+        return LedgerError("bad_request", f"unknown field '{field}'{suggest(field, known)}",
+                           field=field)
     if kind in ("invalid_time", "invalid_actor", "invalid_interval", "llm_block"):
         return LedgerError(kind, f"field '{field}': {err['msg']}" if field != "(input)"
                            else err["msg"], field=field)
@@ -251,4 +256,4 @@ def parse_command(kind: type[Command], data: dict[str, Any]) -> Command:
     try:
         return kind.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise refusal(exc) from None
+        raise refusal(exc, ("op", "id", "ref", *kind.model_fields)) from None

@@ -3,6 +3,8 @@ the process exit codes every subcommand shares."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any
 
@@ -36,3 +38,11 @@ class PolicyError(LedgerError):
 
     def __init__(self, message: str, *, file: str, key: str | None = None) -> None:
         super().__init__("policy_invalid", message, file=file, key=key)
+
+
+def suggest(given: object, known: Iterable[str]) -> str:
+    """`; did you mean 'x'?` for the known name closest to `given`, or "" when none is close."""
+    if not isinstance(given, str):
+        return ""
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

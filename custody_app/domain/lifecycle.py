@@ -56,12 +56,20 @@ def _not_erased(fact: FactRecord) -> None:
 
 
 def check_supersede(
-    old: F | None, old_id: str, subject: str, predicate: str, valid_from: str
+    old: F | None, old_id: str, subject: str, predicate: str, valid_from: str, *,
+    replacement_pending: bool = False,
 ) -> F:
     fact = require(old, old_id)
     _not_erased(fact)
     if fact.ended is not None:
         raise LedgerError("fact_retracted", f"fact {old_id} was retracted and cannot be superseded")
+    if fact.superseded_by is not None and replacement_pending:
+        raise LedgerError("already_superseded",
+                          f"fact {old_id} has a replacement waiting for review, "
+                          f"{fact.superseded_by}; while it waits no other replacement of "
+                          f"{old_id} is accepted: a reviewer confirms or rejects "
+                          f"{fact.superseded_by} first (custody-app queue)",
+                          pending=fact.superseded_by)
     if fact.superseded_by is not None:
         raise LedgerError("already_superseded",
                           f"fact {old_id} is already superseded by {fact.superseded_by}")
@@ -103,7 +111,11 @@ def check_review(fact: F | None, fact_id: str, actor: str, policy: Policy) -> F:
     if effective_rank(found) != 0:
         raise LedgerError("not_quarantined", f"fact {fact_id} is not in quarantine")
     if not policy.may_review(actor):
-        raise LedgerError("not_reviewer", f"{actor} is not a reviewer under the policy in force")
+        kinds = ", ".join(policy.review.reviewer_kinds) or "none"
+        raise LedgerError("not_reviewer", f"{actor} is not a reviewer under the policy in force "
+                          f"(reviewers: actors of kind {kinds}, and those listed in the policy "
+                          f"file's [review] reviewers); to review as {actor}, add \"{actor}\" "
+                          "to that list, or review as a user:NAME")
     if actor == found.actor:
         raise LedgerError("own_write", f"{actor} wrote fact {fact_id} and cannot review it")
     return found

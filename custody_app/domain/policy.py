@@ -120,6 +120,24 @@ class RecallPolicy(_Section):
         return self
 
 
+Cardinality = Literal["one", "many"]
+
+
+class CardinalityPolicy(_Section):
+    default: Cardinality = "one"
+    """How many values a subject may hold at once for a predicate not listed in `predicates`:
+    `one` (a new value must name the one it replaces in `supersedes`) or `many`."""
+    predicates: dict[Annotated[str, Field(min_length=1)], Cardinality] = Field(
+        default_factory=dict)
+    """Per predicate (`tags = "many"`), overriding `default`."""
+    contradiction: Literal["flag", "refuse"] = "flag"
+    """A second active value of a `one` predicate written without `supersedes`: `flag` (the
+    write's result and later reads name the contradiction) or `refuse` (`contradiction`)."""
+
+    def of(self, predicate: str) -> Cardinality:
+        return self.predicates.get(predicate, self.default)
+
+
 class Policy(_Section):
     """The rules in force. Unknown keys are an error."""
 
@@ -137,6 +155,8 @@ class Policy(_Section):
     """Forget digests and the handling of previously forgotten values."""
     retention: RetentionPolicy = RetentionPolicy()
     """Retention windows per space."""
+    cardinality: CardinalityPolicy = CardinalityPolicy()
+    """How many values of a predicate a subject may hold at once."""
     redaction: RedactionPolicy = RedactionPolicy()
     """Redaction at ingest."""
     recall: RecallPolicy = RecallPolicy()
@@ -183,6 +203,8 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
         del data["provenance"]["receipt_issuers"]
     if data["quarantine"] == {"corroborate": 0}:
         del data["quarantine"]
+    if policy.cardinality == CardinalityPolicy():
+        del data["cardinality"]  # likewise: a policy at the defaults keeps its hash
     canonical = rfc8785.dumps(data).decode()
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     return LoadedPolicy(policy, digest, canonical, source, path)

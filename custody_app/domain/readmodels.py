@@ -27,6 +27,13 @@ class AssertResult(FactOpResult):
     provenance: str
 
 
+class ContradictingAssert(AssertResult):
+    """A write that gave a `one` predicate a second active value without `supersedes`."""
+
+    contradicts: list[str]
+    warning: str
+
+
 class FactView(ReadModel):
     """One fact as of a moment. `value` is null and `erased` true when the value was erased."""
 
@@ -47,6 +54,20 @@ class AsOfResult(ReadModel):
     valid_at: str
     tx_at: str
     facts: list[FactView]
+
+
+class Contradiction(ReadModel):
+    """Two or more values believed at once for a predicate the policy says has one."""
+
+    subject: str
+    predicate: str
+    fact_ids: list[str]
+
+
+class ContestedAsOf(AsOfResult):
+    """An as_of whose facts hold a contradiction (only then has it this field)."""
+
+    contradictions: list[Contradiction]
 
 
 class EventView(ReadModel):

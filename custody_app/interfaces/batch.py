@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import queue
 import sys
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -15,6 +17,8 @@ from custody_app.ledger.ops import Aliases, result_line, run_op
 
 # Ops per write transaction: results are printed only once their transaction has committed.
 CHUNK = 500
+# Seconds without a new input line after which a held-open batch commits its open group.
+PAUSE = 0.005
 
 
 @dataclass
@@ -30,6 +34,47 @@ def _lines(stream: Iterable[str]) -> Iterator[tuple[int, str]]:
         stripped = text.strip()
         if stripped and not stripped.startswith("#"):
             yield number, stripped
+
+
+_END = object()
+
+
+class HeldOpen:
+    """Input read by a thread of its own, so the runner can tell that input has paused (nothing
+    read and waiting) and commit the open group then, rather than block inside a transaction
+    while the script waits for its answer (DESIGN 13, "Batch answers")."""
+
+    def __init__(self, stream: Iterable[str]) -> None:
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=4 * CHUNK)
+        self._ahead: list[object] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True,
+                                        name="batch-input")
+        self._thread.start()
+
+    def _read(self, stream: Iterable[str]) -> None:
+        try:
+            for item in _lines(stream):
+                self._queue.put(item)
+        except BaseException as exc:  # re-raised in the runner's thread
+            self._error = exc
+        self._queue.put(_END)
+
+    def paused(self) -> bool:
+        """No line came within PAUSE seconds. The short wait keeps input that streams at full
+        speed (a piped file) in big groups, where the reader thread lags the runner a little."""
+        if not self._ahead:
+            try:
+                self._ahead.append(self._queue.get(timeout=PAUSE))
+            except queue.Empty:
+                return True
+        return False
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        while (item := self._ahead.pop() if self._ahead else self._queue.get()) is not _END:
+            yield item  # type: ignore[misc]
+        if self._error is not None:
+            raise self._error
 
 
 def _group_failed(pending: list[dict[str, Any]], exc: LedgerError, outcome: BatchOutcome,
@@ -57,9 +102,14 @@ def _op_name(text: str) -> Any:
     return data.get("op") if isinstance(data, dict) else None
 
 
-def _groups(lines: Iterator[tuple[int, str]], chunk: int
+def _never() -> bool:
+    return False
+
+
+def _groups(lines: Iterator[tuple[int, str]], chunk: int, paused: Callable[[], bool] = _never
             ) -> Iterator[tuple[bool, list[tuple[int, str]]]]:
-    """(shared transaction?, lines): up to `chunk` ops together, erasure ops alone."""
+    """(shared transaction?, lines): up to `chunk` ops together, erasure ops alone; a group
+    also ends where input pauses, so its results are not held back while the writer waits."""
     group: list[tuple[int, str]] = []
     for item in lines:
         if _op_name(item[1]) in _STANDALONE:
@@ -69,7 +119,7 @@ def _groups(lines: Iterator[tuple[int, str]], chunk: int
             yield False, [item]
             continue
         group.append(item)
-        if len(group) >= chunk:
+        if len(group) >= chunk or paused():
             yield True, group
             group = []
     if group:
@@ -77,15 +127,23 @@ def _groups(lines: Iterator[tuple[int, str]], chunk: int
 
 
 def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
-              fail_fast: bool = False, chunk: int = CHUNK, sign: bool = True) -> BatchOutcome:
+              fail_fast: bool = False, chunk: int = CHUNK, sign: bool = True,
+              held_open: bool = False) -> BatchOutcome:
     """Run every op; groups of ops share a transaction, each op in its own savepoint. Results
-    are printed once their transaction committed; a run that wrote ends with a signed
-    checkpoint of the chain head (`sign`)."""
+    are printed once their transaction committed; with `held_open` (stdin) a group also
+    commits whenever input pauses. A run that wrote ends with a signed checkpoint of the chain
+    head (`sign`)."""
+    if held_open:
+        source = HeldOpen(stream)
+        lines: Iterator[tuple[int, str]] = iter(source)
+        paused: Callable[[], bool] = source.paused
+    else:
+        lines, paused = _lines(stream), _never
     outcome = BatchOutcome()
     aliases = Aliases()
     pending: list[dict[str, Any]] = []
     head_before = ledger.db.events.head()
-    for shared, group in _groups(_lines(stream), chunk):
+    for shared, group in _groups(lines, chunk, paused):
         saved = dict(aliases.names)
         entered = False
         try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from custody_app.domain.commands import MAX_NESTING, NOT_YET, OPS, depth_of, nesting_message, parse_command
-from custody_app.domain.errors import LedgerError
+from custody_app.domain.errors import LedgerError, suggest
 from custody_app.domain.escaping import json_text, unsafe_character
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.ledger.facade import Ledger
@@ -78,7 +78,7 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
         if op is None:
             raise LedgerError("bad_request", "missing field 'op'", field="op")
         if not isinstance(op, str) or op not in OPS:
-            hint = " (not available in this version)" if op in NOT_YET else ""
+            hint = " (not available in this version)" if op in NOT_YET else suggest(op, OPS)
             raise LedgerError("unknown_op", f"unknown op {op!r}{hint}")
         ref = data.pop("ref", None) if op == "assert" else None
         if ref is not None and (not isinstance(ref, str) or not ref or ref.startswith("@")

@@ -7,8 +7,11 @@ from custody_app.core import reads
 from custody_app.core.ledger_core import LedgerCore
 from custody_app.domain.commands import AsOf, History, Recall, Why
 from custody_app.domain.models import PROV_RANK, PROVENANCES
+from custody_app.domain.policy import CardinalityPolicy
 from custody_app.domain.readmodels import (
     AsOfResult,
+    ContestedAsOf,
+    Contradiction,
     FactView,
     HistoryResult,
     RecallResult,
@@ -45,7 +48,20 @@ def as_of(ledger: LedgerCore, cmd: AsOf) -> AsOfResult:
             valid_to=r.valid_to, actor=r.actor, erased=text is None))
     if cmd.session is not None:
         ledger.serve(cmd.session, [f.fact_id for f in facts], "as_of")
+    contested = contradictions(facts, ledger.policy.policy.cardinality)
+    if contested:
+        return ContestedAsOf(valid_at=valid_at, tx_at=tx_at, facts=facts, contradictions=contested)
     return AsOfResult(valid_at=valid_at, tx_at=tx_at, facts=facts)
+
+
+def contradictions(facts: list[FactView], policy: CardinalityPolicy) -> list[Contradiction]:
+    """Subjects holding more than one value at once of a predicate the policy says has one."""
+    by_key: dict[tuple[str, str], list[str]] = {}
+    for f in facts:
+        if policy.of(f.predicate) == "one":
+            by_key.setdefault((f.subject, f.predicate), []).append(f.fact_id)
+    return [Contradiction(subject=s, predicate=p, fact_ids=ids)
+            for (s, p), ids in by_key.items() if len(ids) > 1]
 
 
 def history(ledger: LedgerCore, cmd: History) -> HistoryResult:

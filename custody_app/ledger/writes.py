@@ -15,7 +15,7 @@ from custody_app.domain import lifecycle
 from custody_app.domain.chain import canonical, commitment, new_salt
 from custody_app.domain.commands import Affirm, AssertFact, Confirm, Hold, Reject, Release, Retract
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.readmodels import AssertResult, FactOpResult
+from custody_app.domain.readmodels import AssertResult, ContradictingAssert, FactOpResult
 from custody_app.domain.redaction import redact
 from custody_app.domain.text_fields import redact_fields
 from custody_app.erasure.forget import previously_forgotten_digest
@@ -62,10 +62,12 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
             raise LedgerError("invalid_interval",
                               f"valid_to {cmd.valid_to} is not after valid_from {valid_from}")
         if cmd.supersedes is not None:
-            lifecycle.check_supersede(ledger.db.facts.get(cmd.supersedes), cmd.supersedes,
-                                      cmd.subject, cmd.predicate, valid_from)
+            replaced = ledger.db.facts.get(cmd.supersedes)
+            lifecycle.check_supersede(replaced, cmd.supersedes, cmd.subject, cmd.predicate,
+                                      valid_from, replacement_pending=_pending(ledger, replaced))
         for source in cmd.sources or ():
             lifecycle.check_source(ledger.db.facts.get(source), source)
+        rivals = _rivals(ledger, cmd)
         fact_id = ledger.new_fact_id(tx_at)
         salt = new_salt()
         assert ledger.keys is not None  # seal() above refused a ledger without its key store
@@ -87,8 +89,38 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
                            plaintext=value_text)
         corroborate(ledger, reads.require_fact(ledger.db, fact_id), value_text)
         fact = reads.require_fact(ledger.db, fact_id)
-    return AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
-                        status=fact.status, provenance=provenance)
+    result = AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
+                          status=fact.status, provenance=provenance)
+    if not rivals:
+        return result
+    return ContradictingAssert(
+        **result.model_dump(), contradicts=rivals,
+        warning=f"{cmd.subject} {cmd.predicate} has one value at a time under the policy, and "
+                f"{', '.join(rivals)} is already believed: name the fact this replaces in "
+                "`supersedes`, or retract one of them")
+
+
+def _rivals(ledger: LedgerCore, cmd: AssertFact) -> list[str]:
+    """Active facts a `one`-valued write without `supersedes` would contradict (refused
+    here when the policy says so)."""
+    pol = ledger.policy.policy.cardinality
+    if cmd.supersedes is not None or pol.of(cmd.predicate) != "one":
+        return []
+    rivals = ledger.db.facts.active_of(cmd.subject, cmd.predicate)
+    if rivals and pol.contradiction == "refuse":
+        raise LedgerError("contradiction", f"{cmd.subject} {cmd.predicate} already has a believed "
+                          f"value ({', '.join(rivals)}) and the policy allows one at a time: name "
+                          "the fact this replaces in `supersedes`", contradicts=rivals)
+    return rivals
+
+
+def _pending(ledger: LedgerCore, replaced: Any) -> bool:
+    """Whether the fact's replacement is a claim still waiting for review (not yet believed)."""
+    if replaced is None or replaced.superseded_by is None:
+        return False
+    replacement = ledger.db.facts.get(replaced.superseded_by)
+    return (replacement is not None and replacement.ended is None
+            and lifecycle.effective_rank(replacement) == 0)
 
 
 def previously_forgotten(ledger: LedgerCore, subject: str, predicate: str, value_text: str) -> bool:

@@ -48,7 +48,9 @@ def _reindex_progress(done: int, total: int) -> None:
 
 
 def fail(exc: LedgerError, code: Exit) -> int:
-    sys.stderr.write(escape_text(f"custody-app: {exc.message} ({exc.code})") + "\n")
+    hint = (f"; name the ledger with --ledger PATH (or ${LEDGER_ENV}; default ./{DEFAULT_LEDGER})"
+            if exc.code == "ledger_unopenable" else "")
+    sys.stderr.write(escape_text(f"custody-app: {exc.message}{hint} ({exc.code})") + "\n")
     return int(code)
 
 

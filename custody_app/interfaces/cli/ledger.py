@@ -1,5 +1,5 @@
-"""Subcommands on the ledger itself: init, verify, rebuild, why, history, hold, release,
-checkpoint and recall."""
+"""Subcommands on the ledger itself: init, verify, rebuild, hold, release, checkpoint and
+recall."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from custody_app.keys.crypto import public_fingerprint
 from custody_app.keys.keyring import MASTER_ENV, master_path_for, read_public_key, write_public_key
 from custody_app.ledger.facade import Ledger
 
-NAMES = ("init", "verify", "rebuild", "why", "history", "hold", "release", "checkpoint",
-         "recall")
-READ_ONLY = ("verify", "why", "history")
+NAMES = ("init", "verify", "rebuild", "hold", "release", "checkpoint", "recall")
+READ_ONLY = ("verify",)
 
 
 def add_parsers(add: AddParser) -> None:
@@ -28,8 +27,6 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--export", metavar="FILE", help="check an export offline instead (no ledger)")
     add("rebuild", "recompute the projection and report differences").add_argument(
         "--repair", action="store_true", help="replace a differing projection")
-    add("why", "why a fact is believed", "FACT")
-    add("history", "a fact's events", "FACT")
     for name, helptext in (("hold", "place a legal hold on a fact"),
                            ("release", "release a legal hold")):
         s = add(name, helptext, "FACT")
@@ -98,8 +95,6 @@ COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "init": _init,
     "verify": _verify,
     "rebuild": _rebuild,
-    "why": lambda led, a: show(led.why(a.fact)),
-    "history": lambda led, a: show(led.history(a.fact)),
     "hold": lambda led, a: show(led.hold(a.fact, actor=a.actor, reason=a.reason)),
     "release": lambda led, a: show(led.release(a.fact, actor=a.actor, reason=a.reason)),
     "checkpoint": lambda led, a: show(led.checkpoint(actor=a.actor)),

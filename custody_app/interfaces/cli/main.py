@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import TextIO
 
 from custody_app.domain.errors import Exit, LedgerError
+from custody_app.domain.policy import load_policy
 from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
 from custody_app.files.output import require_regular
 from custody_app.interfaces.batch import run_batch
-from custody_app.interfaces.cli import erasure, evidence
+from custody_app.interfaces.cli import erasure, evidence, reading, review
 from custody_app.interfaces.cli import ledger as ledger_commands
 from custody_app.interfaces.cli.common import add_common, chosen_ledger, fail, open_ledger
+from custody_app.interfaces.cli.naming import CREATES, confirm_create, missing_ledger, unknown_subcommand
+from custody_app.interfaces.tui.access import resolve_reviewer
 from custody_app.ledger.facade import Ledger
 
 
@@ -65,17 +68,20 @@ def _sub_parser() -> argparse.ArgumentParser:
 
 
 # The subcommands by what they do; each module has add_parsers(), NAMES and COMMANDS.
-_GROUPS = (ledger_commands, erasure, evidence)
+_GROUPS = (ledger_commands, reading, review, erasure, evidence)
 _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     name: run for group in _GROUPS for name, run in group.COMMANDS.items()}
 SUBCOMMANDS = tuple(_COMMANDS)
-READ_ONLY = (*ledger_commands.READ_ONLY, *evidence.READ_ONLY, *erasure.READ_ONLY)
+READ_ONLY = (*ledger_commands.READ_ONLY, *reading.READ_ONLY, *review.READ_ONLY,
+             *evidence.READ_ONLY, *erasure.READ_ONLY)
 
 
 def _subcommand(argv: list[str]) -> int:
     args = _sub_parser().parse_args(argv)
     if (code := evidence.offline(args)) is not None:
         return code
+    if args.command not in CREATES and not os.path.exists(chosen_ledger(args)):
+        return fail(missing_ledger(chosen_ledger(args)), Exit.UNOPENABLE)
     try:
         ledger = open_ledger(args, readonly=args.command in READ_ONLY)
     except LedgerError as exc:
@@ -111,7 +117,8 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
             stream.close()
         return fail(exc, Exit.UNOPENABLE)
     with ledger, stream:
-        outcome = run_batch(ledger, stream, out or sys.stdout, fail_fast=args.fail_fast)
+        outcome = run_batch(ledger, stream, out or sys.stdout, fail_fast=args.fail_fast,
+                            held_open=source == "-")
         # A re-clustering the run made due (it ran beside the writes) is let finish.
         ledger.index.maintenance.join()
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)
@@ -196,6 +203,9 @@ def _dispatch(argv: list[str]) -> int:
         argv = argv[1:]  # `custody-app tui LEDGER` is `custody-app LEDGER`
     elif argv and argv[0] in SUBCOMMANDS:
         return _subcommand(argv)
+    elif argv and (usage := unknown_subcommand(argv[0], (*SUBCOMMANDS, *_OWN_PARSERS, "tui"))):
+        sys.stderr.write(f"custody-app: {usage}\n")
+        return int(Exit.USAGE)
     args = _main_parser().parse_args(argv)
     if args.demo:
         return _demo(args)
@@ -205,12 +215,27 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def _tui(args: argparse.Namespace) -> int:
-    """The terminal app on the ledger; textual is imported on this interactive path only."""
+    """The terminal app on the ledger; textual is imported on this interactive path only. It
+    needs a terminal (without one Textual would spin), and asks before creating a ledger."""
+    path = chosen_ledger(args)
+    try:
+        load_policy(policy_path(args.policy))
+        resolve_reviewer(args.reviewer)
+    except LedgerError as exc:
+        return fail(exc, Exit.UNOPENABLE)
+    missing = not os.path.exists(path)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        sys.stderr.write("custody-app: the terminal app needs a terminal (stdin and stdout are "
+                         "not one here)" + (f" and there is no ledger at {path}" if missing else "")
+                         + "; scripts use a subcommand (custody-app --help) or --batch FILE\n")
+        return int(Exit.USAGE)
+    if missing and not confirm_create(path):
+        return fail(missing_ledger(path), Exit.UNOPENABLE)
     from custody_app.interfaces.tui.app import make_app
 
     try:
-        app = make_app(chosen_ledger(args), policy_path(args.policy),
-                       reviewer=args.reviewer, keystore=args.keystore)
+        app = make_app(path, policy_path(args.policy), reviewer=args.reviewer,
+                       keystore=args.keystore)
     except LedgerError as exc:
         return fail(exc, Exit.UNOPENABLE)
     app.run()

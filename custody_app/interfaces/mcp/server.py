@@ -21,8 +21,9 @@ INSTRUCTIONS = (
     "Governed memory. Write what you learn with memory_write (always give a cause); read what "
     "is believed with memory_read or memory_recall; correct a fact by writing its replacement "
     "with `supersedes`, or retract it. Your writes may be quarantined until a person reviews "
-    "them: a quarantined fact is not returned by reads or recall until it is confirmed. Every "
-    "read is recorded against this connection's session.")
+    "them: a quarantined fact is not returned by reads or recall until it is confirmed "
+    "(memory_pending lists yours still waiting). Every read is recorded against this "
+    "connection's session.")
 
 
 def new_session_id() -> str:

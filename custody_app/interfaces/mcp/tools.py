@@ -12,7 +12,13 @@ from custody_app.domain import commands
 from custody_app.domain.commands import Command, parse_command, refusal
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import Frozen, actor_kind, check_actor
+from custody_app.domain.readmodels import AssertResult
 from custody_app.domain.timeutil import format_time
+from custody_app.interfaces.mcp.pending import (
+    PendingArguments,
+    QuarantinedWrite,
+    pending_writes,
+)
 from custody_app.ledger.facade import Ledger
 
 # Fields the server sets itself and an agent can never pass: who writes (the configured agent),
@@ -28,7 +34,7 @@ class ToolSpec:
     the server-fixed ones, with the command's own types and constraints)."""
 
     name: str
-    command: type[Command]
+    command: type[Command] | None  # None: a tool of the server's own (memory_pending)
     description: str
     read_only: bool
     arguments: type[BaseModel]
@@ -76,6 +82,11 @@ _TOOLS = [
           "radius can later trace what the action relied on."),
 ]
 TOOLS: dict[str, ToolSpec] = {t.name: t for t in _TOOLS}
+# Tools that are not batch commands.
+PENDING = ToolSpec("memory_pending", None,
+                   "This agent's own writes still waiting for a reviewer (claimed, quarantined): "
+                   "how many, and the oldest of them. Reads and recall do not return them until "
+                   "they are confirmed.", True, PendingArguments)
 
 
 class MemoryTools:
@@ -96,7 +107,7 @@ class MemoryTools:
         self.provenance = "attested" if self.trusted else "claimed"
 
     def specs(self) -> list[ToolSpec]:
-        return list(TOOLS.values())
+        return [*TOOLS.values(), PENDING]
 
     def now(self) -> str:
         return format_time(self.ledger.clock.now())
@@ -105,14 +116,17 @@ class MemoryTools:
              started: str | None = None) -> BaseModel:
         """Run one tool call in `session`, as work begun at `started` (the session's start);
         a refusal raises LedgerError and writes nothing."""
-        spec = TOOLS.get(name)
+        spec = TOOLS.get(name) or (PENDING if name == PENDING.name else None)
         if spec is None:
             raise LedgerError("unknown_tool", f"there is no tool named {name!r}")
         data = dict(arguments or {})
         try:
-            spec.arguments.model_validate(data)
+            checked = spec.arguments.model_validate(data)
         except ValidationError as exc:
             raise refusal(exc) from None
+        if spec.command is None:
+            assert isinstance(checked, PendingArguments)
+            return pending_writes(self.ledger, self.agent, checked.limit)
         fixed = {"actor": self.agent, "session": session, "provenance": self.provenance,
                  "include": "attested", "include_claimed": False}
         data.update({k: v for k, v in fixed.items() if k in spec.command.model_fields})
@@ -122,9 +136,12 @@ class MemoryTools:
         before = self.ledger.work_started
         self.ledger.work_started = started or before
         try:
-            return self.ledger.execute(command)
+            result = self.ledger.execute(command)
         finally:
             self.ledger.work_started = before
+        if isinstance(result, AssertResult) and result.status == "quarantined":
+            return QuarantinedWrite(**result.model_dump())
+        return result
 
     def _check_visible(self, fact_id: str) -> None:
         """Another writer's quarantined claim stays hidden from this agent until confirmed."""

@@ -20,7 +20,7 @@ from watchdog.observers import Observer
 from custody_app.domain.errors import LedgerError, PolicyError
 from custody_app.domain.timeutil import Clock
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens import SCREENS
+from screens import SCREEN_CLASSES, SCREENS
 
 # How long the app waits after a file change before refreshing (changes come in bursts).
 SETTLE_S = 0.15
@@ -40,6 +40,12 @@ class HeadMoved(Message):
     def __init__(self, seq: int) -> None:
         super().__init__()
         self.seq = seq
+
+
+class WaitingCounted(Message):
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
 
 
 class PolicyAdopted(Message):
@@ -92,6 +98,7 @@ class CustodyApp(App[None]):
         self.access = access
         self.live = watch
         self.head_seq = 0
+        self.waiting: int | None = None  # claims in the review queue, shown in the header
         self._observer: Any = None
         self._settle: Any = None
         self._policy_dirty = False
@@ -102,6 +109,7 @@ class CustodyApp(App[None]):
     # ---- lifecycle ---------------------------------------------------------------------
     def on_mount(self) -> None:
         self._show_policy()
+        self.count_waiting()
         self.switch_mode("beliefs")
         if self.live:
             self._start_observer()
@@ -125,8 +133,25 @@ class CustodyApp(App[None]):
 
     def _show_policy(self) -> None:
         name = Path(self.access.path).name
+        waiting = "" if self.waiting is None else f" · {self.waiting:,} waiting for review"
         self.sub_title = (f"{name} · policy {self.access.policy.hash[:12]} · "
-                          f"reviewer {self.access.reviewer}")
+                          f"reviewer {self.access.reviewer}{waiting}")
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="waiting")
+    def count_waiting(self) -> None:
+        """The review count in the header, read afresh whenever the ledger moved."""
+        try:
+            with self.access.open(readonly=True) as ledger:
+                count = ledger.status().counts.get("quarantined", 0)
+        except LedgerError:
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(WaitingCounted(count))
+
+    def on_waiting_counted(self, message: WaitingCounted) -> None:
+        if message.count != self.waiting:
+            self.waiting = message.count
+            self._show_policy()
 
     # ---- live refresh ------------------------------------------------------------------
     def on_ledger_files_changed(self, message: LedgerFilesChanged) -> None:
@@ -156,6 +181,7 @@ class CustodyApp(App[None]):
         if message.seq != self.head_seq:
             self.head_seq = message.seq
             self.refresh_screen()
+            self.count_waiting()
 
     def refresh_screen(self) -> None:
         """Reload what the open screen (and the screen under a dialog) shows."""
@@ -204,26 +230,44 @@ class CustodyApp(App[None]):
             self.push_screen(HelpScreen(self._all_bindings(self.screen)))
 
     def _all_bindings(self, screen: Screen[Any]) -> list[tuple[str, str, str]]:
-        """(where, key, description) of every binding of the screen and the app."""
+        """(where, key, description) of every binding: the open screen's first, then the
+        app's (everywhere), then every other screen's, with human key names."""
+        others = [c for c in SCREEN_CLASSES if not isinstance(screen, c)]
         rows = []
-        for where, bindings in ((type(screen).__name__, screen.BINDINGS),
-                                ("everywhere", self.BINDINGS)):
+        for where, bindings in ((_screen_name(type(screen)), screen.BINDINGS),
+                                ("everywhere", self.BINDINGS),
+                                *((_screen_name(c), c.BINDINGS) for c in others)):
             for b in bindings:
                 if isinstance(b, Binding) and b.description:
-                    rows.append((where, b.key_display or b.key, b.description))
+                    keys = ", ".join(self.get_key_display(Binding(k.strip(), b.action))
+                                     for k in b.key.split(","))
+                    rows.append((where, b.key_display or keys, b.description))
         return rows
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Each action once (Textual's own first), the app's global actions from any screen.
+        seen_titles: set[str] = set()
+        for command in super().get_system_commands(screen):
+            seen_titles.add(command.title)
+            yield command
         seen = set()
         for owner, bindings in ((screen, screen.BINDINGS), (self, self.BINDINGS)):
             for b in bindings:
-                if not isinstance(b, Binding) or not b.description or b.action in seen:
+                if (not isinstance(b, Binding) or not b.description or b.action in seen
+                        or b.description in seen_titles):
                     continue
                 seen.add(b.action)
-                yield SystemCommand(b.description, f"{b.description} (key {b.key})",
+                seen_titles.add(b.description)
+                key = b.key_display or self.get_key_display(b)
+                yield SystemCommand(b.description, f"{b.description} (key {key})",
                                     lambda owner=owner, action=b.action:
                                     self.run_action(action, owner))
+
+
+def _screen_name(cls: type[Any]) -> str:
+    """`BeliefsScreen` -> `Beliefs`, `BlastScreen` -> `Blast radius`: how the user knows it."""
+    name = cls.__name__.removesuffix("Screen")
+    return {"Blast": "Blast radius", "Fact": "Fact detail"}.get(name, name)
 
 
 def _bind(factory: Callable[[LedgerAccess], Screen[None]],

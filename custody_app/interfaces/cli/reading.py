@@ -1,0 +1,84 @@
+"""Subcommands that read the ledger for a person: beliefs (as of a moment), show (a fact's
+story), why and history, each in text with `--json` for machines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from custody_app.domain.errors import Exit
+from custody_app.interfaces.cli.common import AddParser, chosen_ledger, show
+from custody_app.interfaces.cli.text import fact_line, history_lines, plain, story, write
+from custody_app.ledger.facade import Ledger
+from custody_app.ledger.readmodels import SHOW_STATUSES
+
+NAMES = ("beliefs", "show", "why", "history")
+READ_ONLY = NAMES
+
+
+def add_parsers(add: AddParser) -> None:
+    s = add("beliefs", "the facts believed at a moment (default: now), with their ids")
+    s.add_argument("--subject")
+    s.add_argument("--space")
+    s.add_argument("--predicate")
+    s.add_argument("--valid-at", metavar="ISO", help="true in the world at this time (default now)")
+    s.add_argument("--tx-at", metavar="ISO", help="as the ledger knew it at this time (default now)")
+    s.add_argument("--include", action="append", default=[], choices=SHOW_STATUSES,
+                   help="also list facts in this status (repeatable)")
+    s.add_argument("--limit", type=int, default=50, help="at most this many facts (default 50)")
+    s.add_argument("--json", action="store_true", help="print the page as JSON")
+    s = add("show", "a fact's story in a few lines: what, who, why, what it replaced, reviews, "
+            "policy", "FACT")
+    s.add_argument("--policy-text", action="store_true",
+                   help="print the exact policy text the fact was written under")
+    s.add_argument("--json", action="store_true", help="print `why` as JSON")
+    add("why", "why a fact is believed (the story `show` prints; --json for all of it)",
+        "FACT").add_argument("--json", action="store_true", help="print the result as JSON")
+    add("history", "a fact's events, one a line", "FACT").add_argument(
+        "--json", action="store_true", help="print the result as JSON")
+
+
+def _beliefs(ledger: Ledger, args: argparse.Namespace) -> int:
+    page = ledger.beliefs(args.valid_at, args.tx_at, subject=args.subject, space=args.space,
+                          predicate=args.predicate, show=args.include, limit=args.limit)
+    if args.json:
+        return show(page)
+    where = ", ".join(f"{name} {plain(v)}" for name, v in (("subject", args.subject),
+                      ("space", args.space), ("predicate", args.predicate)) if v)
+    lines = [f"Believed at valid time {page.valid_at}, as known at {page.tx_at}"
+             + (f" ({where})" if where else "") + f": {len(page.facts)} fact(s)"
+             + (" on this page" if page.next_after is not None else "")]
+    lines += [f"  {fact_line(f)}" + ("" if f.believed else "  (not believed)") for f in page.facts]
+    if page.facts:
+        lines.append(f"next: custody-app show {page.facts[0].fact_id} --ledger {chosen_ledger(args)}")
+    else:
+        lines.append("no fact matches; `custody-app beliefs` without filters lists them all")
+    write(lines)
+    return int(Exit.OK)
+
+
+def _story(ledger: Ledger, args: argparse.Namespace) -> int:
+    why = ledger.why(args.fact)
+    if args.json:
+        return show(why)
+    if getattr(args, "policy_text", False):
+        sys.stdout.write(f"# policy {why.policy.hash}"
+                         + (f" ({plain(why.policy.path)})" if why.policy.path else "") + "\n")
+        write([plain(line) for line in why.policy.source.rstrip("\n").split("\n")])
+        return int(Exit.OK)
+    write(story(why, chosen_ledger(args)))
+    return int(Exit.OK)
+
+
+def _history(ledger: Ledger, args: argparse.Namespace) -> int:
+    history = ledger.history(args.fact)
+    if args.json:
+        return show(history)
+    write(history_lines(history))
+    return int(Exit.OK)
+
+
+COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
+    "beliefs": _beliefs, "show": _story, "why": _story, "history": _history,
+}

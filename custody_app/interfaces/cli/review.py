@@ -1,0 +1,131 @@
+"""Subcommands of a reviewer on the command line: queue (the review queue with totals), confirm,
+reject and retract, each saying what it did to which fact and what is believed now."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Callable
+
+from custody_app.domain.errors import Exit, LedgerError
+from custody_app.domain.readmodels import FactOpResult, WhyResult
+from custody_app.interfaces.cli.common import AddParser, chosen_ledger, print_json
+from custody_app.interfaces.cli.text import fact_line, plain, value_text, write
+from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
+from custody_app.ledger.browse import MAX_PAGE
+from custody_app.ledger.facade import Ledger
+from custody_app.ledger.readmodels import ReviewItem
+
+NAMES = ("queue", "confirm", "reject", "retract")
+READ_ONLY = ("queue",)
+
+
+def add_parsers(add: AddParser) -> None:
+    s = add("queue", "claims waiting for a reviewer, oldest first, with totals by writer and cause")
+    s.add_argument("--writer", metavar="KIND:ID", help="only claims by this writer")
+    s.add_argument("--subject", help="only claims about this subject")
+    s.add_argument("--limit", type=int, default=20, help="list at most this many (default 20)")
+    s.add_argument("--json", action="store_true", help="print totals and items as JSON")
+    for name, helptext, reason in (
+            ("confirm", "confirm a quarantined claim: reads return it from now on", False),
+            ("reject", "reject a quarantined claim: it is never believed", True),
+            ("retract", "withdraw a fact: reads stop returning it, what it replaced is believed "
+             "again", True)):
+        s = add(name, helptext, "FACT")
+        s.add_argument("--actor", metavar="KIND:ID",
+                       help=f"who does this (default: ${REVIEWER_ENV}, the config file's "
+                       "reviewer, else user:LOGIN)")
+        s.add_argument("--reason", required=reason, help="why, in words (at most 500 chars)")
+        s.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _whole_queue(ledger: Ledger) -> list[ReviewItem]:
+    """Every waiting claim, page by page (totals must count all of them, not one page)."""
+    items: list[ReviewItem] = []
+    after: int | None = 0
+    while after is not None:
+        page = ledger.review_queue(after_seq=after, limit=MAX_PAGE)
+        items += page.items
+        after = page.next_after
+    return items
+
+
+def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
+    waiting = _whole_queue(ledger)
+    chosen = [i for i in waiting if (not args.writer or i.writer == args.writer)
+              and (not args.subject or i.fact.subject == args.subject)]
+    by_writer = Counter(i.writer for i in chosen)
+    by_cause = Counter(i.cause.kind for i in chosen)
+    shown = chosen[: max(args.limit, 0)]
+    if args.json:
+        print_json({"total": len(waiting), "matching": len(chosen), "by_writer": dict(by_writer),
+                    "by_cause": dict(by_cause), "shown": len(shown),
+                    "items": [i.model_dump(mode="json") for i in shown]})
+        return int(Exit.OK)
+    filtered = len(chosen) != len(waiting)
+    lines = [f"Review queue: {len(waiting)} claim(s) waiting"
+             + (f", {len(chosen)} matching" if filtered else "")
+             + (f"; showing the oldest {len(shown)}" if len(shown) < len(chosen) else "")]
+    if chosen:
+        lines.append("  by writer: " + ", ".join(f"{plain(w)} {n}" for w, n in by_writer.most_common()))
+        lines.append("  by cause: " + ", ".join(f"{c} {n}" for c, n in by_cause.most_common()))
+    for item in shown:
+        marks = f" marked {','.join(item.marks)}" if item.marks else ""
+        replaces = f"; would replace {item.supersedes.fact_id}" if item.supersedes else ""
+        lines.append(f"  {fact_line(item.fact)}")
+        lines.append(f"      by {plain(item.writer)} at {item.tx_at}, cause {item.cause.kind} "
+                     f"{plain(item.cause.ref)}{marks}{replaces}")
+    ledger_name = chosen_ledger(args)
+    if shown:
+        lines.append(f"next: custody-app confirm {shown[0].fact.fact_id} --ledger {ledger_name}"
+                     f"   |   custody-app reject {shown[0].fact.fact_id} --reason TEXT "
+                     f"--ledger {ledger_name}")
+    write(lines)
+    return int(Exit.OK)
+
+
+def _outcome(verb: str, before: WhyResult, result: FactOpResult, after: Ledger) -> list[str]:
+    f = before.fact
+    lines = [f"{verb} {f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = "
+             f"{value_text(f.value)}; now {result.status} (seq {result.seq}, {result.tx_at})"]
+    # What a retraction or rejection hands belief back to: the facts it had replaced.
+    for ref in before.supersedes:
+        old = after.why(ref.fact_id).fact
+        state = "believed again" if old.status == "active" else f"still {old.status}"
+        lines.append(f"  {state}: {fact_line(old)}")
+    return lines
+
+
+def _review(verb: str, past: str) -> Callable[[Ledger, argparse.Namespace], int]:
+    def run(ledger: Ledger, args: argparse.Namespace) -> int:
+        actor = resolve_reviewer(args.actor)
+        before = ledger.why(args.fact)
+        do = getattr(ledger, verb)
+        result: FactOpResult = (do(args.fact, actor=actor, reason=args.reason) if args.reason
+                                or verb != "confirm" else do(args.fact, actor=actor))
+        if args.json:
+            print_json(result.model_dump(mode="json"))
+            return int(Exit.OK)
+        lines = _outcome(past, before, result, ledger)
+        if verb == "confirm" and result.status != "active":
+            lines.append(f"  not believed yet: it is {result.status}")
+        write(lines)
+        return int(Exit.OK)
+    return run
+
+
+def _checked(run: Callable[[Ledger, argparse.Namespace], int]
+             ) -> Callable[[Ledger, argparse.Namespace], int]:
+    def checked(ledger: Ledger, args: argparse.Namespace) -> int:
+        if args.limit < 1:
+            raise LedgerError("bad_request", "--limit must be at least 1", field="limit")
+        return run(ledger, args)
+    return checked
+
+
+COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
+    "queue": _checked(_queue),
+    "confirm": _review("confirm", "confirmed"),
+    "reject": _review("reject", "rejected"),
+    "retract": _review("retract", "retracted"),
+}

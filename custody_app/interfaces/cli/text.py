@@ -1,0 +1,108 @@
+"""Text renderings for the human subcommands: a fact in one line, its story, its history.
+Stored strings are shown with control characters escaped, so nothing stored drives the terminal."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+from custody_app.domain.readmodels import EventView, FactView, HistoryResult, WhyResult
+from custody_app.ledger.readmodels import BeliefView
+
+# C0, DEL, C1 and the bidirectional overrides and isolates (DESIGN 13, "Files and output").
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+VALUE_WIDTH = 80
+
+
+def plain(text: object) -> str:
+    """`text` with every control character written as an escape (`\\x1b`, `\\u202e`)."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def value_text(value: Any, width: int | None = VALUE_WIDTH) -> str:
+    """A value as compact JSON, cut at `width` characters with an ellipsis."""
+    if value is None:
+        return "(erased)"
+    text = plain(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")))
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
+
+
+def fact_line(fact: FactView | BeliefView, width: int | None = VALUE_WIDTH) -> str:
+    return (f"{fact.fact_id}  {plain(fact.subject)} {plain(fact.predicate)} = "
+            f"{value_text(fact.value, width)}  [{fact.status}, {fact.provenance}, "
+            f"{plain(fact.space)}]")
+
+
+def write(lines: list[str]) -> None:
+    sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+def _refs(title: str, refs: list[Any]) -> list[str]:
+    return [f"  {title}: " + "; ".join(f"{r.fact_id} ({plain(r.predicate)}, now {r.status})"
+                                       for r in refs)] if refs else []
+
+
+def story(why: WhyResult, ledger: str) -> list[str]:
+    """A human `why`: what is believed, who wrote it and why, what it replaced, who reviewed it,
+    the policy by hash, and the commands to go further."""
+    f, created = why.fact, why.created_by
+    cause = f"{why.cause.kind} {plain(why.cause.ref)}"
+    if why.cause.detail:
+        cause += f' ("{plain(why.cause.detail)}")'
+    valid = f"valid from {f.valid_from}" + (f" to {f.valid_to}" if f.valid_to else "")
+    lines = [f"{f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = {value_text(f.value, None)}",
+             f"  {f.status}, {f.provenance}, space {plain(f.space)}, {valid}",
+             f"  written by {plain(why.actor)} at {created.tx_at} (seq {created.seq}) because of "
+             f"{cause}" + (f", in session {plain(why.session)}" if why.session else "")]
+    if why.llm is not None:
+        lines.append(f"  by model {plain(why.llm.model)}")
+    lines += _refs("replaced", why.supersedes) + _refs("replaced by", why.superseded_by)
+    lines += _refs("derived from", why.sources) + _refs("facts derived from it", why.dependents)
+    for review in why.reviews:
+        reason = f': "{plain(review.reason)}"' if review.reason else ""
+        lines.append(f"  {review.kind} by {plain(review.actor)} at {review.tx_at} (seq "
+                     f"{review.seq}){reason}")
+    if f.status == "quarantined":
+        lines.append("  waiting for review: reads leave it out until a reviewer confirms it")
+    if why.salience_class:
+        lines.append(f"  salience {why.salience_class} ({why.salience:.2f})")
+    lines.append(f"  policy {why.policy.hash}" + (f" ({plain(why.policy.path)})" if why.policy.path
+                                                  else ""))
+    lines.append(f"  chain checked for this fact: {'yes' if why.events_verified else 'NO'}")
+    lines.append(f"next: custody-app history {f.fact_id} --ledger {ledger}   |   "
+                 f"custody-app show {f.fact_id} --policy-text --ledger {ledger}")
+    return lines
+
+
+# Shown in the line's own columns, in the fact's header, or chain bookkeeping a person skips.
+_SKIP = {"seq", "event_id", "kind", "tx_at", "actor", "policy_hash", "prev_hash", "hash", "value",
+         "salt", "commitment", "fact_id", "body", "subject", "subject_ref", "predicate", "space",
+         "erased", "cause"}
+
+
+def _event_details(event: EventView) -> str:
+    extra = event.model_extra or {}
+    parts = []
+    if "value" in extra:
+        parts.append(f"value {value_text(extra['value'], 60)}")
+    cause = extra.get("cause")
+    if isinstance(cause, dict):
+        parts.append(f"cause {plain(cause.get('kind'))} {plain(cause.get('ref'))}")
+    for key in sorted(extra):
+        item = extra[key]
+        if key in _SKIP or item in (None, [], {}, ""):
+            continue
+        shown = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
+        parts.append(f"{key} {plain(shown)[:60]}")
+    return ", ".join(parts)
+
+
+def history_lines(history: HistoryResult) -> list[str]:
+    lines = [f"{history.fact_id}: {history.status} now; {len(history.events)} event(s)"]
+    for e in history.events:
+        details = _event_details(e)
+        lines.append(f"  seq {e.seq:>6}  {e.tx_at}  {e.kind:<10} by {plain(e.actor)}"
+                     + (f"  {details}" if details else ""))
+    return lines

@@ -1,0 +1,134 @@
+"""Review at scale in the terminal app: totals of the whole queue, bulk marks (page, all, by
+writer, by cause) across pages, dialogs that say what and what follows, approve/reject from
+the fact screen, and a held fact's forget dialog that does not offer Erase."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import DataTable, Static
+
+from custody_app import Ledger
+from custody_app.domain.timeutil import ManualClock
+from screens.fact import FactScreen
+from screens.reason import ReasonDialog
+from screens.review import PAGE, ReviewScreen
+from tests.tuikit import FROZEN, Story, app_on, build_story, idle, screen_text
+
+
+@pytest.fixture
+def story(tmp_path: Path) -> Story:
+    story = build_story(tmp_path / "story.db")
+    with Ledger.open(story.path, clock=ManualClock(FROZEN)) as led, led.transaction():
+        for n in range(PAGE + 10):  # more than a page, by another writer, from messages
+            led.assert_fact(f"acct:{7000 + n}", "tier", "gold", actor="agent:helper",
+                            cause={"kind": "message", "ref": f"m{n}"})
+    return story
+
+
+def queue_of(path: Path) -> list[Any]:
+    with Ledger.open(path, readonly=True) as led:
+        items, after = [], 0
+        while after is not None:
+            page = led.review_queue(after_seq=after, limit=500)
+            items += page.items
+            after = page.next_after
+    return items
+
+
+async def open_review(app: Any, pilot: Any) -> DataTable[Any]:
+    await idle(pilot)
+    await pilot.press("2")
+    await idle(pilot)
+    assert isinstance(app.screen, ReviewScreen)
+    return app.screen.query_one("#queue", DataTable)
+
+
+async def test_the_footer_counts_the_whole_queue(story: Story) -> None:
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await open_review(app, pilot)
+        pager = screen_text(app, "#pager")
+        assert pager.startswith(f"{PAGE + 12} waiting in all · page 1 (rows 1–{PAGE})"), pager
+
+
+async def test_mark_by_writer_spans_pages_and_approves_them_all(story: Story) -> None:
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        table = await open_review(app, pilot)
+        table.move_cursor(row=5)  # a claim of agent:helper (the story's two come first)
+        await pilot.press("w")
+        await idle(pilot)
+        assert f"{PAGE + 10} marked" in screen_text(app, "#pager")
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, ReasonDialog)
+        details = str(app.screen.query_one("#details", Static).render())
+        assert "tier = gold  by agent:helper" in details and "… and" in details
+        assert "return them from now on" in details
+        await pilot.press("enter")
+        await idle(pilot)
+    assert [i.writer for i in queue_of(story.path)] == ["agent:support-bot"] * 2
+
+
+async def test_mark_page_all_by_cause_and_unmark(story: Story) -> None:
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await open_review(app, pilot)
+        await pilot.press("m")
+        await pilot.pause()
+        assert f"{PAGE} marked" in screen_text(app, "#pager")
+        await pilot.press("u", "M")
+        await idle(pilot)
+        assert f"{PAGE + 12} marked" in screen_text(app, "#pager")
+        await pilot.press("u")
+        await pilot.pause()
+        await pilot.press("c")  # cursor on the first claim: the story's, cause kind tool
+        await idle(pilot)
+        assert " 2 marked" in screen_text(app, "#pager")
+
+
+async def test_approve_and_reject_from_the_fact_screen(story: Story) -> None:
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        await idle(pilot)
+        app.push_screen(FactScreen(app.access, story["claim"]))
+        await idle(pilot)
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, ReasonDialog)
+        details = str(app.screen.query_one("#details", Static).render())
+        assert 'acct:2077 timezone = "Europe/Amsterdam"' in details
+        await pilot.press("enter")
+        await idle(pilot)
+        assert isinstance(app.screen, FactScreen)
+        # Now believed: approve and reject are no longer offered.
+        assert app.screen.check_action("approve", ()) is None
+        app.push_screen(FactScreen(app.access, story["claim2"]))
+        await idle(pilot)
+        await pilot.press("x")
+        await pilot.pause()
+        assert "what it would replace stays believed" in str(
+            app.screen.query_one("#details", Static).render())
+        await pilot.press(*"wrong region", "enter")
+        await idle(pilot)
+    waiting = [i.fact.fact_id for i in queue_of(story.path)]
+    assert story["claim"] not in waiting and story["claim2"] not in waiting
+    with Ledger.open(story.path, readonly=True) as led:
+        assert led.why(story["claim"]).fact.status == "active"
+        assert led.why(story["claim2"]).fact.status == "retracted"
+
+
+async def test_the_retract_dialog_says_what_is_believed_again(story: Story) -> None:
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await idle(pilot)
+        app.push_screen(FactScreen(app.access, story["plan2"]))
+        await idle(pilot)
+        await pilot.press("t")
+        await pilot.pause()
+        details = str(app.screen.query_one("#details", Static).render())
+        assert details.startswith('acct:1042 plan = "business"')
+        assert f"believed again: {story['plan']} (acct:1042 plan, superseded)" in details
