@@ -179,6 +179,7 @@ def test_every_policy_defect_is_policy_invalid_naming_file_and_key(tmp_path: Pat
                                                                    key: str) -> None:
     policy = tmp_path / "p.toml"
     policy.write_text(text)
+    assert run("init", "--ledger", str(tmp_path / "l.db")).returncode == 0
     done = run("verify", "--ledger", str(tmp_path / "l.db"), "--policy", str(policy))
     assert done.returncode == 3 and "policy_invalid" in done.stderr and key in done.stderr
     assert str(policy) in done.stderr and "Traceback" not in done.stderr
@@ -187,6 +188,7 @@ def test_every_policy_defect_is_policy_invalid_naming_file_and_key(tmp_path: Pat
 def test_a_policy_that_is_not_utf8_is_policy_invalid(tmp_path: Path) -> None:
     policy = tmp_path / "p.toml"
     policy.write_bytes(b'default_space = "\xff\xfe"\n')
+    assert run("init", "--ledger", str(tmp_path / "l.db")).returncode == 0
     done = run("verify", "--ledger", str(tmp_path / "l.db"), "--policy", str(policy))
     assert done.returncode == 3 and "policy_invalid" in done.stderr and "UTF-8" in done.stderr
 
@@ -194,6 +196,7 @@ def test_a_policy_that_is_not_utf8_is_policy_invalid(tmp_path: Path) -> None:
 def test_the_longest_retention_window_sweeps_without_internal_error(tmp_path: Path) -> None:
     policy = tmp_path / "p.toml"
     policy.write_text('[retention]\nwindows = {"org" = "P36600D"}\n')
+    assert run("init", "--ledger", str(tmp_path / "l.db")).returncode == 0
     done = run("sweep", "--ledger", str(tmp_path / "l.db"), "--policy", str(policy), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["expired"] == []
