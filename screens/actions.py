@@ -13,8 +13,8 @@ from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.domain.errors import LedgerError
 from custody_app.evidence.actionpack import action_pack_text
-from custody_app.evidence.output import protected_paths, write_output
 from custody_app.evidence.readmodels import ActionAccount, ActionsResult
+from custody_app.files.output import write_output
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import PAGE_KEYS, LedgerScreen, Loaded, cursor_key, fill, short, show, turn_page
 from screens.keybar import KeyBar
@@ -142,7 +142,7 @@ class ActionsScreen(LedgerScreen):
 
         def write(ledger: Any) -> Path:
             write_output(target, action_pack_text(ledger.action_pack(ref)), force=False,
-                         protected=protected_paths(self.access.path))
+                         protected=ledger.own_files())
             return target
 
         self.run_read("action_pack", write)

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Input, Static
 from textual.worker import get_current_worker
 
 from custody_app.domain.errors import LedgerError, PolicyError
+from custody_app.domain.escaping import escape_text, escaped
 from custody_app.interfaces.tui.access import LedgerAccess
 
 
@@ -91,7 +92,9 @@ class LedgerScreen(Screen[None]):
             self.post_message(Failed(exc.code, exc.message, "Cannot read"))
             return
         if not get_current_worker().is_cancelled:
-            self.post_message(Loaded(what, data))
+            # Every stored string a screen shows is escaped here, once: nothing an agent wrote
+            # can drive the reviewer's terminal. Clean strings (ids included) are unchanged.
+            self.post_message(Loaded(what, escaped(data)))
 
     def run_write(self, describe: Callable[[Any], str], write: Callable[[Any], Any]) -> bool:
         """In the calling worker thread: open the ledger, write, post Succeeded or Failed."""
@@ -106,7 +109,7 @@ class LedgerScreen(Screen[None]):
 
     def on_failed(self, message: Failed) -> None:
         message.stop()
-        self.notify(f"{message.message} ({message.code})", title=message.title,
+        self.notify(escape_text(f"{message.message} ({message.code})"), title=message.title,
                     severity="error", timeout=8)
 
     def on_succeeded(self, message: Succeeded) -> None:

@@ -4,8 +4,6 @@ beliefs written or derived after it, still-believed ones marked; export the evid
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -15,7 +13,6 @@ from textual.screen import Screen
 from textual.widgets import Header, Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from custody_app.evidence.packs import pack_text
 from custody_app.evidence.readmodels import BlastFact, BlastResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import LedgerScreen, Loaded, show
@@ -156,14 +153,7 @@ class BlastScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="write")
     def export(self, fact_id: str) -> None:
-        target = Path(self.access.path).resolve().parent / f"pack-{fact_id}.json"
-
-        def write(ledger: Any) -> Any:
-            pack = ledger.pack(fact_id)
-            target.write_text(pack_text(pack), encoding="utf-8")
-            return target, pack
-
-        self.run_read("pack", write)
+        self.run_read("pack", lambda ledger: ledger.pack_beside(fact_id))
 
 
 def _fact_label(f: BlastFact, *, root: bool = False) -> Text:

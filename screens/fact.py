@@ -14,7 +14,6 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Header, Static
 
 from custody_app.domain.readmodels import FactRef, HistoryResult, WhyResult
-from custody_app.evidence.packs import pack_text
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import LedgerScreen, Loaded, fill, short, show
 from screens.confirm import ConfirmDialog
@@ -106,13 +105,7 @@ class FactScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pack")
     def action_pack(self) -> None:
-        target = Path(self.access.path).resolve().parent / f"pack-{self.fact_id}.json"
-
-        def write(ledger: Any) -> Any:
-            target.write_text(pack_text(ledger.pack(self.fact_id)), encoding="utf-8")
-            return target
-
-        self.run_read("pack", write)
+        self.run_read("pack", lambda ledger: ledger.pack_beside(self.fact_id)[0])
 
     def action_policy(self) -> None:
         self.show_policy = not self.show_policy

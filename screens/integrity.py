@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.escaping import escaped
 from custody_app.domain.readmodels import RebuildResult, VerifyResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import LedgerStatus
@@ -97,7 +98,7 @@ class IntegrityScreen(LedgerScreen):
             self.post_message(Failed(exc.code, exc.message))
             return
         self.post_message(VerifyProgress(total, total))
-        self.post_message(Loaded("verified", report))
+        self.post_message(Loaded("verified", escaped(report)))
 
     def on_verify_progress(self, message: VerifyProgress) -> None:
         self.query_one("#progress", ProgressBar).update(total=max(message.total, 1),

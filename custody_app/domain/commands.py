@@ -14,6 +14,7 @@ from custody_app.domain.models import (
     Cause,
     FactId,
     Frozen,
+    Ident,
     LlmBlock,
     Provenance,
     ReasonCode,
@@ -28,16 +29,16 @@ class Command(Frozen):
 
 
 class AssertFact(Command):
-    subject: Text
-    predicate: Text
+    subject: Ident
+    predicate: Ident
     value: Any
     actor: Actor
     cause: Cause
-    space: Text | None = None
+    space: Ident | None = None
     provenance: Provenance = "claimed"
     valid_from: Time | None = None
     valid_to: Time | None = None
-    session: Text | None = None
+    session: Ident | None = None
     supersedes: FactId | None = None
     sources: Annotated[list[FactId], Field(min_length=1, max_length=1000)] | None = None
     llm: LlmBlock | None = None
@@ -50,24 +51,33 @@ class AssertFact(Command):
     def _not_null(cls, value: Any) -> Any:
         if value is None:
             raise ValueError("value must not be null (null means erased)")
-        if _depth(value) > MAX_VALUE_DEPTH:
-            raise ValueError(f"value nests deeper than {MAX_VALUE_DEPTH} levels")
+        if depth_of(value) > MAX_NESTING:
+            raise ValueError(nesting_message("value"))
         return value
 
 
-MAX_VALUE_DEPTH = 48
+# The one nesting limit (README "Batch"): a field's value may nest lists and objects this deep;
+# the batch runner checks whole lines against it before parsing ops, the API checks values.
+MAX_NESTING = 64
 
 
-def _depth(value: Any) -> int:
-    """How deeply lists and objects nest (iteratively: a hostile value cannot blow the stack)."""
+def nesting_message(field: str) -> str:
+    return f"field '{field}' nests deeper than {MAX_NESTING} levels of lists and objects"
+
+
+def depth_of(value: Any) -> int:
+    """How many levels of lists and objects nest (a scalar is 0, `[[1]]` is 2); iterative, so a
+    hostile value cannot blow the stack, and it stops once past the limit."""
     deepest, stack = 0, [(value, 1)]
-    while stack:
+    while stack and deepest <= MAX_NESTING:
         node, depth = stack.pop()
-        deepest = max(deepest, depth)
         if isinstance(node, dict):
             stack.extend((v, depth + 1) for v in node.values())
         elif isinstance(node, list | tuple):
             stack.extend((v, depth + 1) for v in node)
+        else:
+            continue
+        deepest = max(deepest, depth)
     return deepest
 
 
@@ -75,7 +85,7 @@ class Retract(Command):
     fact_id: FactId
     actor: Actor
     reason: Text
-    session: Text | None = None
+    session: Ident | None = None
     # The retractor's standing, as on a write; None: the highest it may declare.
     provenance: Provenance | None = None
 
@@ -84,7 +94,7 @@ class Confirm(Command):
     fact_id: FactId
     actor: Actor
     reason: Text | None = None
-    session: Text | None = None
+    session: Ident | None = None
     # True: confirm the fact's pending retraction instead of the fact itself.
     retraction: bool = False
 
@@ -93,7 +103,7 @@ class Reject(Command):
     fact_id: FactId
     actor: Actor
     reason: Text
-    session: Text | None = None
+    session: Ident | None = None
     # True: discard the fact's pending retraction (the fact stays as it is).
     retraction: bool = False
 
@@ -101,38 +111,38 @@ class Reject(Command):
 class Affirm(Command):
     fact_id: FactId
     actor: Actor
-    session: Text | None = None
+    session: Ident | None = None
 
 
 class AsOf(Command):
     valid_at: Time | None = None
     tx_at: Time | None = None
-    space: Text | None = None
-    subject: Text | None = None
-    predicate: Text | None = None
+    space: Ident | None = None
+    subject: Ident | None = None
+    predicate: Ident | None = None
     include: Provenance = "attested"
     limit: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
-    session: Text | None = None
+    session: Ident | None = None
 
 
 class Recall(Command):
     query: Annotated[str, Field(min_length=1, max_length=2000)]
     k: Annotated[int, Field(ge=1, le=1000)] = 10
-    space: Text | None = None
-    subject: Text | None = None
-    session: Text | None = None
+    space: Ident | None = None
+    subject: Ident | None = None
+    session: Ident | None = None
     include_claimed: bool = False
     strategy: Literal["hybrid", "lexical", "vector"] = "hybrid"
 
 
 class History(Command):
     fact_id: FactId
-    session: Text | None = None
+    session: Ident | None = None
 
 
 class Why(Command):
     fact_id: FactId
-    session: Text | None = None
+    session: Ident | None = None
 
 
 class Verify(Command):
@@ -147,14 +157,14 @@ class Hold(Command):
     fact_id: FactId
     actor: Actor
     reason: Text
-    session: Text | None = None
+    session: Ident | None = None
 
 
 class Release(Command):
     fact_id: FactId
     actor: Actor
     reason: Text
-    session: Text | None = None
+    session: Ident | None = None
 
 
 class Forget(Command):
@@ -164,14 +174,14 @@ class Forget(Command):
 
 
 class ForgetSubject(Command):
-    subject: Text
+    subject: Ident
     actor: Actor
     reason: ReasonCode
 
 
 class Sweep(Command):
     before: Time | None = None
-    space: Text | None = None
+    space: Ident | None = None
     dry_run: bool = False
     actor: Actor = "system:retention"
     reason: ReasonCode = "retention"
@@ -184,9 +194,9 @@ class Checkpoint(Command):
 class Act(Command):
     """Record an action an agent took in a session (a tool call and its outcome)."""
 
-    session: Text
-    tool: Text
-    ref: Text
+    session: Ident
+    tool: Ident
+    ref: Ident
     outcome: Text
     actor: Actor
     args_digest: ArgsDigest | None = None
@@ -213,7 +223,7 @@ class Blast(Command):
 
 
 class Explain(Command):
-    action_ref: Text
+    action_ref: Ident
 
 
 # Batch op names.
@@ -248,7 +258,8 @@ def refusal(exc: ValidationError, known: Iterable[str] = ()) -> LedgerError:
 
 
 def parse_command(kind: type[Command], data: dict[str, Any]) -> Command:
+    """Strict: `true` is never read as 1 (nor `1` as true, nor `"5"` as 5)."""
     try:
-        return kind.model_validate(data)
+        return kind.model_validate(data, strict=True)
     except ValidationError as exc:
         raise refusal(exc, ("op", "id", "ref", *kind.model_fields)) from None

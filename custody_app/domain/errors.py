@@ -16,6 +16,8 @@ class Exit(IntEnum):
     OP_FAILED = 1
     USAGE = 2
     UNOPENABLE = 3
+    OUTPUT_CLOSED = 4
+    """stdout was closed (`| head`) or full: the output is lost; what was written stays written."""
 
 
 class LedgerError(Exception):

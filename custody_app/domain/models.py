@@ -18,6 +18,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.escaping import escape_text, unsafe_character
 from custody_app.domain.receipts import Pointer, Receipt
 from custody_app.domain.timeutil import normalise
 
@@ -38,12 +39,22 @@ _ACTOR_RE = re.compile(r"^([a-z]+):(\S.{0,199})$")
 def check_actor(text: str) -> str:
     """`kind:id` with kind from the closed set; raises a pydantic error coded `invalid_actor`."""
     match = _ACTOR_RE.match(text) if isinstance(text, str) else None
-    if match is None or match.group(1) not in ACTOR_KINDS:
+    if match is None or match.group(1) not in ACTOR_KINDS or unsafe_character(text) is not None:
         raise PydanticCustomError(
             "invalid_actor",
             "actor '{actor}' must be kind:id with kind one of " + ", ".join(ACTOR_KINDS),
-            {"actor": text},
+            {"actor": escape_text(text) if isinstance(text, str) else text},
         )
+    return text
+
+
+def check_identifier(text: str) -> str:
+    """Identifiers (subject, predicate, space, actor, session, refs) are shown to reviewers and
+    matched exactly: no control character or bidirectional override may hide in one."""
+    if (bad := unsafe_character(text)) is not None:
+        raise PydanticCustomError(
+            "unsafe_identifier", "holds the control or bidirectional character {char}; "
+            "identifiers may not", {"char": bad})
     return text
 
 
@@ -61,9 +72,10 @@ def _check_time(value: Any) -> Any:
 
 
 Actor = Annotated[str, AfterValidator(check_actor)]
+Ident = Annotated[str, Field(min_length=1, max_length=500), AfterValidator(check_identifier)]
 Time = Annotated[str, BeforeValidator(_check_time)]
 Text = Annotated[str, Field(min_length=1, max_length=500)]
-FactId = Annotated[str, Field(min_length=1, max_length=200)]
+FactId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(check_identifier)]
 Hash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
@@ -77,7 +89,8 @@ class Cause(Frozen):
     """Why a write happened."""
 
     kind: Literal["message", "tool", "document", "manual", "rule", "import"]
-    ref: Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S")]
+    ref: Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S"),
+                   AfterValidator(check_identifier)]
     detail: Annotated[str, Field(max_length=2000)] | None = None
     receipt: Receipt | None = None
     """A tool gateway's signed receipt for the call the value came from (checked at the door)."""

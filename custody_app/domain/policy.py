@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import tomllib
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -26,7 +28,8 @@ from custody_app.domain.timeutil import parse_duration
 
 
 def _duration(text: str) -> str:
-    parse_duration(text)
+    if parse_duration(text) <= timedelta(0):
+        raise ValueError(f"{text!r} is not a positive duration")
     return text
 
 
@@ -35,7 +38,8 @@ ActorKind = Literal["user", "agent", "llm", "reviewer", "system", "rule"]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True,
+                              allow_inf_nan=False)
 
 
 class ProvenancePolicy(_Section):
@@ -186,8 +190,10 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{path}: not valid TOML: {exc}", file=path) from None
+    _only_json_types(data, (), path)
     try:
-        policy = Policy.model_validate(data)
+        # Strict, through JSON: a string is never read as a number, nor a boolean as either.
+        policy = Policy.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -215,13 +221,39 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
     return LoadedPolicy(policy, digest, canonical, source, path)
 
 
+def _only_json_types(data: object, where: tuple[str, ...], path: str) -> None:
+    """TOML dates and times fit no policy key: name the first one found."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            _only_json_types(value, (*where, str(key)), path)
+    elif isinstance(data, list):
+        for n, value in enumerate(data):
+            _only_json_types(value, (*where, str(n)), path)
+    elif not isinstance(data, str | int | float | bool):
+        key = ".".join(where)
+        raise PolicyError(f"{path}: key '{key}': a date or time is not valid here", file=path, key=key)
+
+
+MAX_POLICY_BYTES = 1 << 20
+
+
 def load_policy(path: str | Path | None = None) -> LoadedPolicy:
     """Load a policy file (the shipped default when no path is given)."""
     file = Path(path) if path is not None else default_policy_path()
     try:
-        source = file.read_text(encoding="utf-8")
+        # Checked before opening: a FIFO would block the open, a device never end the read.
+        if file.exists() and not file.is_file():
+            raise PolicyError(f"{file}: not a regular file (a directory, device or FIFO)",
+                              file=str(file))
+        raw = file.read_bytes() if file.stat().st_size <= MAX_POLICY_BYTES else None
     except OSError as exc:
         raise PolicyError(f"{file}: cannot read policy file: {exc.strerror}", file=str(file)) from None
+    if raw is None:
+        raise PolicyError(f"{file}: larger than {MAX_POLICY_BYTES} bytes", file=str(file))
+    try:
+        source = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{file}: not UTF-8 (byte {exc.start})", file=str(file)) from None
     return policy_from_text(source, str(file))
 
 

@@ -79,11 +79,19 @@ _DURATION = re.compile(
 )
 
 
+MAX_DURATION_DAYS = 36_600  # a century: any retention window longer than that is a typo
+
+
 def parse_duration(text: str) -> timedelta:
     """ISO 8601 duration (`P90D`, `P1Y`, `PT12H`); a year counts 365 days and a month 30."""
     match = _DURATION.match(text) if isinstance(text, str) else None
     if match is None or text in ("P", "PT") or text.endswith("T"):
         raise ValueError(f"{text!r} is not an ISO 8601 duration such as P90D")
     n = {k: int(v) if v else 0 for k, v in match.groupdict().items()}
-    return timedelta(days=n["years"] * 365 + n["months"] * 30 + n["weeks"] * 7 + n["days"],
-                     hours=n["hours"], minutes=n["minutes"], seconds=n["seconds"])
+    days = n["years"] * 365 + n["months"] * 30 + n["weeks"] * 7 + n["days"]
+    seconds = n["hours"] * 3600 + n["minutes"] * 60 + n["seconds"]
+    # Bounded before timedelta sees it (which overflows), and so that now minus it stays a
+    # date: a sweep's cutoff is computed from it.
+    if days * 86400 + seconds > MAX_DURATION_DAYS * 86400:
+        raise ValueError(f"{text!r} is longer than {MAX_DURATION_DAYS} days")
+    return timedelta(days=days, seconds=seconds)

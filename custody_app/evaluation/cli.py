@@ -7,7 +7,6 @@ import argparse
 import json
 import sys
 from enum import IntEnum
-from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
 from custody_app.evaluation.report import (
@@ -21,6 +20,7 @@ from custody_app.evaluation.report import (
 from custody_app.evaluation.runner import evaluate
 from custody_app.evaluation.scenarios import load_scenarios
 from custody_app.evaluation.systems import LedgerMemory, MemoryUnderTest, OverwriteMemory
+from custody_app.files.output import write_output
 from custody_app.keys.keyring import read_public_key
 
 
@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", help="policy TOML for the ledger (default: the shipped default)")
     p.add_argument("--json", action="store_true", help="print the report as JSON, not a table")
     p.add_argument("--out", metavar="REPORT", help="write the JSON report to this file")
+    p.add_argument("--force", action="store_true", help="replace REPORT if it exists")
     p.add_argument("--sign", metavar="KEY", help="sign the report with this Ed25519 private key "
                    "(PKCS#8 PEM, e.g. from --keygen); needs --out")
     p.add_argument("--verify", metavar="REPORT", help="check a signed report's signature and "
@@ -84,7 +85,8 @@ def eval_main(argv: list[str]) -> int:
         if key is not None:
             report = sign_report(report, key)
         if args.out:
-            Path(args.out).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+            write_output(args.out, json.dumps(report, indent=2, ensure_ascii=False) + "\n",
+                         force=args.force)
         _say(json.dumps(report, indent=2, ensure_ascii=False) if args.json
              else render_table(result))
     except LedgerError as exc:

@@ -4,7 +4,6 @@ digest of the scenarios it was run on."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -17,6 +16,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.timeutil import format_time
 from custody_app.evaluation.runner import EvalResult
 from custody_app.evaluation.scenarios import load_scenarios
+from custody_app.files.output import refusal, refuse_reason, write_output
 from custody_app.keys import crypto
 
 REPORT_KIND = "custody-eval-report"
@@ -101,14 +101,13 @@ def write_key_pair(path: str | Path) -> dict[str, str]:
     """A new Ed25519 key for `eval --sign`: PKCS#8 PEM (mode 0600) and the public PEM beside it."""
     raw = crypto.new_signing_key()
     target = Path(path)
-    try:
-        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except OSError as exc:
-        raise LedgerError("key_unwritable", f"cannot create key {target}: {exc.strerror}") from None
-    with os.fdopen(fd, "w") as handle:
-        handle.write(crypto.private_pem(raw))
     public = Path(f"{target}.pub")
-    public.write_text(crypto.public_pem(raw))
+    # Both names checked before either is written, so a refusal leaves no half pair behind.
+    for name in (target, public):
+        if (why := refuse_reason(name, force=False)) is not None:
+            raise refusal(name, why)
+    write_output(target, crypto.private_pem(raw))
+    write_output(public, crypto.public_pem(raw), public=True)
     return {"private_key": str(target), "public_key": str(public),
             "key_fingerprint": crypto.public_fingerprint(crypto.public_pem(raw))}
 

@@ -9,7 +9,7 @@ from custody_app.domain.chain import canonical
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import CheckpointResult
 from custody_app.keys import crypto
-from custody_app.keys.keyring import public_key_path_for
+from custody_app.keys.keyring import public_key_path_for, write_public_key
 from store.rows import EventRow
 
 if TYPE_CHECKING:
@@ -37,9 +37,11 @@ def sign_checkpoint(ledger: LedgerCore, actor: str) -> CheckpointResult:
             "checkpoint_seq": seq, "head_hash": head_hash, "head_tx_at": head_tx,
             "key_fingerprint": crypto.public_fingerprint(pem), "signature": signature})
     # The public half beside the ledger, for `verify --key` by whoever holds a copy.
-    public = public_key_path_for(ledger.db.path)
-    if not public.exists():
-        public.write_text(pem)
+    if not public_key_path_for(ledger.db.path).exists():
+        try:
+            write_public_key(ledger.db.path, pem)
+        except LedgerError:
+            pass  # the checkpoint is committed; a path we may not write only loses the copy
     return CheckpointResult(event_id=row.hash, seq=row.seq, tx_at=tx_at, checkpoint_seq=seq,
                             head_hash=head_hash, key_fingerprint=crypto.public_fingerprint(pem))
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from custody_app.domain.chain import GENESIS, canonical
 from custody_app.domain.readmodels import ReadModel
 from custody_app.evidence.packs import event_record
+from custody_app.files.output import ledger_files, output_file
 from custody_app.keys import crypto
 
 if TYPE_CHECKING:
@@ -43,13 +43,12 @@ def trailer_statement(trailer_hash: str) -> bytes:
     return canonical({"custody_export": 1, "line_hash": trailer_hash}).encode("utf-8")
 
 
-def export(ledger: LedgerCore, path: str | Path) -> ExportResult:
-    """Write every event, oldest first; erased values (and values whose key is gone) are null."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.partial")
+def export(ledger: LedgerCore, path: str | Path, *, force: bool = False) -> ExportResult:
+    """Write every event, oldest first; erased values (and values whose key is gone) are null.
+    Never over the ledger's own files, nor over an existing file without `force`."""
     prev, count, head = GENESIS, 0, None
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out, ledger.db.read():
+    protected = ledger_files(ledger.db.path, ledger.keys.path if ledger.keys is not None else None)
+    with output_file(path, force=force, protected=protected) as (out, target), ledger.db.read():
         for row in ledger.db.events.iter_all():
             text = (ledger.values.opener(row, json.loads(row.body))
                     if row.kind == "assert" and row.value is not None else None)
@@ -68,6 +67,5 @@ def export(ledger: LedgerCore, path: str | Path) -> ExportResult:
             trailer["signature"] = crypto.sign(ledger.keys.signing_key,
                                                trailer_statement(trailer["line_hash"]))
         out.write(canonical(trailer) + "\n")
-    tmp.replace(target)
     return ExportResult(path=str(target), events=count, head=head, last_line_hash=prev,
                         signed=fingerprint is not None, key_fingerprint=fingerprint)

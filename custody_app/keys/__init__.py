@@ -3,6 +3,6 @@ fence, the forget key, the pepper, the ledger's signing key), sealing values at 
 writer keys that vouch for a writer.
 
 Owns: crypto, keyring, values, writer_keys, receipts (tool receipt keys, signing, checks).
-May import: `domain` and `store` (the key store
+May import: `files`, `domain` and `store` (the key store
 file). Below the core, because every write seals its value; erasure destroys keys through it.
 """

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
+from custody_app.files.output import write_output
 from custody_app.keys import crypto
 from store.errors import StoreError
 from store.keystore import KeyStoreFile, open_keystore
@@ -26,6 +27,18 @@ def master_path_for(keystore: Path) -> Path:
 
 def public_key_path_for(ledger_path: str | Path) -> Path:
     return Path(f"{ledger_path}.pub")
+
+
+def write_public_key(ledger_path: str | Path, pem: str) -> Path:
+    """`<ledger>.pub` (0644), written once: an existing file holding this key is kept, and one
+    holding anything else is never replaced (`output_protected`)."""
+    path = public_key_path_for(ledger_path)
+    try:
+        if path.is_file() and path.read_text(encoding="utf-8") == pem:
+            return path
+    except (OSError, UnicodeDecodeError):
+        pass
+    return write_output(path, pem, public=True)
 
 
 def _write_secret(path: Path, data: bytes) -> None:

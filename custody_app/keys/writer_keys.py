@@ -10,6 +10,7 @@ from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.policy import Policy
+from custody_app.files.output import write_output
 
 
 def key_digest(key: bytes) -> str:
@@ -33,16 +34,10 @@ def new_key(path: str | Path) -> str:
     """Write a fresh random writer key to `path` (mode 0600, never over an existing file);
     returns its digest, the value to register in the policy."""
     text = secrets.token_hex(32) + "\n"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if os.path.lexists(path):
         raise LedgerError("key_exists", f"{path} already exists; a writer key is never "
-                          "overwritten") from None
-    except OSError as exc:
-        raise LedgerError("key_unreadable", f"cannot create writer key {path}: "
-                          f"{exc.strerror}") from None
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(text)
+                          "overwritten")
+    write_output(path, text)
     return key_digest(text.encode("ascii"))
 
 

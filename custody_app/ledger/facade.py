@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -70,7 +71,7 @@ from custody_app.evidence.checkpoints import sign_checkpoint
 from custody_app.evidence.explain import account
 from custody_app.evidence.export import ExportResult
 from custody_app.evidence.export import export as export_events
-from custody_app.evidence.packs import EvidencePack, build_pack
+from custody_app.evidence.packs import EvidencePack, build_pack, pack_text
 from custody_app.evidence.readmodels import (
     ActionAccount,
     ActionsResult,
@@ -79,6 +80,7 @@ from custody_app.evidence.readmodels import (
     ExplainResult,
 )
 from custody_app.evidence.verify import verify as verify_ledger
+from custody_app.files.output import ledger_files, write_output
 from custody_app.keys import writer_keys
 from custody_app.ledger import queries, retractions, writes
 from custody_app.ledger.browse import BrowseReads
@@ -217,10 +219,32 @@ class Ledger(BrowseReads):
         texts, forget certificate), signed with the ledger's Ed25519 key."""
         return build_pack(self, fact_id)
 
-    def export(self, path: str | Path) -> ExportResult:
+    def write_pack(self, fact_id: str, path: str | Path, *, force: bool = False) -> EvidencePack:
+        """`pack` written to `path` (0600: it holds plaintext values), never over the ledger's
+        own files, nor over an existing file without `force`."""
+        pack = build_pack(self, fact_id)
+        write_output(path, pack_text(pack), force=force, protected=self.own_files())
+        return pack
+
+    def pack_beside(self, fact_id: str) -> tuple[Path, EvidencePack]:
+        """The terminal app's pack export: `pack-FACT.json` in the ledger's folder, or the first
+        `pack-FACT-N.json` that does not exist yet (an earlier pack is never replaced)."""
+        folder = Path(self.db.path).resolve().parent
+        for n in range(1, 1000):
+            target = folder / (f"pack-{fact_id}.json" if n == 1 else f"pack-{fact_id}-{n}.json")
+            if not os.path.lexists(target):
+                return target, self.write_pack(fact_id, target)
+        raise LedgerError("output_exists", f"refusing to write a pack of {fact_id}: "
+                          f"{folder} already holds 999 of them", path=str(folder))
+
+    def own_files(self) -> list[Path]:
+        """The ledger's files (database, WAL, SHM, key store, master and public key)."""
+        return ledger_files(self.db.path, self.keys.path if self.keys is not None else None)
+
+    def export(self, path: str | Path, *, force: bool = False) -> ExportResult:
         """The whole event log as JSON Lines at `path` (erased values null), with a trailer
         signed by the ledger key; `offline.verify_export` checks it from the file alone."""
-        return export_events(self, path)
+        return export_events(self, path, force=force)
 
     def explain(self, action_ref: str) -> ExplainResult:
         """What had been served to an action's session before it, and which of those facts

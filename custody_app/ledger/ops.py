@@ -8,8 +8,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from custody_app.domain.commands import NOT_YET, OPS, parse_command
+from custody_app.domain.commands import MAX_NESTING, NOT_YET, OPS, depth_of, nesting_message, parse_command
 from custody_app.domain.errors import LedgerError, suggest
+from custody_app.domain.escaping import json_text, unsafe_character
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.ledger.facade import Ledger
 
@@ -39,12 +40,31 @@ class Aliases:
             data["sources"] = [self.resolve(s) for s in data["sources"]]
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different; a repeated key raises (any nesting level)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str, Any]:
     """One input line to one output object; a failure writes nothing."""
     out: dict[str, Any] = {"line": number, "id": None, "op": None}
     try:
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            raise LedgerError("bad_json", f"line {number} has the key {exc.key!r} twice (JSON "
+                              "parsers disagree on which one wins)", key=exc.key) from None
         except ValueError as exc:
             raise LedgerError("bad_json", f"line {number} is not JSON: {exc}") from None
         except RecursionError:
@@ -61,7 +81,8 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
             hint = " (not available in this version)" if op in NOT_YET else suggest(op, OPS)
             raise LedgerError("unknown_op", f"unknown op {op!r}{hint}")
         ref = data.pop("ref", None) if op == "assert" else None
-        if ref is not None and (not isinstance(ref, str) or not ref or ref.startswith("@")):
+        if ref is not None and (not isinstance(ref, str) or not ref or ref.startswith("@")
+                                or unsafe_character(ref) is not None):
             raise LedgerError("bad_request", "field 'ref' must be a name such as \"plan1\"",
                               field="ref")
         if ref is not None and ref in aliases.names:
@@ -85,22 +106,14 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
     return out
 
 
-# Deeper lines are refused before any op sees them (parsers and the canonical form recurse).
-MAX_DEPTH = 64
-
-
 def check_line(data: dict[str, Any], number: int) -> None:
-    """Refuse a line nested deeper than MAX_DEPTH or holding text that is not valid Unicode
-    (invalid UTF-8 read with surrogateescape, or a lone surrogate escape such as \\ud800)."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise LedgerError("bad_request", f"line {number} nests deeper than {MAX_DEPTH} levels")
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
+    """Refuse a line with a field nested deeper than MAX_NESTING (parsers and the canonical form
+    recurse), or holding text that is not valid Unicode (invalid UTF-8 read with
+    surrogateescape, or a lone surrogate escape such as \\ud800)."""
+    for key, value in data.items():
+        if depth_of(value) > MAX_NESTING:
+            raise LedgerError("bad_request", f"line {number}: {nesting_message(str(key))}",
+                              field=str(key))
     try:
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
@@ -110,7 +123,7 @@ def check_line(data: dict[str, Any], number: int) -> None:
 
 def result_line(result: dict[str, Any]) -> str:
     """One output line; text the output encoding cannot carry is escaped, never a crash."""
-    text = json.dumps(result, ensure_ascii=False)
+    text = json_text(result)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -4,14 +4,14 @@ ledger they name, and printing results (stdout carries data only; diagnostics go
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from custody_app.domain.errors import Exit, LedgerError
+from custody_app.domain.escaping import escape_text, escaped, json_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, POLICY_ENV, ledger_path, policy_path
 from custody_app.domain.timeutil import ManualClock
 from custody_app.keys.keyring import KEYSTORE_ENV
@@ -57,12 +57,24 @@ def _reindex_progress(done: int, total: int) -> None:
 def fail(exc: LedgerError, code: Exit) -> int:
     hint = (f"; name the ledger with --ledger PATH (or ${LEDGER_ENV}; default ./{DEFAULT_LEDGER})"
             if exc.code == "ledger_unopenable" else "")
-    sys.stderr.write(f"custody-app: {exc.message}{hint} ({exc.code})\n")
+    sys.stderr.write(escape_text(f"custody-app: {exc.message}{hint} ({exc.code})") + "\n")
     return int(code)
 
 
 def print_json(obj: object) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(obj, indent=2) + "\n")
+
+
+def print_text(text: str) -> None:
+    """Human-readable output: the caller escaped the stored strings it interpolated (see
+    `show_rendered`); this escapes whatever control character is left but the line breaks."""
+    sys.stdout.write(escape_text(text, keep_newlines=True) + "\n")
+
+
+def show_rendered(result: Any) -> None:
+    """A read model's `render()`, computed on a copy whose stored strings are escaped, so a
+    newline or escape sequence in a subject cannot forge or recolour a line."""
+    print_text(escaped(result).render())
 
 
 def show(result: BaseModel) -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 
 from custody_app.domain.errors import Exit
+from custody_app.domain.escaping import escape_text, escaped
 from custody_app.domain.models import REASON_CODES
 from custody_app.erasure.certificate import ErasureCertificate, ForgetResult, SubjectForgetResult, SweepResult
-from custody_app.interfaces.cli.common import AddParser, print_json
+from custody_app.interfaces.cli.common import AddParser, print_json, print_text, show_rendered
 from custody_app.ledger.facade import Ledger
 
 NAMES = ("forget", "forget-subject", "sweep", "erasures", "rotate-index-key")
@@ -49,7 +49,7 @@ def _erasure(args: argparse.Namespace, result: ForgetResult | SubjectForgetResul
     if args.json:
         print_json(result.model_dump(mode="json"))
     elif certificate is not None:
-        sys.stdout.write(certificate.render() + "\n")
+        show_rendered(certificate)
     complete = certificate is None or certificate.complete
     return int(Exit.OK if complete and not extra_failure else Exit.OP_FAILED)
 
@@ -59,12 +59,13 @@ def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
                           actor=args.actor, reason=args.reason)
     if not args.json:
         verb = "would expire" if result.dry_run else "expired"
-        sys.stdout.write(f"cutoffs: {json.dumps(result.cutoffs)}\n{verb} {len(result.expired)}"
-                         f" fact(s): {' '.join(result.expired)}\n")
-        if result.held:
-            sys.stdout.write(f"skipped, on legal hold: {' '.join(result.held)}\n")
-        if result.note:
-            sys.stdout.write(result.note + "\n")
+        shown = escaped(result)
+        print_text(f"cutoffs: {json.dumps(shown.cutoffs)}\n{verb} {len(shown.expired)}"
+                   f" fact(s): {' '.join(shown.expired)}")
+        if shown.held:
+            print_text(f"skipped, on legal hold: {' '.join(shown.held)}")
+        if shown.note:
+            print_text(shown.note)
     return _erasure(args, result, result.certificate, extra_failure=bool(result.held))
 
 
@@ -73,7 +74,7 @@ def _erasures(ledger: Ledger, args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.model_dump(mode="json"))
     else:
-        sys.stdout.write(result.render() + "\n")
+        show_rendered(result)
     return int(Exit.OK)
 
 
@@ -82,7 +83,7 @@ def _rotate(ledger: Ledger, args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.model_dump(mode="json"))
     else:
-        sys.stdout.write(f"rotated the word index key in {result.seconds:.2f} s: {result.detail}\n")
+        print_text(f"rotated the word index key in {result.seconds:.2f} s: {escape_text(result.detail)}")
     return int(Exit.OK if result.checkpoint_complete else Exit.OP_FAILED)
 
 

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.escaping import escape_text
 from custody_app.evidence.actionpack import action_pack_text, render_offline, verify_action_pack
 from custody_app.evidence.offline import OfflineReport, verify_export
-from custody_app.evidence.output import protected_paths, write_output
 from custody_app.evidence.packcheck import verify_pack
-from custody_app.evidence.packs import pack_text
 from custody_app.evidence.readmodels import BlastResult, ExplainResult
-from custody_app.interfaces.cli.common import AddParser, print_json
+from custody_app.files.output import write_output
+from custody_app.interfaces.cli.common import AddParser, print_json, show_rendered
 from custody_app.keys.keyring import read_public_key
 from custody_app.ledger.facade import Ledger
 
@@ -52,16 +52,20 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--out", metavar="PATH", help="where to write the pack")
     s.add_argument("--verify", metavar="PACK", help="check a pack offline (needs --key)")
     s.add_argument("--key", metavar="PUB", help="the ledger's public key PEM (LEDGER.pub)")
-    add("export", "write the whole event log as JSON Lines (one event per line, with its chain "
-        "fields; erased values null) and a signed trailer").add_argument(
-        "--out", metavar="PATH", required=True, help="where to write the export")
+    s.add_argument("--force", action="store_true", help="replace PATH if it exists (never the "
+                   "ledger's own files)")
+    s = add("export", "write the whole event log as JSON Lines (one event per line, with its chain "
+            "fields; erased values null) and a signed trailer")
+    s.add_argument("--out", metavar="PATH", required=True, help="where to write the export")
+    s.add_argument("--force", action="store_true", help="replace PATH if it exists (never the "
+                   "ledger's own files)")
 
 
 def _report(report: OfflineReport, as_json: bool = True) -> int:
     if as_json:
         print_json(report.model_dump(mode="json"))
     for problem in report.problems:
-        sys.stderr.write(f"custody-app: {report.what} check failed: {problem}\n")
+        sys.stderr.write(escape_text(f"custody-app: {report.what} check failed: {problem}") + "\n")
     return 0 if report.valid else 1
 
 
@@ -94,7 +98,7 @@ def offline(args: argparse.Namespace) -> int | None:
                              "--key PUB)\n")
             return 2
     except LedgerError as exc:
-        sys.stderr.write(f"custody-app: {exc.message} ({exc.code})\n")
+        sys.stderr.write(escape_text(f"custody-app: {exc.message} ({exc.code})") + "\n")
         return 1
     return None
 
@@ -104,7 +108,7 @@ def _readable(result: BlastResult | ExplainResult, as_json: bool) -> int:
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:
-        sys.stdout.write(result.render() + "\n")
+        show_rendered(result)
     return 0
 
 
@@ -116,7 +120,7 @@ def _explain(ledger: Ledger, args: argparse.Namespace) -> int:
     if args.out:
         document = ledger.action_pack(args.action_ref)
         write_output(args.out, action_pack_text(document), force=args.force,
-                     protected=protected_paths(ledger.db.path))
+                     protected=ledger.own_files())
         print_json({"pack": args.out, "action_seq": document["action_seq"],
                     "events": len(document["events"]),
                     "key_fingerprint": document["signature"]["key_fingerprint"]})
@@ -127,7 +131,7 @@ def _explain(ledger: Ledger, args: argparse.Namespace) -> int:
         print_json({**full.explain.model_dump(mode="json"),
                     **full.model_dump(mode="json", exclude={"explain"})})
     else:
-        sys.stdout.write(full.render() + "\n")
+        show_rendered(full)
     return 0
 
 
@@ -148,9 +152,7 @@ def _verify_action_pack(args: argparse.Namespace) -> int:
 
 
 def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
-    pack = ledger.pack(args.fact)
-    with open(args.out, "w", encoding="utf-8", newline="") as handle:
-        handle.write(pack_text(pack))
+    pack = ledger.write_pack(args.fact, args.out, force=args.force)
     radius = pack.blast
     print_json({"pack": args.out, "fact_id": pack.fact_id, "events": len(pack.events),
           "sessions": len(radius["sessions"]), "facts_reached": len(radius["facts"]),
@@ -166,12 +168,12 @@ def _actions(ledger: Ledger, args: argparse.Namespace) -> int:
     if args.json:
         print_json(found.model_dump(mode="json"))
     else:
-        sys.stdout.write(found.render() + "\n")
+        show_rendered(found)
     return 0
 
 
 def _export(ledger: Ledger, args: argparse.Namespace) -> int:
-    print_json(ledger.export(args.out).model_dump(mode="json"))
+    print_json(ledger.export(args.out, force=args.force).model_dump(mode="json"))
     return 0
 
 

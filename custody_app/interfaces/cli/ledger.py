@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from custody_app.domain.errors import Exit
-from custody_app.interfaces.cli.common import AddParser, print_json, show
+from custody_app.domain.escaping import escape_text
+from custody_app.interfaces.cli.common import AddParser, print_json, print_text, show
 from custody_app.keys.crypto import public_fingerprint
-from custody_app.keys.keyring import MASTER_ENV, master_path_for, public_key_path_for, read_public_key
+from custody_app.keys.keyring import MASTER_ENV, master_path_for, read_public_key, write_public_key
 from custody_app.ledger.facade import Ledger
 
 NAMES = ("init", "verify", "rebuild", "hold", "release", "checkpoint", "recall")
@@ -48,8 +48,7 @@ def _init(ledger: Ledger, args: argparse.Namespace) -> int:
     assert ledger.keys is not None
     pem = ledger.keys.public_pem()
     _ = ledger.keys.forget_key
-    pub = public_key_path_for(ledger.db.path)
-    pub.write_text(pem)
+    pub = write_public_key(ledger.db.path, pem)
     files = [ledger.db.path, ledger.keys.path, str(master_path_for(Path(ledger.keys.path)))]
     for path in files:
         if os.path.exists(path):
@@ -81,14 +80,14 @@ def _recall(ledger: Ledger, args: argparse.Namespace) -> int:
                            strategy=args.strategy)
     if args.json:
         return show(result)
-    sys.stdout.write(f"{result.strategy}: {result.note}\n")
+    print_text(f"{result.strategy}: {escape_text(result.note)}")
     for n, hit in enumerate(result.results, start=1):
         f = hit.fact
-        value = json.dumps(f.value, ensure_ascii=False)
-        sys.stdout.write(f"{n:>3}. {f.subject} {f.predicate} = {value[:80]}  [{f.status}, "
-                         f"{hit.salience_class}, score {hit.score:.4f}] {f.fact_id}\n")
+        value = escape_text(json.dumps(f.value, ensure_ascii=False)[:80])
+        print_text(f"{n:>3}. {escape_text(f.subject)} {escape_text(f.predicate)} = {value}  "
+                   f"[{f.status}, {hit.salience_class}, score {hit.score:.4f}] {f.fact_id}")
     if not result.results:
-        sys.stdout.write("no believed fact matches\n")
+        print_text("no believed fact matches")
     return int(Exit.OK)
 
 

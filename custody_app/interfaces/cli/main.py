@@ -4,6 +4,7 @@ to the subcommands (each group in its own module; a few with parsers of their ow
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import io
 import os
@@ -16,6 +17,7 @@ from typing import TextIO
 from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.policy import load_policy
 from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
+from custody_app.files.output import require_regular
 from custody_app.interfaces.batch import run_batch
 from custody_app.interfaces.cli import erasure, evidence, reading, review
 from custody_app.interfaces.cli import ledger as ledger_commands
@@ -95,6 +97,12 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
                out: TextIO | None = None) -> int:
     # The batch file first: a usage error must not create a ledger file as a side effect.
     try:
+        if source != "-":
+            require_regular(source, "batch file", "usage")
+    except LedgerError as exc:
+        sys.stderr.write(f"custody-app: {exc.message}\n")
+        return int(Exit.USAGE)
+    try:
         # surrogateescape: a line of invalid UTF-8 becomes that line's bad_json, not a crash.
         stream = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
                   if source == "-" else open(source, encoding="utf-8",  # noqa: SIM115
@@ -153,7 +161,40 @@ _OWN_PARSERS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The console script; a closed or full stdout ends it quietly with Exit.OUTPUT_CLOSED."""
+    try:
+        try:
+            code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        except SystemExit:  # argparse's --help and usage errors print, then exit
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO):
+            raise
+        return _output_closed(exc)
+    return code
+
+
+def _output_closed(exc: OSError) -> int:
+    # Python flushes stdout again at exit: point it at /dev/null so that flush cannot fail
+    # and print "Exception ignored" after we decided to end quietly.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    if exc.errno != errno.EPIPE:  # a reader that stopped reading (`| head`) wants no note
+        try:
+            sys.stderr.write(f"custody-app: output full or failing ({exc.strerror}); stopped\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+    return int(Exit.OUTPUT_CLOSED)
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in _OWN_PARSERS:
         module, name = _OWN_PARSERS[argv[0]]
         run: Callable[[list[str]], int] = getattr(importlib.import_module(module), name)

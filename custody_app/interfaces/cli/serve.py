@@ -55,9 +55,12 @@ def serve_main(argv: list[str]) -> int:
     token = None
     if args.http:
         token = os.environ.get(args.token_env, "")
-        if len(token) < MIN_TOKEN:
+        # Whitespace does not count: a blank token makes a server nobody can log in to, and
+        # padding a short secret with spaces does not make it longer to guess.
+        if len("".join(token.split())) < MIN_TOKEN or token != token.strip():
             return _fail(f"refusing to serve HTTP without a bearer token: set ${args.token_env} "
-                         f"to a secret of at least {MIN_TOKEN} characters", 2)
+                         f"to a secret of at least {MIN_TOKEN} non-whitespace characters, "
+                         "without leading or trailing whitespace", 2)
         if not 0 < args.port < 65536:
             return _fail(f"--port {args.port} is not a TCP port", 2)
     try:

@@ -7,6 +7,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from custody_app.interfaces.mcp.guard import MAX_MESSAGE_BYTES, refusal
 from custody_app.interfaces.mcp.server import build_server
 from custody_app.interfaces.mcp.tools import MemoryTools
 
@@ -30,7 +31,47 @@ class BearerGate:
             if not hmac.compare_digest(given, self._expected):
                 await _unauthorized(send)
                 return
+            if scope.get("method") == "POST":
+                await self._guarded(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Read the body (at most MAX_MESSAGE_BYTES) and check it before the SDK parses it."""
+        chunks: list[bytes] = []
+        size, more, truncated = 0, True, False
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            more = bool(message.get("more_body"))
+            if size > MAX_MESSAGE_BYTES:
+                truncated = True
+                continue  # drain without keeping
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        error = refusal(body, truncated=truncated)
+        if error is not None:
+            await _reply(send, 413 if truncated else 400, json.dumps(error).encode())
+            return
+        sent = False
+
+        async def replay() -> MutableMapping[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _reply(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _unauthorized(send: Send) -> None:

@@ -122,9 +122,10 @@ def _version() -> str:
 
 
 async def serve_stdio(tools: MemoryTools) -> None:
-    """Serve one connection over this process's stdin/stdout until the client closes it."""
-    from mcp.server.stdio import stdio_server
+    """Serve one connection over this process's stdin/stdout until the client closes it; each
+    line is guarded (size, depth) before the SDK parses it."""
+    from custody_app.interfaces.mcp.stdio import guarded_stdio
 
     server = build_server(tools)
-    async with stdio_server() as (read_stream, write_stream):
+    async with guarded_stdio() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -1,0 +1,72 @@
+"""Stored strings shown to people: the one escaping function every human-readable output uses,
+the identifier check at the door, and JSON text safe to paste into JavaScript."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel
+
+# C0, DEL and C1 controls (ESC starts every terminal sequence, C1 CSI is one on its own), the
+# bidirectional marks, embeddings, overrides and isolates (they reorder what a reviewer reads),
+# and the Unicode line and paragraph separators.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+_UNSAFE_KEEP_NEWLINE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+def _code(match: re.Match[str]) -> str:
+    point = ord(match.group())
+    return f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}"
+
+
+def escape_text(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with every control character and bidirectional override written as `\\xNN` or
+    `\\uNNNN`, so nothing stored can move the cursor, recolour, retitle or reorder a screen.
+    A string without them comes back unchanged."""
+    pattern = _UNSAFE_KEEP_NEWLINE if keep_newlines else _UNSAFE
+    return pattern.sub(_code, text)
+
+
+def unsafe_character(text: str) -> str | None:
+    """The first control character or bidirectional override in `text`, escaped, or None."""
+    match = _UNSAFE.search(text)
+    return _code(match) if match else None
+
+
+def escaped(value: Any) -> Any:
+    """A copy of a read model (or list, dict, tuple of them) with every string escaped, for
+    rendering; strings without unsafe characters, ids included, are unchanged."""
+    if isinstance(value, str):
+        return escape_text(value)
+    if isinstance(value, BaseModel):
+        update = {name: escaped(getattr(value, name)) for name in type(value).model_fields}
+        # Extra fields (an event's kind-specific ones: reason, detail) are stored strings too.
+        update.update({k: escaped(v) for k, v in (value.model_extra or {}).items()})
+        return value.model_copy(update=update)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: escaped(getattr(value, f.name))
+                                             for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, list):
+        return [escaped(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(escaped(v) for v in value)
+    if isinstance(value, dict):
+        return {escaped(k): escaped(v) for k, v in value.items()}
+    return value
+
+
+# What json.dumps(ensure_ascii=False) leaves raw of the above: DEL, C1, the bidi characters and
+# U+2028/U+2029 (which end a line in JavaScript and in some log viewers).
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+def json_text(obj: Any, *, indent: int | None = None) -> str:
+    """JSON with UTF-8 kept readable but every control, bidirectional and line-separator
+    character written as `\\uNNNN`: the same data, safe on a terminal and in JavaScript.
+    (Such characters only occur inside JSON strings, so the escape is always valid JSON.)"""
+    text = json.dumps(obj, indent=indent, ensure_ascii=False)
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

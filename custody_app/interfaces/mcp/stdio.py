@@ -1,0 +1,86 @@
+"""The stdio transport with the guard in front: each line is checked before the SDK parses it,
+and a refused one is answered on the wire by a JSON-RPC error."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, BinaryIO, cast
+
+import anyio
+import anyio.to_thread
+from mcp.server.stdio import stdio_server
+
+from custody_app.interfaces.mcp.guard import MAX_MESSAGE_BYTES, refusal
+
+
+class _Wire:
+    """stdout of the protocol: one lock, so a refusal and an SDK reply never interleave."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.lock = anyio.Lock()
+
+    async def write(self, text: str) -> None:
+        async with self.lock:
+            await anyio.to_thread.run_sync(self.raw.write, text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        async with self.lock:
+            await anyio.to_thread.run_sync(self.raw.flush)
+
+
+class _GuardedLines:
+    """stdin of the protocol, line by line; never holds more than MAX_MESSAGE_BYTES of a line."""
+
+    def __init__(self, raw: BinaryIO, wire: _Wire) -> None:
+        self.raw = raw
+        self.wire = wire
+
+    async def _readline(self, limit: int) -> bytes:
+        return await anyio.to_thread.run_sync(self.raw.readline, limit, abandon_on_cancel=True)
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        while line := await self._readline(MAX_MESSAGE_BYTES + 1):
+            truncated = len(line) > MAX_MESSAGE_BYTES and not line.endswith(b"\n")
+            rest = line
+            while truncated and rest and not rest.endswith(b"\n"):
+                rest = await self._readline(MAX_MESSAGE_BYTES)  # skip the rest of the line
+            error = refusal(line, truncated=truncated)
+            if error is not None:
+                await self.wire.write(json.dumps(error) + "\n")
+                await self.wire.flush()
+                continue
+            yield line.decode("utf-8", errors="replace")
+
+
+@contextmanager
+def _claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    """The protocol's own copies of fds 0 and 1, with fd 0 on /dev/null and fd 1 on stderr
+    meanwhile, so stray reads and prints in handlers never touch the wire (as the SDK does)."""
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    try:
+        # Buffered: an unbuffered readline() reads one byte per system call.
+        yield os.fdopen(wire_in, "rb"), os.fdopen(wire_out, "wb")
+    finally:
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        os.close(saved_in)
+        os.close(saved_out)
+
+
+@asynccontextmanager
+async def guarded_stdio() -> AsyncIterator[tuple[Any, Any]]:
+    """Like the SDK's stdio_server, with every line guarded before it is parsed."""
+    with _claimed_stdio() as (raw_in, raw_out):
+        wire = _Wire(raw_out)
+        async with stdio_server(stdin=cast(Any, _GuardedLines(raw_in, wire)),
+                                stdout=cast(Any, wire)) as streams:
+            yield streams
