@@ -67,6 +67,21 @@ def test_identifiers_refuse_control_and_bidi_characters_in_batch_api_and_mcp(
         assert ledger.db.events.count() == 0
 
 
+@pytest.mark.parametrize("bad", HOSTILE)
+@pytest.mark.parametrize("field", ["subject", "tool", "ref", "session"])
+def test_an_action_refuses_control_and_bidi_characters_in_its_identifiers(
+        tmp_path: Path, field: str, bad: str) -> None:
+    """The action's subject (the customer it concerned) is an identifier like a fact's."""
+    fields = {"session": "s1", "tool": "billing.refund", "ref": "RF-1", "subject": "acct:1",
+              field: f"x{bad}y"}
+    with Ledger.open(tmp_path / "l.db") as ledger:
+        with pytest.raises(LedgerError) as caught:
+            ledger.act(fields.pop("session"), fields.pop("tool"), fields.pop("ref"), "issued",
+                       actor="agent:x", **fields)
+        assert caught.value.code == "bad_request"
+        assert ledger.db.events.count() == 0
+
+
 def test_the_escape_function_leaves_clean_text_alone_and_neutralises_the_rest() -> None:
     assert escape_text("acct:42 plan ünïcode ✓") == "acct:42 plan ünïcode ✓"
     shown = escape_text(ESC + "\u202eevil\u2029")

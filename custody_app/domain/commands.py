@@ -200,7 +200,7 @@ class Act(Command):
     outcome: Text
     actor: Actor
     args_digest: ArgsDigest | None = None
-    subject: Text | None = None
+    subject: Ident | None = None
     receipt: Receipt | None = None
     cause: Cause | None = None
 
