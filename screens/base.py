@@ -94,7 +94,7 @@ class LedgerScreen(Screen[None]):
         if not get_current_worker().is_cancelled:
             # Every stored string a screen shows is escaped here, once: nothing an agent wrote
             # can drive the reviewer's terminal. Clean strings (ids included) are unchanged.
-            self.post_message(Loaded(what, escaped(data)))
+            self.post_message(Loaded(what, escaped(data, markup=True)))
 
     def run_write(self, describe: Callable[[Any], str], write: Callable[[Any], Any]) -> bool:
         """In the calling worker thread: open the ledger, write, post Succeeded or Failed."""

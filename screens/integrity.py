@@ -98,7 +98,7 @@ class IntegrityScreen(LedgerScreen):
             self.post_message(Failed(exc.code, exc.message))
             return
         self.post_message(VerifyProgress(total, total))
-        self.post_message(Loaded("verified", escaped(report)))
+        self.post_message(Loaded("verified", escaped(report, markup=True)))
 
     def on_verify_progress(self, message: VerifyProgress) -> None:
         self.query_one("#progress", ProgressBar).update(total=max(message.total, 1),

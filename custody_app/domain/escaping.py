@@ -37,25 +37,39 @@ def unsafe_character(text: str) -> str | None:
     return _code(match) if match else None
 
 
-def escaped(value: Any) -> Any:
+# What a terminal UI's markup would read as a tag: "[b]", "[/]", "[@click=...]", "[$var]"; a
+# backslash before the bracket makes the markup show it as text (Textual's and Rich's rule).
+_MARKUP_TAG = re.compile(r"(\\*)(\[[a-zA-Z#/@$][^\[]*?\])")
+
+
+def escape_markup(text: str) -> str:
+    """`text` with every markup-tag-like run shown literally, so a stored "[/]" or "[link=...]"
+    can neither break nor restyle a screen that builds markup around it."""
+    return _MARKUP_TAG.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), text)
+
+
+def escaped(value: Any, *, markup: bool = False) -> Any:
     """A copy of a read model (or list, dict, tuple of them) with every string escaped, for
-    rendering; strings without unsafe characters, ids included, are unchanged."""
+    rendering (with `markup`, also every markup tag, for the terminal app); strings without
+    unsafe characters, ids included, are unchanged."""
     if isinstance(value, str):
-        return escape_text(value)
+        text = escape_text(value)
+        return escape_markup(text) if markup else text
     if isinstance(value, BaseModel):
-        update = {name: escaped(getattr(value, name)) for name in type(value).model_fields}
+        update = {name: escaped(getattr(value, name), markup=markup)
+                  for name in type(value).model_fields}
         # Extra fields (an event's kind-specific ones: reason, detail) are stored strings too.
-        update.update({k: escaped(v) for k, v in (value.model_extra or {}).items()})
+        update.update({k: escaped(v, markup=markup) for k, v in (value.model_extra or {}).items()})
         return value.model_copy(update=update)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: escaped(getattr(value, f.name))
+        return dataclasses.replace(value, **{f.name: escaped(getattr(value, f.name), markup=markup)
                                              for f in dataclasses.fields(value) if f.init})
     if isinstance(value, list):
-        return [escaped(v) for v in value]
+        return [escaped(v, markup=markup) for v in value]
     if isinstance(value, tuple):
-        return tuple(escaped(v) for v in value)
+        return tuple(escaped(v, markup=markup) for v in value)
     if isinstance(value, dict):
-        return {escaped(k): escaped(v) for k, v in value.items()}
+        return {escaped(k, markup=markup): escaped(v, markup=markup) for k, v in value.items()}
     return value
 
 
