@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from custody_app.domain.chain import canonical
 from custody_app.domain.errors import LedgerError
 from custody_app.evidence.explain import QUESTIONS, account
-from custody_app.evidence.offline import OfflineReport, canonical_line, event_problem
+from custody_app.evidence.offline import OfflineReport, canonical_line, events_problems
 from custody_app.evidence.packs import event_record, signed_bytes
 from custody_app.evidence.readmodels import printable
 from custody_app.keys import crypto
@@ -93,12 +93,7 @@ def _verify(text: str, pem: str) -> OfflineReport:
         problems.append("the signature does not verify under the given key: the pack was "
                         "changed after it was signed")
     events = [e for e in document.get("events") or [] if isinstance(e, dict)]
-    first_bad = None
-    for event in events:
-        problem = event_problem(event)
-        if problem is not None:
-            problems.append(problem)
-            first_bad = first_bad or event.get("seq")
+    first_bad = events_problems(events, problems)
     action = next((e for e in events if e.get("seq") == document.get("action_seq")
                    and e.get("kind") == "acted"), None)
     if action is None:

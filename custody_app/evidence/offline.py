@@ -55,6 +55,18 @@ def event_problem(record: Any) -> str | None:
     return None if problem is None else problem
 
 
+def events_problems(events: list[dict[str, Any]], problems: list[str],
+                    first_bad: Any = None) -> Any:
+    """Check each event of a pack on its own, adding what is wrong to `problems`; returns the
+    seq of the first bad one (or `first_bad` when none is worse)."""
+    for event in events:
+        problem = event_problem(event)
+        if problem is not None:
+            problems.append(problem)
+            first_bad = first_bad or event.get("seq")
+    return first_bad
+
+
 def canonical_line(text: str, record: Any) -> bool:
     """Is the line exactly as an export writes it (canonical JSON and one newline)?"""
     try:

@@ -8,7 +8,7 @@ from typing import Any
 
 from custody_app.domain.chain import canonical, commitment
 from custody_app.evidence.checkpoints import statement
-from custody_app.evidence.offline import OfflineReport, canonical_line, event_problem
+from custody_app.evidence.offline import OfflineReport, canonical_line, event_problem, events_problems
 from custody_app.evidence.packs import PACK_FORMAT, signed_bytes
 from custody_app.keys import crypto
 
@@ -112,23 +112,14 @@ def _verify_pack(pack: str | dict[str, Any], pem: str) -> OfflineReport:
                              problems=[*problems, f"not a {PACK_FORMAT} document"])
     fingerprint = _check_signature(document, pem, problems)
     events = [e for e in document.get("events") or [] if isinstance(e, dict)]
-    first_bad = None
-    for event in events:
-        problem = event_problem(event)
-        if problem is not None:
-            problems.append(problem)
-            first_bad = first_bad or event.get("seq")
+    first_bad = events_problems(events, problems)
     by_seq = {e.get("seq"): e for e in events}
     for e in events:
         before = by_seq.get(e.get("seq", 0) - 1) if isinstance(e.get("seq"), int) else None
         if before is not None and e.get("prev_hash") != before.get("hash"):
             problems.append(f"event {e.get('seq')} does not link to event {before.get('seq')}")
     related = [e for e in document.get("related_events") or [] if isinstance(e, dict)]
-    for event in related:
-        problem = event_problem(event)
-        if problem is not None:
-            problems.append(problem)
-            first_bad = first_bad or event.get("seq")
+    first_bad = events_problems(related, problems, first_bad)
     _check_blast(document.get("blast"), related, problems)
     manifest = [[e.get("seq"), e.get("hash")] for e in [*events, *related]]
     if manifest != document.get("manifest"):
