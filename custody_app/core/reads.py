@@ -63,6 +63,19 @@ def require_fact(db: LedgerFile, fact_id: str) -> FactRow:
     return fact
 
 
+def _chain(db: LedgerFile, start: str | None, link: str) -> list[FactRef]:
+    """The facts reached from `start` by following `link` (supersedes or superseded_by)."""
+    out: list[FactRef] = []
+    cursor = start
+    while cursor:
+        fact = db.facts.get(cursor)
+        if fact is None:
+            break
+        out.append(_ref(fact))
+        cursor = getattr(fact, link)
+    return out
+
+
 def _ref(fact: FactRow) -> FactRef:
     return FactRef(fact_id=fact.fact_id, status=fact.status, subject=fact.subject,
                    predicate=fact.predicate, valid_from=fact.valid_from)
@@ -107,22 +120,8 @@ def why(db: LedgerFile, codec: ValueCodec, fact_id: str) -> WhyResult:
                           f"{created.policy_hash[:12]}... under which fact {fact_id} was written "
                           "does not hash to its key: it was replaced (run verify)")
 
-    older: list[FactRef] = []
-    cursor = fact.supersedes
-    while cursor:
-        prior = db.facts.get(cursor)
-        if prior is None:
-            break
-        older.append(_ref(prior))
-        cursor = prior.supersedes
-    newer: list[FactRef] = []
-    cursor = fact.superseded_by
-    while cursor:
-        later = db.facts.get(cursor)
-        if later is None:
-            break
-        newer.append(_ref(later))
-        cursor = later.superseded_by
+    older = _chain(db, fact.supersedes, "supersedes")
+    newer = _chain(db, fact.superseded_by, "superseded_by")
 
     own = db.events.for_fact(fact_id)
     reviews = [
