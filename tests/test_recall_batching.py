@@ -146,3 +146,29 @@ def test_a_large_group_is_indexed_in_bounded_batches(env: Env,
     assert counting.calls == [FLUSH_AT, FLUSH_AT, 5]
     assert len(ids(env.ledger.recall("cedar quarry", k=len(facts)))) == len(facts)
     index_clean(env)
+
+
+def test_removals_and_moves_wait_for_the_group_end_and_stay_exact(env: Env) -> None:
+    from custody_app.recall.index import FLUSH_AT, MOVE_AT
+
+    ledger = env.ledger
+    with ledger.transaction():
+        claimed = [ledger.assert_fact(f"acct:{i}", "note", f"amber ridge {i}", actor=WRITER,
+                                      cause=CAUSE, provenance="claimed").fact_id
+                   for i in range(MOVE_AT + 20)]
+        live = [_put(env, 1000 + i, "amber ridge") for i in range(40)]
+    with ledger.transaction():
+        # New rows (several adds-only flushes) interleaved with confirms and retractions of
+        # rows already written: more moves than MOVE_AT, so one full flush runs mid-group.
+        added = []
+        for i, fact in enumerate(claimed):
+            ledger.confirm(fact, actor="reviewer:r1", reason="checked")
+            if i < 2 * FLUSH_AT:
+                added.append(_put(env, 2000 + i, "amber ridge"))
+            if i < len(live):
+                ledger.retract(live[i], actor="user:lead", reason="wrong")
+        assert len(ledger.index.pending()[2]) < MOVE_AT
+        found = set(ids(ledger.recall("amber ridge", k=1000)))
+    assert found == set(claimed) | set(added)
+    assert set(ids(ledger.recall("amber ridge", k=1000))) == found
+    index_clean(env)

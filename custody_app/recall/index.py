@@ -26,6 +26,10 @@ STATUS_TOKEN = {"live": "zslive", "quarantined": "zsquarantined"}
 # their fixed costs, while a group's end (or the op that reaches this) stays one short write
 # (~0.3 ms per fact here, so ~20 ms), not the indexing of a whole group of 1,000.
 FLUSH_AT = 64
+# Removals and status moves wait for the group's end (or until this many wait): FTS5 deletes
+# cost ~0.4 ms each once the transaction has inserted rows, but the first delete among inserts
+# writes the pending rows out as a segment, which made every delete 1-3 ms between flushes.
+MOVE_AT = 128
 # A fact waiting to be indexed: the fact, its index status, the text recall matches it on.
 Pending = tuple[FactRow, str, str]
 # What a savepoint restores: the adds, the removals and the status moves not yet written.
@@ -108,13 +112,21 @@ class RecallIndex:
             vectors = vectors.copy()
             vectors[off] = (vectors[off] / norms[off, None]).astype(np.float32)
         cells = self.cells.cells_for(vectors)
-        lexical, vector = [], []
+        gone = set(removed or ())
+        # [0]: rows inserted at once; [1]: rows of facts also removed in this batch (a hold and
+        # its release in one group), inserted after the delete of their old rows.
+        lexical: tuple[list[tuple[int, str, str]], ...] = ([], [])
+        vector: tuple[list[tuple[int, int, bytes, str, str, str, str]], ...] = ([], [])
         for (fact, status, body), vec, cell in zip(pending, vectors, cells, strict=True):
+            late = fact.assert_seq in gone
             terms = " ".join(text.term(key, w) for w in text.words(body))
-            lexical.append((fact.assert_seq, terms, self.scope(status, fact.space, fact.subject)))
-            vector.append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
-                           self.subject_ref(fact.subject), self.embedder.name))
-        self.db.recall.apply(removed or [], moved or [], lexical, vector)
+            lexical[late].append((fact.assert_seq, terms,
+                                  self.scope(status, fact.space, fact.subject)))
+            vector[late].append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
+                                 self.subject_ref(fact.subject), self.embedder.name))
+        self.db.recall.add_many(lexical[0], vector[0])
+        if removed or moved or lexical[1]:
+            self.db.recall.apply(removed or [], moved or [], lexical[1], vector[1])
 
     def after_commit(self) -> None:
         """A write transaction committed: start a re-clustering in the background if due."""
@@ -141,14 +153,20 @@ class RecallIndex:
     def _waiting(self) -> int:
         return len(self._pending) + len(self._removed) + len(self._moved)
 
-    def flush(self) -> None:
+    def flush(self, *, adds_only: bool = False) -> None:
         """Write the changes deferred by `sync`: before the transaction commits, and before
-        anything on this connection reads or changes the index rows."""
+        anything on this connection reads or changes the index rows. `adds_only`: only the new
+        rows (of facts not also removed), as a large group goes along."""
         if not self._waiting():
             return
         saved = self.pending()
-        batch, removed, moved = saved
-        self._pending, self._removed, self._moved = {}, set(), {}
+        if adds_only:
+            batch = {s: p for s, p in self._pending.items() if s not in self._removed}
+            removed, moved = set(), {}
+            self._pending = {s: p for s, p in self._pending.items() if s in self._removed}
+        else:
+            batch, removed, moved = saved
+            self._pending, self._removed, self._moved = {}, set(), {}
         try:
             self._index_many(list(batch.values()), sorted(removed),
                              [(seq, *moved[seq]) for seq in sorted(moved)])
@@ -180,8 +198,10 @@ class RecallIndex:
                 self._pending[seq] = (fact, want, self._pending[seq][2])
             else:
                 self._moved[seq] = (want, self.scope(want, fact.space, fact.subject))
-        if self._waiting() >= FLUSH_AT:
+        if len(self._removed) + len(self._moved) >= MOVE_AT:
             self.flush()
+        elif len(self._pending) >= FLUSH_AT:
+            self.flush(adds_only=True)
 
     def stored_text(self, fact: FactRow) -> str | None:
         """The fact's value as canonical JSON text; None when erased or its key is gone."""
