@@ -156,7 +156,7 @@ def test_removals_and_moves_wait_for_the_group_end_and_stay_exact(env: Env) -> N
         claimed = [ledger.assert_fact(f"acct:{i}", "note", f"amber ridge {i}", actor=WRITER,
                                       cause=CAUSE, provenance="claimed").fact_id
                    for i in range(MOVE_AT + 20)]
-        live = [_put(env, 1000 + i, "amber ridge") for i in range(40)]
+        live = [_put(env, 1000 + i, "amber ridge") for i in range(len(claimed) // 2)]
     with ledger.transaction():
         # New rows (several adds-only flushes) interleaved with confirms and retractions of
         # rows already written: more moves than MOVE_AT, so one full flush runs mid-group.

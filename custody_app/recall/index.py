@@ -26,10 +26,11 @@ STATUS_TOKEN = {"live": "zslive", "quarantined": "zsquarantined"}
 # their fixed costs, while a group's end (or the op that reaches this) stays one short write
 # (~0.3 ms per fact here, so ~20 ms), not the indexing of a whole group of 1,000.
 FLUSH_AT = 64
-# Removals and status moves wait for the group's end (or until this many wait): FTS5 deletes
-# cost ~0.4 ms each once the transaction has inserted rows, but the first delete among inserts
-# writes the pending rows out as a segment, which made every delete 1-3 ms between flushes.
-MOVE_AT = 128
+# Removals and status moves are written after the adds waiting with them, this many at most
+# at once: a secure-delete FTS5 delete of a fact (~40 distinct word hashes) costs 3-5 ms at 10k
+# facts here (charged to the next statement, when FTS5 writes its pending changes out), so a
+# flush of 16 stays well under the 100 ms a single write may take.
+MOVE_AT = 16
 # A fact waiting to be indexed: the fact, its index status, the text recall matches it on.
 Pending = tuple[FactRow, str, str]
 # What a savepoint restores: the adds, the removals and the status moves not yet written.
