@@ -161,9 +161,10 @@ class RecallIndex:
         if not self._waiting():
             return
         saved = self.pending()
+        removed: set[int] = set()
+        moved: dict[int, tuple[str, str]] = {}
         if adds_only:
             batch = {s: p for s, p in self._pending.items() if s not in self._removed}
-            removed, moved = set(), {}
             self._pending = {s: p for s, p in self._pending.items() if s in self._removed}
         else:
             batch, removed, moved = saved
