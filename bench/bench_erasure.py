@@ -125,6 +125,59 @@ def build(cache: Path, events: int, seed: int, tx: int, budget: float) -> dict[s
     return info
 
 
+def build_filled(cache: Path, events: int, seed: int, tx: int, budget: float,
+                 realistic: int) -> dict[str, Any]:
+    """N events = the cached realistic ledger of `realistic` events, then `affirm`s of its live
+    facts (cheap events, as bench/bench_tui.py fills its big ledgers) in large transactions."""
+    path = cache / f"erasure-{events}-s{seed}-r{realistic}.db"
+    marker = cache / f"erasure-{events}-s{seed}-r{realistic}.json"
+    if marker.exists() and path.exists():
+        info = json.loads(marker.read_text())
+        log(f"reusing cached ledger {path} ({info['events']:,} events)")
+        info["reused"] = True
+        return info
+    base = build(cache, realistic, seed, tx, budget)
+    for p in _ledger_files(path):
+        p.unlink()
+    src = Path(base["path"])
+    for p in _ledger_files(src):
+        shutil.copyfile(p, cache / (path.name + p.name[len(src.name):]))
+    rng = random.Random(seed)
+    t0, c0 = time.perf_counter(), time.process_time()
+    with Ledger.open(path) as ro:
+        last = ro.db.events.head()
+        live = [r[0] for r in ro.db.conn.execute(
+            "SELECT fact_id FROM facts WHERE status = 'active' AND held = 0")]
+        start_head = ro.head_seq()
+    assert last is not None
+    t = parse_time(last[2]) + timedelta(seconds=1)
+    clock = ManualClock(t)
+    log(f"filling {events - start_head:,} affirms of {len(live):,} live facts")
+    with Ledger.open(path, clock=clock) as ledger:
+        while ledger.head_seq() < events:
+            with ledger.transaction():
+                for _ in range(min(tx * 20, events - ledger.head_seq())):
+                    t += timedelta(milliseconds=rng.randint(0, 400))
+                    clock.set(t)
+                    ledger.affirm(live[rng.randrange(len(live))], actor="agent:support-bot-1")
+            log(f"  {ledger.head_seq():,} events ({time.perf_counter() - t0:.0f} s)")
+        size = ledger.head_seq()
+    fill_s, fill_cpu = time.perf_counter() - t0, time.process_time() - c0
+    n_fill = size - start_head
+    info = {"path": str(path), "requested": events, "events": size,
+            "ingest_s": base["ingest_s"] + fill_s,
+            "ingest_rate": size / (base["ingest_s"] + fill_s),
+            "ingest_cpu_rate": n_fill / max(fill_cpu, 1e-9), "failures": 0,
+            "prefix_note": (f"the first {start_head:,} events are the realistic workload "
+                            f"(built in {base['ingest_s']:,.0f} s), the other {n_fill:,} are "
+                            f"affirms of its live facts written in {fill_s:,.0f} s "
+                            f"({n_fill / fill_s:,.0f}/s; per CPU-second column: the fill)"),
+            "load_before": os.getloadavg()[0], "seed": seed, "tx": tx,
+            "built_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "reused": False}
+    marker.write_text(json.dumps(info, indent=1))
+    return info
+
+
 def working_copy(info: dict[str, Any], tmp: Path) -> Path:
     src = Path(info["path"])
     dst = tmp / "work.db"
@@ -537,11 +590,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20260901)
     ap.add_argument("--cache-dir", default="/tmp/custody-bench-cache")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--realistic-events", type=int, default=None,
+                    help="build this many events of the realistic mix, the rest as affirms")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
     notes = [f"other load at start: {machine_note()}"]
-    info = build(Path(args.cache_dir), args.events, args.seed, args.tx, args.build_budget)
+    if args.realistic_events and args.realistic_events < args.events:
+        info = build_filled(Path(args.cache_dir), args.events, args.seed, args.tx,
+                            args.build_budget, args.realistic_events)
+    else:
+        info = build(Path(args.cache_dir), args.events, args.seed, args.tx, args.build_budget)
     if args.build_only:
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="custody-erasure-"))

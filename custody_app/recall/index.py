@@ -4,7 +4,8 @@ kept equal to the believed facts in the transaction of each event that changes b
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -48,6 +49,26 @@ class RecallIndex:
         # Adds not yet written, by assert seq: (fact, index status, its text); flushed before
         # commit and before any read of the index rows.
         self._pending: dict[int, Pending] = {}
+        # Inside `removals_batched`: assert seqs whose rows are removed when it ends.
+        self._removals: list[int] | None = None
+
+    @contextmanager
+    def removals_batched(self) -> Iterator[None]:
+        """Removals from the indexes inside this block are written together when it ends (an
+        erasure of many facts: one statement per table, not a secure delete per fact). Used
+        inside one write transaction; on an error nothing is written and the caller's
+        savepoint rolls back the rest."""
+        outer = self._removals is None
+        if outer:
+            self._removals = []
+        try:
+            yield
+            if outer and self._removals:
+                self.db.recall.remove_many(self._removals)
+                self.cells.added(-len(self._removals))
+        finally:
+            if outer:
+                self._removals = None
 
     def key(self) -> bytes:
         """The key of the lexical index's word hashes."""
@@ -152,7 +173,11 @@ class RecallIndex:
                 continue
             seq = fact.assert_seq
             if want is None:
-                if self._pending.pop(seq, None) is None:  # a pending row was never written
+                if self._pending.pop(seq, None) is not None:  # a pending row was never written
+                    continue
+                if self._removals is not None:
+                    self._removals.append(seq)
+                else:
                     self.db.recall.remove(seq)
                     delta -= 1
             elif had is None:
