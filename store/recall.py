@@ -228,8 +228,10 @@ class RecallStore:
         rows = [(seq,) for seq in fact_seqs]
         if not rows:
             return
-        bulk = len(rows) >= BULK_REMOVE_MIN and len(rows) >= BULK_REMOVE_RATIO * int(
-            self._conn.execute(FTS_ROWS).fetchone()[0])
+        bulk = False
+        if len(rows) >= BULK_REMOVE_MIN:
+            indexed = self._conn.execute(FTS_ROWS).fetchone()
+            bulk = len(rows) >= BULK_REMOVE_RATIO * int(indexed[0] if indexed else 0)
         if bulk:
             self._conn.execute(FTS_SECURE, (0,))
             self._conn.executemany(FTS_DELETE, rows)
