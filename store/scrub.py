@@ -195,6 +195,24 @@ GRAM_SEARCH_FROM = 64
 MAX_WINDOWS = 20_000
 
 
+def _pieces(indexed: list[tuple[int, bytes]]) -> dict[bytes, list[tuple[int, int]]]:
+    """Each needle's fragment -> (needle index, the fragment's offset in it) of its needles."""
+    pieces: dict[bytes, list[tuple[int, int]]] = {}
+    for i, needle in indexed:
+        shift, fragment = fragment_of(needle)
+        pieces.setdefault(fragment, []).append((i, shift))
+    return pieces
+
+
+def _core(indexed: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """The needles that hold no shorter one (a forget's value JSON holds its strings), for
+    a few needles only (the test is quadratic)."""
+    if len(indexed) > SINGLE_PASSES * 2:
+        return indexed
+    return [(i, n) for i, n in indexed
+            if not any(len(m) < len(n) and m in n for _, m in indexed)]
+
+
 def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> dict[int, list[int]]:
     """Needle index -> file offsets (at most `limit`) of each needle found in the file.
 
@@ -216,10 +234,13 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
         if len(indexed) > GRAM_SEARCH_FROM and min(len(n) for _, n in indexed) >= 8:
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
                 return find_many(view, indexed, limit, _WEIGHTS)
-        pieces: dict[bytes, list[tuple[int, int]]] = {}
-        for i, needle in indexed:
-            shift, fragment = fragment_of(needle)
-            pieces.setdefault(fragment, []).append((i, shift))
+        pieces = _pieces(indexed)
+        core = _core(indexed)
+        if len(core) < len(indexed):
+            # A needle that holds another can only be there if that one is: one pass fewer.
+            if not _leftmost(handle, list(_pieces(core))):
+                return {}
+            handle.seek(0)
         matches = _leftmost(handle, list(pieces))
         if not matches:
             return {}
