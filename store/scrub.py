@@ -11,8 +11,6 @@ from io import RawIOBase
 import ahocorasick_rs
 import apsw
 
-from store.grams import find_many
-
 # Backoff while a reader blocks the checkpoint: about 0.6 s in all, then report it pending.
 CHECKPOINT_DELAYS = (0.0, 0.01, 0.02, 0.04, 0.08, 0.16, 0.3)
 
@@ -185,11 +183,6 @@ def _leftmost(handle: RawIOBase, fragments: list[bytes]) -> list[tuple[int, int,
     return sorted(out, key=lambda m: m[1])
 
 
-# Past this many needles (a sweep) an Aho-Corasick automaton ran at 13-40 MB/s here (66k
-# needles: 13); the sampled gram lookup of store.grams runs at about memory speed over numpy.
-GRAM_SEARCH_FROM = 64
-
-
 # Past this many leftmost matches (a needle that is everywhere) each needle is searched on its
 # own instead: memmem per needle costs a pass each, but windows would cost more.
 MAX_WINDOWS = 20_000
@@ -231,9 +224,6 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
     with handle:
         if not indexed or os.fstat(handle.fileno()).st_size == 0:
             return {}
-        if len(indexed) > GRAM_SEARCH_FROM and min(len(n) for _, n in indexed) >= 8:
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                return find_many(view, indexed, limit, _WEIGHTS)
         pieces = _pieces(indexed)
         core = _core(indexed)
         if len(core) < len(indexed):

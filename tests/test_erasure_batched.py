@@ -166,22 +166,3 @@ def test_long_needles_are_found_wherever_a_plain_search_finds_them(
         every = [o for o in range(len(planted)) if planted.startswith(needle, o)]
         assert found.get(i, []) == every[:64]
 
-
-@settings(derandomize=True, max_examples=150, deadline=None)
-@given(st.binary(max_size=3000), st.lists(_mixed.filter(lambda n: len(n) >= 8) | st.binary(
-    min_size=8, max_size=40) | st.sampled_from([b"a" * 8, b"a" * 20, b"2025-01-01T0"]),
-    min_size=1, max_size=12))
-def test_the_many_needle_path_agrees_with_a_plain_search(tmp_path_factory, data: bytes,
-                                                         needles: list[bytes]) -> None:
-    """The gram lookup a sweep's scan takes (forced here for a few needles): self-overlapping
-    needles, needles at the very start and end of the file, of 8 to 400 bytes."""
-    path = tmp_path_factory.mktemp("scangrams") / "blob.bin"
-    planted = needles[-1] + data + b"".join(needles[::2]) + data[:40] + needles[0]
-    path.write_bytes(planted)
-    with patch.object(scrub, "GRAM_SEARCH_FROM", 0):
-        found = find_in_file(str(path), needles)
-        assert scrub.scan_files([str(path)], needles)[str(path)] == sorted(
-            i for i, n in enumerate(needles) if n in planted)
-    for i, needle in enumerate(needles):
-        every = [o for o in range(len(planted)) if planted.startswith(needle, o)]
-        assert found.get(i, []) == every[:64]
