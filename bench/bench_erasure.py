@@ -356,15 +356,24 @@ def scan_growth(path: Path, tmp: Path, needles: list[bytes]) -> dict[str, Any]:
         t0 = time.perf_counter()
         scan_files([str(path)], sample)
         by_count.append((k, (time.perf_counter() - t0) * 1000))
-    reads = []
-    for _ in range(3):
-        t0 = time.perf_counter()
+    # The floor and the scan interleaved, 5 of each, best of each (wall and CPU time of this
+    # process): on a shared machine a pair taken minutes apart compares two different loads.
+    reads: list[tuple[float, float]] = []
+    scans: list[tuple[float, float]] = []
+    for _ in range(5):
+        t0, c0 = time.perf_counter(), time.process_time()
         with open(path, "rb") as fh:
             while fh.read(1 << 22):
                 pass
-        reads.append(time.perf_counter() - t0)
-    read_ms = min(reads) * 1000
-    return {"by_size": by_size, "by_count": by_count, "read_ms": read_ms}
+        reads.append((time.perf_counter() - t0, time.process_time() - c0))
+        t0, c0 = time.perf_counter(), time.process_time()
+        scan_files([str(path)], needles)
+        scans.append((time.perf_counter() - t0, time.process_time() - c0))
+    read_ms = min(r[0] for r in reads) * 1000
+    return {"by_size": by_size, "by_count": by_count, "read_ms": read_ms,
+            "paired_scan_ms": min(x[0] for x in scans) * 1000,
+            "read_cpu_ms": min(r[1] for r in reads) * 1000,
+            "scan_cpu_ms": min(x[1] for x in scans) * 1000, "load": os.getloadavg()[0]}
 
 
 def cutoff_for_count(ledger: Ledger, count: int, skip: int = 0) -> tuple[str, int]:
@@ -478,8 +487,9 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
     nonscan = med - scan_med
     own = (statistics.median(fg["parts"]["erasure transaction"])
            + statistics.median(fg["parts"]["other (certificate, cascade, reads)"]))
-    whole_ms = sg["by_size"][-1][1]
+    whole_ms = sg["paired_scan_ms"]
     ratio = sg["read_ms"] / whole_ms if whole_ms else 0.0
+    cpu_ratio = sg["read_cpu_ms"] / sg["scan_cpu_ms"] if sg["scan_cpu_ms"] else 0.0
     lines = [
         f"## Ledger measured: {size}" + ("" if n >= info["requested"] else
                                          f" (asked for {info['requested']:,}; see build)"),
@@ -536,8 +546,12 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         *[f"| {k} | {t:,.1f} |" for k, t in sg["by_count"]],
         f"| (just reading the file, 4 MB blocks, best of 3: the floor) | {sg['read_ms']:,.1f} |",
         "",
-        f"Scan speed against the plain-read floor, same file, same run: {ratio:.2f} of the read "
-        f"speed (target >= {SCAN_FLOOR_RATIO:.2f}: {mark(ratio >= SCAN_FLOOR_RATIO)}).",
+        f"Scan speed against the plain-read floor, same file, same run (5 reads and 5 scans "
+        f"interleaved, best of each; load average {sg['load']:.1f}): read {sg['read_ms']:,.1f} ms, "
+        f"scan {whole_ms:,.1f} ms = {ratio:.2f} of the read speed (target >= "
+        f"{SCAN_FLOOR_RATIO:.2f}: {mark(ratio >= SCAN_FLOOR_RATIO)}); in CPU time of this process "
+        f"read {sg['read_cpu_ms']:,.1f} ms, scan {sg['scan_cpu_ms']:,.1f} ms = {cpu_ratio:.2f} "
+        f"({mark(cpu_ratio >= SCAN_FLOOR_RATIO)}).",
         "",
         f"## Retention sweep at {size}",
         "",
@@ -564,8 +578,9 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         " facts/s | | |",
         f"| sweep, whole call as the caller sees it (wall / CPU time of this process) | "
         f"{sw['real_s']:,.1f} s / {sw['real_cpu_s']:,.1f} s CPU | < 10 s for 20k facts | "
-        f"{mark(sw['real_s'] < 10)} (wall), {mark(sw['real_cpu_s'] < 10)} (CPU); load average "
-        f"{sw['load']:.1f} |",
+        + (f"{mark(sw['real_s'] < 10)} (wall), {mark(sw['real_cpu_s'] < 10)} (CPU)"
+           if sw["expired"] >= 20_000 else f"(the target is for 20k facts; {sw['expired']:,} here)")
+        + f"; load average {sw['load']:.1f} |",
         f"| (check) verify after the sweep | {'passes' if sw['verify_after'] else '**FAILS**'} "
         f"({sw['verify_s']:,.1f} s) | | |",
     ]
