@@ -137,6 +137,8 @@ def build_filled(cache: Path, events: int, seed: int, tx: int, budget: float,
         info["reused"] = True
         return info
     base = build(cache, realistic, seed, tx, budget)
+    if base["events"] >= events:
+        return base
     for p in _ledger_files(path):
         p.unlink()
     src = Path(base["path"])
@@ -169,7 +171,9 @@ def build_filled(cache: Path, events: int, seed: int, tx: int, budget: float,
             "ingest_rate": size / (base["ingest_s"] + fill_s),
             "ingest_cpu_rate": n_fill / max(fill_cpu, 1e-9), "failures": 0,
             "prefix_note": (f"the first {start_head:,} events are the realistic workload "
-                            f"(built in {base['ingest_s']:,.0f} s), the other {n_fill:,} are "
+                            f"(built in {base['ingest_s']:,.0f} s"
+                            + (f"; {base['prefix_note']}" if base["prefix_note"] else "")
+                            + f"), the other {n_fill:,} are "
                             f"affirms of its live facts written in {fill_s:,.0f} s "
                             f"({n_fill / fill_s:,.0f}/s; per CPU-second column: the fill)"),
             "load_before": os.getloadavg()[0], "seed": seed, "tx": tx,
@@ -631,7 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     notes = [f"other load at start: {machine_note()}"]
-    if args.realistic_events and args.realistic_events < args.events:
+    # Equal counts still fill: a realistic build the budget cut short is topped up with affirms.
+    if args.realistic_events and args.realistic_events <= args.events:
         info = build_filled(Path(args.cache_dir), args.events, args.seed, args.tx,
                             args.build_budget, args.realistic_events)
     else:
