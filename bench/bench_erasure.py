@@ -1,6 +1,7 @@
 """Erasure benchmark: forget latency (with its breakdown), scan speed, sweeps, re-keying.
 
     .venv/bin/python bench/bench_erasure.py [--events 1000000] [--build-budget 600]
+                                            [--realistic-events 100000]
                                             [--forgets 50] [--sweep-facts 20000]
                                             [--out bench/results_erasure.md]
 
@@ -9,7 +10,10 @@ with the workload of `bench/bench_ledger.py` (its `make_workload` + `ingest`: re
 supersessions, retractions, confirms and affirms over about N/6 subjects, `--tx` ops per
 `Ledger.transaction()`, a `ManualClock` stepped 0-2 s per op). When the service cannot write N
 events within `--build-budget` seconds the ledger holds the prefix it could write, and every
-table states the size actually measured.
+table states the size actually measured. With `--realistic-events K`, only the first K events
+(or as many as the budget allowed) are that workload and the rest `affirm`s of its live facts in
+transactions of 20 x `--tx` (cheap events, as `bench_tui.py` fills its big ledgers: minutes for
+1M instead of hours), cached under its own name.
 
 Measurements run on a copy of the cached ledger (the cache is never modified):
 
