@@ -4,7 +4,8 @@ kept equal to the believed facts in the transaction of each event that changes b
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -59,6 +60,27 @@ class RecallIndex:
         # far cheaper when a transaction's deletes do not come between its inserts).
         self._removed: set[int] = set()
         self._moved: dict[int, tuple[str, str]] = {}
+        # Inside `removals_batched`: removals wait for its end, not for MOVE_AT.
+        self._batching = False
+
+    @contextmanager
+    def removals_batched(self) -> Iterator[None]:
+        """Removals from the indexes inside this block are written together when it ends (an
+        erasure of many facts: one statement per table, not a secure delete per fact). Used
+        inside one write transaction; on an error nothing is written here and the caller's
+        transaction restores what was deferred."""
+        if self._batching:
+            yield
+            return
+        self._batching = True
+        try:
+            yield
+            removed, self._removed = sorted(self._removed), set()
+            if removed:
+                self.db.recall.remove_many(removed)
+                self.cells.added(-len(removed))
+        finally:
+            self._batching = False
 
     def key(self) -> bytes:
         """The key of the lexical index's word hashes."""
@@ -200,7 +222,7 @@ class RecallIndex:
                 self._pending[seq] = (fact, want, self._pending[seq][2])
             else:
                 self._moved[seq] = (want, self.scope(want, fact.space, fact.subject))
-        if len(self._removed) + len(self._moved) >= MOVE_AT:
+        if not self._batching and len(self._removed) + len(self._moved) >= MOVE_AT:
             self.flush()
         elif len(self._pending) >= FLUSH_AT:
             self.flush(adds_only=True)
