@@ -7,6 +7,7 @@ from typing import Any
 from custody_app.domain.errors import LedgerError
 from custody_app.keys import crypto
 from custody_app.keys.keyring import KeyRing
+from custody_app.keys.texts import TextCodec
 from store.rows import EventRow
 
 
@@ -15,6 +16,8 @@ class ValueCodec:
 
     def __init__(self, keys: KeyRing | None) -> None:
         self.keys = keys
+        # The free text about a fact is sealed under the same keys (read models open both).
+        self.texts = TextCodec(keys)
 
     def seal(self, fact_id: str, subject: str, value_text: str, *, work_started: str,
              now: str, erased_at: str | None = None) -> bytes:
