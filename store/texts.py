@@ -59,8 +59,8 @@ class TextStore:
         self._conn.execute(ERASE_FACT, (fact_id,))
 
     def seqs(self) -> Iterator[int]:
-        for (seq,) in self._conn.execute(ALL_SEQS).fetchall():
-            yield int(seq)
+        for row in self._conn.execute(ALL_SEQS).fetchall():
+            yield int(row[0])  # type: ignore[arg-type]
 
     def count(self) -> int:
         row = self._conn.execute(COUNT).fetchone()

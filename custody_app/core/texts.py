@@ -112,7 +112,7 @@ def text_problem(db: LedgerFile, codec: TextCodec, seq: int, fact_id: str | None
     except (crypto.DecryptError, ValueError):
         return f"event {seq} has sealed free text that does not decrypt", False
     if texts is None:
-        return None, True
+        return None, blob is None  # a blob whose key is absent cannot be checked, like a value
     assert salt is not None
     try:
         if text_commitment(salt, texts) != blk.get("commitment") or sorted(texts) != blk.get(
