@@ -16,6 +16,7 @@ ERASE_FACT = ("UPDATE event_texts SET sealed = NULL, salt = NULL "
               "WHERE fact_id = ? AND sealed IS NOT NULL")
 ALL_SEQS = "SELECT seq FROM event_texts ORDER BY seq"
 COUNT = "SELECT count(*) FROM event_texts"
+ERASED_FACTS = "SELECT DISTINCT fact_id FROM events WHERE kind IN ('forget', 'expire')"
 # The one time an event body changes: the upgrade that takes free text out of it. The trigger
 # that forbids it is dropped and recreated inside the same transaction.
 DROP_UPDATE_TRIGGER = "DROP TRIGGER events_append_only_update"
@@ -61,6 +62,10 @@ class TextStore:
     def seqs(self) -> Iterator[int]:
         for row in self._conn.execute(ALL_SEQS).fetchall():
             yield int(row[0])  # type: ignore[arg-type]
+
+    def erased_facts(self) -> set[str]:
+        """Facts a forget or expire event erased."""
+        return {str(r[0]) for r in self._conn.execute(ERASED_FACTS)}
 
     def count(self) -> int:
         row = self._conn.execute(COUNT).fetchone()
