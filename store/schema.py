@@ -253,6 +253,9 @@ CREATE TRIGGER IF NOT EXISTS event_texts_erase_only BEFORE UPDATE ON event_texts
 WHEN NOT (NEW.sealed IS NULL AND NEW.salt IS NULL AND NEW.seq IS OLD.seq
           AND NEW.fact_id IS OLD.fact_id AND NEW.subject_ref IS OLD.subject_ref)
 BEGIN SELECT RAISE(ABORT, 'custody: sealed free text can only be erased'); END;
+-- A ledger with no event yet has no plaintext to seal: the upgrade is done already.
+INSERT OR IGNORE INTO ledger_meta(key, value)
+SELECT 'free_text_sealed', 'at creation' WHERE NOT EXISTS (SELECT 1 FROM events);
 """
 
 # Index i holds the script that upgrades user_version i to i+1.
