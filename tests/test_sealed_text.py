@@ -19,7 +19,7 @@ from custody_app.evidence.offline import verify_export
 from custody_app.evidence.packcheck import verify_pack
 from custody_app.evidence.packs import pack_text
 from custody_app.keys.keyring import KeyRing
-from custody_app.keys.texts import TextCodec
+from custody_app.keys.values import TextCodec
 from tests.conftest import Env
 
 # Redaction off: nothing but the sealing keeps these out of the file.

@@ -15,6 +15,7 @@ import apsw
 import pytest
 
 from custody_app import Ledger
+from custody_app.domain.canonical import canonical
 from custody_app.domain.sealed_text import ERASED_TEXT
 from custody_app.evidence.offline import verify_export
 
@@ -99,7 +100,6 @@ def _edit_body(path: Path, seq: int, edit: Any) -> None:
         con.execute("DROP TRIGGER IF EXISTS events_append_only_update")
         body = json.loads(con.execute("SELECT body FROM events WHERE seq = ?", (seq,)).fetchone()[0])
         edit(body)
-        from custody_app.domain.canonical import canonical
         con.execute("UPDATE events SET body = ? WHERE seq = ?", (canonical(body), seq))
         con.commit()
     finally:

@@ -20,7 +20,7 @@ from custody_app.domain.sealed_text import (
 )
 from custody_app.keys import crypto
 from custody_app.keys.keyring import KeyRing
-from custody_app.keys.texts import TextCodec
+from custody_app.keys.values import TextCodec
 from store import LedgerFile
 
 Sealed = tuple[str, str, bytes, str]

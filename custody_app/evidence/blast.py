@@ -22,7 +22,7 @@ from custody_app.evidence.readmodels import (
     ExplainResult,
 )
 from custody_app.keys.receipts import check_receipt
-from custody_app.keys.texts import TextCodec
+from custody_app.keys.values import TextCodec
 from store import LedgerFile
 from store.rows import FactRow
 
