@@ -3,7 +3,6 @@ an event body and putting them back, their salted commitment, and the pre-upgrad
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from typing import Any
 
@@ -24,16 +23,21 @@ Texts = dict[str, str]
 
 
 def _parent(body: dict[str, Any], path: str) -> tuple[dict[str, Any] | None, str]:
+    """The dict holding the path's leaf, copied on the way down (so the caller's body, a
+    shallow copy, can be changed without touching the original's nested dicts)."""
     *parents, leaf = path.split(".")
     node: Any = body
     for name in parents:
-        node = node.get(name) if isinstance(node, dict) else None
+        child = node.get(name) if isinstance(node, dict) else None
+        if isinstance(child, dict):
+            child = node[name] = dict(child)
+        node = child
     return (node if isinstance(node, dict) else None), leaf
 
 
 def split(kind: str, body: dict[str, Any]) -> tuple[dict[str, Any], Texts]:
     """The body without its free text, and the free text by dotted field name."""
-    out = copy.deepcopy(body)
+    out = dict(body)
     texts: Texts = {}
     for path in SEALED_FIELDS.get(kind, ()):
         node, leaf = _parent(out, path)
@@ -44,7 +48,7 @@ def split(kind: str, body: dict[str, Any]) -> tuple[dict[str, Any], Texts]:
 
 def merge(body: dict[str, Any], texts: Texts) -> dict[str, Any]:
     """The body with its free text back in place (and no `sealed_text` block)."""
-    out = copy.deepcopy(body)
+    out = dict(body)
     out.pop(BODY_KEY, None)
     for path, text in texts.items():
         node, leaf = _parent(out, path)
