@@ -6,8 +6,12 @@ offline from an export), and the rewritten bodies stay tamper-evident after an e
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +155,21 @@ def test_a_read_only_open_of_a_schema_4_ledger_is_refused_and_changes_nothing(ol
         Ledger.open(old, readonly=True)
     assert "schema upgrade" in str(caught.value)
     assert old.read_bytes() == before
+
+
+@pytest.mark.parametrize("point", ["upgrade.before_commit", "upgrade.committed"])
+def test_a_kill_during_the_upgrade_leaves_no_half_state_and_no_plaintext(old: Path,
+                                                                         point: str) -> None:
+    """Killed (SIGKILL) just before the upgrade commits, or after it committed but before its
+    checkpoint: the next read-write open finishes it, and no copy of the text stays anywhere."""
+    child = subprocess.run(
+        [sys.executable, "-c", f"from custody_app import Ledger; Ledger.open({str(old)!r})"],
+        env={**os.environ, "CUSTODY_FAULT": point}, capture_output=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    with Ledger.open(old) as led:
+        report = led.verify()
+        assert report.valid and report.events == MANIFEST["events"] + 1, report.problem
+        assert led.why(FACTS["plan"]).cause.detail == TEXTS["detail"]
+        assert led.db.meta("free_text_sealed") == "done"
+    for name, text in TEXTS.items():
+        assert holding(old, text) == [], name

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from custody_app.core.faults import crash_point
 from custody_app.domain.chain import canonical, new_salt
 from custody_app.domain.sealed_text import BODY_KEY, block, split, upgrade_digest
 
@@ -14,13 +15,21 @@ if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
 
 META_KEY = "free_text_sealed"
+# Until the checkpoint after the upgrade completes, the old pages (plaintext) may still be in
+# the database file: every read-write open tries it again until it does.
+PENDING = "checkpoint pending"
 PAGE = 5000
 
 
 def seal_existing(core: LedgerCore) -> int:
     """Upgrade the ledger's plaintext free text in one transaction, then checkpoint the WAL so
     no copy of it stays there; returns how many events were rewritten (0 once done)."""
-    if core.readonly or core.keys is None or core.db.meta(META_KEY) is not None:
+    if core.readonly or core.keys is None:
+        return 0
+    state = core.db.meta(META_KEY)
+    if state == PENDING:
+        _checkpoint(core)
+    if state is not None:
         return 0
     with core.unit_of_work(), core.transaction():
         if core.db.meta(META_KEY) is not None:
@@ -33,11 +42,21 @@ def seal_existing(core: LedgerCore) -> int:
                 core.db.texts.put(seq, fact_id, ref, blob, salt)
             core.append("seal_text", "system:custody", tx_at,
                         {"events": len(rewritten), "digest": upgrade_digest(rewritten)})
-        core.db.texts.set_meta(META_KEY, tx_at)
+        core.db.texts.set_meta(META_KEY, PENDING if rewritten else tx_at)
+        crash_point("upgrade.before_commit")
+    crash_point("upgrade.committed")
     if rewritten:
-        # The old bodies' pages were zeroed (secure_delete); the WAL still holds them until now.
-        core.db.wal_checkpoint()
+        _checkpoint(core)
     return len(rewritten)
+
+
+def _checkpoint(core: LedgerCore) -> None:
+    """The truncating checkpoint that copies the rewritten pages over the old ones (secure_delete
+    zeroed what was freed); only once it completes is the upgrade recorded as done."""
+    if core.db.wal_checkpoint().complete:
+        with core.transaction():
+            core.db.texts.set_meta(META_KEY, "done")
+        core.db.wal_checkpoint()
 
 
 def _rewrite(core: LedgerCore, tx_at: str) -> tuple[list[tuple[int, str]], list[Any]]:
