@@ -47,8 +47,7 @@ def seal_event(db: LedgerFile, keys: KeyRing | None, codec: TextCodec, work_star
     ref = keys.subject_ref(subject)
     salt = new_salt()
     blob = codec.seal(fact_id, subject, texts, work_started=work_started,
-                           now=str(envelope["tx_at"]),
-                           erased_at=db.erasure.last_tombstone_at(ref))
+                      now=str(envelope["tx_at"]), erased_at=db.erasure.last_tombstone_at(ref))
     body[BODY_KEY] = block(salt, texts)
     return body, (fact_id, ref, blob, salt)
 
