@@ -49,6 +49,11 @@ VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
 META_GET = "SELECT value FROM ledger_meta WHERE key = ?"
 META_PUT = "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES (?, ?)"
+# A random token replaced by every change to the vector table's vectors, statuses or filters, in
+# the change's transaction: an in-process copy of the vectors that reflects another token is
+# stale (another connection wrote, or a transaction it saw rolled back). Random, not a counter,
+# so a rolled-back change and a later one can never leave the same token.
+VEC_VERSION = "recall_vec_version"
 
 
 class RecallStore:
@@ -67,6 +72,16 @@ class RecallStore:
         if name is None or dims is None or layout is None or layout[0] != LAYOUT:
             return None
         return (str(name[0]), int(dims[0]))
+
+    def vec_version(self) -> str:
+        row = self._conn.execute(META_GET, (VEC_VERSION,)).fetchone()
+        return str(row[0]) if row else ""
+
+    def _bump(self) -> tuple[str, str]:
+        """A new version token for the vector table: (the token before, the new one)."""
+        old, new = self.vec_version(), os.urandom(8).hex()
+        self._conn.execute(META_PUT, (VEC_VERSION, new))
+        return old, new
 
     def create(self, embedder: str, dimensions: int) -> None:
         """(Re)create both indexes empty for an embedder (inside the caller's transaction).
@@ -130,7 +145,8 @@ class RecallStore:
         """Move those of `vectors` whose row is still in a cell below `below` into the cell
         `cell_of` gives (inside the caller's transaction; status and the other columns are
         read afresh here). A vec0 DELETE zeroes the old slot in place, so no copy of a moved
-        vector stays behind. Returns how many moved."""
+        vector stays behind. Only the cell changes, so the version token is kept (an
+        in-process copy of the vectors stays valid). Returns how many moved."""
         rows = []
         for seq, vector in vectors:
             row = self._conn.execute(VEC_META_ONE, (seq,)).fetchone()
@@ -146,6 +162,7 @@ class RecallStore:
         return int(row[0]) if row else 0
 
     def _create_vec(self, dimensions: int) -> None:
+        self._bump()
         self._conn.execute("DROP TABLE IF EXISTS recall_vec")
         self._conn.execute("DROP TABLE IF EXISTS recall_cells")
         self._conn.execute(CELLS_CREATE)
@@ -186,15 +203,18 @@ class RecallStore:
                 for r in self._conn.execute(VEC_ALL)]
 
     def add(self, fact_seq: int, terms: str, scope: str, cell: int, vector: bytes, status: str,
-            space: str, subject_ref: str, embedder: str) -> None:
+            space: str, subject_ref: str, embedder: str) -> tuple[str, str]:
         self._conn.execute(FTS_INSERT, (fact_seq, terms, scope))
         self._insert_vectors([(fact_seq, cell, vector, status, space, subject_ref, embedder)])
+        return self._bump()
 
     def add_many(self, lexical: list[tuple[int, str, str]],
-                 vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
-        """Several facts at once: (fact_seq, terms, scope) and the vector rows."""
+                 vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> tuple[str, str]:
+        """Several facts at once: (fact_seq, terms, scope) and the vector rows. Returns the
+        vector table's version tokens (before, after)."""
         self._conn.executemany(FTS_INSERT, lexical)
         self._insert_vectors(vectors)
+        return self._bump()
 
     def _insert_vectors(self, rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
         try:
@@ -208,11 +228,12 @@ class RecallStore:
                                 "back and nothing of it was stored") from exc
             raise
 
-    def remove(self, fact_seq: int) -> None:
+    def remove(self, fact_seq: int) -> tuple[str, str]:
         self._conn.execute(FTS_DELETE, (fact_seq,))
         self._conn.execute(VEC_DELETE, (fact_seq,))
+        return self._bump()
 
-    def set_status(self, fact_seq: int, status: str, scope: str) -> None:
+    def set_status(self, fact_seq: int, status: str, scope: str) -> tuple[str, str]:
         """Move an indexed fact between live and quarantined in both indexes."""
         row = self._conn.execute("SELECT terms FROM recall_fts WHERE rowid = ?",
                                  (fact_seq,)).fetchone()
@@ -220,6 +241,7 @@ class RecallStore:
             self._conn.execute(FTS_DELETE, (fact_seq,))
             self._conn.execute(FTS_INSERT, (fact_seq, row[0], scope))
         self._conn.execute(VEC_STATUS, (status, fact_seq))
+        return self._bump()
 
     def doc_freq(self, terms: list[str]) -> dict[str, int] | None:
         """How many indexed facts contain each term (None when the vocabulary is missing).

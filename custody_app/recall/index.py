@@ -15,6 +15,7 @@ from custody_app.keys.values import ValueCodec
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, make_embedder
+from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from store import LedgerFile
 from store.rows import FactRow
@@ -43,6 +44,9 @@ class RecallIndex:
         self.policy = policy
         self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
         self.cells = CellIndex(db, policy, self.embedder.dimensions)
+        # Exact vector search in process while the vectors fit its budget (rebuilt from
+        # sqlite-vec, kept in step with every change made here, reloaded after any other).
+        self.matrix = VectorMatrix(db, self.embedder.dimensions)
         # Re-clustering runs here, on a connection of its own, never inside a write.
         self.maintenance = Maintenance(db.path, policy)
         # Adds not yet written, by assert seq: (fact, index status, its text); flushed before
@@ -104,7 +108,8 @@ class RecallIndex:
             lexical.append((fact.assert_seq, terms, self.scope(status, fact.space, fact.subject)))
             vector.append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
                            self.subject_ref(fact.subject), self.embedder.name))
-        self.db.recall.add_many(lexical, vector)
+        old, new = self.db.recall.add_many(lexical, vector)
+        self.matrix.added(vector, old, new)
 
     def after_commit(self) -> None:
         """A write transaction committed: start a re-clustering in the background if due."""
@@ -120,6 +125,7 @@ class RecallIndex:
 
     def close(self) -> None:
         self.maintenance.close()
+        self.matrix.drop()
 
     def pending(self) -> dict[int, Pending]:
         """A copy of the adds not yet written (a savepoint restores it if it rolls back)."""
@@ -153,7 +159,7 @@ class RecallIndex:
             seq = fact.assert_seq
             if want is None:
                 if self._pending.pop(seq, None) is None:  # a pending row was never written
-                    self.db.recall.remove(seq)
+                    self.matrix.removed(seq, *self.db.recall.remove(seq))
                     delta -= 1
             elif had is None:
                 value_text = fresh.get(fact.fact_id) or self.stored_text(fact)
@@ -166,7 +172,8 @@ class RecallIndex:
             elif seq in self._pending:
                 self._pending[seq] = (fact, want, self._pending[seq][2])
             else:
-                self.db.recall.set_status(seq, want, self.scope(want, fact.space, fact.subject))
+                self.matrix.status_set(seq, want, *self.db.recall.set_status(
+                    seq, want, self.scope(want, fact.space, fact.subject)))
         if delta:
             self.cells.added(delta)
 
@@ -183,6 +190,7 @@ class RecallIndex:
         believed fact (inside the caller's write transaction). Returns how many facts were
         indexed."""
         self.db.recall.create(self.embedder.name, self.embedder.dimensions)
+        self.matrix.drop()
         believed = [f for status in INDEXED for f in self.db.facts.with_status(status)]
         self._pending = {}
         batch: list[Pending] = []

@@ -77,11 +77,16 @@ def lexical_match(index: RecallIndex, words: list[str], include_claimed: bool,
 
 
 def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
-                   pool: int) -> tuple[list[int], list[int] | None]:
-    """sqlite-vec KNN over the cells nearest the query; when those cells hold fewer matches
-    than the pool (a rare space or subject filter), over every vector instead."""
+                   pool: int) -> tuple[list[int], list[int] | None | str]:
+    """Exact KNN over the in-process matrix of sqlite-vec's vectors while it is kept (the
+    cells are then not read: "matrix"); else sqlite-vec KNN over the cells nearest the query,
+    and when those cells hold fewer matches than the pool (a rare space or subject filter),
+    over every vector instead."""
     query = unit(index.embedder.embed_query(cmd.query))
     subject_ref = index.subject_ref(cmd.subject) if cmd.subject is not None else None
+    exact = index.matrix.search(query, pool, statuses, cmd.space, subject_ref)
+    if exact is not None:
+        return [seq for seq, _ in exact], "matrix"
     cells = index.cells.probe(query, pool)
     found = index.db.recall.vector(query.tobytes(), pool, statuses, cmd.space, subject_ref,
                                     cells)
@@ -102,7 +107,7 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
         match = lexical_match(index, words, cmd.include_claimed, cmd.space, cmd.subject)
         lexical = [seq for seq, _ in index.db.recall.lexical(match, pool)]
     vector: list[int] = []
-    cells: list[int] | None = None
+    cells: list[int] | None | str = None
     if cmd.strategy != "lexical":
         vector, cells = _vector_search(index, cmd, statuses, pool)
     # Hybrid needs query words; a query of stopwords only is answered by vectors alone.
@@ -131,12 +136,16 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     parts = []
     if strategy != "vector":
         parts.append(f"FTS5 bm25 gave {len(lexical)} candidate(s)")
-    if strategy != "lexical":
+    if strategy != "lexical" and cells == "matrix":
+        parts.append(f"exact KNN ({index.embedder.name}, cosine) over every vector, in an "
+                     f"in-process copy of sqlite-vec's table, gave {len(vector)}")
+    elif strategy != "lexical":
         where = ("every vector" if cells is None else
                  f"the {len(cells)} nearest of {index.cells.count_cells()} k-means cells")
         parts.append(f"sqlite-vec KNN ({index.embedder.name}, cosine) over {where} gave "
                      f"{len(vector)}")
-    note = (f"ranked inside SQLite: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
+    inside = "" if cells == "matrix" else " inside SQLite"
+    note = (f"ranked{inside}: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
             f"facts inside the search; fused by reciprocal rank (k={RRF_K}, vector weight "
             f"{index.embedder.fusion_weight:g}); salience breaks ties")
     return RecallResult(query=cmd.query, strategy=strategy, note=note,
