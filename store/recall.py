@@ -54,6 +54,9 @@ META_PUT = "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES (?, ?)"
 # stale (another connection wrote, or a transaction it saw rolled back). Random, not a counter,
 # so a rolled-back change and a later one can never leave the same token.
 VEC_VERSION = "recall_vec_version"
+# Why the last background re-clustering failed (absent: it did not), for `doctor`.
+MAINTENANCE_ERROR = "recall_maintenance_error"
+META_DELETE = "DELETE FROM ledger_meta WHERE key = ?"
 
 
 class RecallStore:
@@ -76,6 +79,17 @@ class RecallStore:
     def vec_version(self) -> str:
         row = self._conn.execute(META_GET, (VEC_VERSION,)).fetchone()
         return str(row[0]) if row else ""
+
+    def maintenance_error(self) -> str | None:
+        row = self._conn.execute(META_GET, (MAINTENANCE_ERROR,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def note_maintenance_error(self, text: str | None) -> None:
+        """Record why background index maintenance failed (None: clear it; it succeeded)."""
+        if text is None:
+            self._conn.execute(META_DELETE, (MAINTENANCE_ERROR,))
+        else:
+            self._conn.execute(META_PUT, (MAINTENANCE_ERROR, text))
 
     def _bump(self) -> tuple[str, str]:
         """A new version token for the vector table: (the token before, the new one)."""

@@ -56,6 +56,10 @@ class VectorMatrix:
         """Is a fact's vector in the matrix now (what an erasure proof checks)?"""
         return fact_seq in self._where
 
+    def storage(self) -> Matrix:
+        """The whole buffer, free rows included (a removed fact's row reads as zeros)."""
+        return self._rows
+
     def __len__(self) -> int:
         return len(self._where)
 
