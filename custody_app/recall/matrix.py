@@ -163,17 +163,22 @@ class VectorMatrix:
             return None
         n = self._used
         scores = self._rows[:n] @ query
-        mask = np.isin(self._status[:n], [STATUS_CODE[s] for s in statuses])
+        allowed = np.zeros(len(STATUS_CODE) + 1, dtype=bool)  # indexed by status code + 1
+        allowed[[STATUS_CODE[s] + 1 for s in statuses]] = True
+        mask = allowed[self._status[:n] + 1]
         for column, value in ((self._space, space and "space:" + space),
                               (self._subject, subject_ref and "subject:" + subject_ref)):
             if value:
                 code = self._codes.get(value)
                 mask &= column[:n] == (code if code is not None else -1)
-        candidates = np.flatnonzero(mask)
-        if len(candidates) > limit:
-            picked = candidates[np.argpartition(-scores[candidates], limit - 1)[:limit]]
-        else:
-            picked = candidates
+        kept = int(np.count_nonzero(mask))
+        if kept < n:
+            scores[~mask] = -np.inf  # filtered out (free rows too): never among the nearest
+        limit = min(limit, kept)
+        if limit <= 0:
+            return []
+        picked = (np.argpartition(-scores, limit - 1)[:limit] if limit < n
+                  else np.arange(n))
         # Equal distances: the newer fact first, as sqlite-vec's scan gives them (and opposite
         # to FTS5's, so identical facts tie in the fusion and salience decides).
         ordered = picked[np.lexsort((-self._seqs[picked], -scores[picked]))]
