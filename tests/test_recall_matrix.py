@@ -164,3 +164,14 @@ def test_bm25s_best_match_is_never_crowded_out_by_a_heavier_vector_ranking(
     assert unique in ids(result)
     [hit] = [h for h in result.results if h.fact.fact_id == unique]
     assert hit.lexical_rank == 1
+
+
+def test_reindex_reports_progress_every_hundred_facts_and_reloads_the_matrix(env: Env) -> None:
+    fill(env, 250)
+    env.ledger.recall("amber")
+    progress: list[tuple[int, int]] = []
+    assert env.ledger.reindex(progress=lambda n, total: progress.append((n, total))) == 250
+    assert progress == [(100, 250), (200, 250), (250, 250)]
+    assert len(env.ledger.index.matrix) == 0  # dropped with the old table...
+    assert "in-process" in env.ledger.recall("amber", strategy="vector").note
+    assert len(env.ledger.index.matrix) == 250  # ...and loaded again from the new one
