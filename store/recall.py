@@ -4,7 +4,7 @@ and partitioned into k-means cells (an inverted-file index: a query reads the ne
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import apsw
 
@@ -209,6 +209,18 @@ class RecallStore:
         self._conn.executemany(CELLS_INSERT, enumerate(centroids))
         self._insert_vectors(rows)
         self._new_cells(len(rows))
+
+    def iter_vectors(self, chunk: int = 4096) -> Iterator[list[tuple[int, bytes, str, str, str, str]]]:
+        """Every row of the vector index as `vectors` gives them, `chunk` rows at a time (a
+        reader copying them elsewhere never holds them all as Python objects at once)."""
+        rows: list[tuple[int, bytes, str, str, str, str]] = []
+        for r in self._conn.execute(VEC_ALL):
+            rows.append((int(r[0]), bytes(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5])))
+            if len(rows) == chunk:
+                yield rows
+                rows = []
+        if rows:
+            yield rows
 
     def vectors(self) -> list[tuple[int, bytes, str, str, str, str]]:
         """Every row of the vector index: (fact_seq, vector, status, space, subject_ref,
