@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import apsw
 
 from store.errors import StoreFull
+from store.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
 # for status, space and subject tokens so filters act inside the MATCH, not after the limit.
@@ -34,9 +35,6 @@ VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, cell, embedding, status, space, 
 VEC_ALL = "SELECT fact_seq, embedding, status, space, subject_ref, embedder FROM recall_vec"
 CELLS_CREATE = ("CREATE TABLE IF NOT EXISTS recall_cells(cell INTEGER PRIMARY KEY, "
                 "centroid BLOB NOT NULL)")
-CELLS_ALL = "SELECT cell, centroid FROM recall_cells ORDER BY cell"
-CELLS_INSERT = "INSERT INTO recall_cells(cell, centroid) VALUES (?, ?)"
-CELLS_DROP_BELOW = "DELETE FROM recall_cells WHERE cell < ?"
 VEC_CELLS = "SELECT fact_seq, cell FROM recall_vec"
 VEC_META_ONE = "SELECT cell, status, space, subject_ref, embedder FROM recall_vec WHERE fact_seq = ?"
 VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
@@ -47,19 +45,9 @@ VEC_STATUS = "UPDATE recall_vec SET status = ? WHERE fact_seq = ?"
 VEC_COUNT = "SELECT count(*) FROM recall_vec"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
-META_GET = "SELECT value FROM ledger_meta WHERE key = ?"
-META_PUT = "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES (?, ?)"
-# A random token replaced by every change to the vector table's vectors, statuses or filters, in
-# the change's transaction: an in-process copy of the vectors that reflects another token is
-# stale (another connection wrote, or a transaction it saw rolled back). Random, not a counter,
-# so a rolled-back change and a later one can never leave the same token.
-VEC_VERSION = "recall_vec_version"
-# Why the last background re-clustering failed (absent: it did not), for `doctor`.
-MAINTENANCE_ERROR = "recall_maintenance_error"
-META_DELETE = "DELETE FROM ledger_meta WHERE key = ?"
 
 
-class RecallStore:
+class RecallStore(RecallMeta):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
     def __init__(self, conn: apsw.Connection) -> None:
@@ -75,27 +63,6 @@ class RecallStore:
         if name is None or dims is None or layout is None or layout[0] != LAYOUT:
             return None
         return (str(name[0]), int(dims[0]))
-
-    def vec_version(self) -> str:
-        row = self._conn.execute(META_GET, (VEC_VERSION,)).fetchone()
-        return str(row[0]) if row else ""
-
-    def maintenance_error(self) -> str | None:
-        row = self._conn.execute(META_GET, (MAINTENANCE_ERROR,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def note_maintenance_error(self, text: str | None) -> None:
-        """Record why background index maintenance failed (None: clear it; it succeeded)."""
-        if text is None:
-            self._conn.execute(META_DELETE, (MAINTENANCE_ERROR,))
-        else:
-            self._conn.execute(META_PUT, (MAINTENANCE_ERROR, text))
-
-    def _bump(self) -> tuple[str, str]:
-        """A new version token for the vector table: (the token before, the new one)."""
-        old, new = self.vec_version(), os.urandom(8).hex()
-        self._conn.execute(META_PUT, (VEC_VERSION, new))
-        return old, new
 
     def create(self, embedder: str, dimensions: int) -> None:
         """(Re)create both indexes empty for an embedder (inside the caller's transaction).
@@ -117,32 +84,6 @@ class RecallStore:
         self._conn.execute(CREATE_FTS)
         self._conn.executemany(FTS_INSERT, rows)
         self._freq.clear()
-
-    def _new_cells(self, clustered_on: int) -> None:
-        """Record that the cells changed (readers reload their centroids) and how many vectors
-        they were clustered on (0: not clustered)."""
-        self._conn.execute(META_PUT, ("recall_cells_version", str(int(self.cells_version()) + 1)))
-        self._conn.execute(META_PUT, ("recall_cells_n", str(clustered_on)))
-        self._conn.execute(META_PUT, ("recall_cells_moving", "0"))
-
-    def moving_below(self) -> int:
-        """While cells are re-clustered off the write path: cells below this id are the old
-        ones, still being emptied (0: no re-clustering under way)."""
-        row = self._conn.execute(META_GET, ("recall_cells_moving",)).fetchone()
-        return int(row[0]) if row else 0
-
-    def begin_moving(self, base: int, centroids: list[bytes]) -> None:
-        """Add new cells (ids from `base`) beside the old ones; writers use only the new ones
-        from now on, searches read every cell until the old ones are empty."""
-        self._conn.executemany(CELLS_INSERT, [(base + i, c) for i, c in enumerate(centroids)])
-        self._conn.execute(META_PUT, ("recall_cells_moving", str(int(base))))
-        self._conn.execute(META_PUT, ("recall_cells_version", str(int(self.cells_version()) + 1)))
-
-    def end_moving(self, clustered_on: int) -> None:
-        """The old cells are empty: drop their centroids."""
-        self._conn.execute(CELLS_DROP_BELOW, (self.moving_below(),))
-        self._conn.execute(META_PUT, ("recall_cells_moving", "0"))
-        self._new_cells(clustered_on)
 
     def vector_cells(self) -> list[tuple[int, int]]:
         """(fact_seq, cell) of every vector."""
@@ -171,10 +112,6 @@ class RecallStore:
         self._insert_vectors(rows)
         return len(rows)
 
-    def clustered_on(self) -> int:
-        row = self._conn.execute(META_GET, ("recall_cells_n",)).fetchone()
-        return int(row[0]) if row else 0
-
     def _create_vec(self, dimensions: int) -> None:
         self._bump()
         self._conn.execute("DROP TABLE IF EXISTS recall_vec")
@@ -191,14 +128,6 @@ class RecallStore:
             # Chunks of 256 vectors: every insert rewrites a chunk's blob, and at the default
             # 1024 that cost 200 us per 1024-dim insert here.
             "subject_ref text, +embedder text, chunk_size=256)")
-
-    def cells(self) -> list[tuple[int, bytes]]:
-        """The k-means centroids the vectors are partitioned by (none: one cell, exact search)."""
-        return [(int(c), bytes(b)) for c, b in self._conn.execute(CELLS_ALL)]
-
-    def cells_version(self) -> str:
-        row = self._conn.execute(META_GET, ("recall_cells_version",)).fetchone()
-        return str(row[0]) if row else "0"
 
     def repartition(self, dimensions: int, centroids: list[bytes],
                     rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
