@@ -50,8 +50,8 @@ def options(a: np.ndarray) -> dict[str, tuple[Search, float]]:
         return top(a @ q, 10)
 
     def int8(q: np.ndarray) -> np.ndarray:
-        # int16 query: an int8 x int8 product accumulates in int8 and overflows.
-        return top((a8 @ np.round(q / scale * 127).astype(np.int16)).astype(np.float32), 10)
+        # int32 query: an int8 x int8 (or int16) product accumulates in that type and overflows.
+        return top((a8 @ np.round(q / scale * 127).astype(np.int32)).astype(np.float32), 10)
 
     def f16(q: np.ndarray) -> np.ndarray:
         return top((a16 @ q.astype(np.float16)).astype(np.float32), 10)
@@ -67,7 +67,7 @@ def options(a: np.ndarray) -> dict[str, tuple[Search, float]]:
 
     return {
         "float32 exact (the recall matrix)": (exact, 4 * d),
-        "int8 (numpy integer matmul, int16 accumulation)": (int8, d),
+        "int8 (numpy integer matmul, int32 accumulation)": (int8, d),
         "float16": (f16, 2 * d),
         "binary codes, re-score best 200 from float32": (binary(200, a), d / 8 + 4 * d),
         "binary codes, re-score best 1,000 from float32": (binary(1000, a), d / 8 + 4 * d),
