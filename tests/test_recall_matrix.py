@@ -16,6 +16,7 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import matrix as matrix_mod
 from custody_app.recall.cells import unit
 from custody_app.recall.embedders import HashedNgramEmbedder
+from store import open_ledger
 from tests.conftest import CAUSE, WRITER, Env, day
 from tests.test_recall import DPO, ids, index_clean
 
@@ -175,3 +176,24 @@ def test_reindex_reports_progress_every_hundred_facts_and_reloads_the_matrix(env
     assert len(env.ledger.index.matrix) == 0  # dropped with the old table...
     assert "in-process" in env.ledger.recall("amber", strategy="vector").note
     assert len(env.ledger.index.matrix) == 250  # ...and loaded again from the new one
+
+
+def test_a_hand_edit_behind_the_matrix_never_serves_a_fact_no_longer_believed(env: Env) -> None:
+    fill(env, 40)
+    target = env.put("acct:zz", "secret", "quixotic marmalade zeppelin")
+    assert ids(env.ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [target]
+    # Another program edits the file: the fact is no longer believed and its vector row is
+    # gone, and the version token is left as it was (the matrix cannot know).
+    raw = open_ledger(env.path)
+    try:
+        seq = raw.conn.execute("SELECT assert_seq FROM facts WHERE fact_id = ?",
+                               (target,)).fetchone()[0]
+        with raw.write():
+            raw.conn.execute("UPDATE facts SET status = 'retracted' WHERE fact_id = ?", (target,))
+            raw.conn.execute("DELETE FROM recall_vec WHERE fact_seq = ?", (seq,))
+    finally:
+        raw.close()
+    assert env.ledger.index.matrix.holds(seq)  # the stale copy still has the row...
+    for strategy in ("vector", "hybrid"):  # ...but the fact is not served
+        assert target not in ids(env.ledger.recall("quixotic marmalade zeppelin", k=50,
+                                                   strategy=strategy))

@@ -13,7 +13,7 @@ from custody_app.domain.models import PROVENANCES
 from custody_app.domain.readmodels import FactView, RecallHit, RecallResult
 from custody_app.recall import text
 from custody_app.recall.cells import unit
-from custody_app.recall.index import STATUS_TOKEN, RecallIndex
+from custody_app.recall.index import INDEXED, STATUS_TOKEN, RecallIndex
 from custody_app.recall.salience import salience, salience_class
 
 RRF_K = 60
@@ -126,7 +126,9 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
     for seq, score in top_with_ties(ranked, cmd.k, lexical):
         fact = index.db.facts.get_by_seq(seq)
-        if fact is None:
+        # A stale index row (a file edited behind the indexes, or behind the in-process copy
+        # of the vectors without replacing its version token) never serves a fact not believed.
+        if fact is None or INDEXED.get(fact.status) not in statuses:
             continue
         value_text = index.stored_text(fact)
         b = salience(index.db, index.policy, fact, now)
