@@ -1,12 +1,14 @@
-"""Typed refusals: each carries a stable code that the batch output and the CLI report; and
-the process exit codes every subcommand shares."""
+"""Typed refusals: each carries a stable code that the batch output and the CLI report; the
+process exit codes every subcommand shares, and the argument parser that keeps them."""
 
 from __future__ import annotations
 
+import argparse
 import difflib
+import sys
 from collections.abc import Iterable
 from enum import IntEnum
-from typing import Any
+from typing import IO, Any
 
 
 class Exit(IntEnum):
@@ -46,3 +48,16 @@ def suggest(given: object, known: Iterable[str]) -> str:
         return ""
     close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, except that help, usage or version text that cannot be written to stdout (a
+    closed pipe, a full disk) raises instead of being dropped, so the console script ends with
+    Exit.OUTPUT_CLOSED as every other command does, not 0 as if the text had been read."""
+
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        if message and file is not None and file is sys.stdout:
+            file.write(message)  # argparse itself swallows OSError here
+            file.flush()
+            return
+        super()._print_message(message, file)  # stderr: a diagnostic lost is no lost output

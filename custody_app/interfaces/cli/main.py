@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from custody_app.domain.errors import Exit, LedgerError
+from custody_app.domain.errors import Exit, LedgerError, Parser
 from custody_app.domain.policy import load_policy
 from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
 from custody_app.files.output import require_regular
@@ -28,7 +28,7 @@ from custody_app.ledger.facade import Ledger
 
 
 def _main_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="custody-app",
         description="Governed memory for AI agents. Subcommands: "
         + ", ".join((*SUBCOMMANDS, *_OWN_PARSERS))
@@ -47,12 +47,21 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--manual-clock", action="store_true",
                    help="allow {\"op\": \"clock\", \"set\": ISO} to set transaction time")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed op")
+    p.add_argument("--version", action="version", version=f"custody-app {_version()}")
     add_common(p)
     return p
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("custody-app")
+    except PackageNotFoundError:
+        return "0"
+
+
 def _sub_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="custody-app")
+    p = Parser(prog="custody-app")
     sub = p.add_subparsers(dest="command", required=True)
 
     def add(name: str, helptext: str, *positional: str) -> argparse.ArgumentParser:
@@ -162,6 +171,8 @@ _OWN_PARSERS: dict[str, tuple[str, str]] = {
 
 def main(argv: list[str] | None = None) -> int:
     """The console script; a closed or full stdout ends it quietly with Exit.OUTPUT_CLOSED."""
+    if not _standard_streams():
+        return int(Exit.OUTPUT_CLOSED)
     try:
         try:
             code = _dispatch(list(sys.argv[1:] if argv is None else argv))
@@ -174,6 +185,32 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _output_closed(exc)
     return code
+
+
+def _standard_streams() -> bool:
+    """Put /dev/null on any of fds 0-2 that is closed (`>&-`), so that no file opened later (an
+    output, a key) takes its number and receives what was meant for the stream; False when
+    stdout itself was closed: its output would be lost, so nothing is run."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if 0 in closed:
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    if 2 in closed:
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8")
+    if 1 in closed:
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
+        sys.stderr.write("custody-app: stdout is closed; nothing was run\n")
+        return False
+    return True
 
 
 def _output_closed(exc: OSError) -> int:

@@ -8,7 +8,7 @@ import sys
 
 import anyio
 
-from custody_app.domain.errors import LedgerError
+from custody_app.domain.errors import LedgerError, Parser
 from custody_app.domain.resources import ledger_path, policy_path
 from custody_app.interfaces.cli.common import add_common
 from custody_app.interfaces.mcp.tools import MemoryTools
@@ -21,7 +21,7 @@ MIN_TOKEN = 16
 
 
 def _serve_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="custody-app serve",
         description="Serve the ledger to an MCP client over stdio (or Streamable HTTP on "
         "127.0.0.1 with --http). Every connection is one session: its reads are recorded as "
@@ -89,7 +89,7 @@ def serve_main(argv: list[str]) -> int:
 
 
 def writer_key_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="custody-app writer-key",
         description="Create a writer key file (mode 0600) and print the policy line that "
         "registers it, for [provenance] writer_keys.")
