@@ -8,7 +8,10 @@ import difflib
 import sys
 from collections.abc import Iterable
 from enum import IntEnum
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 
 class Exit(IntEnum):
@@ -55,9 +58,15 @@ class Parser(argparse.ArgumentParser):
     closed pipe, a full disk) raises instead of being dropped, so the console script ends with
     Exit.OUTPUT_CLOSED as every other command does, not 0 as if the text had been read."""
 
-    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
-        if message and file is not None and file is sys.stdout:
-            file.write(message)  # argparse itself swallows OSError here
-            file.flush()
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if not message:
             return
-        super()._print_message(message, file)  # stderr: a diagnostic lost is no lost output
+        stdout = sys.stdout
+        if file is not None and id(file) == id(stdout):
+            stdout.write(message)  # argparse itself would swallow an OSError here
+            stdout.flush()
+            return
+        try:
+            (file or sys.stderr).write(message)
+        except (AttributeError, OSError):
+            pass  # a usage diagnostic lost on a closed stderr is no lost output
