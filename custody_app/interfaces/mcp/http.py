@@ -1,12 +1,15 @@
-"""The MCP server over Streamable HTTP on 127.0.0.1 only, behind a bearer token from the environment."""
+"""The MCP server over Streamable HTTP on 127.0.0.1 only, behind a bearer token from the
+environment; every JSON or event-stream body it sends is escaped as `json_text` writes JSON."""
 
 from __future__ import annotations
 
+import codecs
 import hmac
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from custody_app.domain.escaping import escape_json
 from custody_app.interfaces.mcp.guard import MAX_MESSAGE_BYTES, refusal
 from custody_app.interfaces.mcp.server import build_server
 from custody_app.interfaces.mcp.tools import MemoryTools
@@ -27,6 +30,7 @@ class BearerGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            send = EscapingSend(send)
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected):
                 await _unauthorized(send)
@@ -66,6 +70,49 @@ class BearerGate:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class EscapingSend:
+    """The ASGI `send` of one response, with the characters the SDK's serialiser leaves raw in
+    JSON strings (U+2028, U+2029, DEL, C1, bidi) written as `\\uNNNN` in JSON and event-stream
+    bodies. A body of known length is held until complete, to restate its Content-Length; a
+    stream is escaped chunk by chunk (a character split between chunks is held for the next)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.mode = "pass"
+        self.start: MutableMapping[str, Any] | None = None
+        self.held: list[bytes] = []
+        self.decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+
+    async def __call__(self, message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = dict(message.get("headers") or [])
+            kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if kind in (b"application/json", b"text/event-stream"):
+                self.mode = "hold" if b"content-length" in headers else "stream"
+            if self.mode == "hold":
+                self.start = message
+                return
+        elif message["type"] == "http.response.body" and self.mode != "pass":
+            more = bool(message.get("more_body"))
+            text = self.decoder.decode(message.get("body", b""), final=not more)
+            body = escape_json(text).encode("utf-8", "surrogateescape")
+            if self.mode == "hold":
+                self.held.append(body)
+                if more:
+                    return
+                await self._release()
+                return
+            message = {**message, "body": body}
+        await self.send(message)
+
+    async def _release(self) -> None:
+        assert self.start is not None
+        body = b"".join(self.held)
+        headers = [(k, v) for k, v in self.start.get("headers") or [] if k.lower() != b"content-length"]
+        await self.send({**self.start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 async def _reply(send: Send, status: int, body: bytes) -> None:
