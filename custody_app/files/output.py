@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -125,6 +125,30 @@ def write_output(path: str | Path, data: str, *, force: bool = False, public: bo
     with output_file(path, force=force, public=public, protected=protected) as (handle, target):
         handle.write(data)
     return target
+
+
+def write_new_files(files: Sequence[tuple[str | Path, str, bool]]) -> list[Path]:
+    """Write new files (path, text, public) that are never replaced, as a key pair is: every
+    path is checked before any is written, so a refusal (`key_exists` for a file that exists,
+    whatever it holds; `output_protected` for a device, directory, FIFO or dangling link)
+    leaves nothing behind, and one that fails half-way removes what it wrote."""
+    for path, _, _ in files:
+        if (why := refuse_reason(Path(path), force=False)) is None:
+            continue
+        if not os.path.isfile(path):
+            raise refusal(Path(path), why)
+        kind = "" if why == EXISTS else f" ({why})"
+        raise LedgerError("key_exists", f"refusing to write {path}: it already exists{kind}, "
+                          "and a key file is never replaced", path=str(path))
+    written: list[Path] = []
+    try:
+        for path, text, public in files:
+            written.append(write_output(path, text, public=public))
+    except BaseException:
+        for done in written:
+            done.unlink(missing_ok=True)
+        raise
+    return written
 
 
 @contextmanager

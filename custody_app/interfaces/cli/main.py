@@ -137,7 +137,14 @@ def _demo(args: argparse.Namespace) -> int:
     """Replay the sample into a fresh ledger (./custody-demo.db unless --ledger), then open
     the terminal app on it (or, with --no-tui, print the replay's results)."""
     target = Path(args.ledger or "custody-demo.db")
-    for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
+    suffixes = ("", "-wal", "-shm", ".keys", ".keys.master", ".pub")
+    # Only the demo's own file is replaced: a --ledger that exists may be someone's memory,
+    # and deleting its key store would destroy every value in it for good.
+    if args.ledger and any(os.path.lexists(f"{target}{suffix}") for suffix in suffixes):
+        return fail(LedgerError("output_exists", f"refusing to replace {target} with the demo "
+                                "ledger: it exists; name a new path with --ledger",
+                                path=str(target)), Exit.USAGE)
+    for suffix in suffixes:
         Path(f"{target}{suffix}").unlink(missing_ok=True)
     args.ledger = str(target)
     # The sample's receipts are signed by demo issuers only the demo policy registers.

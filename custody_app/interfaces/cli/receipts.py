@@ -10,13 +10,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from custody_app.domain.errors import LedgerError, Parser
+from custody_app.domain.escaping import escape_text
 from custody_app.domain.policy import load_policy
 from custody_app.domain.receipts import Receipt
 from custody_app.keys.receipts import new_issuer_key, receipt_problem
 
 
 def _fail(message: str, code: int, prog: str) -> int:
-    sys.stderr.write(f"{prog}: {message}\n")
+    sys.stderr.write(escape_text(f"{prog}: {message}") + "\n")  # names the user typed, too
     return code
 
 

@@ -9,6 +9,7 @@ import sys
 import anyio
 
 from custody_app.domain.errors import LedgerError, Parser
+from custody_app.domain.escaping import escape_text
 from custody_app.domain.resources import ledger_path, policy_path
 from custody_app.interfaces.cli.common import add_common
 from custody_app.interfaces.mcp.tools import MemoryTools
@@ -44,7 +45,7 @@ def _serve_parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str, code: int, prog: str = "custody-app serve") -> int:
-    sys.stderr.write(f"{prog}: {message}\n")
+    sys.stderr.write(escape_text(f"{prog}: {message}") + "\n")  # names the user typed, too
     return code
 
 
