@@ -23,6 +23,9 @@ class Exit(IntEnum):
     UNOPENABLE = 3
     OUTPUT_CLOSED = 4
     """stdout was closed (`| head`) or full: the output is lost; what was written stays written."""
+    INTERRUPTED = 130
+    """Interrupted (Ctrl-C, SIGINT): what was committed (and its results printed) stands, the
+    group of ops under way was rolled back; 128 + SIGINT, as shells report it."""
 
 
 class LedgerError(Exception):

@@ -161,6 +161,10 @@ def output_file(path: str | Path, *, force: bool = False, public: bool = False,
     and always (`output_protected`) when it is one of `protected` (compared by device and
     inode, so through any link), a database, WAL or key file by its content, or not a regular
     file."""
+    if str(path) in ("", ".") or str(path).endswith(("/", os.sep)):
+        # Path() would read "out/" as the file "out", and "" as the current folder.
+        raise LedgerError("output_protected", f"refusing to write {str(path)!r}: it names a "
+                          "folder, not a file", path=str(path))
     target = Path(path)
     protected = list(protected)
     if (why := refuse_reason(target, force=force, protected=protected)) is not None:
@@ -168,7 +172,8 @@ def output_file(path: str | Path, *, force: bool = False, public: bool = False,
     if os.path.islink(target):
         target = Path(os.path.realpath(target))  # replace what the link names, keep the link
     mode = PUBLIC_MODE if public else SECRET_MODE
-    temp = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    # Bounded (40 characters are at most 160 bytes), so a name near the 255-byte limit still works.
+    temp = target.with_name(f".{target.name[:40]}.{os.getpid()}.partial")
     try:
         fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
     except OSError as exc:

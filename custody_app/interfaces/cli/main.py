@@ -186,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit:  # argparse's --help and usage errors print, then exit
             sys.stdout.flush()
             raise
+        except KeyboardInterrupt:
+            # Every transaction under way rolled back as the exception passed through it.
+            sys.stderr.write("custody-app: interrupted; what was committed stays committed, "
+                             "the ops under way were rolled back\n")
+            code = int(Exit.INTERRUPTED)
         sys.stdout.flush()
     except OSError as exc:
         if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO):
