@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from custody_app.ledger.ops import MAX_LINE_CHARS
 
 CLI = str(Path(sys.executable).parent / "custody-app")
 CAUSE = {"kind": "tool", "ref": "r"}
+TOKEN = "s3cret-token-for-tests-0123456789"
 
 
 def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -143,3 +145,53 @@ def test_ctrl_c_mid_batch_ends_quietly_and_every_printed_result_is_committed(tmp
         stored = {f.subject for f in led.as_of(include="claimed", limit=100_000).facts}
     assert {f"acct:{r['line'] - 1}" for r in printed} <= stored
     assert len(printed) < 40_000
+
+
+def _http_server(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
+    proc = subprocess.Popen([CLI, "serve", "--http", "--port", str(port), "--agent", "agent:bot",
+                             "--ledger", str(tmp_path / "h.db")], env={**env, "CUSTODY_MCP_TOKEN": TOKEN},
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.1)
+
+
+def _post_head(port: int, extra: bytes) -> bytes:
+    return (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            ).encode() + extra
+
+
+def test_http_answers_a_body_that_never_ends_and_a_huge_header_and_keeps_serving(
+        tmp_path: Path) -> None:
+    proc, port = _http_server(tmp_path)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as stalled:
+            stalled.sendall(_post_head(port, b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n"))
+            with socket.create_connection(("127.0.0.1", port), timeout=60) as big:
+                big.sendall(_post_head(port, b"X-Big: " + b"a" * (1 << 20) + b"\r\n\r\n"))
+                assert big.recv(64).startswith(b"HTTP/1.1 400")
+            started = time.monotonic()
+            answer = b""
+            while b"nothing was run" not in answer and (part := stalled.recv(4096)):
+                answer += part
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+            assert b'"code": -32600' in answer and time.monotonic() - started < 55
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as fine:
+            fine.sendall(_post_head(port, b"Content-Length: %d\r\n\r\n" % len(body)) + body)
+            assert fine.recv(64).startswith(b"HTTP/1.1 200")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

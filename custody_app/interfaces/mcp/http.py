@@ -9,12 +9,16 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import anyio
+
 from custody_app.domain.escaping import escape_json
-from custody_app.interfaces.mcp.guard import MAX_MESSAGE_BYTES, refusal
+from custody_app.interfaces.mcp.guard import INVALID_REQUEST, MAX_MESSAGE_BYTES, refusal
 from custody_app.interfaces.mcp.server import build_server
 from custody_app.interfaces.mcp.tools import MemoryTools
 
 LOOPBACK = "127.0.0.1"
+# Seconds a POST body may take to arrive in full (a loopback client sends 4 MiB in milliseconds).
+BODY_SECONDS = 5.0
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -44,17 +48,26 @@ class BearerGate:
         """Read the body (at most MAX_MESSAGE_BYTES) and check it before the SDK parses it."""
         chunks: list[bytes] = []
         size, more, truncated = 0, True, False
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            more = bool(message.get("more_body"))
-            if size > MAX_MESSAGE_BYTES:
-                truncated = True
-                continue  # drain without keeping
-            chunks.append(chunk)
+        # A body that never ends (a chunked stream left open, a trickle) would hold the
+        # connection and its buffer forever: it gets a deadline and an answer.
+        with anyio.move_on_after(BODY_SECONDS) as timer:
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                more = bool(message.get("more_body"))
+                if size > MAX_MESSAGE_BYTES:
+                    truncated = True
+                    continue  # drain without keeping
+                chunks.append(chunk)
+        if timer.cancelled_caught:
+            late = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message":
+                    f"the request body did not arrive within {BODY_SECONDS:g} seconds; nothing "
+                    "was run"}}
+            await _reply(send, 408, json.dumps(late).encode())
+            return
         body = b"".join(chunks)
         error = refusal(body, truncated=truncated)
         if error is not None:
