@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import queue
 import sys
@@ -33,10 +34,10 @@ def _bounded(stream: Iterable[str]) -> Iterator[tuple[str, bool]]:
     """(line, whole?) for each line, read at most MAX_LINE_CHARS + 1 characters far: the rest of
     a longer line is skipped a piece at a time, never held (one 100 MB line once took the
     process past 20 GB), and the part kept is refused by its length (`line_too_large`)."""
-    readline = getattr(stream, "readline", None)
-    if readline is None:
-        yield from ((text, True) for text in stream)  # already in memory (a list of lines)
+    if not isinstance(stream, io.TextIOWrapper):
+        yield from ((text, True) for text in stream)  # already in memory (lines, a StringIO)
         return
+    readline = stream.readline
     while text := readline(MAX_LINE_CHARS + 1):
         whole = len(text) <= MAX_LINE_CHARS or text.endswith("\n")
         rest = text
