@@ -77,6 +77,13 @@ def test_a_long_line_is_never_run_cut_short(tmp_path: Path) -> None:
         assert led.as_of(include="claimed").facts == []
 
 
+def test_a_comment_of_any_length_is_skipped(tmp_path: Path) -> None:
+    db = tmp_path / "l.db"
+    (tmp_path / "b.jsonl").write_text("# " + "c" * (MAX_LINE_CHARS + 5) + "\n" + op("after") + "\n")
+    (only,) = results(run("--batch", str(tmp_path / "b.jsonl"), "--ledger", str(db)).stdout)
+    assert only["line"] == 2 and only["ok"] is True, only
+
+
 def test_a_line_at_the_limit_is_read_whole(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
     head = op("fits")

@@ -49,7 +49,8 @@ def _bounded(stream: Iterable[str]) -> Iterator[tuple[str, bool]]:
 def _lines(stream: Iterable[str]) -> Iterator[tuple[int, str]]:
     for number, (text, whole) in enumerate(_bounded(stream), start=1):
         if not whole:
-            yield number, text  # too long, stripped or not: refused whole, never run cut short
+            if not text.lstrip().startswith("#"):  # a comment is skipped at any length
+                yield number, text  # too long, stripped or not: refused whole, never run cut short
             continue
         stripped = text.strip()
         if stripped and not stripped.startswith("#"):
