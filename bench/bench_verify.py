@@ -29,12 +29,16 @@ from custody_app.evidence.checkpoints import CheckpointAudit  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 
 CAUSE = {"kind": "tool", "ref": "bench"}
+# (assert below, retract below, supersede below) for a roll in [0, 1); above: affirm
+MIXES = {"affirms": (0.40, 0.48, 0.08), "asserts": (0.90, 1.0, 0.0)}
 
 
-def build(path: Path, events: int, seed: int = 5, log: Any = print) -> int:
-    """About `events` events in transactions of 5,000: about 40% asserts (a fifth of them
-    superseding a live fact), 45% affirms of live facts (the cheapest kind, as most reads are),
-    8% retractions, 7% affirms by a second actor, a forget per group and one forget_subject."""
+def build(path: Path, events: int, seed: int = 5, log: Any = print, mix: str = "affirms") -> int:
+    """About `events` events in transactions of 5,000. Mix `affirms`: about 40% asserts (a
+    fifth of them superseding a live fact), 52% affirms of live facts (the cheapest kind),
+    8% retractions. Mix `asserts` (the mix of the first measurement): 90% asserts, 10%
+    retractions. Both: a forget after about a third of the groups and one forget_subject."""
+    share = MIXES[mix]
     rng = random.Random(seed)
     live: list[str] = []
     about: dict[str, str] = {}
@@ -44,10 +48,10 @@ def build(path: Path, events: int, seed: int = 5, log: Any = print) -> int:
             with led.transaction():
                 for i in range(min(5000, events - 3 - led.db.events.count())):
                     roll = rng.random()
-                    if roll < 0.40 or len(live) < 200:
+                    if roll < share[0] or len(live) < 200:
                         extra: dict[str, Any] = {}
                         subject = f"acct:{rng.randrange(5000)}"
-                        if roll < 0.08 and live:
+                        if roll < share[2] and live:
                             extra["supersedes"] = live.pop(rng.randrange(len(live)))
                             subject = about.pop(extra["supersedes"])
                         r = led.assert_fact(subject, "note",
@@ -56,7 +60,7 @@ def build(path: Path, events: int, seed: int = 5, log: Any = print) -> int:
                                             **extra)
                         live.append(r.fact_id)
                         about[r.fact_id] = subject
-                    elif roll < 0.48:
+                    elif roll < share[1]:
                         led.retract(live.pop(rng.randrange(len(live))), actor="agent:b",
                                     reason="bench")
                     else:
@@ -74,17 +78,19 @@ def build(path: Path, events: int, seed: int = 5, log: Any = print) -> int:
         return led.db.events.count()
 
 
-def ledger_for(keep: Path, size: int, log: Any = print) -> tuple[Path, int, float | None]:
+def ledger_for(keep: Path, size: int, log: Any = print,
+               mix: str = "affirms") -> tuple[Path, int, float | None]:
     """The ledger of `size` events under `keep`, built once and reused (building 1M events
     takes long here); a file whose build did not finish is built again."""
     keep.mkdir(parents=True, exist_ok=True)
-    path, done = keep / f"v{size}.db", keep / f"v{size}.built"
+    name = f"v{size}" if mix == "affirms" else f"v{size}-{mix}"
+    path, done = keep / f"{name}.db", keep / f"{name}.built"
     if done.exists():
         return path, int(done.read_text().split()[0]), None
-    for stale in keep.glob(f"v{size}.db*"):
+    for stale in keep.glob(f"{name}.db*"):
         stale.unlink()
     t0 = time.perf_counter()
-    count = build(path, size, log=log)
+    count = build(path, size, log=log, mix=mix)
     built = time.perf_counter() - t0
     done.write_text(f"{count} {built:.0f}\n")
     return path, count, built
@@ -116,12 +122,13 @@ def main() -> None:
     parser.add_argument("--keep", default="/tmp/custody-bench-verify",
                         help="folder of built ledgers, reused across runs")
     parser.add_argument("--build-only", action="store_true")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="affirms")
     args = parser.parse_args()
     rows = []
     loads = [Path("/proc/loadavg").read_text().split()[0]]
     keep = Path(args.keep)
     for size in [int(s) for s in args.sizes.split(",")]:
-        path, events, built = ledger_for(keep, size)
+        path, events, built = ledger_for(keep, size, mix=args.mix)
         if args.build_only:
             continue
         with Ledger.open(path, readonly=True) as led:

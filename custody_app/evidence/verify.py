@@ -29,7 +29,6 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
 
     def opener(row: EventRow, body: dict[str, Any]) -> str | None:
         nonlocal unchecked
-        events.note_body(row.seq, body)
         text = ledger.values.opener(row, body)
         unchecked += text is None
         opened.clear()
@@ -39,9 +38,9 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     events = EventAudit()
     receipts = ReceiptAudit(ledger)
 
-    def extra(row: EventRow) -> str | None:
-        return (audit.check(row) or receipts.check(row, opened.get(row.seq))
-                or events.check(row))
+    def extra(row: EventRow, body: dict[str, Any]) -> str | None:
+        return (audit.check(row) or receipts.check(row, opened.get(row.seq), body)
+                or events.check(row, body))
 
     # The fold keeps a row per fact alive for the whole walk: the cyclic collector would
     # rescan them all again and again (none of them forms a cycle), so it waits until the end.
@@ -50,7 +49,8 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     try:
         with ledger.db.read():
             audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
-            report = verify_chain(ledger.db.events.iter_all(), progress, opener, extra)
+            report = verify_chain(ledger.db.events.iter_all(), progress, opener,
+                                  body_check=extra)
             index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
             valid, bad, problem = report.valid, report.first_bad_seq, report.problem
             if valid:
