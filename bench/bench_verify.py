@@ -30,21 +30,28 @@ from custody_app.ledger.facade import Ledger  # noqa: E402
 
 CAUSE = {"kind": "tool", "ref": "bench"}
 # (assert below, retract below, supersede below) for a roll in [0, 1); above: affirm
-MIXES = {"affirms": (0.40, 0.48, 0.08), "asserts": (0.90, 1.0, 0.0)}
+MIXES = {"affirms": (0.40, 0.48, 0.08), "asserts": (0.90, 1.0, 0.0), "fill": (0.04, 0.06, 0.01)}
 
 
-def build(path: Path, events: int, seed: int = 5, log: Any = print, mix: str = "affirms") -> int:
+def build(path: Path, events: int, seed: int = 5, log: Any = print, mix: str = "affirms",
+          fill_from: int | None = None) -> int:
     """About `events` events in transactions of 5,000. Mix `affirms`: about 40% asserts (a
     fifth of them superseding a live fact), 52% affirms of live facts (the cheapest kind),
     8% retractions. Mix `asserts` (the mix of the first measurement): 90% asserts, 10%
-    retractions. Both: a forget after about a third of the groups and one forget_subject."""
-    share = MIXES[mix]
+    retractions. From `fill_from` events on, mix `fill`: 4% asserts, 2% retractions, 94%
+    affirms (a long ledger built in the time there is). All: a forget after about a third of
+    the groups and one forget_subject at the end. A file left by a build that stopped is
+    continued from its last committed group."""
     rng = random.Random(seed)
-    live: list[str] = []
-    about: dict[str, str] = {}
     t0 = time.perf_counter()
     with Ledger.open(path) as led:
+        believed = [f for f in led.db.facts.with_status("active") if f.actor == "agent:b"]
+        live = [f.fact_id for f in believed]
+        about = {f.fact_id: f.subject for f in believed}
+        if live:
+            log(f"  continuing at {led.db.events.count():,} events, {len(live):,} live facts")
         while led.db.events.count() < events - 3:
+            share = MIXES["fill" if fill_from and led.db.events.count() >= fill_from else mix]
             with led.transaction():
                 for i in range(min(5000, events - 3 - led.db.events.count())):
                     roll = rng.random()
@@ -78,19 +85,17 @@ def build(path: Path, events: int, seed: int = 5, log: Any = print, mix: str = "
         return led.db.events.count()
 
 
-def ledger_for(keep: Path, size: int, log: Any = print,
-               mix: str = "affirms") -> tuple[Path, int, float | None]:
+def ledger_for(keep: Path, size: int, log: Any = print, mix: str = "affirms",
+               fill_from: int | None = None) -> tuple[Path, int, float | None]:
     """The ledger of `size` events under `keep`, built once and reused (building 1M events
-    takes long here); a file whose build did not finish is built again."""
+    takes long here); a file whose build did not finish is continued."""
     keep.mkdir(parents=True, exist_ok=True)
     name = f"v{size}" if mix == "affirms" else f"v{size}-{mix}"
     path, done = keep / f"{name}.db", keep / f"{name}.built"
     if done.exists():
         return path, int(done.read_text().split()[0]), None
-    for stale in keep.glob(f"{name}.db*"):
-        stale.unlink()
     t0 = time.perf_counter()
-    count = build(path, size, log=log, mix=mix)
+    count = build(path, size, log=log, mix=mix, fill_from=fill_from)
     built = time.perf_counter() - t0
     done.write_text(f"{count} {built:.0f}\n")
     return path, count, built
@@ -123,12 +128,14 @@ def main() -> None:
                         help="folder of built ledgers, reused across runs")
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--mix", choices=sorted(MIXES), default="affirms")
+    parser.add_argument("--fill-from", type=int, default=None,
+                        help="events from which on a ledger is filled with the cheap mix")
     args = parser.parse_args()
     rows = []
     loads = [Path("/proc/loadavg").read_text().split()[0]]
     keep = Path(args.keep)
     for size in [int(s) for s in args.sizes.split(",")]:
-        path, events, built = ledger_for(keep, size, mix=args.mix)
+        path, events, built = ledger_for(keep, size, mix=args.mix, fill_from=args.fill_from)
         if args.build_only:
             continue
         with Ledger.open(path, readonly=True) as led:
