@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -111,12 +113,69 @@ def floor(led: Ledger) -> bool:
     return report.valid and not problems
 
 
-def timed(fn: object) -> float:
-    began = time.perf_counter()
+def timed(fn: object) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process): on a shared machine the CPU time is the
+    steadier of the two, since a descheduled process's wall clock keeps running."""
+    began, cpu = time.perf_counter(), time.process_time()
     assert callable(fn)
     ok = fn()
     assert ok, "verify failed on an untampered ledger"
-    return time.perf_counter() - began
+    return time.perf_counter() - began, time.process_time() - cpu
+
+
+def kinds(path: Path) -> str:
+    """The events by kind, most frequent first (read-only)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        counts = con.execute("SELECT kind, count(*) FROM events GROUP BY kind "
+                             "ORDER BY count(*) DESC").fetchall()
+    finally:
+        con.close()
+    total = sum(n for _, n in counts)
+    return ", ".join(f"{k} {n / total:.0%}" if n * 100 >= total else f"{k} {n}"
+                     for k, n in counts)
+
+
+def commit() -> str:
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip()
+    dirty = git("status", "--porcelain", "--", "store", "custody_app")
+    return git("rev-parse", "--short", "HEAD") + (" (dirty)" if dirty else "")
+
+
+HEADER = [
+    "# verify with the checks of DESIGN 13, against the verify before them", "",
+    "- `bench/bench_verify.py --sizes N [--mix M] [--fill-from F] --rounds R`: each row is one "
+    "ledger, built once through the Python API and kept under /tmp/custody-bench-verify; floor "
+    "and full verify alternate R times on it, best of the rounds",
+    "- floor: the chain walk (hashes, links, mirrored columns, value commitments under the "
+    "subject keys, signed checkpoints) and the recall index comparison, as verify did before",
+    "- full: the floor plus unknown kinds, valueless asserts, receipts, policy texts, the "
+    "projection folded from the events and compared row by row, tombstones",
+    "- target: full at most 2x the floor per event; the ratio is shown on wall time and on the "
+    "process's CPU time (the machine is shared: wall time includes time spent descheduled)",
+    "- load: the 1-minute load average on the 2 shared cores at the start and end of the row's "
+    "measurement", "",
+    "| events | kinds | floor wall (s) | full wall (s) | wall ratio | floor CPU (s) | full CPU "
+    "(s) | CPU ratio | full CPU µs/event | load | commit | run |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+]
+
+
+def merge(out: Path, rows: dict[str, str], notes: list[str]) -> None:
+    """Rows of earlier runs (other ledgers) are kept; a ledger measured again replaces its row."""
+    old: dict[str, str] = {}
+    kept_notes: list[str] = []
+    if out.exists():
+        for line in out.read_text().splitlines():
+            if line.startswith("| ") and not line.startswith("| events"):
+                old[line.split("|")[1].strip() + line.split("|")[2].strip()[:30]] = line
+            elif line.startswith("- other load"):
+                kept_notes.append(line)
+    old.update(rows)
+    body = sorted(old.values(), key=lambda r: int(r.split("|")[1].strip().replace(",", "")))
+    out.write_text("\n".join([*HEADER, *body, "", *kept_notes[-3:], *notes, ""]))
 
 
 def main() -> None:
@@ -131,40 +190,32 @@ def main() -> None:
     parser.add_argument("--fill-from", type=int, default=None,
                         help="events from which on a ledger is filled with the cheap mix")
     args = parser.parse_args()
-    rows = []
-    loads = [Path("/proc/loadavg").read_text().split()[0]]
+    rows: dict[str, str] = {}
+    notes: list[str] = []
     keep = Path(args.keep)
     for size in [int(s) for s in args.sizes.split(",")]:
-        path, events, built = ledger_for(keep, size, mix=args.mix, fill_from=args.fill_from)
+        path, events, _built = ledger_for(keep, size, mix=args.mix, fill_from=args.fill_from)
         if args.build_only:
             continue
+        load = Path("/proc/loadavg").read_text().split()[0]
         with Ledger.open(path, readonly=True) as led:
             old, new = [], []
             for _ in range(args.rounds):
                 old.append(timed(lambda: floor(led)))  # noqa: B023
                 new.append(timed(lambda: led.verify().valid))  # noqa: B023
-        loads.append(Path("/proc/loadavg").read_text().split()[0])
-        took = "reused" if built is None else f"{built:.0f} s"
-        rows.append(f"| {events:,} | {min(old):.2f} | {min(new):.2f} | "
-                    f"{min(old) / events * 1e6:.1f} | {min(new) / events * 1e6:.1f} | "
-                    f"{min(new) / min(old):.2f} | {took} |")
-        print(rows[-1], flush=True)
-    if args.build_only:
-        return
-    text = "\n".join([
-        "# verify with the checks of DESIGN 13, against the verify before them", "",
-        f"- run: {time.strftime('%Y-%m-%d %H:%M UTC')}, `bench/bench_verify.py --sizes "
-        f"{args.sizes} --rounds {args.rounds}` (best of the rounds, floor and full alternating)",
-        f"- load average (1 min) at start and after each size: {', '.join(loads)} on 2 shared "
-        f"cores; other load at end: {machine_note()}",
-        "- floor: the chain walk (hashes, links, mirrored columns, value commitments under the "
-        "subject keys, signed checkpoints) and the recall index comparison, as verify did before",
-        "- full: the floor plus unknown kinds, valueless asserts, policy texts, the projection "
-        "folded from the events and compared row by row, tombstones",
-        "- target: full at most 2x the floor per event", "",
-        "| events | floor (s) | full (s) | floor µs/event | full µs/event | full / floor | "
-        "build |", "|---|---|---|---|---|---|---|", *rows, ""])
-    Path(args.out).write_text(text)
+        load += "-" + Path("/proc/loadavg").read_text().split()[0]
+        wall_old, wall_new = min(t[0] for t in old), min(t[0] for t in new)
+        cpu_old, cpu_new = min(t[1] for t in old), min(t[1] for t in new)
+        mix = kinds(path)
+        rows[f"{events:,}" + mix[:30]] = (
+            f"| {events:,} | {mix} | {wall_old:.2f} | {wall_new:.2f} | {wall_new / wall_old:.2f} | "
+            f"{cpu_old:.2f} | {cpu_new:.2f} | {cpu_new / cpu_old:.2f} | "
+            f"{cpu_new / events * 1e6:.1f} | {load} | {commit()} | "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} |")
+        print(rows[f"{events:,}" + mix[:30]], flush=True)
+        notes.append(f"- other load after the {events:,}-event row: {machine_note()}")
+    if not args.build_only:
+        merge(Path(args.out), rows, notes)
 
 
 if __name__ == "__main__":
