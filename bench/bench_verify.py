@@ -2,12 +2,14 @@
 (the floor, measured in the same run on the same file: the chain walk with its value
 commitments and signed checkpoints, and the recall index comparison).
 
-    .venv/bin/python bench/bench_verify.py [--sizes 100000] [--out bench/results_verify.md]
+    .venv/bin/python bench/bench_verify.py [--sizes 100000] [--mix affirms|asserts]
+        [--fill-from N] [--rounds 3] [--keep /tmp/custody-bench-verify]
 
-Builds each ledger through the Python API (asserts in transactions of 1,000, with
-supersessions, retractions, forgets and a forget_subject), then times the floor and the full
-verify alternately, `--rounds` times each, and reports the best and the ratio. No assert on
-time anywhere; the machine's load is printed beside the figures.
+Builds each ledger once through the Python API in transactions of 5,000 (see `build` for the
+mixes) and keeps it under `--keep` for the next run; then times the floor and the full verify
+alternately, `--rounds` times each, on wall and CPU time, and puts the best of each into its
+row of `--out` (rows of other ledgers stay). No assert on time anywhere; the machine's load is
+printed beside the figures.
 """
 
 from __future__ import annotations
