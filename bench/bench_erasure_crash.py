@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,6 +85,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results_reliability.md"))
     args = parser.parse_args()
     load_start = Path("/proc/loadavg").read_text().split()[:3]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
     rows = []
     began = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,6 +110,7 @@ def main() -> None:
         START, "", "## Erasure crash trials (all or nothing across key store and ledger)", "",
         f"- run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(began))}, "
         f"`bench/bench_erasure_crash.py --kills {args.kills} --max-trials {args.max_trials}`",
+        f"- commit: {commit}",
         f"- load average at start {' '.join(load_start)}, at end {' '.join(load_end)} "
         f"(2 cores, shared); other load at end: {machine_note()}",
         "- window: the median of the erasure's own duration over 3 unkilled runs on the same "
