@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Header, Static
 
 from custody_app.domain.readmodels import FactRef, HistoryResult, WhyResult
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens.base import LedgerScreen, Loaded, fill, short, show
+from screens.base import LedgerScreen, Loaded, Table, fill, short, show
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
@@ -49,7 +49,7 @@ class FactScreen(LedgerScreen):
         with VerticalScroll(id="body"):
             yield Static(id="summary")
             yield Static(id="why")
-            table: DataTable[Any] = DataTable(id="events", cursor_type="row")
+            table: DataTable[Any] = Table(id="events", cursor_type="row")
             # Fixed widths: the layout does not move when the rows arrive (and a snapshot taken
             # at any moment after they did is the same).
             for label, width in (("seq", 6), ("kind", 10), ("tx at", 19), ("actor", 24),

@@ -21,6 +21,7 @@ from screens.base import (
     LedgerScreen,
     Loaded,
     Succeeded,
+    Table,
     cursor_key,
     fill,
     short,
@@ -62,7 +63,7 @@ class ReviewScreen(LedgerScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="who")
-        table: DataTable[Any] = DataTable(id="queue", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = Table(id="queue", cursor_type="row", zebra_stripes=True)
         table.add_columns("✓", "fact", "learned", "writer", "cause", "subject", "predicate",
                           "value", "would supersede", "marks")
         yield table
