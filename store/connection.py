@@ -166,6 +166,12 @@ class LedgerFile:
             self._depth = 0
             self.conn.execute("COMMIT")
 
+    def limit_mmap(self, nbytes: int) -> None:
+        """Map at most `nbytes` of the file: every mapped page a process touched stays in its
+        RSS, so a long writer (a batch, the background re-clustering) reads through the page
+        cache instead and its RSS stays flat however large the ledger grows."""
+        self.conn.pragma("mmap_size", int(nbytes))
+
     def wal_checkpoint(self, *, wait: bool = True) -> CheckpointOutcome:
         """A truncating WAL checkpoint (outside any transaction), retried while readers block
         it unless `wait` is false (one attempt)."""
