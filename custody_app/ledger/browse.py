@@ -3,13 +3,13 @@ queue oldest first, holds, erasure previews, retention, and the ledger's status.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from datetime import datetime
 
 from custody_app.core import reads
 from custody_app.core.ledger_core import LedgerCore
+from custody_app.core.texts import open_body
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import PROVENANCES, Cause
 from custody_app.domain.readmodels import FactRef
@@ -161,7 +161,7 @@ class BrowseReads(LedgerCore):
             for fact in rows:
                 event = self.db.events.get(fact.assert_seq)
                 assert event is not None
-                body = json.loads(event.body)
+                body = open_body(self.db, self.values.texts, event.seq, event.body)
                 old = self.db.facts.get(fact.supersedes) if fact.supersedes else None
                 items.append(ReviewItem(
                     fact=reads.fact_view(self.db, self.values, fact), assert_seq=fact.assert_seq,
@@ -193,7 +193,8 @@ class BrowseReads(LedgerCore):
                 items.append(HoldItem(
                     fact=reads.fact_view(self.db, self.values, fact), assert_seq=fact.assert_seq,
                     held_by=hold[2] if hold else None, held_at=hold[1] if hold else None,
-                    reason=json.loads(hold[3]).get("reason") if hold else None,
+                    reason=open_body(self.db, self.values.texts, hold[0], hold[3]).get("reason")
+                    if hold else None,
                     hold_seq=hold[0] if hold else None))
         return HoldPage(items=items,
                         next_after=rows[-1].assert_seq if len(rows) == limit else None)
