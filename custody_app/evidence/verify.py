@@ -42,7 +42,7 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
 
     def extra(row: EventRow, body: dict[str, Any]) -> str | None:
         return (audit.check(row) or receipts.check(row, opened.get(row.seq), body)
-                or texts.check(row) or events.check(row, body))
+                or texts.check(row, body) or events.check(row, body))
 
     # The fold keeps a row per fact alive for the whole walk: the cyclic collector would
     # rescan them all again and again (none of them forms a cycle), so it waits until the end.
