@@ -84,12 +84,13 @@ from custody_app.files.output import ledger_files, write_output
 from custody_app.keys import writer_keys
 from custody_app.ledger import queries, retractions, writes
 from custody_app.ledger.browse import BrowseReads
+from custody_app.ledger.timeline import TimelineReads
 
 R = TypeVar("R", bound=BaseModel)
 
 
 
-class Ledger(BrowseReads):
+class Ledger(BrowseReads, TimelineReads):
     """A ledger file opened under a policy. Methods take plain values and return read models."""
 
     # ---- commands ----------------------------------------------------------------------
