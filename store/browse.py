@@ -29,7 +29,8 @@ QUEUE_MATCHING_IDS = ("SELECT f.fact_id FROM facts f JOIN events e ON e.seq = f.
 # The newest events first, one page before a cursor, with the subject and predicate of the
 # fact each is about (events carry no subject once it is erased; the fact row keeps its own).
 EVENTS_NEWEST = ("SELECT e.seq, e.kind, e.tx_at, e.actor, e.fact_id, f.subject, f.predicate, "
-                 "e.body, e.value FROM events e LEFT JOIN facts f ON f.fact_id = e.fact_id "
+                 "e.body, e.value, f.status FROM events e "
+                 "LEFT JOIN facts f ON f.fact_id = e.fact_id "
                  "WHERE e.seq < ? ORDER BY e.seq DESC LIMIT ?")
 HELD_PAGE = (f"SELECT {_FCOLS} FROM facts f WHERE f.held = 1 AND f.assert_seq > ? "
              "ORDER BY f.assert_seq LIMIT ?")
@@ -170,7 +171,8 @@ class BrowseStore:
         return [str(r[0]) for r in self._conn.execute(QUEUE_MATCHING_IDS, (text,))]
 
     def events_newest(self, before_seq: int, limit: int) -> list[tuple[object, ...]]:
-        """(seq, kind, tx_at, actor, fact_id, subject, predicate, body, value) newest first."""
+        """(seq, kind, tx_at, actor, fact_id, subject, predicate, body, value, fact status now),
+        newest first."""
         return [tuple(r) for r in self._conn.execute(EVENTS_NEWEST, (before_seq, limit))]
 
     def held_page(self, after_seq: int, limit: int) -> list[FactRow]:

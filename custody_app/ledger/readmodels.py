@@ -169,6 +169,8 @@ class TimelineEvent(ReadModel):
     fact_id: str | None
     subject: str | None
     predicate: str | None
+    status: str | None  # the fact's status now
+    provenance: str | None  # the writer's (or retractor's) standing, when the event has one
     summary: str
 
 

@@ -30,7 +30,7 @@ class TimelineReads(LedgerCore):
                             next_before=last if len(events) == limit and last != 1 else None)
 
     def _timeline_event(self, row: tuple[object, ...]) -> TimelineEvent:
-        seq, kind, tx_at, actor, fact_id, subject, predicate, body, blob = row
+        seq, kind, tx_at, actor, fact_id, subject, predicate, body, blob, status = row
         data: dict[str, Any] = json.loads(str(body))
         value = None
         if kind == "assert" and isinstance(fact_id, str) and isinstance(subject, str):
@@ -43,6 +43,8 @@ class TimelineReads(LedgerCore):
             fact_id=None if fact_id is None else str(fact_id),
             subject=None if subject is None else str(subject),
             predicate=None if predicate is None else str(predicate),
+            status=None if status is None else str(status),
+            provenance=data.get("provenance") if isinstance(data.get("provenance"), str) else None,
             summary=text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 1] + "…")
 
 
