@@ -133,9 +133,19 @@ class FactScreen(LedgerScreen):
         self._ask("Retract", "retract", consequence)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Approve and reject only for a claim waiting for review: shown disabled otherwise.
+        # Shown disabled (and doing nothing) where they cannot apply: approve and reject only
+        # for a claim waiting for review, forget and hold not on a held fact, release only on
+        # one; an erased fact cannot be forgotten or held again.
+        why = self.why
+        if why is None:
+            return None if action in ("approve", "reject", "forget", "hold", "release") else True
+        erased = why.fact.status in ("forgotten", "expired")
         if action in ("approve", "reject"):
-            return True if self.why is not None and self.why.fact.status == "quarantined" else None
+            return True if why.fact.status == "quarantined" else None
+        if action in ("forget", "hold"):
+            return None if _held(why) or erased else True
+        if action == "release":
+            return True if _held(why) else None
         return True
 
     def action_approve(self) -> None:
@@ -189,6 +199,12 @@ class FactScreen(LedgerScreen):
             return f"{op} {self.fact_id}: now {result.status} (event #{result.seq})"
 
         self.run_write(describe, run)
+
+
+def _held(why: WhyResult) -> bool:
+    """On legal hold now: its last hold or release event was a hold."""
+    last = [r.kind for r in why.reviews if r.kind in ("hold", "release")]
+    return bool(last) and last[-1] == "hold"
 
 
 def _ref(r: FactRef) -> str:
