@@ -114,6 +114,17 @@ class SubjectForgetResult(ReadModel):
     certificate: ErasureCertificate
 
 
+class ExpiryReason(ReadModel):
+    """Why a sweep expires a fact: the age of its root (itself, or the fact it was derived
+    from, which the cascade follows) under a window rule or an explicit cutoff."""
+
+    root: str
+    learned_at: str  # when the root was learned (the transaction time of its assert)
+    cutoff: str
+    rule: str | None = None  # "pattern = duration" of the window; None for an explicit cutoff
+    expires_at: str | None = None  # learned_at plus the window: when the root became due
+
+
 class SweepResult(ReadModel):
     """What a sweep expired (or would, with dry_run) and which held facts it skipped."""
 
@@ -123,3 +134,5 @@ class SweepResult(ReadModel):
     dry_run: bool
     note: str | None = None
     certificate: ErasureCertificate | None = None
+    # For each expired fact, why (a cascaded fact names the root whose age expired it).
+    reasons: dict[str, ExpiryReason] = {}

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Sweep
 from custody_app.domain.retention import cutoff_for, window_for
-from custody_app.domain.timeutil import parse_time
+from custody_app.domain.timeutil import format_time, parse_duration, parse_time
 from custody_app.erasure.cascade import cascade
-from custody_app.erasure.certificate import SweepResult
+from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.erasure.forget import erase
 from custody_app.erasure.proof import SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.scrubs import Scrubs
@@ -18,6 +18,7 @@ from custody_app.erasure.work import ErasureWork
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
+    from store.rows import FactRow
 
 
 def _cutoffs(ledger: LedgerCore, cmd: Sweep) -> tuple[dict[str, str], dict[str, str]]:
@@ -47,6 +48,7 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
                            "nothing to do")
     expired: list[str] = []
     held: set[str] = set()
+    reasons: dict[str, ExpiryReason] = {}
     with (ledger.db.read() if cmd.dry_run else ledger.transaction()):
         tx_at = ledger.tx_at() if not cmd.dry_run else ledger.now()
         done: set[str] = set()
@@ -64,6 +66,8 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
                     continue
                 done.update(f.fact_id for f in facts)
                 expired += [f.fact_id for f in facts]
+                why = _reason(ledger, root, cutoff, windows.get(space))
+                reasons.update({f.fact_id: why for f in facts})
                 if not cmd.dry_run:
                     erase(ledger, facts, root_of, kind="expire", reason=cmd.reason,
                            actor=cmd.actor, tx_at=tx_at, work=work,
@@ -80,4 +84,15 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
                            keys_place=SUBJECT_KEY_KEPT)
         scrubs.settle(ledger, cert, work)
     return SweepResult(cutoffs=cutoffs, expired=expired, held=sorted(held), dry_run=cmd.dry_run,
-                       certificate=cert)
+                       certificate=cert, reasons=reasons)
+
+
+def _reason(ledger: LedgerCore, root: FactRow, cutoff: str, rule: str | None) -> ExpiryReason:
+    """The root's age against the cutoff; with a window rule, when it became due."""
+    event = ledger.db.events.get(root.assert_seq)
+    learned = event.tx_at if event is not None else root.valid_from
+    due = None
+    if rule is not None:
+        due = format_time(parse_time(learned) + parse_duration(rule.rpartition(" = ")[2]))
+    return ExpiryReason(root=root.fact_id, learned_at=learned, cutoff=cutoff, rule=rule,
+                        expires_at=due)
