@@ -13,12 +13,17 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Header, Static
 
+from custody_app.domain.escaping import json_text
 from custody_app.domain.readmodels import FactRef, HistoryResult, WhyResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import LedgerScreen, Loaded, fill, short, show
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
+from screens.labels import Labels
 from screens.reason import ReasonDialog
+
+# Characters of the value the summary line shows; a longer value has its own pane.
+SUMMARY_VALUE = 60
 
 
 class FactScreen(LedgerScreen):
@@ -48,6 +53,7 @@ class FactScreen(LedgerScreen):
         yield Header()
         with VerticalScroll(id="body"):
             yield Static(id="summary")
+            yield Static(id="value")
             yield Static(id="why")
             table: DataTable[Any] = DataTable(id="events", cursor_type="row")
             # Fixed widths: the layout does not move when the rows arrive (and a snapshot taken
@@ -64,8 +70,13 @@ class FactScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="read")
     def load(self) -> None:
-        self.run_read("fact", lambda ledger: (ledger.why(self.fact_id),
-                                              ledger.history(self.fact_id)))
+        def read(ledger: Any) -> Any:
+            why = ledger.why(self.fact_id)
+            # The whole value as JSON, made here so the markup escape applies to it once.
+            whole = None if why.fact.erased else json_text(why.fact.value, indent=2)
+            return why, ledger.history(self.fact_id), whole
+
+        self.run_read("fact", read)
 
     def on_loaded(self, message: Loaded) -> None:
         if message.what == "forget-preview":
@@ -74,10 +85,16 @@ class FactScreen(LedgerScreen):
         if message.what == "pack":
             self.notify(f"evidence pack written to {message.data}", title="Evidence pack")
             return
-        why, history = message.data
+        why, history, whole = message.data
         self.why = why
         self.refresh_bindings()  # approve / reject depend on the fact's status
-        show(self.query_one("#summary", Static), _summary(why))
+        show(self.query_one("#summary", Static), _summary(why, self.labels()))
+        # A value longer than the summary shows gets a pane of its own: wrapped, whole, and
+        # scrolled with the screen, never cut.
+        pane = self.query_one("#value", Static)
+        pane.display = whole is not None and len(whole) > SUMMARY_VALUE
+        pane.border_title = "value (whole)"
+        show(pane, whole or "")
         show(self.query_one("#why", Static), _why(why))
         fill(self.query_one("#events", DataTable), _events(history))
         self._policy_text()
@@ -211,12 +228,14 @@ def _ref(r: FactRef) -> str:
     return f"{r.fact_id} ({r.subject} {r.predicate}, {r.status})"
 
 
-def _summary(why: WhyResult) -> str:
+def _summary(why: WhyResult, labels: Labels) -> str:
     f = why.fact
     value = "(erased)" if f.erased else json.dumps(f.value, ensure_ascii=False, indent=None)
     sal = (f" · salience {why.salience_class} ({why.salience})" if why.salience_class else "")
-    return (f"[b]{f.fact_id}[/b]  {f.subject} · {f.predicate} = {short(value, 200)}\n"
-            f"status [b]{f.status}[/b] · {f.provenance} · space {f.space} · valid "
+    held = " · " + labels.markup("status", "held", "⚑ on legal hold") if _held(why) else ""
+    return (f"[b]{f.fact_id}[/b]  {f.subject} · {f.predicate} = {short(value, SUMMARY_VALUE)}\n"
+            f"status {labels.markup('status', f.status)}{held} · "
+            f"{labels.markup('prov', f.provenance)} · space {f.space} · valid "
             f"{f.valid_from[:19]} → {(f.valid_to or '∞')[:19]}{sal}")
 
 

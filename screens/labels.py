@@ -45,3 +45,13 @@ class Labels:
         style = self.style(kind, word)
         text = shown if shown is not None else word
         return f"[{style}]{text}[/]" if style else text
+
+
+def styled(cells: list[str | Text], style: str) -> list[str | Text]:
+    """Every cell of a row in `style` too (over the labels' own styles)."""
+    out: list[str | Text] = []
+    for c in cells:
+        text = c.copy() if isinstance(c, Text) else Text(c)
+        text.stylize(style)
+        out.append(text)
+    return out

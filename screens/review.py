@@ -74,8 +74,8 @@ class ReviewScreen(LedgerScreen):
         yield Static(id="who")
         yield Input(placeholder="/ filter: writer, subject, predicate or cause", id="filter")
         table: DataTable[Any] = DataTable(id="queue", cursor_type="row", zebra_stripes=True)
-        table.add_columns("✓", "fact", "state", "learned", "writer", "cause", "subject",
-                          "predicate", "value", "would supersede", "marks")
+        table.add_columns("✓", "fact", "learned", "writer", "cause", "subject", "predicate",
+                          "value", "state", "would supersede", "marks")
         yield table
         yield Static(id="pager")
         yield KeyBar()

@@ -7,7 +7,7 @@ from rich.text import Text
 
 from custody_app.ledger.readmodels import PendingRetraction, ReviewItem, ReviewPage
 from screens.base import short
-from screens.labels import Labels
+from screens.labels import Labels, styled
 
 # Row key prefix of a pending retraction (the rest of the key is its fact id).
 RETRACTION = "retraction:"
@@ -47,30 +47,22 @@ def _cells(i: ReviewItem, marked: bool, labels: Labels) -> list[str | Text]:
                             labels.status(i.supersedes.status), ")")
     cause = f"{i.cause.kind}:{i.cause.ref}"
     cells: list[str | Text] = [
-        "✓" if marked else " ", f.fact_id, _state(labels, f.status, f.provenance),
-        i.tx_at[:19], i.writer, short(cause, 30), f.subject, f.predicate,
-        "(erased)" if f.erased else short(f.value, 30), old, ",".join(i.marks)]
-    return _marked(cells) if marked else cells
+        "✓" if marked else " ", f.fact_id, i.tx_at[:19], i.writer, short(cause, 30), f.subject,
+        f.predicate, "(erased)" if f.erased else short(f.value, 30),
+        _state(labels, f.status, f.provenance), old, ",".join(i.marks)]
+    return styled(cells, "bold reverse") if marked else cells
 
 
 def _retraction_cells(r: PendingRetraction, marked: bool, labels: Labels) -> list[str | Text]:
     f = r.fact
     cells: list[str | Text] = [
-        "✓" if marked else " ", f.fact_id, _state(labels, f.status, r.provenance or "claimed"),
-        r.tx_at[:19], r.retractor, short(f"retract: {r.reason or ''}", 30), f.subject,
-        f.predicate, "(erased)" if f.erased else short(f.value, 30), "", "pending retraction"]
-    return _marked(cells) if marked else cells
+        "✓" if marked else " ", f.fact_id, r.tx_at[:19], r.retractor,
+        short(f"retract: {r.reason or ''}", 30), f.subject, f.predicate,
+        "(erased)" if f.erased else short(f.value, 30),
+        _state(labels, f.status, r.provenance or "claimed"), "", "pending retraction"]
+    return styled(cells, "bold reverse") if marked else cells
 
 
 def _state(labels: Labels, status: str, provenance: str) -> Text:
     """The fact's status and the claim's provenance, each a word in its style."""
     return Text.assemble(labels.status(status), " ", labels.provenance(provenance))
-
-
-def _marked(cells: list[str | Text]) -> list[str | Text]:
-    out: list[str | Text] = []
-    for c in cells:
-        text = c.copy() if isinstance(c, Text) else Text(c)
-        text.stylize("bold reverse")
-        out.append(text)
-    return out

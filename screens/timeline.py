@@ -13,12 +13,25 @@ from textual.widgets import DataTable, Header, Static
 
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import TimelineEvent, TimelinePage
-from screens.base import PAGE_KEYS, LedgerScreen, Loaded, cursor_key, fill, show, turn_page
+from screens.base import (
+    PAGE_KEYS,
+    LedgerScreen,
+    Loaded,
+    cursor_key,
+    fill,
+    short,
+    show,
+    turn_page,
+)
 from screens.keybar import KeyBar
 from screens.labels import Labels
 
 PAGE = 50
 COLUMNS = ("seq", "time", "kind", "actor", "subject", "predicate", "status", "summary")
+# Below this many columns the table keeps what a reader scans by (the time and actor of the
+# row under the cursor are in the line below the table).
+NARROW = 120
+PRIORITY = (0, 2, 4, 5, 6, 7)
 
 
 class TimelineScreen(LedgerScreen):
@@ -39,8 +52,10 @@ class TimelineScreen(LedgerScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         table: DataTable[Any] = DataTable(id="events", cursor_type="row", zebra_stripes=True)
-        table.add_columns(*COLUMNS)
+        self.narrow = self.app.size.width < NARROW
+        table.add_columns(*(COLUMNS[i] for i in PRIORITY) if self.narrow else COLUMNS)
         yield table
+        yield Static(id="detail")
         yield Static(id="pager")
         yield KeyBar()
 
@@ -59,8 +74,12 @@ class TimelineScreen(LedgerScreen):
             return
         self.page = page = message.data
         labels = self.labels()
-        fill(self.query_one("#events", DataTable),
-             [(str(e.seq), _cells(e, labels)) for e in page.events])
+        width = 18 if self.narrow else 40
+        rows = [(str(e.seq), _cells(e, labels, width)) for e in page.events]
+        if self.narrow:
+            rows = [(key, [cells[i] for i in PRIORITY]) for key, cells in rows]
+        fill(self.query_one("#events", DataTable), rows)
+        self._detail()
         live = "live: newest first" if len(self.pages) == 1 else "older events (PgUp: newer)"
         more = " · PgDn: older" if page.next_before is not None else " · the first event"
         show(self.query_one("#pager", Static),
@@ -93,6 +112,14 @@ class TimelineScreen(LedgerScreen):
     @on(DataTable.RowHighlighted, "#events")
     def _moved(self, event: DataTable.RowHighlighted) -> None:
         self.refresh_bindings()  # "open fact" follows the row under the cursor
+        self._detail()
+
+    def _detail(self) -> None:
+        """The event under the cursor in full, wrapped (a table cell is cut at its edge)."""
+        e = self._event(cursor_key(self.query_one("#events", DataTable)))
+        about = f" · {e.fact_id} {e.subject} {e.predicate}" if e and e.fact_id else ""
+        show(self.query_one("#detail", Static), "" if e is None else
+             f"[b]#{e.seq}[/b] {e.kind} by {e.actor} at {e.tx_at[:19]}Z{about}: {e.summary}")
 
     def _open(self, key: str | None) -> None:
         from screens.fact import FactScreen
@@ -102,9 +129,9 @@ class TimelineScreen(LedgerScreen):
             self.app.push_screen(FactScreen(self.access, event.fact_id))
 
 
-def _cells(e: TimelineEvent, labels: Labels) -> list[str | Text]:
+def _cells(e: TimelineEvent, labels: Labels, width: int) -> list[str | Text]:
     status: str | Text = labels.status(e.status) if e.status else ""
     if e.provenance and e.kind in ("assert", "retract"):
         status = Text.assemble(status, " ", labels.provenance(e.provenance))
-    return [str(e.seq), e.tx_at[:19].replace("T", " "), e.kind, e.actor, e.subject or "",
-            e.predicate or "", status, e.summary]
+    return [str(e.seq), e.tx_at[:19].replace("T", " "), e.kind, e.actor,
+            short(e.subject or "", width), short(e.predicate or "", width), status, e.summary]
