@@ -72,8 +72,9 @@ class FactScreen(LedgerScreen):
     def load(self) -> None:
         def read(ledger: Any) -> Any:
             why = ledger.why(self.fact_id)
-            # The whole value as JSON, made here so the markup escape applies to it once.
-            whole = None if why.fact.erased else json_text(why.fact.value, indent=2)
+            # The whole value as JSON lines, made here so the escape applies to each once (a
+            # line break between them is layout, not stored text).
+            whole = None if why.fact.erased else json_text(why.fact.value, indent=2).split("\n")
             return why, ledger.history(self.fact_id), whole
 
         self.run_read("fact", read)
@@ -85,7 +86,8 @@ class FactScreen(LedgerScreen):
         if message.what == "pack":
             self.notify(f"evidence pack written to {message.data}", title="Evidence pack")
             return
-        why, history, whole = message.data
+        why, history, lines = message.data
+        whole = None if lines is None else "\n".join(lines)
         self.why = why
         self.refresh_bindings()  # approve / reject depend on the fact's status
         show(self.query_one("#summary", Static), _summary(why, self.labels()))

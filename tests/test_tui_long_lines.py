@@ -63,3 +63,18 @@ async def test_the_blast_node_under_the_cursor_is_shown_in_full(tmp_path: Path) 
         detail = app.screen.query_one("#detail", Static)
         assert str(detail.render()).replace("\n", " ") == line
         assert detail.size.height >= 2  # wrapped onto more lines, not cut
+
+
+async def test_a_structured_value_is_laid_out_on_lines_not_escaped(tmp_path: Path) -> None:
+    value = {"plan": "business", "note": "a long note " * 8, "tags": "[/] [b]x"}
+    with Ledger.open(tmp_path / "s.db", clock=ManualClock(FROZEN)) as led:
+        fact = led.assert_fact("acct:1", "plan", value, actor="user:a", cause=CAUSE,
+                               provenance="attested").fact_id
+    app = app_on(tmp_path / "s.db")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await idle(pilot)
+        app.push_screen(FactScreen(app.access, fact))
+        await idle(pilot)
+        shown = str(app.screen.query_one("#value", Static).render())
+        assert shown.startswith('{\n  "note": ') and '\n  "plan": "business",' in shown
+        assert "\\x0a" not in shown and '"tags": "[/] [b]x"' in shown  # tags shown as text
