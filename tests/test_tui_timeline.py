@@ -82,3 +82,27 @@ async def test_enter_opens_the_fact_and_is_disabled_where_there_is_none(tmp_path
         await pilot.press("enter")
         await idle(pilot)
         assert isinstance(app.screen, FactScreen) and app.screen.fact_id == story["mistake"]
+
+
+async def test_the_timeline_is_in_help_and_in_the_palette_from_any_screen(tmp_path: Path) -> None:
+    from screens.help import HelpScreen
+
+    story = build_story(tmp_path / "t.db")
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await idle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        grid = app.screen.query_one(DataTable)
+        rows = [tuple(str(c) for c in grid.get_row_at(i)) for i in range(grid.row_count)]
+        assert ("everywhere", "8", "Timeline") in rows
+        assert any(r[0] == "Timeline" and r[2] == "Open fact" for r in rows)
+        await pilot.press("escape")
+        app.push_screen(FactScreen(app.access, story["plan2"]))
+        await idle(pilot)
+        timeline = [c for c in app.get_system_commands(app.screen) if c.title == "Timeline"]
+        assert len(timeline) == 1
+        app.call_later(timeline[0].callback)  # as the palette runs a chosen command
+        await idle(pilot)
+        assert isinstance(app.screen, TimelineScreen)
