@@ -143,15 +143,11 @@ class ReviewScreen(LedgerScreen):
         if action == "review":
             return True if self._targets() else None
         if action in ("mark", "mark_page", "mark_queue"):
-            return True if self.page is not None and self._rows_current() and (
-                self.page.items or self.page.retractions) else None
+            page = self.page if self.shown == self.generation else None
+            return True if page is not None and (page.items or page.retractions) else None
         if action == "unmark":
             return True if self.marked else None
         return True
-
-    def _rows_current(self) -> bool:
-        """Is the page shown the one read under the filter the box applies?"""
-        return self.shown == self.generation
 
     # ---- actions -----------------------------------------------------------------------
     def action_mark(self) -> None:
@@ -208,7 +204,7 @@ class ReviewScreen(LedgerScreen):
             self.reload()
 
     def _targets(self) -> list[str]:
-        if not self._rows_current():
+        if self.shown != self.generation:
             return []  # the filter changed and its rows are not read yet: act on nothing
         acting = self._acting()
         if acting:
@@ -228,8 +224,7 @@ class ReviewScreen(LedgerScreen):
 
     @on(Input.Submitted, "#filter")
     def _submitted(self, event: Input.Submitted) -> None:
-        self._apply_filter()
-        self.query_one("#queue", DataTable).focus()
+        self.query_one("#queue", DataTable).focus()  # leaving the box applies it (below)
 
     @on(Input.Blurred, "#filter")
     def _left(self, event: Input.Blurred) -> None:
