@@ -2,7 +2,7 @@
 of them derived) timed with this tree's code and with another tree's (e.g. main before the
 reasons), beside a floor measured in the same run (the candidate query alone).
 
-    python bench/bench_sweep_reasons.py --facts 5000 --rounds 5 [--before DIR]
+    python bench/bench_sweep_reasons.py --facts 5000 --rounds 5 --turns 3 [--before DIR]
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--facts", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--before", type=Path, help="another code tree to compare with")
     args = parser.parse_args()
     load_start = Path("/proc/loadavg").read_text().strip()
@@ -82,10 +83,19 @@ def main() -> int:
         policy.write_text(POLICY)
         build(path, args.facts)
         runs = [("this tree", ROOT)] + ([("before", args.before)] if args.before else [])
-        rows = [(name, measure(code, path, policy, args.rounds)) for name, code in runs]
+        # The trees take turns (a shared machine's load swings within seconds); the best of
+        # each tree's turns is kept, its floor from the same turn.
+        best: dict[str, dict[str, float]] = {}
+        for _ in range(args.turns):
+            for name, code in runs:
+                got = measure(code, path, policy, args.rounds)
+                if name not in best or got["sweep"] < best[name]["sweep"]:
+                    best[name] = got
+        rows = [(name, best[name]) for name, _ in runs]
     load_end = Path("/proc/loadavg").read_text().strip()
     print(f"dry-run sweep of {args.facts:,} facts ({args.facts // 10:,} derived), best of "
-          f"{args.rounds}; load at start {load_start}, at end {load_end}\n")
+          f"{args.rounds} in each of {args.turns} turns; load at start {load_start}, at end "
+          f"{load_end}\n")
     print("| code | dry-run sweep | floor: candidate query | ratio to floor | expired | reasons |")
     print("|---|---|---|---|---|---|")
     for name, r in rows:

@@ -218,8 +218,9 @@ def _why(fact_id: str, r: ExpiryReason | None) -> str:
     """Why the sweep expires it: its own age under the rule, or the root it derives from."""
     if r is None:
         return ""
-    due = (f"expires on {r.expires_at[:16].replace('T', ' ')} under rule {r.rule}"
-           if r.rule and r.expires_at else f"was learned before the cutoff {r.cutoff[:19]}")
+    at = r.expires_at()
+    due = (f"expires on {at[:16].replace('T', ' ')} under rule {r.rule}" if r.rule and at
+           else f"was learned before the cutoff {r.cutoff[:19]}")
     if r.root != fact_id:
         return f"derived from {r.root}, which {due}"
     return f"learned {r.learned_at[:16].replace('T', ' ')}; {due}"

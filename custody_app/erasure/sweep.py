@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Sweep
 from custody_app.domain.retention import cutoff_for, window_for
-from custody_app.domain.timeutil import format_time, parse_duration, parse_time
+from custody_app.domain.timeutil import parse_time
 from custody_app.erasure.cascade import cascade
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.erasure.forget import erase
@@ -18,7 +18,6 @@ from custody_app.erasure.work import ErasureWork
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
-    from store.rows import FactRow
 
 
 def _cutoffs(ledger: LedgerCore, cmd: Sweep) -> tuple[dict[str, str], dict[str, str]]:
@@ -55,6 +54,7 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
         for space, cutoff in sorted(cutoffs.items()):
             candidates = (ledger.db.erasure.sweep_candidates_all(cutoff) if space == "*"
                           else ledger.db.erasure.sweep_candidates(space, cutoff))
+            learned = ledger.db.erasure.learned_before(None if space == "*" else space, cutoff)
             for root in candidates:
                 if root.fact_id in done:
                     continue
@@ -66,7 +66,8 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
                     continue
                 done.update(f.fact_id for f in facts)
                 expired += [f.fact_id for f in facts]
-                why = _reason(ledger, root, cutoff, windows.get(space))
+                why = ExpiryReason(root=root.fact_id, cutoff=cutoff, rule=windows.get(space),
+                                   learned_at=learned.get(root.fact_id, root.valid_from))
                 reasons.update({f.fact_id: why for f in facts})
                 if not cmd.dry_run:
                     erase(ledger, facts, root_of, kind="expire", reason=cmd.reason,
@@ -85,14 +86,3 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
         scrubs.settle(ledger, cert, work)
     return SweepResult(cutoffs=cutoffs, expired=expired, held=sorted(held), dry_run=cmd.dry_run,
                        certificate=cert, reasons=reasons)
-
-
-def _reason(ledger: LedgerCore, root: FactRow, cutoff: str, rule: str | None) -> ExpiryReason:
-    """The root's age against the cutoff; with a window rule, when it became due."""
-    event = ledger.db.events.get(root.assert_seq)
-    learned = event.tx_at if event is not None else root.valid_from
-    due = None
-    if rule is not None:
-        due = format_time(parse_time(learned) + parse_duration(rule.rpartition(" = ")[2]))
-    return ExpiryReason(root=root.fact_id, learned_at=learned, cutoff=cutoff, rule=rule,
-                        expires_at=due)
