@@ -16,7 +16,7 @@ from custody_app.evidence.actionpack import action_pack_text
 from custody_app.evidence.readmodels import ActionAccount, ActionsResult
 from custody_app.files.output import write_output
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens.base import PAGE_KEYS, LedgerScreen, Loaded, cursor_key, fill, short, show, turn_page
+from screens.base import PAGE_KEYS, LedgerScreen, Loaded, Table, cursor_key, fill, short, show, turn_page
 from screens.keybar import KeyBar
 
 PAGE = 50
@@ -59,7 +59,7 @@ class ActionsScreen(LedgerScreen):
         yield Header()
         yield Input(placeholder="filter: tool=T actor=A session=S subject=X since=ISO until=ISO "
                     "(enter)", id="query")
-        table: DataTable[Any] = DataTable(id="actions", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = Table(id="actions", cursor_type="row", zebra_stripes=True)
         table.add_columns("seq", "time", "tool", "ref", "outcome", "actor", "session", "receipt")
         yield table
         yield Static(id="pager")

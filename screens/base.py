@@ -10,7 +10,7 @@ from weakref import WeakKeyDictionary
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.events import Key
+from textual.events import Idle, Key
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
@@ -127,6 +127,19 @@ class LedgerScreen(Screen[None]):
         recount = getattr(self.app, "count_waiting", None)  # the header's review count
         if callable(recount):
             recount()
+
+
+class Table(DataTable[Any]):
+    """A DataTable whose cells are never shown at a stale width. Textual caches each rendered
+    cell without its column width and measures new rows only when idle, so a paint that falls
+    between `add_row` and that measurement (likely on a loaded machine) kept columns as narrow
+    as their labels ("f_01" for a fact id) until something else changed the table."""
+
+    async def _on_idle(self, event: Idle) -> None:
+        measuring = self._require_update_dimensions
+        await super()._on_idle(event)
+        if measuring:
+            self.notify_style_update()  # drops the render caches and repaints at the new widths
 
 
 def short(value: Any, width: int = 40) -> str:

@@ -21,6 +21,7 @@ from screens.base import (
     Failed,
     LedgerScreen,
     Loaded,
+    Table,
     fill,
     forget_rows,
     show,
@@ -79,7 +80,7 @@ class BeliefsScreen(LedgerScreen):
             yield Input(placeholder="valid at (ISO; blank: now)", id="valid")
             yield Input(placeholder="tx: ISO or #seq (blank: now)", id="jump")
         yield Static(id="timebar")
-        table: DataTable[Any] = DataTable(id="facts", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = Table(id="facts", cursor_type="row", zebra_stripes=True)
         self.narrow = self.app.size.width < NARROW
         table.add_columns(*self._columns())
         yield table

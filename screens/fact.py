@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Header, Static
 from custody_app.domain.escaping import json_text
 from custody_app.domain.readmodels import FactRef, HistoryResult, WhyResult
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens.base import LedgerScreen, Loaded, fill, short, show
+from screens.base import LedgerScreen, Loaded, Table, fill, short, show
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 from screens.labels import Labels
@@ -55,7 +55,7 @@ class FactScreen(LedgerScreen):
             yield Static(id="summary")
             yield Static(id="value")
             yield Static(id="why")
-            table: DataTable[Any] = DataTable(id="events", cursor_type="row")
+            table: DataTable[Any] = Table(id="events", cursor_type="row")
             # Fixed widths: the layout does not move when the rows arrive (and a snapshot taken
             # at any moment after they did is the same).
             for label, width in (("seq", 6), ("kind", 10), ("tx at", 19), ("actor", 24),

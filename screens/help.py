@@ -10,6 +10,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
+from screens.base import Table
+
 
 class HelpScreen(ModalScreen[None]):
     """Lists (where, key, what) for each binding; any of escape, ? or q closes it."""
@@ -25,7 +27,7 @@ class HelpScreen(ModalScreen[None]):
         with Vertical(id="dialog"):
             yield Label("Keys (ctrl+p opens the command palette with the same actions)",
                         id="title")
-            table: DataTable[Any] = DataTable(id="keys", cursor_type="row")
+            table: DataTable[Any] = Table(id="keys", cursor_type="row")
             table.add_columns("where", "key", "does")
             for row in self.bindings:
                 table.add_row(*row)

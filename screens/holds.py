@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import HoldPage
-from screens.base import PAGE_KEYS, LedgerScreen, Loaded, cursor_key, fill, short, show, turn_page
+from screens.base import PAGE_KEYS, LedgerScreen, Loaded, Table, cursor_key, fill, short, show, turn_page
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
@@ -37,7 +37,7 @@ class HoldsScreen(LedgerScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Input(placeholder="fact id to place on hold, then enter (or h)", id="fact")
-        table: DataTable[Any] = DataTable(id="holds", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = Table(id="holds", cursor_type="row", zebra_stripes=True)
         table.add_columns("fact", "subject", "predicate", "value", "status", "held by",
                           "since", "reason")
         yield table

@@ -17,7 +17,7 @@ from custody_app.domain.escaping import escaped
 from custody_app.domain.readmodels import RebuildResult, VerifyResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import LedgerStatus
-from screens.base import Failed, LedgerScreen, Loaded, cursor_key, fill, show
+from screens.base import Failed, LedgerScreen, Loaded, Table, cursor_key, fill, show
 from screens.keybar import KeyBar
 
 
@@ -49,7 +49,7 @@ class IntegrityScreen(LedgerScreen):
         yield Static("v: verify the chain · c: check the projection", id="verify")
         yield ProgressBar(id="progress", show_eta=False)
         yield Static(id="check")
-        table: DataTable[Any] = DataTable(id="policies", cursor_type="row")
+        table: DataTable[Any] = Table(id="policies", cursor_type="row")
         table.add_columns("since event", "tx at", "policy hash", "file", "")
         yield table
         yield Static(id="policy_text")

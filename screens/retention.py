@@ -17,7 +17,7 @@ from custody_app.domain.readmodels import FactRef
 from custody_app.domain.timeutil import normalise
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens.base import Failed, LedgerScreen, Loaded, fill, show, turn_page
+from screens.base import Failed, LedgerScreen, Loaded, Table, fill, show, turn_page
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 
@@ -63,11 +63,11 @@ class RetentionScreen(LedgerScreen):
             yield Input(placeholder="cutoff (ISO) instead of the policy's windows; blank: windows",
                         id="before")
         yield Static(id="windows")
-        spaces: DataTable[Any] = DataTable(id="spaces", cursor_type="row")
+        spaces: DataTable[Any] = Table(id="spaces", cursor_type="row")
         spaces.add_columns("space", "window pattern", "window", "cutoff now")
         yield spaces
         yield Static("p: preview what a sweep would expire", id="summary")
-        table: DataTable[Any] = DataTable(id="preview", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = Table(id="preview", cursor_type="row", zebra_stripes=True)
         table.add_columns("fact", "subject", "predicate", "status", "why", "sweep")
         yield table
         yield ProgressBar(id="progress", show_eta=False)

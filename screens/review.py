@@ -22,6 +22,7 @@ from screens.base import (
     LedgerScreen,
     Loaded,
     Succeeded,
+    Table,
     cursor_key,
     fill,
     show,
@@ -73,7 +74,7 @@ class ReviewScreen(LedgerScreen):
         yield Header()
         yield Static(id="who")
         yield Input(placeholder="/ filter: writer, subject, predicate or cause", id="filter")
-        table: DataTable[Any] = DataTable(id="queue", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = Table(id="queue", cursor_type="row", zebra_stripes=True)
         table.add_columns("✓", "fact", "learned", "writer", "cause", "subject", "predicate",
                           "value", "state", "would supersede", "marks")
         yield table

@@ -17,6 +17,7 @@ from screens.base import (
     PAGE_KEYS,
     LedgerScreen,
     Loaded,
+    Table,
     cursor_key,
     fill,
     short,
@@ -51,7 +52,7 @@ class TimelineScreen(LedgerScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        table: DataTable[Any] = DataTable(id="events", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = Table(id="events", cursor_type="row", zebra_stripes=True)
         self.narrow = self.app.size.width < NARROW
         table.add_columns(*(COLUMNS[i] for i in PRIORITY) if self.narrow else COLUMNS)
         yield table

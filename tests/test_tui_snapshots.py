@@ -19,9 +19,24 @@ def story(tmp_path: Path) -> Story:
     return build_story(tmp_path / "story.db")
 
 
+async def _settled(pilot: Any, table: str) -> None:
+    """The screen with its table filled and laid out: a DataTable's column widths follow its
+    rows, so a screenshot taken between the fill and the next layout differs (seen under load
+    on the review queue at 160x48)."""
+    from textual.widgets import DataTable
+
+    await idle(pilot)
+    for _ in range(100):
+        if pilot.app.screen.query_one(table, DataTable).row_count:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause(0.1)
+    await idle(pilot)
+
+
 def test_snapshot_beliefs_now(story: Story, snap_compare: Any) -> None:
     async def ready(pilot: Any) -> None:
-        await idle(pilot)
+        await _settled(pilot, "#facts")
 
     assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=ready)
 
@@ -32,6 +47,7 @@ def test_snapshot_beliefs_time_travel_diff(story: Story, snap_compare: Any) -> N
         for key in ("left_square_bracket",) * 6 + ("d", "r"):
             await pilot.press(key)
             await idle(pilot)
+        await _settled(pilot, "#facts")
 
     assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=travel)
 
@@ -39,25 +55,15 @@ def test_snapshot_beliefs_time_travel_diff(story: Story, snap_compare: Any) -> N
 def test_snapshot_review_queue(story: Story, snap_compare: Any) -> None:
     async def review(pilot: Any) -> None:
         await pilot.press("2")
-        await idle(pilot)
+        await _settled(pilot, "#queue")
         await pilot.press("space")
-        await idle(pilot)
+        await _settled(pilot, "#queue")
 
     assert snap_compare(app_on(story.path), terminal_size=SIZE, run_before=review)
 
 
 async def _fact_settled(pilot: Any) -> None:
-    """The fact screen with its events table filled and laid out (its column widths follow
-    the rows, so a screenshot taken between the fill and the next layout differs)."""
-    from textual.widgets import DataTable
-
-    await idle(pilot)
-    for _ in range(100):
-        if pilot.app.screen.query_one("#events", DataTable).row_count:
-            break
-        await pilot.pause(0.05)
-    await pilot.pause(0.1)
-    await idle(pilot)
+    await _settled(pilot, "#events")
 
 
 def test_snapshot_fact_why(story: Story, snap_compare: Any) -> None:
@@ -74,12 +80,12 @@ SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48"
 
 
 async def _beliefs(pilot: Any, story: Story) -> None:
-    await idle(pilot)
+    await _settled(pilot, "#facts")
 
 
 async def _review(pilot: Any, story: Story) -> None:
     await pilot.press("2")
-    await idle(pilot)
+    await _settled(pilot, "#queue")
 
 
 async def _fact(pilot: Any, story: Story) -> None:
@@ -153,7 +159,7 @@ async def _blast_long(pilot: Any, story: Story, ids: tuple[str, str]) -> None:
 async def _timeline(pilot: Any, story: Story, ids: tuple[str, str]) -> None:
     await idle(pilot)
     await pilot.press("8")
-    await idle(pilot)
+    await _settled(pilot, "#events")
 
 
 @pytest.mark.parametrize("size", SIZES)
