@@ -16,16 +16,6 @@ HEAD_SEQ = "SELECT max(seq) FROM events"
 # Facts whose status is `?`, oldest first, one page after a cursor (facts_by_status index).
 WITH_STATUS_PAGE = (f"SELECT {_FCOLS} FROM facts f WHERE f.status = ? AND f.assert_seq > ? "
                     "ORDER BY f.assert_seq LIMIT ?")
-# Claims waiting for review whose writer, subject, predicate or cause (kind:ref) contains the
-# text in any case; the unit separator keeps a match from spanning two fields.
-_MATCH = ("instr(lower(f.actor || char(31) || coalesce(f.subject, '') || char(31) || f.predicate "
-          "|| char(31) || coalesce(json_extract(e.body, '$.cause.kind'), '') || ':' || "
-          "coalesce(json_extract(e.body, '$.cause.ref'), '')), lower(?)) > 0")
-QUEUE_MATCHING_PAGE = (f"SELECT {_FCOLS} FROM facts f JOIN events e ON e.seq = f.assert_seq "
-                       f"WHERE f.status = 'quarantined' AND {_MATCH} AND f.assert_seq > ? "
-                       "ORDER BY f.assert_seq LIMIT ?")
-QUEUE_MATCHING_IDS = ("SELECT f.fact_id FROM facts f JOIN events e ON e.seq = f.assert_seq "
-                      f"WHERE f.status = 'quarantined' AND {_MATCH} ORDER BY f.assert_seq")
 # The newest events first, one page before a cursor, with the subject and predicate of the
 # fact each is about (events carry no subject once it is erased; the fact row keeps its own).
 EVENTS_NEWEST = ("SELECT e.seq, e.kind, e.tx_at, e.actor, e.fact_id, f.subject, f.predicate, "
@@ -162,13 +152,6 @@ class BrowseStore:
     def with_status_page(self, status: str, after_seq: int, limit: int) -> list[FactRow]:
         return [FactRow(*r) for r in
                 self._conn.execute(WITH_STATUS_PAGE, (status, after_seq, limit))]
-
-    def queue_matching_page(self, text: str, after_seq: int, limit: int) -> list[FactRow]:
-        return [FactRow(*r) for r in
-                self._conn.execute(QUEUE_MATCHING_PAGE, (text, after_seq, limit))]
-
-    def queue_matching_ids(self, text: str) -> list[str]:
-        return [str(r[0]) for r in self._conn.execute(QUEUE_MATCHING_IDS, (text,))]
 
     def events_newest(self, before_seq: int, limit: int) -> list[tuple[object, ...]]:
         """(seq, kind, tx_at, actor, fact_id, subject, predicate, body, value, fact status now),

@@ -32,6 +32,7 @@ from store.scrub import (
     wal_path,
 )
 from store.sessions import SessionStore
+from store.texts import TextStore
 
 BUSY_TIMEOUT_MS = 5000
 FULL_MESSAGE = ("the disk is full (or the ledger reached its page limit): the write was rolled "
@@ -58,6 +59,7 @@ class LedgerFile:
         self.sessions = SessionStore(conn)
         self.locate = Locator(conn, path)
         self.actions = ActionStore(conn)
+        self.texts = TextStore(conn)
         self._depth = 0
         # Set when SQLite rolled back the open transaction under a savepoint: why ("disk_full").
         self._aborted: str | None = None
@@ -165,6 +167,12 @@ class LedgerFile:
         finally:
             self._depth = 0
             self.conn.execute("COMMIT")
+
+    def limit_mmap(self, nbytes: int) -> None:
+        """Map at most `nbytes` of the file: every mapped page a process touched stays in its
+        RSS, so a long writer (a batch, the background re-clustering) reads through the page
+        cache instead and its RSS stays flat however large the ledger grows."""
+        self.conn.pragma("mmap_size", int(nbytes))
 
     def wal_checkpoint(self, *, wait: bool = True) -> CheckpointOutcome:
         """A truncating WAL checkpoint (outside any transaction), retried while readers block

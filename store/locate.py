@@ -24,6 +24,8 @@ FACT_OF = {
     "recall_fts_content": "SELECT fact_id, subject FROM facts WHERE assert_seq = ?",
     "fact_sources": "SELECT fact_id, subject FROM facts WHERE fact_id = ?",
     "served_facts": "SELECT fact_id, subject FROM facts WHERE fact_id = ?",
+    "event_texts": ("SELECT t.fact_id, f.subject FROM event_texts t "
+                    "LEFT JOIN facts f ON f.fact_id = t.fact_id WHERE t.seq = ?"),
 }
 # The column that names a row in the report (and keys FACT_OF); else rowid (or, WITHOUT ROWID,
 # the first primary-key column).

@@ -4,7 +4,8 @@ and partitioned into k-means cells (an inverted-file index: a query reads the ne
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 
 import apsw
 
@@ -23,6 +24,15 @@ DATA_VERSION = "PRAGMA data_version"
 VOCAB_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vocab'"
 FTS_INSERT = "INSERT INTO recall_fts(rowid, terms, scope) VALUES (?, ?, ?)"
 FTS_DELETE = "DELETE FROM recall_fts WHERE rowid = ?"
+FTS_TERMS = "SELECT terms FROM recall_fts WHERE rowid = ?"
+FTS_SECURE = "INSERT INTO recall_fts(recall_fts, rank) VALUES('secure-delete', ?)"
+FTS_OPTIMIZE = "INSERT INTO recall_fts(recall_fts) VALUES('optimize')"
+FTS_ROWS = "SELECT count(*) FROM recall_fts_docsize"
+# A secure delete rewrites the doclist pages of each of the row's terms (~2-5 ms a row at 10k to
+# 100k facts here); an 'optimize' rewrites the whole index once (~6 us per indexed row). Past
+# this ratio of rows removed to rows indexed, plain deletes and one merge cost less.
+BULK_REMOVE_RATIO = 1 / 200
+BULK_REMOVE_MIN = 16
 # The scope column is a filter only: weight 0, so a rare status, space or subject token does not
 # lift its facts' bm25 (with include_claimed, a lone live fact outranked better quarantined ones).
 FTS_SEARCH = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHERE recall_fts MATCH ? "
@@ -119,7 +129,16 @@ class RecallStore:
         """(fact_seq, cell) of every vector."""
         return [(int(s), int(c)) for s, c in self._conn.execute(VEC_CELLS)]
 
-    def vectors_of(self, fact_seqs: list[int]) -> list[tuple[int, bytes]]:
+    def vector_seqs(self, below: int | None = None) -> array[int]:
+        """The fact seqs of every vector (in a cell below `below`, if given), as 8 bytes each:
+        a list of (seq, cell) tuples took ~90 MB at 1M vectors."""
+        out = array("q")
+        for seq, cell in self._conn.execute(VEC_CELLS):
+            if below is None or cell < below:
+                out.append(seq)
+        return out
+
+    def vectors_of(self, fact_seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         """(fact_seq, vector) of those of `fact_seqs` indexed (a fact's vector never changes
         while its table lives, so these may be read before the write that moves them)."""
         rows = ((seq, self._conn.execute(VEC_SAMPLE, (seq,)).fetchone()) for seq in fact_seqs)
@@ -208,14 +227,54 @@ class RecallStore:
                                 "back and nothing of it was stored") from exc
             raise
 
+    def apply(self, removed: list[int], restatus: list[tuple[int, str, str]],
+              lexical: list[tuple[int, str, str]],
+              vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+        """A batch of index changes: facts `removed`, facts moved to a (status, scope), and new
+        rows of facts removed in the same batch. The deletes go first, the inserts after them in
+        rowid order (FTS5 writes its pending rows out when an insert goes below the last rowid
+        written)."""
+        moved = []
+        for seq, _, scope in restatus:
+            row = self._conn.execute(FTS_TERMS, (seq,)).fetchone()
+            if row is not None:
+                moved.append((seq, row[0], scope))
+        self._conn.executemany(FTS_DELETE, [(s,) for s in [*removed, *(m[0] for m in moved)]])
+        self._conn.executemany(VEC_DELETE, [(s,) for s in removed])
+        self._conn.executemany(VEC_STATUS, [(status, seq) for seq, status, _ in restatus])
+        self._conn.executemany(FTS_INSERT, sorted([*moved, *lexical]))
+        if vectors:
+            self._insert_vectors(vectors)
+
     def remove(self, fact_seq: int) -> None:
         self._conn.execute(FTS_DELETE, (fact_seq,))
         self._conn.execute(VEC_DELETE, (fact_seq,))
 
+    def remove_many(self, fact_seqs: list[int]) -> None:
+        """Remove several facts from both indexes (inside the caller's transaction). Many at
+        once: plain FTS5 deletes (delete markers) and then an 'optimize', which merges every
+        segment into one without the deleted rows, so no token of them stays in the index, as
+        with secure-delete; the old segment rows are freed, and secure_delete zeroes them."""
+        rows = [(seq,) for seq in fact_seqs]
+        if not rows:
+            return
+        bulk = False
+        if len(rows) >= BULK_REMOVE_MIN:
+            indexed = self._conn.execute(FTS_ROWS).fetchone()
+            bulk = len(rows) >= BULK_REMOVE_RATIO * int(indexed[0] if indexed else 0)
+        if bulk:
+            self._conn.execute(FTS_SECURE, (0,))
+            self._conn.executemany(FTS_DELETE, rows)
+            self._conn.execute(FTS_OPTIMIZE)
+            self._conn.execute(FTS_SECURE, (1,))
+        else:
+            self._conn.executemany(FTS_DELETE, rows)
+        self._conn.executemany(VEC_DELETE, rows)
+        self._freq.clear()
+
     def set_status(self, fact_seq: int, status: str, scope: str) -> None:
         """Move an indexed fact between live and quarantined in both indexes."""
-        row = self._conn.execute("SELECT terms FROM recall_fts WHERE rowid = ?",
-                                 (fact_seq,)).fetchone()
+        row = self._conn.execute(FTS_TERMS, (fact_seq,)).fetchone()
         if row is not None:
             self._conn.execute(FTS_DELETE, (fact_seq,))
             self._conn.execute(FTS_INSERT, (fact_seq, row[0], scope))

@@ -5,7 +5,25 @@ from __future__ import annotations
 # 'CUST' as a big-endian int: lets `file`-style tools and open_ledger tell a ledger from any db.
 APPLICATION_ID = 0x43555354
 
-V1 = """
+EVENTS_UPDATE_TRIGGER = """
+CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
+WHEN NOT (
+    OLD.kind = 'assert'
+    AND (NEW.value IS NULL OR NEW.value IS OLD.value)
+    AND (NEW.salt IS NULL OR NEW.salt IS OLD.salt)
+    AND ((NEW.value IS NULL) = (NEW.salt IS NULL))
+    AND (NEW.subject IS NULL OR NEW.subject IS OLD.subject)
+    AND NEW.seq IS OLD.seq AND NEW.kind IS OLD.kind AND NEW.tx_at IS OLD.tx_at
+    AND NEW.actor IS OLD.actor AND NEW.policy_hash IS OLD.policy_hash
+    AND NEW.fact_id IS OLD.fact_id AND NEW.body IS OLD.body
+    AND NEW.prev_hash IS OLD.prev_hash AND NEW.hash IS OLD.hash
+)
+BEGIN
+    SELECT RAISE(ABORT, 'custody: events are append-only; only erasure may null parts of an assert');
+END;
+"""
+
+V1 = f"""
 CREATE TABLE ledger_meta(
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -52,22 +70,7 @@ BEGIN
     SELECT RAISE(ABORT, 'custody: events are append-only; an event cannot be replaced');
 END;
 
-CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
-WHEN NOT (
-    OLD.kind = 'assert'
-    AND (NEW.value IS NULL OR NEW.value IS OLD.value)
-    AND (NEW.salt IS NULL OR NEW.salt IS OLD.salt)
-    AND ((NEW.value IS NULL) = (NEW.salt IS NULL))
-    AND (NEW.subject IS NULL OR NEW.subject IS OLD.subject)
-    AND NEW.seq IS OLD.seq AND NEW.kind IS OLD.kind AND NEW.tx_at IS OLD.tx_at
-    AND NEW.actor IS OLD.actor AND NEW.policy_hash IS OLD.policy_hash
-    AND NEW.fact_id IS OLD.fact_id AND NEW.body IS OLD.body
-    AND NEW.prev_hash IS OLD.prev_hash AND NEW.hash IS OLD.hash
-)
-BEGIN
-    SELECT RAISE(ABORT, 'custody: events are append-only; only erasure may null parts of an assert');
-END;
-
+{EVENTS_UPDATE_TRIGGER}
 -- The projection: one row per fact, its state now.
 CREATE TABLE facts(
     assert_seq    INTEGER PRIMARY KEY,
@@ -227,6 +230,34 @@ CREATE INDEX IF NOT EXISTS events_retractions ON events(seq) WHERE kind = 'retra
 CREATE INDEX IF NOT EXISTS tombstones_by_subject ON tombstones(subject_hash, at);
 """
 
+# Issue 15. The free text attached to a fact (an assert's cause ref and detail, the reason of
+# an event about it) sealed under the subject's data key, one row per event, committed in the
+# event's body by a salted commitment. Only erasure changes a row: sealed and salt to NULL.
+# Rows of events written before this version are filled by the upgrade at read-write open
+# (custody_app.core.upgrade), which also takes the plaintext out of their bodies.
+V5 = """
+CREATE TABLE IF NOT EXISTS event_texts(
+    seq         INTEGER PRIMARY KEY,
+    fact_id     TEXT NOT NULL,
+    subject_ref TEXT NOT NULL,
+    sealed      BLOB,
+    salt        TEXT
+);
+CREATE INDEX IF NOT EXISTS event_texts_by_fact ON event_texts(fact_id);
+CREATE TRIGGER IF NOT EXISTS event_texts_no_delete BEFORE DELETE ON event_texts
+BEGIN SELECT RAISE(ABORT, 'custody: sealed free text cannot be deleted, only erased'); END;
+CREATE TRIGGER IF NOT EXISTS event_texts_no_replace BEFORE INSERT ON event_texts
+WHEN EXISTS (SELECT 1 FROM event_texts WHERE seq = NEW.seq)
+BEGIN SELECT RAISE(ABORT, 'custody: sealed free text cannot be replaced'); END;
+CREATE TRIGGER IF NOT EXISTS event_texts_erase_only BEFORE UPDATE ON event_texts
+WHEN NOT (NEW.sealed IS NULL AND NEW.salt IS NULL AND NEW.seq IS OLD.seq
+          AND NEW.fact_id IS OLD.fact_id AND NEW.subject_ref IS OLD.subject_ref)
+BEGIN SELECT RAISE(ABORT, 'custody: sealed free text can only be erased'); END;
+-- A ledger with no event yet has no plaintext to seal: the upgrade is done already.
+INSERT OR IGNORE INTO ledger_meta(key, value)
+SELECT 'free_text_sealed', 'at creation' WHERE NOT EXISTS (SELECT 1 FROM events);
+"""
+
 # Index i holds the script that upgrades user_version i to i+1.
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4)
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -93,13 +93,30 @@ def _weight(byte: int) -> int:
     return 5 if byte < 128 else 1
 
 
+# Each byte's _weight, as a bytes.translate table: a needle's weights in one C call.
+_WEIGHTS = bytes(_weight(b) for b in range(256))
+# Start offsets of the rarest bytes tried per needle: a sweep builds ~4 needles per fact, and
+# weighing every start of a long needle in Python cost 1 ms each (8 of 10 s of a 2,000-fact
+# sweep's scan).
+_STARTS_TRIED = 16
+
+
 def fragment_of(needle: bytes) -> tuple[int, bytes]:
     """(offset, the FRAGMENT_BYTES of the needle from there) whose first bytes are the rarest:
     the automaton's SIMD prefilter keys on a pattern's first bytes, and a needle starting with
-    '{"' or zero bytes would make it stop at every JSON body or empty page."""
+    '{"' or zero bytes would make it stop at every JSON body or empty page. Candidates are the
+    first starts at a byte of the rarest class present; any fragment is correct (a hit is
+    checked in full), this only picks a fast one."""
     size = min(len(needle), FRAGMENT_BYTES)
-    starts = range(min(len(needle) - size, 256) + 1)
-    best = min(starts, key=lambda j: sum(_weight(c) for c in needle[j:j + 3]))
+    last = min(len(needle) - size, 256)
+    weights = needle[:last + 3].translate(_WEIGHTS)
+    rarest = bytes([min(weights[:last + 1])])
+    starts: list[int] = []
+    at = weights.find(rarest, 0, last + 1)
+    while at >= 0 and len(starts) < _STARTS_TRIED:
+        starts.append(at)
+        at = weights.find(rarest, at + 1, last + 1)
+    best = min(starts, key=lambda j: sum(weights[j:j + 3]))
     return best, needle[best:best + size]
 
 
@@ -171,6 +188,24 @@ def _leftmost(handle: RawIOBase, fragments: list[bytes]) -> list[tuple[int, int,
 MAX_WINDOWS = 20_000
 
 
+def _pieces(indexed: list[tuple[int, bytes]]) -> dict[bytes, list[tuple[int, int]]]:
+    """Each needle's fragment -> (needle index, the fragment's offset in it) of its needles."""
+    pieces: dict[bytes, list[tuple[int, int]]] = {}
+    for i, needle in indexed:
+        shift, fragment = fragment_of(needle)
+        pieces.setdefault(fragment, []).append((i, shift))
+    return pieces
+
+
+def _core(indexed: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """The needles that hold no shorter one (a forget's value JSON holds its strings), for
+    a few needles only (the test is quadratic)."""
+    if len(indexed) > SINGLE_PASSES * 2:
+        return indexed
+    return [(i, n) for i, n in indexed
+            if not any(len(m) < len(n) and m in n for _, m in indexed)]
+
+
 def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> dict[int, list[int]]:
     """Needle index -> file offsets (at most `limit`) of each needle found in the file.
 
@@ -189,10 +224,13 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
     with handle:
         if not indexed or os.fstat(handle.fileno()).st_size == 0:
             return {}
-        pieces: dict[bytes, list[tuple[int, int]]] = {}
-        for i, needle in indexed:
-            shift, fragment = fragment_of(needle)
-            pieces.setdefault(fragment, []).append((i, shift))
+        pieces = _pieces(indexed)
+        core = _core(indexed)
+        if len(core) < len(indexed):
+            # A needle that holds another can only be there if that one is: one pass fewer.
+            if not _leftmost(handle, list(_pieces(core))):
+                return {}
+            handle.seek(0)
         matches = _leftmost(handle, list(pieces))
         if not matches:
             return {}

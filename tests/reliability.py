@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from custody_app.core.texts import open_body
 from custody_app.ledger.facade import Ledger
 
 CHILD = Path(__file__).with_name("reliability_child.py")
@@ -97,8 +98,9 @@ def check_ledger(path: Path, acks: Acks) -> list[str]:
         for fact_id in acks.facts:
             if ledger.db.facts.get(fact_id) is None:
                 problems.append(f"acknowledged fact {fact_id} is not in the projection")
-        refs = Counter(json.loads(r.body).get("cause", {}).get("ref") for r in rows
-                       if r.kind == "assert")
+        # cause.ref is sealed free text: read it opened, as the reads do.
+        refs = Counter(open_body(ledger.db, ledger.texts, r.seq, r.body).get("cause", {}).get("ref")
+                       for r in rows if r.kind == "assert")
         for ref, count in refs.items():
             if isinstance(ref, str) and ref.startswith("grp-") and count != 3:
                 problems.append(f"group {ref} is half-written: {count} of 3 asserts")

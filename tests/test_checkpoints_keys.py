@@ -88,6 +88,9 @@ def strip_checkpoints(path: Path) -> None:
             new_hash = event_hash(prev, body)
             con.execute("UPDATE events SET seq = ?, body = ?, prev_hash = ?, hash = ? WHERE seq = ?",
                         (new_seq, body, prev, new_hash, old_seq))
+            # A thorough attacker moves the events' sealed free text along with them.
+            con.execute("DROP TRIGGER IF EXISTS event_texts_erase_only")
+            con.execute("UPDATE event_texts SET seq = ? WHERE seq = ?", (new_seq, old_seq))
             prev = new_hash
         con.commit()
     finally:

@@ -266,10 +266,13 @@ def test_why_names_who_held_and_who_forgot(env: Env) -> None:
     fact = env.put("acct:42", "plan", ROOT_V)
     ledger.hold(fact, actor=LEGAL, reason="litigation 2026-17")
     ledger.release(fact, actor=LEGAL, reason="case closed")
+    reviews = [(r.kind, r.actor, r.reason) for r in ledger.why(fact).reviews]
+    assert reviews == [("hold", LEGAL, "litigation 2026-17"), ("release", LEGAL, "case closed")]
     env.at(day(2))
     ledger.forget(fact, actor=DPO, reason="subject_request")
+    # The reasons about the fact were sealed with it and are erased with it (DESIGN 13).
     reviews = [(r.kind, r.actor, r.reason) for r in ledger.why(fact).reviews]
-    assert reviews == [("hold", LEGAL, "litigation 2026-17"), ("release", LEGAL, "case closed"),
+    assert reviews == [("hold", LEGAL, "(erased)"), ("release", LEGAL, "(erased)"),
                        ("forget", DPO, "subject_request")]
 
 

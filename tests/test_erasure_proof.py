@@ -27,6 +27,12 @@ SECRET = "ZQX-PLANTED-7731-PRIYA"
 DPO = "user:dpo"
 
 
+def carrying(text: str) -> dict[str, object]:
+    """A write whose event body holds `text` in plaintext: an llm block's model name (cause
+    details and reasons are sealed under the subject's key, and erased with the fact)."""
+    return {"actor": "llm:summariser", "llm": {"model": text}}
+
+
 def hits(cert: ErasureCertificate) -> list[ScanHit]:
     return [h for p in cert.places if p.place.startswith("byte scan of ") for h in p.hits]
 
@@ -38,9 +44,9 @@ def digest_of(text: str) -> str:
 def test_string_in_an_unrelated_live_record_is_shared_and_the_forget_completes(make_env) -> None:
     env: Env = make_env()
     erased = env.put("acct:42", "contact", {"name": SECRET})
-    other = env.ledger.assert_fact("acct:99", "note", "unrelated", actor="agent:support",
-                                   cause={"kind": "message", "ref": "m-2",
-                                          "detail": f"mentions {SECRET} in passing"})
+    other = env.ledger.assert_fact("acct:99", "note", "unrelated",
+                                   cause={"kind": "message", "ref": "m-2"},
+                                   **carrying(f"mentions {SECRET} in passing"))
     cert = env.ledger.forget(erased, actor=DPO, reason="subject_request").certificate
     listed = hits(cert)
     assert [h.classification for h in listed] == ["shared"]
@@ -56,9 +62,9 @@ def test_string_in_an_unrelated_live_record_is_shared_and_the_forget_completes(m
 def test_string_in_a_derived_fact_is_a_leak_and_the_forget_is_not_complete(make_env) -> None:
     env: Env = make_env()
     root = env.put("acct:42", "contact", {"name": SECRET})
-    derived = env.ledger.assert_fact("acct:42", "summary", "a summary", actor="agent:support",
-                                     cause={"kind": "tool", "ref": "t-1",
-                                            "detail": f"summarised {SECRET}"}, sources=[root])
+    derived = env.ledger.assert_fact("acct:42", "summary", "a summary",
+                                     cause={"kind": "tool", "ref": "t-1"}, sources=[root],
+                                     **carrying(f"summarised {SECRET}"))
     cert = env.ledger.forget(root, actor=DPO, reason="subject_request").certificate
     assert derived.fact_id in [e.fact_id for e in cert.erased]
     listed = hits(cert)
@@ -78,9 +84,9 @@ def test_same_subject_record_is_a_leak_after_forget_subject(make_env) -> None:
     env.put("person:asha-k", "contact", {"email": SECRET})
     env.ledger.assert_fact("acct:7", "owner", "someone", actor="agent:support",
                            cause={"kind": "message", "ref": "m-9", "detail": "nothing personal"})
-    mentions = env.ledger.assert_fact("person:asha-k", "note", "called", actor="agent:support",
-                                      cause={"kind": "message", "ref": "m-3",
-                                             "detail": f"said her address is {SECRET}"})
+    mentions = env.ledger.assert_fact("person:asha-k", "note", "called",
+                                      cause={"kind": "message", "ref": "m-3"},
+                                      **carrying(f"said her address is {SECRET}"))
     result = env.ledger.forget_subject("person:asha-k", actor=DPO, reason="subject_request")
     listed = hits(result.certificate)
     assert listed and {h.classification for h in listed} == {"leak"}
@@ -113,11 +119,11 @@ def test_bytes_left_in_a_free_page_are_a_leak_no_live_row_explains(make_env) -> 
 def test_cli_forget_exit_code_follows_the_classification(make_env) -> None:
     env: Env = make_env()
     shared = env.put("acct:42", "contact", {"name": SECRET})
-    env.ledger.assert_fact("acct:99", "note", "x", actor="agent:support",
-                           cause={"kind": "message", "ref": "m", "detail": SECRET})
+    env.ledger.assert_fact("acct:99", "note", "x", cause={"kind": "message", "ref": "m"},
+                           **carrying(SECRET))
     leaky = env.put("acct:43", "contact", {"name": SECRET + "-B"})
-    env.ledger.assert_fact("acct:43", "summary", "s", actor="agent:support", sources=[leaky],
-                           cause={"kind": "tool", "ref": "t", "detail": SECRET + "-B"})
+    env.ledger.assert_fact("acct:43", "summary", "s", sources=[leaky],
+                           cause={"kind": "tool", "ref": "t"}, **carrying(SECRET + "-B"))
     env.ledger.close()
     cmd = [sys.executable, "-m", "custody_app", "forget", "--ledger", str(env.path),
            "--actor", DPO, "--reason", "subject_request"]
@@ -163,8 +169,8 @@ def test_a_sweep_locates_many_strings_each_in_its_own_row(make_env) -> None:
     env.at("2026-09-03T00:00:00Z")  # the records that share them are newer than the cutoff
     for n, secret in enumerate(secrets):
         seqs[secret] = env.ledger.assert_fact(
-            f"acct:9{n}", "note", "x", actor="agent:support",
-            cause={"kind": "message", "ref": f"m{n}", "detail": f"cc {secret}"}).seq
+            f"acct:9{n}", "note", "x", cause={"kind": "message", "ref": f"m{n}"},
+            **carrying(f"cc {secret}")).seq
     env.at("2026-09-05T00:00:00Z")
     cert = env.ledger.sweep(before="2026-09-02T00:00:00Z", actor=DPO).certificate
     assert cert is not None
@@ -175,3 +181,22 @@ def test_a_sweep_locates_many_strings_each_in_its_own_row(make_env) -> None:
         assert [w for w in hit.where if "table events" in w] == [
             w for w in hit.where if f"table events row {seq}," in w] != []
     assert cert.complete
+
+
+def test_the_scan_searches_for_the_erased_facts_sealed_free_text(make_env) -> None:
+    """The erased fact's own cause detail and the reason about it are scan strings (DESIGN 13):
+    the same text left in a plaintext carrier elsewhere is found and named by its field."""
+    env: Env = make_env()
+    erased = env.ledger.assert_fact("acct:42", "contact", "x", actor="agent:support",
+                                    cause={"kind": "message", "ref": "m-1",
+                                           "detail": f"detail {SECRET}"}).fact_id
+    env.ledger.retract(erased, actor="agent:support", reason=f"reason {SECRET}-R")
+    env.ledger.assert_fact("acct:99", "note", "x", cause={"kind": "message", "ref": "m-2"},
+                           **carrying(f"copied detail {SECRET} and reason {SECRET}-R"))
+    cert = env.ledger.forget(erased, actor=DPO, reason="subject_request").certificate
+    labels = sorted(h.string for h in hits(cert))
+    assert len(labels) == 2 and labels[0].startswith(f"cause.detail of {erased} (seq 2) (")
+    assert labels[1].startswith(f"reason of {erased} (seq 3) (")
+    assert {h.classification for h in hits(cert)} == {"shared"} and cert.complete
+    texts = [p for p in cert.places if p.place.startswith("event_texts")]
+    assert [p.outcome for p in texts] == ["clean"]

@@ -89,7 +89,7 @@ def test_a_group_that_fails_leaves_no_index_row(env: Env) -> None:
         _put(env, 1, "obsidian meadow")
         raise LedgerError("test_abort", "abort the group")
     assert ledger.db.recall.counts() == before
-    assert ledger.index.pending() == {}
+    assert ledger.index.pending() == ({}, set(), {})
     assert ids(ledger.recall("obsidian meadow", k=3)) == []
     index_clean(env)
 
@@ -127,8 +127,8 @@ def test_a_confirm_or_retract_of_a_pending_fact_is_applied_before_the_rows_are_w
         ledger.confirm(claimed, actor="reviewer:r1", reason="checked")
         gone = _put(env, 2, "teal anchor")
         ledger.retract(gone, actor="user:lead", reason="wrong")
-        assert ledger.index.pending() and all(
-            status == "live" for _, status, _ in ledger.index.pending().values())
+        adds = ledger.index.pending()[0]
+        assert adds and all(status == "live" for _, status, _ in adds.values())
     assert ids(ledger.recall("teal anchor", k=5)) == [claimed]
     assert ledger.db.recall.counts() == (1, 1)
     index_clean(env)
@@ -145,4 +145,30 @@ def test_a_large_group_is_indexed_in_bounded_batches(env: Env,
     # No single write indexes a whole large group at its end: at most FLUSH_AT facts at once.
     assert counting.calls == [FLUSH_AT, FLUSH_AT, 5]
     assert len(ids(env.ledger.recall("cedar quarry", k=len(facts)))) == len(facts)
+    index_clean(env)
+
+
+def test_removals_and_moves_wait_for_the_group_end_and_stay_exact(env: Env) -> None:
+    from custody_app.recall.index import FLUSH_AT, MOVE_AT
+
+    ledger = env.ledger
+    with ledger.transaction():
+        claimed = [ledger.assert_fact(f"acct:{i}", "note", f"amber ridge {i}", actor=WRITER,
+                                      cause=CAUSE, provenance="claimed").fact_id
+                   for i in range(MOVE_AT + 20)]
+        live = [_put(env, 1000 + i, "amber ridge") for i in range(len(claimed) // 2)]
+    with ledger.transaction():
+        # New rows (several adds-only flushes) interleaved with confirms and retractions of
+        # rows already written: more moves than MOVE_AT, so one full flush runs mid-group.
+        added = []
+        for i, fact in enumerate(claimed):
+            ledger.confirm(fact, actor="reviewer:r1", reason="checked")
+            if i < 2 * FLUSH_AT:
+                added.append(_put(env, 2000 + i, "amber ridge"))
+            if i < len(live):
+                ledger.retract(live[i], actor="user:lead", reason="wrong")
+        assert len(ledger.index.pending()[2]) < MOVE_AT
+        found = set(ids(ledger.recall("amber ridge", k=1000)))
+    assert found == set(claimed) | set(added)
+    assert set(ids(ledger.recall("amber ridge", k=1000))) == found
     index_clean(env)

@@ -69,6 +69,13 @@ def test_forget_on_a_full_disk_erases_nothing(env: Env) -> None:
                 env.put("acct:2", "note", big(size))
             except LedgerError:
                 break
+    # An assert also writes its sealed free text (another table): the first of the two to fill
+    # stops it, so an event without free text fills the events table's slack too.
+    for _ in range(500):
+        try:
+            env.ledger.checkpoint()  # an event and nothing else
+        except LedgerError:
+            break
     before = snapshot(env)
     with pytest.raises(LedgerError) as caught:
         env.ledger.forget(source, actor="user:dpo", reason="error")

@@ -16,6 +16,8 @@ POINTS = (
     "erasure.keys_committed",    # forget_subject: the key store destruction committed too
     "erasure.checkpointed",      # the truncating WAL checkpoint done, before the certificate
     "reindex.before_commit",     # recall indexes rebuilt, their transaction not committed
+    "upgrade.before_commit",     # free text sealed and bodies rewritten, not committed
+    "upgrade.committed",         # the free-text upgrade committed, its WAL checkpoint not done
 )
 
 

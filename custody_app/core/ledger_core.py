@@ -15,7 +15,7 @@ from typing import Any, Self
 
 from pydantic import ValidationError
 
-from custody_app.core import sessions
+from custody_app.core import sessions, texts
 from custody_app.core.faults import crash_point
 from custody_app.core.projector import MemoryProjection, apply_event
 from custody_app.core.rollback import check_high_water
@@ -48,6 +48,7 @@ class LedgerCore:
         self.clock: Clock = clock or WallClock()
         self.keys = keys
         self.values = ValueCodec(keys)
+        self.texts = self.values.texts
         # The recall indexes, kept equal to the believed facts by every append.
         self.index = RecallIndex(db, keys, self.values, policy)
         self.readonly = readonly
@@ -215,10 +216,15 @@ class LedgerCore:
         except ValidationError as exc:
             # An invalid event never enters the log, and the caller gets a coded refusal.
             raise refusal(exc) from None
-        body = canonical(envelope)
+        # Free text about a fact is sealed like the value: the hash covers its commitment.
+        hashed, sealed = texts.seal_event(self.db, self.keys, self.texts, self.work_started, kind,
+                                          fact_id, envelope, subject)
+        body = canonical(hashed)
         row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, subject, body, value,
                        salt, prev, event_hash(prev, body))
         self.db.events.append(row)
+        if sealed is not None:
+            self.db.texts.put(seq, *sealed)
         sessions.index_event(self.db, kind, seq, fact_id, envelope)
         changes = apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope, subject)
         if changes:

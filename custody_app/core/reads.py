@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from custody_app.core.texts import open_body, opened_texts
 from custody_app.domain.chain import GENESIS, check_event
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import effective_rank
@@ -28,8 +29,10 @@ def load_value(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def event_view(codec: ValueCodec, row: EventRow) -> EventView:
-    data: dict[str, Any] = json.loads(row.body)
+def event_view(codec: ValueCodec, row: EventRow, db: LedgerFile | None = None) -> EventView:
+    """With `db`, the event's sealed free text is opened into the view (else left sealed)."""
+    data: dict[str, Any] = (json.loads(row.body) if db is None
+                            else open_body(db, codec.texts, row.seq, row.body))
     data["event_id"] = row.hash
     if row.kind == "assert":
         data["subject"] = row.subject
@@ -94,7 +97,7 @@ def history_rows(db: LedgerFile, fact_id: str) -> list[EventRow]:
 def history(db: LedgerFile, codec: ValueCodec, fact_id: str) -> HistoryResult:
     fact = require_fact(db, fact_id)
     return HistoryResult(fact_id=fact_id, status=fact.status,
-                         events=[event_view(codec, r) for r in history_rows(db, fact_id)])
+                         events=[event_view(codec, r, db) for r in history_rows(db, fact_id)])
 
 
 def _events_verified(db: LedgerFile, codec: ValueCodec, rows: list[EventRow]) -> bool:
@@ -102,16 +105,24 @@ def _events_verified(db: LedgerFile, codec: ValueCodec, rows: list[EventRow]) ->
     for row in rows:
         prev = db.events.get(row.seq - 1) if row.seq > 1 else None
         prev_hash = GENESIS if row.seq == 1 else (prev.hash if prev else "")
-        if check_event(row, prev_hash, row.seq, codec.opener) is not None:
+        if check_event(row, prev_hash, row.seq, codec.opener,
+                       lambda r: _texts_or_none(db, codec, r.seq)) is not None:
             return False
     return True
+
+
+def _texts_or_none(db: LedgerFile, codec: ValueCodec, seq: int) -> dict[str, str] | None:
+    try:
+        return opened_texts(db, codec.texts, seq)
+    except Exception:  # a tampered text fails its event's check through the hash or commitment
+        return None
 
 
 def why(db: LedgerFile, codec: ValueCodec, fact_id: str) -> WhyResult:
     fact = require_fact(db, fact_id)
     created = db.events.get(fact.assert_seq)
     assert created is not None
-    body = json.loads(created.body)
+    body = open_body(db, codec.texts, created.seq, created.body)
     policy = db.policies.get(created.policy_hash)
     canonical, source, path = policy if policy else ("", "", None)
     if policy is not None and not policy_matches(created.policy_hash, canonical, source):
@@ -126,14 +137,14 @@ def why(db: LedgerFile, codec: ValueCodec, fact_id: str) -> WhyResult:
     own = db.events.for_fact(fact_id)
     reviews = [
         Review(kind=r.kind, actor=r.actor, tx_at=r.tx_at, seq=r.seq,
-               reason=json.loads(r.body).get("reason"))
+               reason=open_body(db, codec.texts, r.seq, r.body).get("reason"))
         for r in own if r.kind in ("confirm", "reject", "retract", "hold", "release", "forget",
                                    "expire")
     ]
     sources = [_ref(f) for f in (db.facts.get(s) for s in body.get("sources") or []) if f]
     dependents = [_ref(f) for f in (db.facts.get(d) for d in db.facts.derived_from(fact_id)) if f]
     return WhyResult(
-        fact=fact_view(db, codec, fact), created_by=event_view(codec, created), actor=fact.actor,
+        fact=fact_view(db, codec, fact), created_by=event_view(codec, created, db), actor=fact.actor,
         cause=Cause(**body["cause"]), session=fact.session,
         llm=LlmBlock(**body["llm"]) if body.get("llm") else None,
         sources=sources, dependents=dependents,

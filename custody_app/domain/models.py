@@ -307,9 +307,19 @@ class ActionRecorded(Event):
     redactions: list[dict[str, Any]] | None = None
 
 
+class TextsSealed(Event):
+    """The schema upgrade sealed the free text of `events` earlier events; `digest` covers
+    the bodies it rewrote (sealed_text.upgrade_digest), so they stay tamper-evident after an
+    erasure takes the text their original hashes covered."""
+
+    kind: Literal["seal_text"] = "seal_text"
+    events: Annotated[int, Field(ge=0)]
+    digest: Hash
+
+
 EVENT_MODELS: dict[str, type[Event]] = {
     m.model_fields["kind"].default: m
     for m in (PolicyAdopted, FactAsserted, FactRetracted, FactConfirmed, FactRejected,
               FactAffirmed, FactHeld, FactReleased, FactForgotten, FactExpired, SubjectForgotten,
-              ChainCheckpoint, FactsServed, ActionRecorded)
+              ChainCheckpoint, FactsServed, ActionRecorded, TextsSealed)
 }

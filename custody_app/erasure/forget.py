@@ -20,7 +20,7 @@ from custody_app.erasure.certificate import (
 from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs
-from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork, add_needles
+from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork, add_needles, add_text_needles
 from custody_app.keys import crypto
 from store.rows import FactRow
 
@@ -59,6 +59,7 @@ def erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
         add_needles(event.value, text, work, ledger.db.erasure.is_name, fact.fact_id,
                     fact.predicate)
         ledger.db.events.erase_value(fact.assert_seq)
+        _erase_texts(ledger, fact.fact_id, ref, work)
         ledger.db.erasure.add_pending([fact.fact_id], tx_at)
         fields: dict[str, Any] = {"reason": reason, "digest_kind": digest_kind, "digest": digest,
                                   "root": root_of.get(fact.fact_id), **(extra or {})}
@@ -70,6 +71,18 @@ def erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
             fact_id=fact.fact_id, kind=kind, status_before=fact.status, seq=row.seq,
             event_id=row.hash, root=root_of.get(fact.fact_id), digest_kind=digest_kind,
             digest=digest))
+
+
+def _erase_texts(ledger: LedgerCore, fact_id: str, ref: str, work: ErasureWork) -> None:
+    """Null the sealed free text of the fact's events (its cause, the reasons about it), after
+    taking what the byte scan must not find."""
+    for seq, blob in ledger.db.texts.of_fact(fact_id):
+        try:
+            texts = ledger.texts.open(fact_id, ref, blob)
+        except crypto.DecryptError:
+            texts = None  # tampered: still erased, and its bytes still scanned for
+        add_text_needles(blob, texts, work, ledger.db.erasure.is_name, fact_id, seq)
+    ledger.db.texts.erase_fact(fact_id)
 
 
 def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:

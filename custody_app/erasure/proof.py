@@ -28,6 +28,12 @@ def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> 
         outcome="clean" if left == 0 and all(rows) else "found",
         detail=f"{len(work.erased)} assert(s) hold no value and no salt" if left == 0
         else f"{left} assert(s) still hold a value"))
+    kept = [f"seq {seq}" for e in work.erased for seq, blob in ledger.db.texts.of_fact(e.fact_id)
+            if blob is not None]
+    checks.append(PlaceCheck(
+        place="event_texts: sealed free text (cause, reasons) of each erased fact",
+        outcome="found" if kept else "clean",
+        detail="none holds sealed text any more" if not kept else f"still sealed: {', '.join(kept)}"))
     bad = [f.fact_id for f in asserts if f is not None and f.ended not in ERASED]
     checks.append(PlaceCheck(
         place="facts projection", outcome="found" if bad else "clean",

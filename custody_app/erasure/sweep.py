@@ -3,6 +3,7 @@ like a forget and skipping what a legal hold protects."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from custody_app.core.faults import crash_point
@@ -37,6 +38,36 @@ def _cutoffs(ledger: LedgerCore, cmd: Sweep) -> tuple[dict[str, str], dict[str, 
     return cutoffs, windows
 
 
+def _expire(ledger: LedgerCore, cmd: Sweep, cutoffs: dict[str, str], windows: dict[str, str],
+            work: ErasureWork, tx_at: str, expired: list[str], held: set[str],
+            reasons: dict[str, ExpiryReason]) -> None:
+    """Each space's candidates past its cutoff, expired (a dry run only lists them); a cascade
+    that reaches a held fact is skipped whole. `reasons` gets why each expires (its root)."""
+    done: set[str] = set()
+    for space, cutoff in sorted(cutoffs.items()):
+        candidates = (ledger.db.erasure.sweep_candidates_all(cutoff) if space == "*"
+                      else ledger.db.erasure.sweep_candidates(space, cutoff))
+        learned = ledger.db.erasure.learned_before(None if space == "*" else space, cutoff)
+        for root in candidates:
+            if root.fact_id in done:
+                continue
+            facts, root_of = cascade(ledger.db, [root])
+            facts = [f for f in facts if f.fact_id not in done]
+            blockers = [f.fact_id for f in facts if f.held]
+            if blockers:
+                held.update(blockers)
+                continue
+            done.update(f.fact_id for f in facts)
+            expired += [f.fact_id for f in facts]
+            why = ExpiryReason(root=root.fact_id, cutoff=cutoff, rule=windows.get(space),
+                               learned_at=learned.get(root.fact_id, root.valid_from))
+            reasons.update({f.fact_id: why for f in facts})
+            if not cmd.dry_run:
+                erase(ledger, facts, root_of, kind="expire", reason=cmd.reason,
+                      actor=cmd.actor, tx_at=tx_at, work=work,
+                      extra={"cutoff": cutoff, "window": windows.get(space)})
+
+
 def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
     work = ErasureWork()
     with ledger.db.read():
@@ -50,29 +81,9 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
     reasons: dict[str, ExpiryReason] = {}
     with (ledger.db.read() if cmd.dry_run else ledger.transaction()):
         tx_at = ledger.tx_at() if not cmd.dry_run else ledger.now()
-        done: set[str] = set()
-        for space, cutoff in sorted(cutoffs.items()):
-            candidates = (ledger.db.erasure.sweep_candidates_all(cutoff) if space == "*"
-                          else ledger.db.erasure.sweep_candidates(space, cutoff))
-            learned = ledger.db.erasure.learned_before(None if space == "*" else space, cutoff)
-            for root in candidates:
-                if root.fact_id in done:
-                    continue
-                facts, root_of = cascade(ledger.db, [root])
-                facts = [f for f in facts if f.fact_id not in done]
-                blockers = [f.fact_id for f in facts if f.held]
-                if blockers:
-                    held.update(blockers)
-                    continue
-                done.update(f.fact_id for f in facts)
-                expired += [f.fact_id for f in facts]
-                why = ExpiryReason(root=root.fact_id, cutoff=cutoff, rule=windows.get(space),
-                                   learned_at=learned.get(root.fact_id, root.valid_from))
-                reasons.update({f.fact_id: why for f in facts})
-                if not cmd.dry_run:
-                    erase(ledger, facts, root_of, kind="expire", reason=cmd.reason,
-                           actor=cmd.actor, tx_at=tx_at, work=work,
-                           extra={"cutoff": cutoff, "window": windows.get(space)})
+        batched = nullcontext() if cmd.dry_run else ledger.index.removals_batched()
+        with batched:
+            _expire(ledger, cmd, cutoffs, windows, work, tx_at, expired, held, reasons)
         if expired and not cmd.dry_run:
             crash_point("erasure.before_commit")
     if expired and not cmd.dry_run:

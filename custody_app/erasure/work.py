@@ -68,3 +68,16 @@ def add_needles(sealed: bytes | None, text: str | None, work: ErasureWork,
             continue
         seen.add(leaf)
         work.add(raw, f"string {path}{of}")
+
+
+def add_text_needles(sealed: bytes | None, texts: dict[str, str] | None, work: ErasureWork,
+                     is_name: Callable[[str], bool], fact_id: str, seq: int) -> None:
+    """The byte strings of one event's sealed free text (DESIGN 13): the sealed bytes and each
+    text of 8 bytes or more (not one that names a subject or space)."""
+    where = f" of {fact_id} (seq {seq})"
+    if sealed:
+        work.add(bytes(sealed), f"sealed free text{where}")
+    for path, text in sorted((texts or {}).items()):
+        raw = text.encode("utf-8")
+        if len(raw) >= MIN_SCAN_BYTES and not is_name(text):
+            work.add(raw, f"{path}{where}")

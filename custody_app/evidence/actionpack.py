@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from custody_app.core.texts import text_record
 from custody_app.domain.chain import canonical
 from custody_app.domain.errors import LedgerError
 from custody_app.evidence.explain import QUESTIONS, account
@@ -24,7 +25,7 @@ ACTION_PACK_FORMAT = "custody-action-pack/1"
 
 def _record(ledger: LedgerCore, row: EventRow) -> dict[str, Any]:
     text = ledger.values.opener(row, json.loads(row.body)) if row.kind == "assert" else None
-    return event_record(row, text)
+    return event_record(row, text, text_record(ledger.db, ledger.texts, row.seq, row.body))
 
 
 def build_action_pack(ledger: LedgerCore, action_ref: str) -> dict[str, Any]:

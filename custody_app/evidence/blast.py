@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from custody_app.core.reads import require_fact
+from custody_app.core.texts import open_body
 from custody_app.domain.commands import Act
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import retraction_effect
@@ -21,6 +22,7 @@ from custody_app.evidence.readmodels import (
     ExplainResult,
 )
 from custody_app.keys.receipts import check_receipt
+from custody_app.keys.values import TextCodec
 from store import LedgerFile
 from store.rows import FactRow
 
@@ -144,11 +146,11 @@ def _fixpoint(db: LedgerFile, root: FactRow) -> tuple[dict[str, _Reach], dict[st
     return reached, sessions
 
 
-def _ended_by(db: LedgerFile, fact: FactRow) -> dict[str, Any] | None:
+def _ended_by(db: LedgerFile, texts: TextCodec, fact: FactRow) -> dict[str, Any] | None:
     """The first retract/reject/forget/expire of the fact, else the assert that superseded it."""
     for row in db.events.for_fact(fact.fact_id):
         if row.kind in ENDING_KINDS or row.kind == "confirm":
-            body = json.loads(row.body)
+            body = open_body(db, texts, row.seq, row.body)
             if row.kind in ("retract", "reject", "confirm") and \
                     not retraction_effect(row.kind, body)[0]:
                 continue  # a pending retraction, its discarding, or a plain confirm
@@ -189,7 +191,7 @@ def blast(ledger: LedgerCore, fact_id: str) -> BlastResult:
         serve_seqs = [q for s in sessions.values() for q in s.served.values()]
         times = {q: t for q, (_, t, _, _) in
                  _events(db, serve_seqs + [r.fact.assert_seq for r in reached.values()]).items()}
-        ended = _ended_by(db, root)
+        ended = _ended_by(db, ledger.texts, root)
     facts = sorted((r for r in reached.values() if r.via != "root"),
                    key=lambda r: (r.depth, r.fact.assert_seq))
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from custody_app.core.texts import text_record
 from custody_app.domain.chain import GENESIS, canonical
 from custody_app.domain.readmodels import ReadModel
 from custody_app.evidence.packs import event_record
@@ -52,7 +53,8 @@ def export(ledger: LedgerCore, path: str | Path, *, force: bool = False) -> Expo
         for row in ledger.db.events.iter_all():
             text = (ledger.values.opener(row, json.loads(row.body))
                     if row.kind == "assert" and row.value is not None else None)
-            record = event_record(row, text)
+            record = event_record(row, text,
+                                  text_record(ledger.db, ledger.texts, row.seq, row.body))
             record["line_hash"] = prev = line_hash(prev, record)
             # Canonical JSON, so the checker can tell that not one byte of a line changed.
             out.write(canonical(record) + "\n")

@@ -10,6 +10,7 @@ from typing import Any
 
 from custody_app.domain.chain import GENESIS, canonical, check_event, verify_chain
 from custody_app.domain.readmodels import ReadModel
+from custody_app.domain.sealed_text import BODY_KEY, Texts, text_commitment
 from custody_app.evidence.checkpoints import CheckpointAudit
 from custody_app.evidence.export import EXPORT_FORMAT, line_hash, trailer_statement
 from custody_app.keys import crypto
@@ -45,14 +46,37 @@ def _opened(row: EventRow, body: dict[str, Any]) -> str | None:
     return None if row.value is None else row.value.decode("utf-8")
 
 
+def _texts(record: dict[str, Any]) -> Texts | None:
+    text = record.get("text")
+    return text if isinstance(text, dict) else None
+
+
+def text_problem(record: dict[str, Any]) -> str | None:
+    """A packed or exported event's opened free text against the commitment its body holds
+    (nothing to check once erased: the text and its salt are null)."""
+    body = record.get("event")
+    blk = body.get(BODY_KEY) if isinstance(body, dict) else None
+    text, salt = record.get("text"), record.get("text_salt")
+    if blk is None or text is None:
+        return None
+    if (not isinstance(blk, dict) or not isinstance(text, dict) or not isinstance(salt, str)
+            or text_commitment(salt, text) != blk.get("commitment")):
+        return f"event {record.get('seq')} free text does not match its commitment"
+    return None
+
+
 def event_problem(record: Any) -> str | None:
-    """What is wrong with one event on its own: its hash, its mirrored fields, its value."""
+    """What is wrong with one event on its own: its hash, its mirrored fields, its value and
+    its free text."""
     try:
         row = to_row(record)
     except (KeyError, TypeError, ValueError) as exc:
         return f"an event is malformed ({exc!r})"
-    problem = check_event(row, row.prev_hash, row.seq, _opened)
-    return None if problem is None else problem
+    try:
+        return (check_event(row, row.prev_hash, row.seq, _opened, lambda r: _texts(record))
+                or text_problem(record))
+    except (TypeError, ValueError) as exc:
+        return f"event {row.seq} is malformed ({exc!r})"
 
 
 def events_problems(events: list[dict[str, Any]], problems: list[str],
@@ -133,13 +157,17 @@ def _verify_export(path: Path, pem: str | None) -> OfflineReport:
                                     "does not match its line hash")
                 return
             state["prev"] = expected
+            state["record"] = record
             try:
                 yield to_row(record)
             except (KeyError, TypeError, ValueError):
                 state["problem"] = f"line {number} (seq {record.get('seq')}) is not an event"
                 return
 
-    report = verify_chain(rows(), None, _opened, audit.check)
+    def extra(row: EventRow) -> str | None:
+        return audit.check(row) or text_problem(state["record"])
+
+    report = verify_chain(rows(), None, _opened, extra, lambda r: _texts(state["record"]))
     problems: list[str] = []
     bad_line = None
     if state["problem"] is not None:

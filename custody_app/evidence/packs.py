@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any, Literal
 
 from custody_app.core.reads import fact_view, history_rows, require_fact
+from custody_app.core.texts import open_body, text_record
 from custody_app.domain.chain import canonical
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
@@ -47,9 +48,11 @@ def pack_text(pack: EvidencePack) -> str:
     return canonical(pack.model_dump(mode="json")) + "\n"
 
 
-def event_record(row: EventRow, value_text: str | None) -> dict[str, Any]:
-    """One event as packs and exports carry it: the hashed body, its chain links, and (asserts)
-    the value with its salt, null where erased, so the commitment can be checked."""
+def event_record(row: EventRow, value_text: str | None,
+                 sealed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One event as packs and exports carry it: the hashed body, its chain links, (asserts)
+    the value with its salt, and (`sealed`: core.texts.text_record) its opened free text with
+    its salt, each null where erased, so the commitments can be checked."""
     record: dict[str, Any] = {"seq": row.seq, "kind": row.kind, "tx_at": row.tx_at,
                               "actor": row.actor, "policy_hash": row.policy_hash,
                               "fact_id": row.fact_id, "event": json.loads(row.body),
@@ -57,6 +60,7 @@ def event_record(row: EventRow, value_text: str | None) -> dict[str, Any]:
     if row.kind == "assert":
         record.update(subject=row.subject, salt=row.salt if value_text is not None else None,
                       value=None if value_text is None else json.loads(value_text))
+    record.update(sealed or {})
     return record
 
 
@@ -67,7 +71,7 @@ def signed_bytes(document: dict[str, Any]) -> bytes:
 
 def _record(ledger: LedgerCore, row: EventRow) -> dict[str, Any]:
     text = ledger.values.opener(row, json.loads(row.body)) if row.kind == "assert" else None
-    return event_record(row, text)
+    return event_record(row, text, text_record(ledger.db, ledger.texts, row.seq, row.body))
 
 
 def _cascade_events(db: LedgerFile, root: str) -> list[EventRow]:
@@ -133,7 +137,7 @@ def build_pack(ledger: LedgerCore, fact_id: str) -> EvidencePack:
         rows = history_rows(db, fact_id)
         events = [_record(ledger, r) for r in rows]
         holds = [{"kind": r.kind, "seq": r.seq, "tx_at": r.tx_at, "actor": r.actor,
-                  "reason": json.loads(r.body).get("reason")}
+                  "reason": open_body(db, ledger.texts, r.seq, r.body).get("reason")}
                  for r in rows if r.kind in ("hold", "release") and r.fact_id == fact_id]
         policies = []
         for h in sorted({r.policy_hash for r in rows}):

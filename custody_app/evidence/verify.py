@@ -12,6 +12,7 @@ from custody_app.domain.readmodels import VerifyResult
 from custody_app.evidence.checkpoints import CheckpointAudit
 from custody_app.evidence.integrity import EventAudit
 from custody_app.evidence.receipts import ReceiptAudit
+from custody_app.evidence.textaudit import TextAudit
 from store.rows import EventRow
 
 if TYPE_CHECKING:
@@ -38,10 +39,11 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
 
     events = EventAudit()
     receipts = ReceiptAudit(ledger)
+    texts = TextAudit(ledger)
 
     def extra(row: EventRow) -> str | None:
         return (audit.check(row) or receipts.check(row, opened.get(row.seq))
-                or events.check(row))
+                or texts.check(row) or events.check(row))
 
     # The fold keeps a row per fact alive for the whole walk: the cyclic collector would
     # rescan them all again and again (none of them forms a cycle), so it waits until the end.
@@ -50,11 +52,14 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     try:
         with ledger.db.read():
             audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
-            report = verify_chain(ledger.db.events.iter_all(), progress, opener, extra)
+            report = verify_chain(ledger.db.events.iter_all(), progress, opener, extra,
+                                  texts.texts_of)
             index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
             valid, bad, problem = report.valid, report.first_bad_seq, report.problem
             if valid:
-                bad, problem = events.finish(ledger)
+                bad, problem = texts.finish()
+                if problem is None:
+                    bad, problem = events.finish(ledger)
                 valid = problem is None
     finally:
         if collecting:

@@ -139,6 +139,7 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
         paused: Callable[[], bool] = source.paused
     else:
         lines, paused = _lines(stream), _never
+    ledger.db.limit_mmap(0)  # an ingest's RSS must not grow with the file (bench_memory.py)
     outcome = BatchOutcome()
     aliases = Aliases()
     pending: list[dict[str, Any]] = []

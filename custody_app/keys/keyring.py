@@ -13,6 +13,9 @@ from store.keystore import KeyStoreFile, open_keystore
 
 MASTER_ENV = "CUSTODY_MASTER_KEY"
 KEYSTORE_ENV = "CUSTODY_KEYSTORE"
+# Subjects whose refs and keys are cached (each cache is emptied when full): enough for a
+# group's working set, and at ~300 bytes an entry, an RSS that does not grow with the ledger.
+CACHED_SUBJECTS = 65_536
 
 
 def keystore_path_for(ledger_path: str | Path, keystore: str | Path | None = None) -> Path:
@@ -193,7 +196,7 @@ class KeyRing:
         """The peppered subject hash: names a subject without its plaintext."""
         ref = self._refs.get(subject)
         if ref is None:
-            if len(self._refs) > 1_000_000:
+            if len(self._refs) >= CACHED_SUBJECTS:
                 self._refs.clear()
             ref = self._refs[subject] = crypto.keyed_digest(self._slot("pepper"), "subject",
                                                             subject)
@@ -222,6 +225,8 @@ class KeyRing:
                 destroyed = erased_at
             _fence(subject, work_started, destroyed)
             generation, key, created = self._key_for_write(ref, now)
+            if len(self._live) >= CACHED_SUBJECTS:  # caches, bounded: RSS stays flat
+                self._live.clear()
             live = self._live[ref] = (generation, key, destroyed, created)
         _fence(subject, work_started, live[2])
         return live[0], live[1]
@@ -234,6 +239,8 @@ class KeyRing:
         key = crypto.new_key()
         self.store.add(ref, generation, crypto.wrap(self._master, key, f"data:{ref}:{generation}"),
                        now)
+        if len(self._cache) >= CACHED_SUBJECTS:
+            self._cache.clear()
         self._cache[(ref, generation)] = key
         return generation, key, now
 
@@ -248,6 +255,8 @@ class KeyRing:
 
     def _unwrap(self, ref: str, generation: int, wrapped: bytes | None) -> bytes:
         if (ref, generation) not in self._cache:
+            if len(self._cache) >= CACHED_SUBJECTS:
+                self._cache.clear()
             assert wrapped is not None
             self._cache[(ref, generation)] = crypto.unwrap(self._master, wrapped,
                                                           f"data:{ref}:{generation}")

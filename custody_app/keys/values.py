@@ -1,13 +1,62 @@
-"""Values at rest: sealed under the subject's data key, opened for reads and verification."""
+"""Values and free text at rest: sealed under the subject's data key, opened for reads and
+verification (free text bound to its fact, so it cannot move to another fact)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.sealed_text import Texts
 from custody_app.keys import crypto
 from custody_app.keys.keyring import KeyRing
 from store.rows import EventRow
+
+
+def _seal(keys: KeyRing | None, subject: str, data: bytes, bind: str, work_started: str,
+          now: str, erased_at: str | None) -> bytes:
+    """Seal under the subject's current key (the key fence applies); `erased_at`: the ledger's
+    latest erasure of the subject."""
+    if keys is None:
+        raise LedgerError("keystore_missing", "the key store is not available; cannot write")
+    generation, key = keys.key_for_write(subject, work_started, now, erased_at)
+    return crypto.seal(key, generation, data, bind)
+
+
+def _open(keys: KeyRing | None, subject_ref: str, blob: bytes | None, bind: str) -> bytes | None:
+    """The plaintext; None when erased or its key is gone. Raises DecryptError on tampering."""
+    if blob is None or keys is None:
+        return None
+    key = keys.key_for_read(subject_ref, crypto.sealed_generation(bytes(blob)))
+    return None if key is None else crypto.open_sealed(key, bytes(blob), bind)
+
+
+def _bind(fact_id: str) -> str:
+    # Associated data: a sealed text cannot move to another fact, nor pass for a sealed value.
+    return f"text:{fact_id}"
+
+
+class TextCodec:
+    """Seals an event's free text (JSON of field -> text) on write; opens it on read."""
+
+    def __init__(self, keys: KeyRing | None) -> None:
+        self.keys = keys
+
+    def seal(self, fact_id: str, subject: str, texts: Texts, *, work_started: str, now: str,
+             erased_at: str | None = None) -> bytes:
+        data = json.dumps(texts, ensure_ascii=False, sort_keys=True).encode("utf-8")
+        return _seal(self.keys, subject, data, _bind(fact_id), work_started, now, erased_at)
+
+    def open(self, fact_id: str, subject_ref: str, blob: bytes | None) -> Texts | None:
+        """The free text; None when erased or its key is gone. Raises DecryptError on tampering."""
+        data = _open(self.keys, subject_ref, blob, _bind(fact_id))
+        if data is None:
+            return None
+        opened = json.loads(data.decode("utf-8"))
+        if not isinstance(opened, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in opened.items()):
+            raise crypto.DecryptError("sealed free text is not a map of field to text")
+        return opened
 
 
 class ValueCodec:
@@ -15,23 +64,19 @@ class ValueCodec:
 
     def __init__(self, keys: KeyRing | None) -> None:
         self.keys = keys
+        # The free text about a fact is sealed under the same keys (read models open both).
+        self.texts = TextCodec(keys)
 
     def seal(self, fact_id: str, subject: str, value_text: str, *, work_started: str,
              now: str, erased_at: str | None = None) -> bytes:
         """Seal under the subject's key; `erased_at`: the ledger's latest erasure of it."""
-        if self.keys is None:
-            raise LedgerError("keystore_missing", "the key store is not available; cannot write")
-        generation, key = self.keys.key_for_write(subject, work_started, now, erased_at)
-        return crypto.seal(key, generation, value_text.encode("utf-8"), fact_id)
+        return _seal(self.keys, subject, value_text.encode("utf-8"), fact_id, work_started, now,
+                     erased_at)
 
     def open(self, fact_id: str, subject_ref: str, blob: bytes | None) -> str | None:
         """The canonical value text; None when erased or its key is gone. Raises on tampering."""
-        if blob is None or self.keys is None:
-            return None
-        key = self.keys.key_for_read(subject_ref, crypto.sealed_generation(bytes(blob)))
-        if key is None:
-            return None
-        return crypto.open_sealed(key, bytes(blob), fact_id).decode("utf-8")
+        data = _open(self.keys, subject_ref, blob, fact_id)
+        return None if data is None else data.decode("utf-8")
 
     def opener(self, row: EventRow, body: dict[str, Any]) -> str | None:
         """open() for an assert event row (what verification calls); also checks that a

@@ -3,13 +3,14 @@ queue oldest first, holds, erasure previews, retention, and the ledger's status.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
+from itertools import islice
 
 from custody_app.core import reads
 from custody_app.core.ledger_core import LedgerCore
+from custody_app.core.texts import open_body
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import PROVENANCES, Cause
 from custody_app.domain.readmodels import FactRef
@@ -165,12 +166,18 @@ class BrowseReads(LedgerCore):
         page_limit(limit)
         with self.db.read():
             items = []
-            rows = (self.db.browse.queue_matching_page(match, after_seq, limit) if match else
-                    self.db.browse.with_status_page("quarantined", after_seq, limit))
+            if match:  # the cause is sealed: claims are opened, then matched (one more: "more?")
+                found = list(islice(self._claims_matching(match, after_seq), limit + 1))
+                rows = [f for f, _ in found[:limit]] + ([found[limit][0]] if len(found) > limit
+                                                        else [])
+            else:
+                rows = self.db.browse.with_status_page("quarantined", after_seq, limit)
+            more = len(rows) > limit or (not match and len(rows) == limit)
+            rows = rows[:limit]
             for fact in rows:
                 event = self.db.events.get(fact.assert_seq)
                 assert event is not None
-                body = json.loads(event.body)
+                body = open_body(self.db, self.values.texts, event.seq, event.body)
                 old = self.db.facts.get(fact.supersedes) if fact.supersedes else None
                 items.append(ReviewItem(
                     fact=reads.fact_view(self.db, self.values, fact), assert_seq=fact.assert_seq,
@@ -179,15 +186,32 @@ class BrowseReads(LedgerCore):
                     else [], supersedes=_ref(old) if old else None))
             waiting = [r for r in self.pending_retractions() if _matches(r, match)] \
                 if after_seq == 0 else []
-        return ReviewPage(items=items,
-                          next_after=rows[-1].assert_seq if len(rows) == limit else None,
+        return ReviewPage(items=items, next_after=rows[-1].assert_seq if more and rows else None,
                           retractions=waiting)
+
+    def _claims_matching(self, match: str, after_seq: int) -> Iterator[tuple[FactRow, str]]:
+        """Claims waiting after `after_seq` whose writer, subject, predicate or cause (opened:
+        it is sealed) contains `match` in any case, oldest first, read 500 at a time."""
+        needle = match.lower()
+        while True:
+            rows = self.db.browse.with_status_page("quarantined", after_seq, MAX_PAGE)
+            for fact in rows:
+                event = self.db.events.get(fact.assert_seq)
+                assert event is not None
+                cause = open_body(self.db, self.values.texts, event.seq, event.body)["cause"]
+                text = "\x1f".join((fact.actor, fact.subject or "", fact.predicate,
+                                     f"{cause.get('kind', '')}:{cause.get('ref', '')}"))
+                if needle in text.lower():
+                    yield fact, fact.fact_id
+            if len(rows) < MAX_PAGE:
+                return
+            after_seq = rows[-1].assert_seq
 
     def review_matching(self, match: str) -> list[str]:
         """Ids of every claim waiting whose writer, subject, predicate or cause contains
         `match` (any case), oldest first: what a filtered queue's "mark all" marks."""
         with self.db.read():
-            return self.db.browse.queue_matching_ids(match)
+            return [fact_id for _, fact_id in self._claims_matching(match, 0)]
 
     def pending_retractions(self) -> list[PendingRetraction]:
         """Retractions of another writer's fact waiting for a reviewer, oldest first."""
@@ -209,7 +233,8 @@ class BrowseReads(LedgerCore):
                 items.append(HoldItem(
                     fact=reads.fact_view(self.db, self.values, fact), assert_seq=fact.assert_seq,
                     held_by=hold[2] if hold else None, held_at=hold[1] if hold else None,
-                    reason=json.loads(hold[3]).get("reason") if hold else None,
+                    reason=open_body(self.db, self.values.texts, hold[0], hold[3]).get("reason")
+                    if hold else None,
                     hold_seq=hold[0] if hold else None))
         return HoldPage(items=items,
                         next_after=rows[-1].assert_seq if len(rows) == limit else None)

@@ -11,6 +11,7 @@ from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel
 
+from custody_app.core import upgrade
 from custody_app.core.ledger_core import SYSTEM_ACTOR
 from custody_app.domain.commands import (
     Act,
@@ -280,6 +281,8 @@ class Ledger(BrowseReads, TimelineReads):
         try:
             if not ledger.readonly:
                 roll_forward(ledger)
+                # After the roll-forward: no text is sealed under a key about to be destroyed.
+                upgrade.seal_existing(ledger)
             if not ledger.readonly and ledger.db.erasure.pending():
                 ledger.finish_scrubs()
         except BaseException:

@@ -5,13 +5,13 @@ replacement instead of being blocked by it."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel
 
 from custody_app.core import reads
 from custody_app.core.ledger_core import SYSTEM_ACTOR, LedgerCore
+from custody_app.core.texts import open_body
 from custody_app.domain import lifecycle
 from custody_app.domain.commands import Confirm, Reject, Retract
 from custody_app.domain.errors import LedgerError
@@ -137,5 +137,6 @@ def pending_retractions(ledger: LedgerCore) -> list[tuple[int, FactRow, str, str
     for seq, fact_id, actor, tx_at, body in ledger.db.events.pending_retractions():
         fact = ledger.db.facts.get(fact_id)
         if fact is not None and fact.ended is None:
-            out.append((seq, fact, actor, tx_at, json.loads(body)))
+            out.append((seq, fact, actor, tx_at,
+                        open_body(ledger.db, ledger.texts, seq, body)))
     return out

@@ -3,10 +3,10 @@ what the terminal app's live timeline pages through."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from custody_app.core.ledger_core import LedgerCore
+from custody_app.core.texts import open_body
 from custody_app.ledger.browse import page_limit
 from custody_app.ledger.readmodels import TimelineEvent, TimelinePage
 
@@ -31,7 +31,7 @@ class TimelineReads(LedgerCore):
 
     def _timeline_event(self, row: tuple[object, ...]) -> TimelineEvent:
         seq, kind, tx_at, actor, fact_id, subject, predicate, body, blob, status = row
-        data: dict[str, Any] = json.loads(str(body))
+        data = open_body(self.db, self.values.texts, int(str(seq)), str(body))  # reasons sealed
         value = None
         if kind == "assert" and isinstance(fact_id, str) and isinstance(subject, str):
             opened = self.values.open_subject(fact_id, subject,

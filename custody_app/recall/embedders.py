@@ -40,9 +40,9 @@ class Embedder(Protocol):
         ...
 
 
-@lru_cache(maxsize=100_000)
 def _ngrams(word: str) -> tuple[int, ...]:
-    """Hashed character 3-, 4- and 5-grams of one word (words repeat, so this is cached)."""
+    """Hashed character 3-, 4- and 5-grams of one word (cached as `_ngram_array`: a second
+    cache of the same n-grams as tuples held ~40 MB once full)."""
     padded = f"<{word}>"
     return tuple(zlib.crc32(padded[i:i + n].encode())
                  for n in (3, 4, 5) for i in range(len(padded) - n + 1))

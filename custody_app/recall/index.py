@@ -4,7 +4,8 @@ kept equal to the believed facts in the transaction of each event that changes b
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -26,8 +27,15 @@ STATUS_TOKEN = {"live": "zslive", "quarantined": "zsquarantined"}
 # their fixed costs, while a group's end (or the op that reaches this) stays one short write
 # (~0.3 ms per fact here, so ~20 ms), not the indexing of a whole group of 1,000.
 FLUSH_AT = 64
+# Removals and status moves are written after the adds waiting with them, this many at most
+# at once: a secure-delete FTS5 delete of a fact (~40 distinct word hashes) costs 3-5 ms at 10k
+# facts here (charged to the next statement, when FTS5 writes its pending changes out), so a
+# flush of 16 stays well under the 100 ms a single write may take.
+MOVE_AT = 16
 # A fact waiting to be indexed: the fact, its index status, the text recall matches it on.
 Pending = tuple[FactRow, str, str]
+# What a savepoint restores: the adds, the removals and the status moves not yet written.
+Deferred = tuple[dict[int, Pending], set[int], dict[int, tuple[str, str]]]
 
 
 class RecallIndex:
@@ -48,6 +56,31 @@ class RecallIndex:
         # Adds not yet written, by assert seq: (fact, index status, its text); flushed before
         # commit and before any read of the index rows.
         self._pending: dict[int, Pending] = {}
+        # Rows to delete, and rows to move to (status, scope), written with the adds (FTS5 is
+        # far cheaper when a transaction's deletes do not come between its inserts).
+        self._removed: set[int] = set()
+        self._moved: dict[int, tuple[str, str]] = {}
+        # Inside `removals_batched`: removals wait for its end, not for MOVE_AT.
+        self._batching = False
+
+    @contextmanager
+    def removals_batched(self) -> Iterator[None]:
+        """Removals from the indexes inside this block are written together when it ends (an
+        erasure of many facts: one statement per table, not a secure delete per fact). Used
+        inside one write transaction; on an error nothing is written here and the caller's
+        transaction restores what was deferred."""
+        if self._batching:
+            yield
+            return
+        self._batching = True
+        try:
+            yield
+            removed, self._removed = sorted(self._removed), set()
+            if removed:
+                self.db.recall.remove_many(removed)
+                self.cells.added(-len(removed))
+        finally:
+            self._batching = False
 
     def key(self) -> bytes:
         """The key of the lexical index's word hashes."""
@@ -85,9 +118,13 @@ class RecallIndex:
                                                                 fact.subject, key)))
         return sorted(rows)
 
-    def _index_many(self, pending: list[Pending]) -> None:
-        """Index (fact, status, text) rows: one embed call for all, one executemany each."""
+    def _index_many(self, pending: list[Pending], removed: list[int] | None = None,
+                    moved: list[tuple[int, str, str]] | None = None) -> None:
+        """Index (fact, status, text) rows: one embed call for all, one executemany each; the
+        rows `removed` and `moved` (seq, status, scope) are written in the same batch."""
         if not pending:
+            if removed or moved:
+                self.db.recall.apply(removed or [], moved or [], [], [])
             return
         key = self.key()
         vectors = self.embedder.embed([body for _, _, body in pending])
@@ -98,13 +135,21 @@ class RecallIndex:
             vectors = vectors.copy()
             vectors[off] = (vectors[off] / norms[off, None]).astype(np.float32)
         cells = self.cells.cells_for(vectors)
-        lexical, vector = [], []
+        gone = set(removed or ())
+        # [0]: rows inserted at once; [1]: rows of facts also removed in this batch (a hold and
+        # its release in one group), inserted after the delete of their old rows.
+        lexical: tuple[list[tuple[int, str, str]], ...] = ([], [])
+        vector: tuple[list[tuple[int, int, bytes, str, str, str, str]], ...] = ([], [])
         for (fact, status, body), vec, cell in zip(pending, vectors, cells, strict=True):
+            late = fact.assert_seq in gone
             terms = " ".join(text.term(key, w) for w in text.words(body))
-            lexical.append((fact.assert_seq, terms, self.scope(status, fact.space, fact.subject)))
-            vector.append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
-                           self.subject_ref(fact.subject), self.embedder.name))
-        self.db.recall.add_many(lexical, vector)
+            lexical[late].append((fact.assert_seq, terms,
+                                  self.scope(status, fact.space, fact.subject)))
+            vector[late].append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
+                                 self.subject_ref(fact.subject), self.embedder.name))
+        self.db.recall.add_many(lexical[0], vector[0])
+        if removed or moved or lexical[1]:
+            self.db.recall.apply(removed or [], moved or [], lexical[1], vector[1])
 
     def after_commit(self) -> None:
         """A write transaction committed: start a re-clustering in the background if due."""
@@ -121,30 +166,42 @@ class RecallIndex:
     def close(self) -> None:
         self.maintenance.close()
 
-    def pending(self) -> dict[int, Pending]:
-        """A copy of the adds not yet written (a savepoint restores it if it rolls back)."""
-        return dict(self._pending)
+    def pending(self) -> Deferred:
+        """A copy of the changes not yet written (a savepoint restores it if it rolls back)."""
+        return dict(self._pending), set(self._removed), dict(self._moved)
 
-    def restore(self, pending: dict[int, Pending]) -> None:
-        self._pending = pending
+    def restore(self, pending: Deferred) -> None:
+        self._pending, self._removed, self._moved = pending
 
-    def flush(self) -> None:
-        """Write the adds deferred by `sync`: before the transaction commits, and before anything
-        on this connection reads or changes the index rows."""
-        if not self._pending:
+    def _waiting(self) -> int:
+        return len(self._pending) + len(self._removed) + len(self._moved)
+
+    def flush(self, *, adds_only: bool = False) -> None:
+        """Write the changes deferred by `sync`: before the transaction commits, and before
+        anything on this connection reads or changes the index rows. `adds_only`: only the new
+        rows (of facts not also removed), as a large group goes along."""
+        if not self._waiting():
             return
-        batch, self._pending = self._pending, {}
+        saved = self.pending()
+        removed: set[int] = set()
+        moved: dict[int, tuple[str, str]] = {}
+        if adds_only:
+            batch = {s: p for s, p in self._pending.items() if s not in self._removed}
+            self._pending = {s: p for s, p in self._pending.items() if s in self._removed}
+        else:
+            batch, removed, moved = saved
+            self._pending, self._removed, self._moved = {}, set(), {}
         try:
-            self._index_many(list(batch.values()))
+            self._index_many(list(batch.values()), sorted(removed),
+                             [(seq, *moved[seq]) for seq in sorted(moved)])
         except BaseException:
-            self._pending = batch  # the caller's savepoint decides what stands
+            self.restore(saved)  # the caller's savepoint decides what stands
             raise
-        self.cells.added(len(batch))
+        self.cells.added(len(batch) - len(removed))
 
     def sync(self, changes: list[tuple[FactRow, str | None]], fresh: dict[str, str]) -> None:
         """Keep the indexes equal to the believed facts, in the transaction of the event that
         changed belief. `fresh` holds value texts just written (no need to decrypt them)."""
-        delta = 0
         for fact, old in changes:
             want = INDEXED.get(fact.status)
             had = INDEXED.get(old) if old is not None else None
@@ -152,23 +209,23 @@ class RecallIndex:
                 continue
             seq = fact.assert_seq
             if want is None:
+                self._moved.pop(seq, None)
                 if self._pending.pop(seq, None) is None:  # a pending row was never written
-                    self.db.recall.remove(seq)
-                    delta -= 1
+                    self._removed.add(seq)
             elif had is None:
                 value_text = fresh.get(fact.fact_id) or self.stored_text(fact)
                 if value_text is not None:
                     # Deferred: a transaction group embeds and inserts its facts together.
                     self._pending[seq] = (fact, want, text.fact_text(
                         fact.subject, fact.predicate, json.loads(value_text)))
-                    if len(self._pending) >= FLUSH_AT:
-                        self.flush()
             elif seq in self._pending:
                 self._pending[seq] = (fact, want, self._pending[seq][2])
             else:
-                self.db.recall.set_status(seq, want, self.scope(want, fact.space, fact.subject))
-        if delta:
-            self.cells.added(delta)
+                self._moved[seq] = (want, self.scope(want, fact.space, fact.subject))
+        if not self._batching and len(self._removed) + len(self._moved) >= MOVE_AT:
+            self.flush()
+        elif len(self._pending) >= FLUSH_AT:
+            self.flush(adds_only=True)
 
     def stored_text(self, fact: FactRow) -> str | None:
         """The fact's value as canonical JSON text; None when erased or its key is gone."""
@@ -184,7 +241,7 @@ class RecallIndex:
         indexed."""
         self.db.recall.create(self.embedder.name, self.embedder.dimensions)
         believed = [f for status in INDEXED for f in self.db.facts.with_status(status)]
-        self._pending = {}
+        self._pending, self._removed, self._moved = {}, set(), {}
         batch: list[Pending] = []
         for n, fact in enumerate(sorted(believed, key=lambda f: f.assert_seq), start=1):
             value_text = self.stored_text(fact)

@@ -37,11 +37,11 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     moving = db.recall.moving_below()
     if not moving:
         with db.read():
-            where = db.recall.vector_cells()
+            where = db.recall.vector_seqs()
         if len(where) < policy.policy.recall.ann_min_facts:
             return 0
         rng = random.Random(len(where))
-        picked = rng.sample([s for s, _ in where], min(SAMPLE, len(where)))
+        picked = rng.sample(where, min(SAMPLE, len(where)))
         with db.read():
             sample = np.stack([np.frombuffer(b, dtype=np.float32)
                                for _, b in db.recall.vectors_of(picked)])
@@ -54,7 +54,7 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     with db.read():
         rows = db.recall.cells()
         # Every vector in an old cell now; later writes already go to the new cells.
-        todo = [s for s, c in db.recall.vector_cells() if c < moving]
+        todo = db.recall.vector_seqs(below=moving)
     new = [(c, np.frombuffer(b, dtype=np.float32)) for c, b in rows if c >= moving]
     ids = np.asarray([c for c, _ in new], dtype=np.int64)
     matrix: Matrix = np.stack([v for _, v in new])
@@ -109,6 +109,7 @@ class Maintenance:
     def _run(self) -> None:
         try:
             db = open_ledger(self.path)
+            db.limit_mmap(0)  # it reads every vector once: mapped, they would all stay in RSS
             try:
                 recluster(db, self.policy, progress=self._note, stop=self._stop,
                           held_ms=self.held_ms)

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from custody_app.domain.readmodels import EventView, FactView, HistoryResult, WhyResult
+from custody_app.domain.sealed_text import ERASED_TEXT
 from custody_app.ledger.readmodels import BeliefView
 
 # C0, DEL, C1 and the bidirectional overrides and isolates (DESIGN 13, "Files and output").
@@ -49,7 +50,10 @@ def story(why: WhyResult, ledger: str) -> list[str]:
     the policy by hash, and the commands to go further."""
     f, created = why.fact, why.created_by
     cause = f"{why.cause.kind} {plain(why.cause.ref)}"
-    if why.cause.detail:
+    if why.cause.ref == ERASED_TEXT:
+        cause = f"{why.cause.kind} (ref: {ERASED_TEXT}" + (
+            f", detail: {ERASED_TEXT})" if why.cause.detail else ")")
+    elif why.cause.detail:
         cause += f' ("{plain(why.cause.detail)}")'
     valid = f"valid from {f.valid_from}" + (f" to {f.valid_to}" if f.valid_to else "")
     lines = [f"{f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = {value_text(f.value, None)}",

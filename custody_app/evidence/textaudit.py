@@ -1,0 +1,85 @@
+"""What verify proves of sealed free text: each event's sealed text opens and matches its
+commitment; an erased one only with a forget or expire of its fact; no stray rows; and the
+bodies the schema upgrade rewrote are exactly those its `seal_text` event vouches for."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from custody_app.core.texts import opened_texts, text_problem
+from custody_app.domain.sealed_text import BODY_KEY, Texts, is_upgraded, upgrade_digest
+from store.rows import EventRow
+
+if TYPE_CHECKING:
+    from custody_app.core.ledger_core import LedgerCore
+
+
+class TextAudit:
+    """Fed every event in seq order during the chain walk; `finish` checks what is left."""
+
+    def __init__(self, ledger: LedgerCore) -> None:
+        self.db = ledger.db
+        self.codec = ledger.texts
+        self.erased_facts: set[str] = set()
+        self.erased_texts: dict[int, str] = {}
+        self.sealed: set[int] = set()
+        self.upgraded: list[tuple[int, str]] = []
+        self.upgrade_seq: int | None = None
+        self._opened: tuple[int, Texts | None] = (0, None)
+
+    def texts_of(self, row: EventRow) -> Texts | None:
+        """The opened free text the chain check rebuilds an upgraded event's old body from."""
+        try:
+            texts = opened_texts(self.db, self.codec, row.seq)
+        except Exception:  # a tampered text: check() names it
+            texts = None
+        self._opened = (row.seq, texts)
+        return texts
+
+    def check(self, row: EventRow) -> str | None:
+        if row.kind in ("forget", "expire") and row.fact_id is not None:
+            self.erased_facts.add(row.fact_id)
+        if row.kind == "seal_text":
+            return self._check_upgrade(row)
+        if f'"{BODY_KEY}"' not in row.body:
+            return None
+        body: dict[str, Any] = json.loads(row.body)
+        if BODY_KEY not in body:
+            return None
+        self.sealed.add(row.seq)
+        if is_upgraded(body):
+            if self.upgrade_seq is not None:
+                return f"event {row.seq} claims to be sealed by the upgrade at seq " \
+                       f"{self.upgrade_seq}, which came before it"
+            self.upgraded.append((row.seq, row.body))
+        problem, erased = text_problem(self.db, self.codec, row.seq, row.fact_id, body)
+        if erased and row.fact_id is not None:
+            self.erased_texts[row.seq] = row.fact_id
+        return problem
+
+    def _check_upgrade(self, row: EventRow) -> str | None:
+        body = json.loads(row.body)
+        if self.upgrade_seq is not None:
+            return f"event {row.seq} is a second schema upgrade of free text"
+        self.upgrade_seq = row.seq
+        if body.get("events") != len(self.upgraded) or body.get("digest") != upgrade_digest(
+                self.upgraded):
+            return (f"the upgrade at seq {row.seq} vouches for {body.get('events')} rewritten "
+                    f"event(s), but {len(self.upgraded)} before it do not match what it "
+                    "recorded: an upgraded event was edited")
+        return None
+
+    def finish(self) -> tuple[int | None, str | None]:
+        for seq, fact_id in self.erased_texts.items():
+            if fact_id not in self.erased_facts:
+                return seq, (f"event {seq} (fact {fact_id}) has no sealed free text, but no "
+                             "forget or expire event erased it")
+        if self.upgraded and self.upgrade_seq is None:
+            seq = self.upgraded[0][0]
+            return seq, (f"event {seq} claims to be sealed by a schema upgrade, but no upgrade "
+                         "event vouches for it")
+        for seq in self.db.texts.seqs():
+            if seq not in self.sealed:
+                return seq, f"sealed free text row {seq} belongs to no event that commits to it"
+        return None, None
