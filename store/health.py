@@ -16,6 +16,7 @@ from store.erasure import ErasureStore
 from store.errors import NotALedger, StoreError
 from store.keystore import _MIGRATIONS as KEYSTORE_MIGRATIONS
 from store.keystore import GET_META, KEYSTORE_APPLICATION_ID
+from store.recall import RecallStore
 from store.schema import APPLICATION_ID, MIGRATIONS
 from store.scrub import wal_path
 
@@ -150,6 +151,13 @@ class Inspection:
         if not self.has_table("ledger_meta"):
             return []
         return ErasureStore(self.conn).leaks()
+
+    @_translated
+    def recall_maintenance_error(self) -> str | None:
+        """Why the last background re-clustering of the recall cells failed, if it did."""
+        if not self.has_table("ledger_meta"):
+            return None
+        return RecallStore(self.conn).maintenance_error()
 
     @_translated
     def last_subject(self) -> tuple[int, str, str] | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from functools import cache
+from typing import Any
 
 import apsw
 
@@ -171,6 +173,14 @@ class FactStore:
         states = [StateRow(*r) for r in self._conn.execute(ALL_STATES)]
         sources = [(str(a), str(b)) for a, b in self._conn.execute(ALL_SOURCES)]
         return facts, states, sources
+
+    def dump_rows(self) -> tuple[Iterator[tuple[Any, ...]], ...]:
+        """The same rows in the same order as `dump`, as plain tuples read lazily (verify
+        compares them one by one and never holds the stored projection whole)."""
+        return tuple(self._lazy(sql) for sql in (ALL_FACTS, ALL_STATES, ALL_SOURCES))
+
+    def _lazy(self, sql: str) -> Iterator[tuple[Any, ...]]:
+        yield from self._conn.execute(sql)
 
     def replace_all(
         self, facts: list[FactRow], states: list[StateRow], sources: list[tuple[str, str]]

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import apsw
 
 from store.errors import StoreFull
+from store.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
 # for status, space and subject tokens so filters act inside the MATCH, not after the limit.
@@ -44,9 +45,6 @@ VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, cell, embedding, status, space, 
 VEC_ALL = "SELECT fact_seq, embedding, status, space, subject_ref, embedder FROM recall_vec"
 CELLS_CREATE = ("CREATE TABLE IF NOT EXISTS recall_cells(cell INTEGER PRIMARY KEY, "
                 "centroid BLOB NOT NULL)")
-CELLS_ALL = "SELECT cell, centroid FROM recall_cells ORDER BY cell"
-CELLS_INSERT = "INSERT INTO recall_cells(cell, centroid) VALUES (?, ?)"
-CELLS_DROP_BELOW = "DELETE FROM recall_cells WHERE cell < ?"
 VEC_CELLS = "SELECT fact_seq, cell FROM recall_vec"
 VEC_META_ONE = "SELECT cell, status, space, subject_ref, embedder FROM recall_vec WHERE fact_seq = ?"
 VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
@@ -57,11 +55,9 @@ VEC_STATUS = "UPDATE recall_vec SET status = ? WHERE fact_seq = ?"
 VEC_COUNT = "SELECT count(*) FROM recall_vec"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
-META_GET = "SELECT value FROM ledger_meta WHERE key = ?"
-META_PUT = "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES (?, ?)"
 
 
-class RecallStore:
+class RecallStore(RecallMeta):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
     def __init__(self, conn: apsw.Connection) -> None:
@@ -99,32 +95,6 @@ class RecallStore:
         self._conn.executemany(FTS_INSERT, rows)
         self._freq.clear()
 
-    def _new_cells(self, clustered_on: int) -> None:
-        """Record that the cells changed (readers reload their centroids) and how many vectors
-        they were clustered on (0: not clustered)."""
-        self._conn.execute(META_PUT, ("recall_cells_version", str(int(self.cells_version()) + 1)))
-        self._conn.execute(META_PUT, ("recall_cells_n", str(clustered_on)))
-        self._conn.execute(META_PUT, ("recall_cells_moving", "0"))
-
-    def moving_below(self) -> int:
-        """While cells are re-clustered off the write path: cells below this id are the old
-        ones, still being emptied (0: no re-clustering under way)."""
-        row = self._conn.execute(META_GET, ("recall_cells_moving",)).fetchone()
-        return int(row[0]) if row else 0
-
-    def begin_moving(self, base: int, centroids: list[bytes]) -> None:
-        """Add new cells (ids from `base`) beside the old ones; writers use only the new ones
-        from now on, searches read every cell until the old ones are empty."""
-        self._conn.executemany(CELLS_INSERT, [(base + i, c) for i, c in enumerate(centroids)])
-        self._conn.execute(META_PUT, ("recall_cells_moving", str(int(base))))
-        self._conn.execute(META_PUT, ("recall_cells_version", str(int(self.cells_version()) + 1)))
-
-    def end_moving(self, clustered_on: int) -> None:
-        """The old cells are empty: drop their centroids."""
-        self._conn.execute(CELLS_DROP_BELOW, (self.moving_below(),))
-        self._conn.execute(META_PUT, ("recall_cells_moving", "0"))
-        self._new_cells(clustered_on)
-
     def vector_cells(self) -> list[tuple[int, int]]:
         """(fact_seq, cell) of every vector."""
         return [(int(s), int(c)) for s, c in self._conn.execute(VEC_CELLS)]
@@ -149,7 +119,8 @@ class RecallStore:
         """Move those of `vectors` whose row is still in a cell below `below` into the cell
         `cell_of` gives (inside the caller's transaction; status and the other columns are
         read afresh here). A vec0 DELETE zeroes the old slot in place, so no copy of a moved
-        vector stays behind. Returns how many moved."""
+        vector stays behind. Only the cell changes, so the version token is kept (an
+        in-process copy of the vectors stays valid). Returns how many moved."""
         rows = []
         for seq, vector in vectors:
             row = self._conn.execute(VEC_META_ONE, (seq,)).fetchone()
@@ -160,11 +131,8 @@ class RecallStore:
         self._insert_vectors(rows)
         return len(rows)
 
-    def clustered_on(self) -> int:
-        row = self._conn.execute(META_GET, ("recall_cells_n",)).fetchone()
-        return int(row[0]) if row else 0
-
     def _create_vec(self, dimensions: int) -> None:
+        self._bump()
         self._conn.execute("DROP TABLE IF EXISTS recall_vec")
         self._conn.execute("DROP TABLE IF EXISTS recall_cells")
         self._conn.execute(CELLS_CREATE)
@@ -180,14 +148,6 @@ class RecallStore:
             # 1024 that cost 200 us per 1024-dim insert here.
             "subject_ref text, +embedder text, chunk_size=256)")
 
-    def cells(self) -> list[tuple[int, bytes]]:
-        """The k-means centroids the vectors are partitioned by (none: one cell, exact search)."""
-        return [(int(c), bytes(b)) for c, b in self._conn.execute(CELLS_ALL)]
-
-    def cells_version(self) -> str:
-        row = self._conn.execute(META_GET, ("recall_cells_version",)).fetchone()
-        return str(row[0]) if row else "0"
-
     def repartition(self, dimensions: int, centroids: list[bytes],
                     rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
         """Replace the vector table with `rows` (fact_seq, cell, vector, status, space,
@@ -198,6 +158,18 @@ class RecallStore:
         self._insert_vectors(rows)
         self._new_cells(len(rows))
 
+    def iter_vectors(self, chunk: int = 4096) -> Iterator[list[tuple[int, bytes, str, str, str, str]]]:
+        """Every row of the vector index as `vectors` gives them, `chunk` rows at a time (a
+        reader copying them elsewhere never holds them all as Python objects at once)."""
+        rows: list[tuple[int, bytes, str, str, str, str]] = []
+        for r in self._conn.execute(VEC_ALL):
+            rows.append((int(r[0]), bytes(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5])))
+            if len(rows) == chunk:
+                yield rows
+                rows = []
+        if rows:
+            yield rows
+
     def vectors(self) -> list[tuple[int, bytes, str, str, str, str]]:
         """Every row of the vector index: (fact_seq, vector, status, space, subject_ref,
         embedder)."""
@@ -205,15 +177,18 @@ class RecallStore:
                 for r in self._conn.execute(VEC_ALL)]
 
     def add(self, fact_seq: int, terms: str, scope: str, cell: int, vector: bytes, status: str,
-            space: str, subject_ref: str, embedder: str) -> None:
+            space: str, subject_ref: str, embedder: str) -> tuple[str, str]:
         self._conn.execute(FTS_INSERT, (fact_seq, terms, scope))
         self._insert_vectors([(fact_seq, cell, vector, status, space, subject_ref, embedder)])
+        return self._bump()
 
     def add_many(self, lexical: list[tuple[int, str, str]],
-                 vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
-        """Several facts at once: (fact_seq, terms, scope) and the vector rows."""
+                 vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> tuple[str, str]:
+        """Several facts at once: (fact_seq, terms, scope) and the vector rows. Returns the
+        vector table's version tokens (before, after)."""
         self._conn.executemany(FTS_INSERT, lexical)
         self._insert_vectors(vectors)
+        return self._bump()
 
     def _insert_vectors(self, rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
         try:
@@ -229,7 +204,7 @@ class RecallStore:
 
     def apply(self, removed: list[int], restatus: list[tuple[int, str, str]],
               lexical: list[tuple[int, str, str]],
-              vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+              vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> tuple[str, str]:
         """A batch of index changes: facts `removed`, facts moved to a (status, scope), and new
         rows of facts removed in the same batch. The deletes go first, the inserts after them in
         rowid order (FTS5 writes its pending rows out when an insert goes below the last rowid
@@ -245,19 +220,22 @@ class RecallStore:
         self._conn.executemany(FTS_INSERT, sorted([*moved, *lexical]))
         if vectors:
             self._insert_vectors(vectors)
+        return self._bump()
 
-    def remove(self, fact_seq: int) -> None:
+    def remove(self, fact_seq: int) -> tuple[str, str]:
         self._conn.execute(FTS_DELETE, (fact_seq,))
         self._conn.execute(VEC_DELETE, (fact_seq,))
+        return self._bump()
 
-    def remove_many(self, fact_seqs: list[int]) -> None:
+    def remove_many(self, fact_seqs: list[int]) -> tuple[str, str]:
         """Remove several facts from both indexes (inside the caller's transaction). Many at
         once: plain FTS5 deletes (delete markers) and then an 'optimize', which merges every
         segment into one without the deleted rows, so no token of them stays in the index, as
         with secure-delete; the old segment rows are freed, and secure_delete zeroes them."""
         rows = [(seq,) for seq in fact_seqs]
         if not rows:
-            return
+            version = self.vec_version()
+            return version, version
         bulk = False
         if len(rows) >= BULK_REMOVE_MIN:
             indexed = self._conn.execute(FTS_ROWS).fetchone()
@@ -271,14 +249,16 @@ class RecallStore:
             self._conn.executemany(FTS_DELETE, rows)
         self._conn.executemany(VEC_DELETE, rows)
         self._freq.clear()
+        return self._bump()
 
-    def set_status(self, fact_seq: int, status: str, scope: str) -> None:
+    def set_status(self, fact_seq: int, status: str, scope: str) -> tuple[str, str]:
         """Move an indexed fact between live and quarantined in both indexes."""
         row = self._conn.execute(FTS_TERMS, (fact_seq,)).fetchone()
         if row is not None:
             self._conn.execute(FTS_DELETE, (fact_seq,))
             self._conn.execute(FTS_INSERT, (fact_seq, row[0], scope))
         self._conn.execute(VEC_STATUS, (status, fact_seq))
+        return self._bump()
 
     def doc_freq(self, terms: list[str]) -> dict[str, int] | None:
         """How many indexed facts contain each term (None when the vocabulary is missing).

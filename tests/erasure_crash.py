@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -76,16 +75,35 @@ class Trial:
     killed: bool
     outcome: str  # "whole", "none", or a problem
     acked: bool
+    landed: str = "after"  # "before" the erasure began, "mid" (begun, not returned), "after"
 
 
-def run_child(kind: str, path: Path, *, point: str | None = None,
-              delay: float | None = None) -> tuple[bool, list[str], float]:
-    """Run the child; kill it `delay` seconds after its `go` line (or let `point` kill it).
-    Returns (was it killed, its stdout lines, seconds from `go` to its exit)."""
+def landed(killed: bool, lines: list[str]) -> str:
+    """Where a kill fell: the child prints `go` just before the erasure and `done` as soon as it
+    returns, so a kill between the two stopped it mid-way."""
+    if not killed or any(ln.startswith("done") for ln in lines):
+        return "after"
+    return "mid" if "go" in lines else "before"
+
+
+def erasure_seconds(lines: list[str]) -> float | None:
+    """The erasure's own duration, as the unkilled child measured it."""
+    done = [ln for ln in lines if ln.startswith("done ")]
+    return float(done[0].split()[1]) if done else None
+
+
+def run_child(kind: str, path: Path, *, point: str | None = None, delay: float | None = None,
+              inside: float | None = None) -> tuple[bool, list[str], float]:
+    """Run the child; kill it `delay` seconds after its `go` line (or let `point` kill it, or
+    its own timer `inside` seconds into the erasure). Returns (was it killed, its stdout lines,
+    seconds from `go` to its exit)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("CUSTODY_FAULT", None)
+    env.pop("CRASH_KILL_AFTER", None)
     if point is not None:
         env["CUSTODY_FAULT"] = point
+    if inside is not None:
+        env["CRASH_KILL_AFTER"] = f"{inside:.6f}"
     proc = subprocess.Popen([sys.executable, "-m", "tests.erasure_crash_child", kind, str(path)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -180,16 +198,12 @@ def _all_ids(led: Ledger) -> list[str]:
 
 
 def trial(kind: str, base: Path, work: Path, n: int, *, point: str | None = None,
-          delay: float | None = None) -> Trial:
+          delay: float | None = None, inside: float | None = None) -> Trial:
     target = work / f"{kind}-{n}.db"
     copy_base(base, target)
-    killed, lines, _ = run_child(kind, target, point=point, delay=delay)
+    killed, lines, _ = run_child(kind, target, point=point, delay=delay, inside=inside)
     outcome, acked = check(kind, target, lines)
     for extra in ("", "-wal", "-shm", ".keys", ".keys.master", ".crash.json", ".keys-journal"):
         Path(f"{target}{extra}").unlink(missing_ok=True)
-    return Trial(kind, point, delay, killed, outcome, acked)
-
-
-def random_delays(count: int, longest: float, seed: int) -> list[float]:
-    rng = random.Random(seed)
-    return [rng.uniform(0, longest) for _ in range(count)]
+    return Trial(kind, point, delay if inside is None else inside, killed, outcome, acked,
+                 landed(killed, lines))

@@ -24,7 +24,7 @@ from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import CAUSE
 
 NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "pending-scrubs",
-         "erasure-leaks",
+         "erasure-leaks", "recall-maintenance",
          "key-store", "master-key", "forget-key", "signing-key", "keys-match",
          "integrity", "erasure-half-state"]
 STRIPPED = ("CUSTODY_LEDGER", "CUSTODY_POLICY", "CUSTODY_KEYSTORE", "CUSTODY_MASTER_KEY")

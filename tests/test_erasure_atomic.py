@@ -24,6 +24,7 @@ def test_a_kill_at_each_commit_boundary_leaves_all_or_nothing(
         base: Path, tmp_path: Path, kind: str, point: str) -> None:
     t = trial(kind, base, tmp_path, 0, point=point)
     assert t.killed, f"{kind} never reached {point}"
+    assert t.landed == "mid", f"the kill at {point} did not stop {kind} mid-way"
     assert t.outcome in ("whole", "none"), t.outcome
     assert t.acked
     # Killed before its ledger commit: nothing; after it: the whole erasure.

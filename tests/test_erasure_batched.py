@@ -56,9 +56,9 @@ def test_a_big_sweep_takes_the_bulk_path_and_leaves_no_token_of_its_facts(make_e
     calls: list[int] = []
     original = store_recall.RecallStore.remove_many
 
-    def spy(self: store_recall.RecallStore, seqs: list[int]) -> None:
+    def spy(self: store_recall.RecallStore, seqs: list[int]) -> tuple[str, str]:
         calls.append(len(seqs))
-        original(self, seqs)
+        return original(self, seqs)
 
     with patch.object(store_recall.RecallStore, "remove_many", spy):
         res = env.ledger.sweep(before="2026-09-02T00:00:00Z", actor=DPO)

@@ -11,8 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from custody_app.ledger.facade import Ledger
+from custody_app.recall import matrix
 from custody_app.recall.text import fact_text
 from tests.conftest import CAUSE, WRITER, Env, day, ledger_bytes
 from tests.test_recall import ids, index_clean, vector_slices
@@ -22,6 +24,12 @@ LOW = DEFAULT.replace("ann_min_facts = 20000", "ann_min_facts = 100")
 WORDS = ("amber basalt cobalt dune ember fjord glacier harbor iris juniper kelp lagoon meadow "
          "nebula orchid prairie quartz reef saffron tundra umber valley willow xenon yarrow "
          "zephyr").split()
+
+
+@pytest.fixture(autouse=True)
+def _no_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about sqlite-vec's cells: no in-process matrix (as above its budget)."""
+    monkeypatch.setattr(matrix, "MAX_BYTES", 0)
 
 
 def fill(env: Env, n: int, seed: int = 1, start: int = 0) -> list[str]:

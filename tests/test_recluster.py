@@ -8,11 +8,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from custody_app.ledger.facade import Ledger
+from custody_app.recall import cells as cells_mod
 from custody_app.recall import recluster as rc
 from custody_app.recall.text import fact_text
 from store import open_ledger
@@ -170,3 +172,60 @@ def test_a_reindex_while_vectors_move_ends_the_move(make_env: Callable[..., Env]
     assert reindexed == [1300]
     assert env.ledger.db.recall.moving_below() == 0
     index_clean(env)
+
+
+def test_close_stops_a_running_kmeans_promptly_and_leaves_the_cells_as_they_were(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    start = rc.Maintenance.start
+    env = _grown(make_env, monkeypatch)
+    monkeypatch.setattr(cells_mod, "ITERATIONS", 10**7)  # a k-means of hours if not stopped
+    entered = threading.Event()
+    kmeans = rc.kmeans
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        return kmeans(*args, **kwargs)
+
+    monkeypatch.setattr(rc, "kmeans", noted)
+    ledger = env.ledger
+    before = (ledger.db.recall.cells(), ledger.db.recall.vector_cells())
+    start(ledger.index.maintenance)
+    assert entered.wait(timeout=120)
+    began = time.monotonic()
+    ledger.index.close()  # what Ledger.close does first
+    stopped_in = time.monotonic() - began
+    assert not ledger.index.maintenance.running
+    assert stopped_in < 60, f"close waited {stopped_in:.0f} s for the k-means"
+    # Stopped before it changed anything: the same cells, every vector where it was.
+    assert (ledger.db.recall.cells(), ledger.db.recall.vector_cells()) == before
+    assert ledger.db.recall.moving_below() == 0
+    assert ledger.index.maintenance.error is None
+    index_clean(env)
+
+
+def test_doctor_reports_a_failed_reclustering_until_one_succeeds(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_doctor import detail, doctor, outcomes
+
+    start = rc.Maintenance.start
+    env = _grown(make_env, monkeypatch)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rc, "kmeans", failing)
+    maintenance = env.ledger.index.maintenance
+    start(maintenance)
+    maintenance.join()
+    assert isinstance(maintenance.error, OSError)
+    _, report = doctor(env.path)
+    assert outcomes(report)["recall-maintenance"] == "warn"
+    text = detail(report, "recall-maintenance")
+    assert "OSError" in text and "No space left on device" in text
+    assert "next write" in text  # what to do
+    monkeypatch.setattr(rc, "kmeans", cells_mod.kmeans)
+    start(maintenance)
+    maintenance.join()
+    assert maintenance.error is None and env.ledger.db.recall.moving_below() == 0
+    _, report = doctor(env.path)
+    assert outcomes(report)["recall-maintenance"] == "ok"

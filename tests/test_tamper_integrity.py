@@ -69,6 +69,24 @@ def revived_fact(con: sqlite3.Connection, ids: dict[str, str]) -> None:
                 "WHERE fact_id = ?", (ids["retracted"],))
 
 
+def edited_state(con: sqlite3.Connection, ids: dict[str, str]) -> None:
+    con.execute("UPDATE fact_states SET status_trusted = 'active', status_all = 'active' "
+                "WHERE fact_seq = (SELECT assert_seq FROM facts WHERE fact_id = ?) AND live = 0",
+                (ids["retracted"],))
+
+
+def deleted_fact(con: sqlite3.Connection, ids: dict[str, str]) -> None:
+    con.execute("DELETE FROM fact_sources WHERE fact_id = ?", (ids["kept"],))
+    con.execute("DELETE FROM fact_states WHERE fact_seq = (SELECT assert_seq FROM facts "
+                "WHERE fact_id = ?)", (ids["kept"],))
+    con.execute("DELETE FROM facts WHERE fact_id = ?", (ids["kept"],))
+
+
+def added_source(con: sqlite3.Connection, ids: dict[str, str]) -> None:
+    con.execute("INSERT INTO fact_sources(fact_id, source_id) VALUES (?, ?)",
+                (ids["kept"], ids["retracted"]))
+
+
 def dirty_tombstone(con: sqlite3.Connection, ids: dict[str, str]) -> None:
     con.execute("UPDATE tombstones SET counts = ?",
                 (json.dumps({"active": 1, "derived": 0, "phone": "+49 30 1234567"}),))
@@ -84,6 +102,9 @@ CASES: dict[str, tuple[Edit, str]] = {
     "value nulled without a forget": (nulled_value, "no forget or expire event"),
     "policy text replaced, hash kept": (replaced_policy, "does not hash to its key"),
     "retracted fact revived in the projection": (revived_fact, "projection: fact row"),
+    "retracted fact's state row edited": (edited_state, "projection: fact state row for the fact"),
+    "fact deleted from the projection": (deleted_fact, "projection: fact row for fact"),
+    "source link added to the projection": (added_source, "is not in the fold of the events"),
     "tombstone with a raw phone number": (dirty_tombstone, "content beyond"),
     "tombstone without its erasure event": (orphan_tombstone, "no forget_subject event"),
 }

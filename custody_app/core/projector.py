@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from operator import attrgetter
 from typing import Any, Protocol
 
 from custody_app.domain.lifecycle import (
@@ -12,7 +12,18 @@ from custody_app.domain.lifecycle import (
     erased_subject,
     retraction_effect,
 )
-from store.rows import FactRow, StateRow
+from store.rows import FACT_COLUMNS, FactRow, StateRow
+
+_FACT_FIELDS = attrgetter(*FACT_COLUMNS)
+
+
+def replace(fact: FactRow, **changes: Any) -> FactRow:
+    """A changed copy of a fact row: dataclasses.replace does the same several times slower,
+    and verify's fold runs this for most events of a long ledger."""
+    copy = FactRow(*_FACT_FIELDS(fact))
+    for name, value in changes.items():
+        setattr(copy, name, value)
+    return copy
 
 
 class ProjectionPort(Protocol):

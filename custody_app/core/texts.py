@@ -89,12 +89,22 @@ def text_record(db: LedgerFile, codec: TextCodec, row_seq: int, body_text: str) 
     return {"text": texts, "text_salt": salt}
 
 
+# `text_problem`'s "not read yet" (None is a real answer for both the row and its text), and
+# "read, but it does not decrypt".
+UNREAD: Any = object()
+UNDECRYPTED: Any = object()
+
+
 def text_problem(db: LedgerFile, codec: TextCodec, seq: int, fact_id: str | None,
-                 body: dict[str, Any]) -> tuple[str | None, bool]:
+                 body: dict[str, Any], *, stored: Any = UNREAD,
+                 opened: Any = UNREAD) -> tuple[str | None, bool]:
     """(what is wrong with an event's sealed free text or None, whether it is erased). An
-    erased text is allowed only with a forget or expire of its fact: the caller checks that."""
+    erased text is allowed only with a forget or expire of its fact: the caller checks that.
+    `stored` and `opened`: the event's text row and its opened text when the caller already
+    read them (verify's chain walk opens an upgraded event's text for its hash)."""
     blk = body.get(BODY_KEY)
-    stored = db.texts.get(seq)
+    if stored is UNREAD:
+        stored = db.texts.get(seq)
     if blk is None:
         return ((f"event {seq} has a sealed free text row but its body commits to none", False)
                 if stored is not None else (None, False))
@@ -107,8 +117,10 @@ def text_problem(db: LedgerFile, codec: TextCodec, seq: int, fact_id: str | None
     if (blob is None) != (salt is None):
         return f"event {seq} has sealed free text without its salt, or a salt without it", False
     try:
-        texts = codec.open(stored_fact, ref, blob)
+        texts = codec.open(stored_fact, ref, blob) if opened is UNREAD else opened
     except (crypto.DecryptError, ValueError):
+        texts = UNDECRYPTED
+    if texts is UNDECRYPTED:
         return f"event {seq} has sealed free text that does not decrypt", False
     if texts is None:
         return None, blob is None  # a blob whose key is absent cannot be checked, like a value

@@ -168,6 +168,19 @@ def _leaks(db: health.Inspection) -> DoctorCheck:
                  "where each string lives (free text of the erased facts is not yet sealed).")
 
 
+def _maintenance(db: health.Inspection) -> DoctorCheck:
+    error = db.recall_maintenance_error()
+    if error is None:
+        return check("recall-maintenance", "ok", f"no background re-clustering of the recall "
+                     f"vector cells of {db.path} has failed.")
+    return check("recall-maintenance", "warn", f"the last background re-clustering of the "
+                 f"recall vector cells of {db.path} failed ({error}). Recall still answers "
+                 "(every cell is read while a re-clustering is unfinished) but may be slower. "
+                 "The next write through a read-write open retries it and clears this on "
+                 "success; if it fails again, fix the cause named here (disk space, file "
+                 "permissions, a lock held by another program).")
+
+
 def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> DoctorReport:
     """Check the install and the ledger at `ledger` (and its key store, `<ledger>.keys` unless
     `keystore` or $CUSTODY_KEYSTORE says otherwise) without writing to any of them."""
@@ -183,7 +196,7 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> Docto
             checks.append(_ledger_file(path))
             schema, version = _schema(db)
             checks += [schema, _triggers(db, version), _secure_delete(db), _wal(path),
-                       _pending(db), _leaks(db)]
+                       _pending(db), _leaks(db), _maintenance(db)]
             sample = db.last_subject()
         except StoreError as exc:
             checks.append(check("ledger", "FAIL", f"{exc} ({exc.code}): the file is damaged."))

@@ -6,14 +6,14 @@ import argparse
 import sys
 
 from custody_app.doctor.checks import diagnose
-from custody_app.domain.errors import Exit
+from custody_app.domain.errors import Exit, Parser
 from custody_app.domain.escaping import escape_text, escaped, json_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, ledger_path
 from custody_app.keys.keyring import KEYSTORE_ENV
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="custody-app doctor",
         description="check the install and a ledger, read-only: sqlite-vec, secure delete, "
         "schema version and triggers, WAL state, pending scrubs, key files and their modes. "

@@ -55,44 +55,55 @@ def check_event(row: E, prev_hash: str, expected_seq: int,
     value into its canonical text (None when its key is gone) so the commitment can be checked;
     `texts_of` opens an event's sealed free text (None when erased), needed for the hash of an
     event sealed by the schema upgrade (whose hash covers its body as it was before)."""
+    return _check(row, prev_hash, expected_seq, open_value, texts_of)[0]
+
+
+def _check(row: E, prev_hash: str, expected_seq: int,
+           open_value: Callable[[E, dict[str, Any]], str | None] | None,
+           texts_of: Callable[[E], Texts | None] | None = None,
+           ) -> tuple[str | None, dict[str, Any]]:
+    """(problem or None, the body as parsed here: handed on so no later check parses it again)."""
     if row.seq != expected_seq:
-        return f"event {expected_seq} is missing (next stored event is {row.seq})"
+        return f"event {expected_seq} is missing (next stored event is {row.seq})", {}
     if row.prev_hash != prev_hash:
-        return f"event {row.seq} does not link to the event before it"
+        return f"event {row.seq} does not link to the event before it", {}
     hashed: str | None = row.body
     body: Any = None
     if _UPGRADED in row.body:
         try:
             body = json.loads(row.body)
         except ValueError:
-            return f"event {row.seq} has a body that is not JSON"
+            return f"event {row.seq} has a body that is not JSON", {}
         # Erased text cannot rebuild the old body: verify checks the upgrade's digest instead.
         hashed = hashed_body(row.body, body, texts_of(row) if texts_of else None)
     if hashed is not None and event_hash(prev_hash, hashed) != row.hash:
-        return f"event {row.seq} does not match its hash"
+        return f"event {row.seq} does not match its hash", {}
     try:
         body = json.loads(row.body) if body is None else body
     except ValueError:
-        return f"event {row.seq} has a body that is not JSON"
+        return f"event {row.seq} has a body that is not JSON", {}
+    if not isinstance(body, dict):
+        return f"event {row.seq} has a body that is not a JSON object", {}
     for column in _MIRRORED:
         if body.get(column) != getattr(row, column):
-            return f"event {row.seq} column {column} disagrees with the hashed event"
+            return f"event {row.seq} column {column} disagrees with the hashed event", body
     if row.kind == "assert":
         if (row.value is None) != (row.salt is None):
-            return f"event {row.seq} has a value without its salt, or a salt without its value"
+            return (f"event {row.seq} has a value without its salt, or a salt without its "
+                    "value"), body
         if row.value is not None and row.salt is not None and open_value is not None:
             try:
                 text = open_value(row, body)
             except Exception:  # any failure to open a stored value is a broken event
-                return f"event {row.seq} has a stored value that does not decrypt"
+                return f"event {row.seq} has a stored value that does not decrypt", body
             try:
                 if text is not None and commitment(row.salt, text) != body.get("commitment"):
-                    return f"event {row.seq} value does not match its commitment"
+                    return f"event {row.seq} value does not match its commitment", body
             except ValueError:
-                return f"event {row.seq} has a malformed salt"
+                return f"event {row.seq} has a malformed salt", body
     elif row.value is not None or row.salt is not None or row.subject is not None:
-        return f"event {row.seq} is not an assert but carries a value or a subject"
-    return None
+        return f"event {row.seq} is not an assert but carries a value or a subject", body
+    return None, body
 
 
 def verify_chain(
@@ -100,17 +111,21 @@ def verify_chain(
     open_value: Callable[[E, dict[str, Any]], str | None] | None = None,
     extra_check: Callable[[E], str | None] | None = None,
     texts_of: Callable[[E], Texts | None] | None = None,
+    body_check: Callable[[E, dict[str, Any]], str | None] | None = None,
 ) -> ChainReport:
-    """Walk every event in seq order; report the first bad seq for an edit, gap or reordering."""
+    """Walk every event in seq order; report the first bad seq for an edit, gap or reordering.
+    `body_check` is given each good event with the body the walk parsed (parsed once only)."""
     prev_hash = GENESIS
     prev_tx = ""
     count = 0
     for row in rows:
-        problem = check_event(row, prev_hash, count + 1, open_value, texts_of)
+        problem, body = _check(row, prev_hash, count + 1, open_value, texts_of)
         if problem is None and row.tx_at < prev_tx:
             problem = f"event {row.seq} has a transaction time before the event preceding it"
         if problem is None and extra_check is not None:
             problem = extra_check(row)
+        if problem is None and body_check is not None:
+            problem = body_check(row, body)
         if problem is not None:
             bad = count + 1 if row.seq != count + 1 else row.seq
             return ChainReport(False, count, prev_hash, bad, problem)

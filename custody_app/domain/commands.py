@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
@@ -53,12 +54,27 @@ class AssertFact(Command):
             raise ValueError("value must not be null (null means erased)")
         if depth_of(value) > MAX_NESTING:
             raise ValueError(nesting_message("value"))
+        if json_size(value) > MAX_VALUE_CHARS:
+            raise ValueError(f"value is larger than {MAX_VALUE_CHARS:,} characters of JSON")
         return value
 
 
 # The one nesting limit (README "Batch"): a field's value may nest lists and objects this deep;
 # the batch runner checks whole lines against it before parsing ops, the API checks values.
 MAX_NESTING = 64
+
+
+# A value is sealed, hashed, indexed and embedded whole: past this size one write costs memory
+# hundreds of times its size (a 100 MB value took the process past 20 GB).
+MAX_VALUE_CHARS = 1 << 20
+
+
+def json_size(value: Any) -> int:
+    """Characters of `value` as JSON; 0 for what is not JSON (refused later, by name)."""
+    try:
+        return len(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError):
+        return 0
 
 
 def nesting_message(field: str) -> str:

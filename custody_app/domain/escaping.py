@@ -82,5 +82,10 @@ def json_text(obj: Any, *, indent: int | None = None) -> str:
     """JSON with UTF-8 kept readable but every control, bidirectional and line-separator
     character written as `\\uNNNN`: the same data, safe on a terminal and in JavaScript.
     (Such characters only occur inside JSON strings, so the escape is always valid JSON.)"""
-    text = json.dumps(obj, indent=indent, ensure_ascii=False)
+    return escape_json(json.dumps(obj, indent=indent, ensure_ascii=False))
+
+
+def escape_json(text: str) -> str:
+    """JSON text from any serialiser (the MCP SDK's, a web framework's) with the characters
+    `json_text` escapes written as `\\uNNNN`; the value it parses to is unchanged."""
     return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

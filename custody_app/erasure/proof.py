@@ -41,9 +41,12 @@ def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> 
         else f"still live: {', '.join(bad)}"))
     if ledger.db.recall.exists():
         indexed = ledger.db.recall.which_indexed([f.assert_seq for f in asserts if f is not None])
-        stale = [f.fact_id for f in asserts if f is not None and f.assert_seq in indexed]
+        # The in-process copy of the vectors too: it must have dropped them in the erasure.
+        stale = [f.fact_id for f in asserts if f is not None and (
+            f.assert_seq in indexed or ledger.index.matrix.holds(f.assert_seq))]
         checks.append(PlaceCheck(
-            place="recall indexes (FTS5, sqlite-vec)", outcome="found" if stale else "clean",
+            place="recall indexes (FTS5, sqlite-vec, its in-process copy)",
+            outcome="found" if stale else "clean",
             detail="no erased fact is indexed (removed with secure-delete in the erasure's "
             "transaction)" if not stale else f"still indexed: {', '.join(stale)}"))
     else:

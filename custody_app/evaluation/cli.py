@@ -8,7 +8,7 @@ import json
 import sys
 from enum import IntEnum
 
-from custody_app.domain.errors import LedgerError
+from custody_app.domain.errors import LedgerError, Parser
 from custody_app.evaluation.report import (
     build_report,
     read_private_key,
@@ -31,7 +31,7 @@ class EvalExit(IntEnum):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="custody-app eval",
         description="Replay memory-mutation scenarios against the ledger and score every read "
         "(correct, stale, contradiction, blast radius). Exit 0 when the ledger is perfect, 1 "

@@ -16,7 +16,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.timeutil import format_time
 from custody_app.evaluation.runner import EvalResult
 from custody_app.evaluation.scenarios import load_scenarios
-from custody_app.files.output import refusal, refuse_reason, write_output
+from custody_app.files.output import write_new_files
 from custody_app.keys import crypto
 
 REPORT_KIND = "custody-eval-report"
@@ -102,12 +102,7 @@ def write_key_pair(path: str | Path) -> dict[str, str]:
     raw = crypto.new_signing_key()
     target = Path(path)
     public = Path(f"{target}.pub")
-    # Both names checked before either is written, so a refusal leaves no half pair behind.
-    for name in (target, public):
-        if (why := refuse_reason(name, force=False)) is not None:
-            raise refusal(name, why)
-    write_output(target, crypto.private_pem(raw))
-    write_output(public, crypto.public_pem(raw), public=True)
+    write_new_files([(target, crypto.private_pem(raw), False), (public, crypto.public_pem(raw), True)])
     return {"private_key": str(target), "public_key": str(public),
             "key_fingerprint": crypto.public_fingerprint(crypto.public_pem(raw))}
 

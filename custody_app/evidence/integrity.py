@@ -6,13 +6,16 @@ their erasure events. Checked in the same walk as the chain."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from itertools import zip_longest
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from custody_app.core.projector import MemoryProjection, apply_event
 from custody_app.core.reads import policy_matches
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import EVENT_MODELS
-from store.rows import EventRow
+from store.rows import FACT_COLUMNS, STATE_COLUMNS, EventRow, FactRow, StateRow
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
@@ -26,16 +29,11 @@ class EventAudit:
         self.valueless: dict[str, int] = {}
         self.erased: set[str] = set()
         self.subject_erasures: dict[int, dict[str, Any]] = {}
-        self._body: tuple[int, dict[str, Any]] = (0, {})
 
-    def note_body(self, seq: int, body: dict[str, Any]) -> None:
-        """The body the chain check already parsed (spares a second parse of each assert)."""
-        self._body = (seq, body)
-
-    def check(self, row: EventRow) -> str | None:
+    def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
+        """`body`: the event's body as the chain walk parsed it."""
         if row.kind not in EVENT_MODELS:
             return f"event {row.seq} has an unknown kind {row.kind!r}"
-        body = self._body[1] if self._body[0] == row.seq else json.loads(row.body)
         if row.kind == "assert" and row.fact_id is not None and row.value is None:
             self.valueless[row.fact_id] = row.seq
         elif row.kind in ("forget", "expire") and row.fact_id is not None:
@@ -88,21 +86,33 @@ def _tombstones(ledger: LedgerCore,
 
 
 def _projection(ledger: LedgerCore, memory: MemoryProjection) -> str | None:
-    """The first row where the stored projection differs from the fold of the events (rows
-    compared by value, in order: both lists come sorted by the same keys)."""
+    """The first row where the stored projection differs from the fold of the events: both
+    sides come sorted by the same keys and are compared row by row as plain tuples, the stored
+    rows streamed from the file (no row objects built for them)."""
     names = ("fact", "fact state", "source link")
-    stored: tuple[list[Any], ...] = ledger.db.facts.dump()
-    rebuilt: tuple[list[Any], ...] = memory.dump()
-    for name, mine, folded in zip(names, stored, rebuilt, strict=True):
-        if mine == folded:
-            continue
-        for have, want in zip(mine, folded, strict=False):
-            if have != want:
-                return f"projection: {name} row {_name(have)} differs from the fold of the events"
-        row = mine[len(folded)] if len(mine) > len(folded) else folded[len(mine)]
-        what = "is not in the fold of the events" if len(mine) > len(folded) else "is missing"
-        return f"projection: {name} row {_name(row)} {what}"
+    folded = memory.dump()
+    as_tuples = (map(_FACT_FIELDS, folded[0]), map(_STATE_FIELDS, folded[1]), iter(folded[2]))
+    row_types: tuple[Callable[..., object], ...] = (FactRow, StateRow, _link)
+    for name, mine, want, row_type in zip(names, ledger.db.facts.dump_rows(), as_tuples,
+                                          row_types, strict=True):
+        for have, expected in zip_longest(mine, want):
+            if have == expected:
+                continue
+            if have is not None and expected is not None:
+                return (f"projection: {name} row {_name(row_type(*have))} differs from the fold "
+                        "of the events")
+            row = row_type(*(have if expected is None else expected))
+            what = "is not in the fold of the events" if expected is None else "is missing"
+            return f"projection: {name} row {_name(row)} {what}"
     return None
+
+
+_FACT_FIELDS = attrgetter(*FACT_COLUMNS)
+_STATE_FIELDS = attrgetter(*STATE_COLUMNS)
+
+
+def _link(*row: Any) -> tuple[Any, ...]:
+    return row
 
 
 def _name(row: object) -> str:

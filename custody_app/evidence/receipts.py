@@ -32,14 +32,17 @@ class ReceiptAudit:
             self.issuers[policy_hash] = dict(data.get("provenance", {}).get("receipt_issuers", {}))
         return self.issuers[policy_hash]
 
-    def check(self, row: EventRow, value_text: str | None = None) -> str | None:
-        """What is wrong with the event's receipt, or None (also when it cites none)."""
+    def check(self, row: EventRow, value_text: str | None = None,
+              body: dict[str, Any] | None = None) -> str | None:
+        """What is wrong with the event's receipt, or None (also when it cites none). `body`:
+        the event's body if the caller already parsed it."""
         if row.kind not in ("assert", "acted"):
             return None
-        try:
-            body: dict[str, Any] = json.loads(row.body)
-        except ValueError:
-            return None  # the chain check names a body that is not JSON
+        if body is None:
+            try:
+                body = json.loads(row.body)
+            except ValueError:
+                return None  # the chain check names a body that is not JSON
         cited = (body.get("cause") or {}).get("receipt") if row.kind == "assert" else body.get("receipt")
         if cited is None:
             return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from custody_app.core.texts import opened_texts, text_problem
+from custody_app.core.texts import UNDECRYPTED, UNREAD, text_problem
 from custody_app.domain.sealed_text import BODY_KEY, Texts, is_upgraded, upgrade_digest
 from store.rows import EventRow
 
@@ -26,25 +26,28 @@ class TextAudit:
         self.sealed: set[int] = set()
         self.upgraded: list[tuple[int, str]] = []
         self.upgrade_seq: int | None = None
-        self._opened: tuple[int, Texts | None] = (0, None)
+        # What texts_of read and opened for the event the walk is on: (seq, row, text).
+        self._opened: tuple[int, Any, Any] = (0, UNREAD, UNREAD)
 
     def texts_of(self, row: EventRow) -> Texts | None:
-        """The opened free text the chain check rebuilds an upgraded event's old body from."""
-        try:
-            texts = opened_texts(self.db, self.codec, row.seq)
-        except Exception:  # a tampered text: check() names it
-            texts = None
-        self._opened = (row.seq, texts)
-        return texts
+        """The opened free text the chain check rebuilds an upgraded event's old body from
+        (kept for `check`, so the event's text is read and decrypted once)."""
+        stored = self.db.texts.get(row.seq)
+        texts: Any = None
+        if stored is not None:
+            try:
+                texts = self.codec.open(stored[0], stored[1], stored[2])
+            except Exception:  # a tampered text: check() names it
+                texts = UNDECRYPTED
+        self._opened = (row.seq, stored, texts)
+        return None if texts is UNDECRYPTED else texts
 
-    def check(self, row: EventRow) -> str | None:
+    def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
+        """`body`: the event's body as the chain walk parsed it."""
         if row.kind in ("forget", "expire") and row.fact_id is not None:
             self.erased_facts.add(row.fact_id)
         if row.kind == "seal_text":
             return self._check_upgrade(row)
-        if f'"{BODY_KEY}"' not in row.body:
-            return None
-        body: dict[str, Any] = json.loads(row.body)
         if BODY_KEY not in body:
             return None
         self.sealed.add(row.seq)
@@ -53,7 +56,12 @@ class TextAudit:
                 return f"event {row.seq} claims to be sealed by the upgrade at seq " \
                        f"{self.upgrade_seq}, which came before it"
             self.upgraded.append((row.seq, row.body))
-        problem, erased = text_problem(self.db, self.codec, row.seq, row.fact_id, body)
+        seq, stored, opened = self._opened
+        if seq == row.seq:
+            problem, erased = text_problem(self.db, self.codec, row.seq, row.fact_id, body,
+                                           stored=stored, opened=opened)
+        else:
+            problem, erased = text_problem(self.db, self.codec, row.seq, row.fact_id, body)
         if erased and row.fact_id is not None:
             self.erased_texts[row.seq] = row.fact_id
         return problem

@@ -30,7 +30,6 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
 
     def opener(row: EventRow, body: dict[str, Any]) -> str | None:
         nonlocal unchecked
-        events.note_body(row.seq, body)
         text = ledger.values.opener(row, body)
         unchecked += text is None
         opened.clear()
@@ -41,9 +40,9 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     receipts = ReceiptAudit(ledger)
     texts = TextAudit(ledger)
 
-    def extra(row: EventRow) -> str | None:
-        return (audit.check(row) or receipts.check(row, opened.get(row.seq))
-                or texts.check(row) or events.check(row))
+    def extra(row: EventRow, body: dict[str, Any]) -> str | None:
+        return (audit.check(row) or receipts.check(row, opened.get(row.seq), body)
+                or texts.check(row, body) or events.check(row, body))
 
     # The fold keeps a row per fact alive for the whole walk: the cyclic collector would
     # rescan them all again and again (none of them forms a cycle), so it waits until the end.
@@ -52,8 +51,8 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     try:
         with ledger.db.read():
             audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
-            report = verify_chain(ledger.db.events.iter_all(), progress, opener, extra,
-                                  texts.texts_of)
+            report = verify_chain(ledger.db.events.iter_all(), progress, opener,
+                                  texts_of=texts.texts_of, body_check=extra)
             index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
             valid, bad, problem = report.valid, report.first_bad_seq, report.problem
             if valid:

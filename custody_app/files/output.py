@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -127,6 +127,30 @@ def write_output(path: str | Path, data: str, *, force: bool = False, public: bo
     return target
 
 
+def write_new_files(files: Sequence[tuple[str | Path, str, bool]]) -> list[Path]:
+    """Write new files (path, text, public) that are never replaced, as a key pair is: every
+    path is checked before any is written, so a refusal (`key_exists` for a file that exists,
+    whatever it holds; `output_protected` for a device, directory, FIFO or dangling link)
+    leaves nothing behind, and one that fails half-way removes what it wrote."""
+    for path, _, _ in files:
+        if (why := refuse_reason(Path(path), force=False)) is None:
+            continue
+        if not os.path.isfile(path):
+            raise refusal(Path(path), why)
+        kind = "" if why == EXISTS else f" ({why})"
+        raise LedgerError("key_exists", f"refusing to write {path}: it already exists{kind}, "
+                          "and a key file is never replaced", path=str(path))
+    written: list[Path] = []
+    try:
+        for path, text, public in files:
+            written.append(write_output(path, text, public=public))
+    except BaseException:
+        for done in written:
+            done.unlink(missing_ok=True)
+        raise
+    return written
+
+
 @contextmanager
 def output_file(path: str | Path, *, force: bool = False, public: bool = False,
                 protected: Iterable[str | Path] = ()) -> Iterator[tuple[TextIO, Path]]:
@@ -137,6 +161,10 @@ def output_file(path: str | Path, *, force: bool = False, public: bool = False,
     and always (`output_protected`) when it is one of `protected` (compared by device and
     inode, so through any link), a database, WAL or key file by its content, or not a regular
     file."""
+    if str(path) in ("", ".") or str(path).endswith(("/", os.sep)):
+        # Path() would read "out/" as the file "out", and "" as the current folder.
+        raise LedgerError("output_protected", f"refusing to write {str(path)!r}: it names a "
+                          "folder, not a file", path=str(path))
     target = Path(path)
     protected = list(protected)
     if (why := refuse_reason(target, force=force, protected=protected)) is not None:
@@ -144,7 +172,8 @@ def output_file(path: str | Path, *, force: bool = False, public: bool = False,
     if os.path.islink(target):
         target = Path(os.path.realpath(target))  # replace what the link names, keep the link
     mode = PUBLIC_MODE if public else SECRET_MODE
-    temp = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    # Bounded (40 characters are at most 160 bytes), so a name near the 255-byte limit still works.
+    temp = target.with_name(f".{target.name[:40]}.{os.getpid()}.partial")
     try:
         fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
     except OSError as exc:

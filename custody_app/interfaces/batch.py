@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import queue
 import sys
@@ -13,7 +14,7 @@ from typing import Any, TextIO
 
 from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
-from custody_app.ledger.ops import Aliases, result_line, run_op
+from custody_app.ledger.ops import MAX_LINE_CHARS, Aliases, result_line, run_op
 
 # Ops per write transaction: results are printed only once their transaction has committed.
 CHUNK = 500
@@ -29,8 +30,28 @@ class BatchOutcome:
     stopped: bool = False
 
 
+def _bounded(stream: Iterable[str]) -> Iterator[tuple[str, bool]]:
+    """(line, whole?) for each line, read at most MAX_LINE_CHARS + 1 characters far: the rest of
+    a longer line is skipped a piece at a time, never held (one 100 MB line once took the
+    process past 20 GB), and the part kept is refused by its length (`line_too_large`)."""
+    if not isinstance(stream, io.TextIOWrapper):
+        yield from ((text, True) for text in stream)  # already in memory (lines, a StringIO)
+        return
+    readline = stream.readline
+    while text := readline(MAX_LINE_CHARS + 1):
+        whole = len(text) <= MAX_LINE_CHARS or text.endswith("\n")
+        rest = text
+        while len(rest) > MAX_LINE_CHARS and not rest.endswith("\n"):
+            rest = readline(MAX_LINE_CHARS + 1)
+        yield text, whole
+
+
 def _lines(stream: Iterable[str]) -> Iterator[tuple[int, str]]:
-    for number, text in enumerate(stream, start=1):
+    for number, (text, whole) in enumerate(_bounded(stream), start=1):
+        if not whole:
+            if not text.lstrip().startswith("#"):  # a comment is skipped at any length
+                yield number, text  # too long, stripped or not: refused whole, never run cut short
+            continue
         stripped = text.strip()
         if stripped and not stripped.startswith("#"):
             yield number, stripped

@@ -3,7 +3,6 @@ and checking one against the issuers a policy registers (at the door and in `ver
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from pydantic import ValidationError
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.receipts import Receipt, covers, json_sha256
 from custody_app.domain.timeutil import format_time
+from custody_app.files.output import write_new_files
 from custody_app.keys import crypto
 
 
@@ -27,22 +27,12 @@ def public_hex(private_raw: bytes) -> str:
 
 def new_issuer_key(path: str | Path) -> str:
     """Write a fresh Ed25519 key (PKCS#8 PEM, mode 0600) to `path` and its public half to
-    `path.pub` (0644), never over an existing file; returns the public key in hex."""
+    `path.pub` (0644), whatever the umask, through the one output helper: never over an
+    existing file (`key_exists`) nor a ledger, key or non-regular file (`output_protected`);
+    returns the public key in hex."""
     raw = crypto.new_signing_key()
-    target, public = Path(path), Path(f"{path}.pub")
-    for existing in (target, public):
-        if existing.exists() or existing.is_symlink():
-            raise LedgerError("key_exists", f"{existing} already exists; a key file is never "
-                              "overwritten")
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(crypto.private_pem(raw))
-        fd = os.open(public, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(public_hex(raw) + "\n")
-    except OSError as exc:
-        raise LedgerError("key_unreadable", f"cannot create key {target}: {exc.strerror}") from None
+    write_new_files([(path, crypto.private_pem(raw), False),
+                     (f"{path}.pub", public_hex(raw) + "\n", True)])
     return public_hex(raw)
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.policy import Policy
-from custody_app.files.output import write_output
+from custody_app.files.output import write_new_files
 
 
 def key_digest(key: bytes) -> str:
@@ -34,10 +33,7 @@ def new_key(path: str | Path) -> str:
     """Write a fresh random writer key to `path` (mode 0600, never over an existing file);
     returns its digest, the value to register in the policy."""
     text = secrets.token_hex(32) + "\n"
-    if os.path.lexists(path):
-        raise LedgerError("key_exists", f"{path} already exists; a writer key is never "
-                          "overwritten")
-    write_output(path, text)
+    write_new_files([(path, text, False)])
     return key_digest(text.encode("ascii"))
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from pydantic import BaseModel
 
@@ -36,7 +35,6 @@ from custody_app.domain.commands import (
     Sweep,
     Verify,
     Why,
-    parse_command,
 )
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import (
@@ -66,43 +64,23 @@ from custody_app.erasure.rotate import RotateResult
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.sweep import sweep
 from custody_app.evidence import blast
-from custody_app.evidence.actionpack import build_action_pack
 from custody_app.evidence.actions import search_actions
 from custody_app.evidence.checkpoints import sign_checkpoint
-from custody_app.evidence.explain import account
-from custody_app.evidence.export import ExportResult
-from custody_app.evidence.export import export as export_events
-from custody_app.evidence.packs import EvidencePack, build_pack, pack_text
-from custody_app.evidence.readmodels import (
-    ActionAccount,
-    ActionsResult,
-    ActResult,
-    BlastResult,
-    ExplainResult,
-)
+from custody_app.evidence.readmodels import ActResult
 from custody_app.evidence.verify import verify as verify_ledger
-from custody_app.files.output import ledger_files, write_output
 from custody_app.keys import writer_keys
 from custody_app.ledger import queries, retractions, writes
-from custody_app.ledger.browse import BrowseReads
+from custody_app.ledger.evidence_views import EvidenceViews
 from custody_app.ledger.timeline import TimelineReads
 
-R = TypeVar("R", bound=BaseModel)
 
-
-
-class Ledger(BrowseReads, TimelineReads):
+class Ledger(EvidenceViews, TimelineReads):
     """A ledger file opened under a policy. Methods take plain values and return read models."""
 
     # ---- commands ----------------------------------------------------------------------
     def execute(self, command: Command) -> BaseModel:
         """Run one validated command (what --batch calls)."""
         return _HANDLERS[type(command)](self, command)
-
-    def _do(self, kind: type[Command], result: type[R], **fields: Any) -> R:
-        out = self.execute(parse_command(kind, fields))
-        assert isinstance(out, result)
-        return out
 
     def assert_fact(self, subject: str, predicate: str, value: Any, *, actor: str,
                     cause: dict[str, Any], **optional: Any) -> AssertResult:
@@ -210,62 +188,6 @@ class Ledger(BrowseReads, TimelineReads):
     def erasures(self, subject: str | None = None) -> ErasuresResult:
         """The erasure receipts; with `subject`, whether it was erased (by peppered hash)."""
         return receipts.erasures(self, subject)
-
-    def blast(self, fact_id: str) -> BlastResult:
-        """Everything that could have relied on a fact: sessions served it, their later writes
-        and actions, derived facts, to a fixpoint. An upper bound."""
-        return self._do(Blast, BlastResult, fact_id=fact_id)
-
-    def pack(self, fact_id: str) -> EvidencePack:
-        """One fact's whole story (events with their chain links, holds, blast radius, policy
-        texts, forget certificate), signed with the ledger's Ed25519 key."""
-        return build_pack(self, fact_id)
-
-    def write_pack(self, fact_id: str, path: str | Path, *, force: bool = False) -> EvidencePack:
-        """`pack` written to `path` (0600: it holds plaintext values), never over the ledger's
-        own files, nor over an existing file without `force`."""
-        pack = build_pack(self, fact_id)
-        write_output(path, pack_text(pack), force=force, protected=self.own_files())
-        return pack
-
-    def pack_beside(self, fact_id: str) -> tuple[Path, EvidencePack]:
-        """The terminal app's pack export: `pack-FACT.json` in the ledger's folder, or the first
-        `pack-FACT-N.json` that does not exist yet (an earlier pack is never replaced)."""
-        folder = Path(self.db.path).resolve().parent
-        for n in range(1, 1000):
-            target = folder / (f"pack-{fact_id}.json" if n == 1 else f"pack-{fact_id}-{n}.json")
-            if not os.path.lexists(target):
-                return target, self.write_pack(fact_id, target)
-        raise LedgerError("output_exists", f"refusing to write a pack of {fact_id}: "
-                          f"{folder} already holds 999 of them", path=str(folder))
-
-    def own_files(self) -> list[Path]:
-        """The ledger's files (database, WAL, SHM, key store, master and public key)."""
-        return ledger_files(self.db.path, self.keys.path if self.keys is not None else None)
-
-    def export(self, path: str | Path, *, force: bool = False) -> ExportResult:
-        """The whole event log as JSON Lines at `path` (erased values null), with a trailer
-        signed by the ledger key; `offline.verify_export` checks it from the file alone."""
-        return export_events(self, path, force=force)
-
-    def explain(self, action_ref: str) -> ExplainResult:
-        """What had been served to an action's session before it, and which of those facts
-        were since retracted or erased."""
-        return self._do(Explain, ExplainResult, action_ref=action_ref)
-
-    def actions(self, **filters: Any) -> ActionsResult:
-        """Recorded actions, newest first, a page at a time. Filters: tool, actor, session,
-        subject, since, until (ISO times, [since, until)), before_seq (cursor), limit."""
-        return self._do(Actions, ActionsResult, **filters)
-
-    def explain_full(self, action_ref: str, *, walk_chain: bool = True) -> ActionAccount:
-        """The ten answers about one action, in order (who acted ... what needs reversal);
-        `walk_chain=False` skips the whole-chain verify (a browsing screen on a big ledger)."""
-        return account(self, action_ref, run_verify=walk_chain)
-
-    def action_pack(self, action_ref: str) -> dict[str, Any]:
-        """The action explained in full as a signed pack (`verify_action_pack` checks it)."""
-        return build_action_pack(self, action_ref)
 
     # ---- what the façade adds to the core ------------------------------------------------
     def __init__(self, *args: Any, **kwargs: Any) -> None:

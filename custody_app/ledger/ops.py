@@ -8,7 +8,15 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from custody_app.domain.commands import MAX_NESTING, NOT_YET, OPS, depth_of, nesting_message, parse_command
+from custody_app.domain.commands import (
+    MAX_NESTING,
+    MAX_VALUE_CHARS,
+    NOT_YET,
+    OPS,
+    depth_of,
+    nesting_message,
+    parse_command,
+)
 from custody_app.domain.errors import LedgerError, suggest
 from custody_app.domain.escaping import json_text, unsafe_character
 from custody_app.domain.readmodels import VerifyResult
@@ -56,10 +64,19 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# A batch line is read at most this far (the rest is skipped unread into memory), as an MCP
+# message is: room for a value at its limit, however escaped.
+MAX_LINE_CHARS = 4 << 20
+
+
 def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str, Any]:
     """One input line to one output object; a failure writes nothing."""
     out: dict[str, Any] = {"line": number, "id": None, "op": None}
     try:
+        if len(text) > MAX_LINE_CHARS:
+            raise LedgerError("line_too_large", f"line {number} is longer than {MAX_LINE_CHARS:,} "
+                              "characters (a value may hold at most "
+                              f"{MAX_VALUE_CHARS:,}); nothing of it was read as an op")
         try:
             data = json.loads(text, object_pairs_hook=_unique_keys)
         except _DuplicateKey as exc:

@@ -11,6 +11,8 @@ write path (`recluster`), in short transactions of their own.
 from __future__ import annotations
 
 import math
+import threading
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -35,14 +37,30 @@ def unit(vector: Matrix) -> Matrix:
     return out
 
 
-def kmeans(vectors: Matrix, cells: int, seed: int = 0) -> Matrix:
-    """Spherical k-means (centroids of unit length) on a sample; deterministic for a seed."""
+@overload
+def kmeans(vectors: Matrix, cells: int, seed: int = 0) -> Matrix: ...
+
+
+@overload
+def kmeans(vectors: Matrix, cells: int, seed: int = 0, *,
+           stop: threading.Event | None) -> Matrix | None: ...
+
+
+def kmeans(vectors: Matrix, cells: int, seed: int = 0, *,
+           stop: threading.Event | None = None) -> Matrix | None:
+    """Spherical k-means (centroids of unit length) on a sample; deterministic for a seed.
+    None when `stop` was set (checked between iterations: a close need not wait for it)."""
     rng = np.random.default_rng(seed)
     sample = vectors if len(vectors) <= SAMPLE else vectors[
         rng.choice(len(vectors), SAMPLE, replace=False)]
     centroids: Matrix = sample[rng.choice(len(sample), cells, replace=False)].copy()
     for _ in range(ITERATIONS):
-        nearest = np.argmax(sample @ centroids.T, axis=1)
+        parts = []
+        for i in range(0, len(sample), 4096):  # in blocks: a stop is seen within an iteration
+            if stop is not None and stop.is_set():
+                return None
+            parts.append(np.argmax(sample[i:i + 4096] @ centroids.T, axis=1))
+        nearest = np.concatenate(parts)
         sums = np.zeros_like(centroids)
         np.add.at(sums, nearest, sample)
         norms = np.linalg.norm(sums, axis=1)

@@ -16,6 +16,7 @@ from custody_app.keys.values import ValueCodec
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, make_embedder
+from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from store import LedgerFile
 from store.rows import FactRow
@@ -32,6 +33,7 @@ FLUSH_AT = 64
 # facts here (charged to the next statement, when FTS5 writes its pending changes out), so a
 # flush of 16 stays well under the 100 ms a single write may take.
 MOVE_AT = 16
+REINDEX_BATCH = 100
 # A fact waiting to be indexed: the fact, its index status, the text recall matches it on.
 Pending = tuple[FactRow, str, str]
 # What a savepoint restores: the adds, the removals and the status moves not yet written.
@@ -51,6 +53,9 @@ class RecallIndex:
         self.policy = policy
         self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
         self.cells = CellIndex(db, policy, self.embedder.dimensions)
+        # Exact vector search in process while the vectors fit its budget (rebuilt from
+        # sqlite-vec, kept in step with every change made here, reloaded after any other).
+        self.matrix = VectorMatrix(db, self.embedder.dimensions)
         # Re-clustering runs here, on a connection of its own, never inside a write.
         self.maintenance = Maintenance(db.path, policy)
         # Adds not yet written, by assert seq: (fact, index status, its text); flushed before
@@ -77,7 +82,8 @@ class RecallIndex:
             yield
             removed, self._removed = sorted(self._removed), set()
             if removed:
-                self.db.recall.remove_many(removed)
+                old, new = self.db.recall.remove_many(removed)
+                self.matrix.changed(old, new, removed=removed)
                 self.cells.added(-len(removed))
         finally:
             self._batching = False
@@ -124,7 +130,7 @@ class RecallIndex:
         rows `removed` and `moved` (seq, status, scope) are written in the same batch."""
         if not pending:
             if removed or moved:
-                self.db.recall.apply(removed or [], moved or [], [], [])
+                self._apply(removed or [], moved or [], [], [])
             return
         key = self.key()
         vectors = self.embedder.embed([body for _, _, body in pending])
@@ -147,9 +153,19 @@ class RecallIndex:
                                   self.scope(status, fact.space, fact.subject)))
             vector[late].append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
                                  self.subject_ref(fact.subject), self.embedder.name))
-        self.db.recall.add_many(lexical[0], vector[0])
+        old, new = self.db.recall.add_many(lexical[0], vector[0])
+        self.matrix.changed(old, new, added=vector[0])
         if removed or moved or lexical[1]:
-            self.db.recall.apply(removed or [], moved or [], lexical[1], vector[1])
+            self._apply(removed or [], moved or [], lexical[1], vector[1])
+
+    def _apply(self, removed: list[int], moved: list[tuple[int, str, str]],
+               lexical: list[tuple[int, str, str]],
+               vector: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+        """Removals, status moves and rows of facts removed in the same batch, to both
+        indexes and the in-process copy of the vectors."""
+        old, new = self.db.recall.apply(removed, moved, lexical, vector)
+        self.matrix.changed(old, new, removed=removed,
+                            moved=[(seq, status) for seq, status, _ in moved], added=vector)
 
     def after_commit(self) -> None:
         """A write transaction committed: start a re-clustering in the background if due."""
@@ -165,6 +181,7 @@ class RecallIndex:
 
     def close(self) -> None:
         self.maintenance.close()
+        self.matrix.drop()
 
     def pending(self) -> Deferred:
         """A copy of the changes not yet written (a savepoint restores it if it rolls back)."""
@@ -240,6 +257,7 @@ class RecallIndex:
         believed fact (inside the caller's write transaction). Returns how many facts were
         indexed."""
         self.db.recall.create(self.embedder.name, self.embedder.dimensions)
+        self.matrix.drop()
         believed = [f for status in INDEXED for f in self.db.facts.with_status(status)]
         self._pending, self._removed, self._moved = {}, set(), {}
         batch: list[Pending] = []
@@ -248,8 +266,10 @@ class RecallIndex:
             if value_text is not None:
                 batch.append((fact, INDEXED[fact.status], text.fact_text(
                     fact.subject, fact.predicate, json.loads(value_text))))
-            if n % 500 == 0 or n == len(believed):
-                self._index_many(batch)  # re-embedding goes in batches of 500
+            # Re-embedding goes in batches of REINDEX_BATCH, each reported: the semantic
+            # embedder takes ~10 s for 100 texts here, so the progress line moves every few s.
+            if n % REINDEX_BATCH == 0 or n == len(believed):
+                self._index_many(batch)
                 batch = []
                 if progress is not None:
                     progress(n, len(believed))

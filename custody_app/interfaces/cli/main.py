@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from custody_app.domain.errors import Exit, LedgerError
+from custody_app.domain.errors import Exit, LedgerError, Parser
 from custody_app.domain.policy import load_policy
 from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
 from custody_app.files.output import require_regular
@@ -28,7 +28,7 @@ from custody_app.ledger.facade import Ledger
 
 
 def _main_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="custody-app",
         description="Governed memory for AI agents. Subcommands: "
         + ", ".join((*SUBCOMMANDS, *_OWN_PARSERS))
@@ -47,12 +47,21 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--manual-clock", action="store_true",
                    help="allow {\"op\": \"clock\", \"set\": ISO} to set transaction time")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed op")
+    p.add_argument("--version", action="version", version=f"custody-app {_version()}")
     add_common(p)
     return p
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("custody-app")
+    except PackageNotFoundError:
+        return "0"
+
+
 def _sub_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="custody-app")
+    p = Parser(prog="custody-app")
     sub = p.add_subparsers(dest="command", required=True)
 
     def add(name: str, helptext: str, *positional: str) -> argparse.ArgumentParser:
@@ -128,7 +137,14 @@ def _demo(args: argparse.Namespace) -> int:
     """Replay the sample into a fresh ledger (./custody-demo.db unless --ledger), then open
     the terminal app on it (or, with --no-tui, print the replay's results)."""
     target = Path(args.ledger or "custody-demo.db")
-    for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
+    suffixes = ("", "-wal", "-shm", ".keys", ".keys.master", ".pub")
+    # Only the demo's own file is replaced: a --ledger that exists may be someone's memory,
+    # and deleting its key store would destroy every value in it for good.
+    if args.ledger and any(os.path.lexists(f"{target}{suffix}") for suffix in suffixes):
+        return fail(LedgerError("output_exists", f"refusing to replace {target} with the demo "
+                                "ledger: it exists; name a new path with --ledger",
+                                path=str(target)), Exit.USAGE)
+    for suffix in suffixes:
         Path(f"{target}{suffix}").unlink(missing_ok=True)
     args.ledger = str(target)
     # The sample's receipts are signed by demo issuers only the demo policy registers.
@@ -162,18 +178,51 @@ _OWN_PARSERS: dict[str, tuple[str, str]] = {
 
 def main(argv: list[str] | None = None) -> int:
     """The console script; a closed or full stdout ends it quietly with Exit.OUTPUT_CLOSED."""
+    if not _standard_streams():
+        return int(Exit.OUTPUT_CLOSED)
     try:
         try:
             code = _dispatch(list(sys.argv[1:] if argv is None else argv))
         except SystemExit:  # argparse's --help and usage errors print, then exit
             sys.stdout.flush()
             raise
+        except KeyboardInterrupt:
+            # Every transaction under way rolled back as the exception passed through it.
+            sys.stderr.write("custody-app: interrupted; what was committed stays committed, "
+                             "the ops under way were rolled back\n")
+            code = int(Exit.INTERRUPTED)
         sys.stdout.flush()
     except OSError as exc:
         if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO):
             raise
         return _output_closed(exc)
     return code
+
+
+def _standard_streams() -> bool:
+    """Put /dev/null on any of fds 0-2 that is closed (`>&-`), so that no file opened later (an
+    output, a key) takes its number and receives what was meant for the stream; False when
+    stdout itself was closed: its output would be lost, so nothing is run."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if 0 in closed:
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    if 2 in closed:
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8")
+    if 1 in closed:
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
+        sys.stderr.write("custody-app: stdout is closed; nothing was run\n")
+        return False
+    return True
 
 
 def _output_closed(exc: OSError) -> int:

