@@ -15,11 +15,12 @@ from screens.holds import HoldsScreen
 from screens.integrity import IntegrityScreen
 from screens.retention import RetentionScreen
 from screens.review import ReviewScreen
+from screens.timeline import TimelineScreen
 
 # Every screen with keys of its own, in the order help lists them.
 SCREEN_CLASSES: tuple[type[Screen[None]], ...] = (
     BeliefsScreen, ReviewScreen, HoldsScreen, RetentionScreen, IntegrityScreen, BlastScreen,
-    ActionsScreen, FactScreen)
+    ActionsScreen, TimelineScreen, FactScreen)
 
 SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "beliefs": BeliefsScreen,
@@ -29,4 +30,5 @@ SCREENS: dict[str, Callable[[LedgerAccess], Screen[None]]] = {
     "integrity": IntegrityScreen,
     "blast": lambda access: BlastScreen(access, fact_screen=FactScreen),
     "actions": ActionsScreen,
+    "timeline": TimelineScreen,
 }

@@ -19,6 +19,7 @@ from textual.worker import get_current_worker
 from custody_app.domain.errors import LedgerError, PolicyError
 from custody_app.domain.escaping import escape_text, escaped
 from custody_app.interfaces.tui.access import LedgerAccess
+from screens.labels import COMPONENT_CLASSES, Labels
 
 
 class Loaded(Message):
@@ -52,6 +53,9 @@ class LedgerScreen(Screen[None]):
     """A screen over the ledger. Subclasses implement `reload()` (start a read worker) and
     `on_loaded(message)`; all ledger work runs in thread workers that post messages."""
 
+    # Status and provenance label styles, from app.tcss (see `labels()`).
+    COMPONENT_CLASSES = COMPONENT_CLASSES
+
     # A screen opened again shows the page it had (the live watcher reloads it whenever the
     # ledger changes) and reloads it this much later, so the switch paints before the read.
     RESUME_RELOAD_S = 0.25
@@ -70,6 +74,10 @@ class LedgerScreen(Screen[None]):
 
     def reload(self) -> None:
         """Start the read worker(s) for what this screen shows."""
+
+    def labels(self) -> Labels:
+        """Status and provenance labels styled by this screen's stylesheet (now: themes change)."""
+        return Labels(self)
 
     def on_key(self, event: Key) -> None:
         # No keyboard trap: escape always leaves a text box, so the screen's keys work again.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,10 +13,9 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.policy import CardinalityPolicy
 from custody_app.domain.timeutil import normalise
 from custody_app.interfaces.tui.access import LedgerAccess
-from custody_app.ledger.readmodels import BeliefPage, BeliefView
+from custody_app.ledger.readmodels import BeliefPage
 from screens.base import (
     PAGE_KEYS,
     Failed,
@@ -26,17 +24,15 @@ from screens.base import (
     Table,
     fill,
     forget_rows,
-    short,
     show,
     turn_page,
 )
+from screens.belief_rows import belief_cells, contested_of
 from screens.keybar import KeyBar
 
 PAGE = 50
 # Seconds after the last key in a filter box before the filter applies.
 FILTER_PAUSE_S = 0.3
-MARK = {"same": " ", "added": "+", "ended": "-", "changed": "~"}
-STYLE = {"same": "", "added": "bold green", "ended": "red strike", "changed": "bold yellow"}
 # Below this many columns the table shows the columns a reader needs first (the fact id and
 # the rest are on the fact screen, one enter away).
 NARROW = 120
@@ -130,9 +126,10 @@ class BeliefsScreen(LedgerScreen):
     def _fill(self) -> None:
         if self.page is None:
             return
-        contested = _contested(self.page.facts, self.access.policy.policy.cardinality)
-        rows = [(v.fact_id, _cells(v, v.fact_id in contested, width=60 if self.narrow else 40))
-                for v in self.page.facts]
+        contested = contested_of(self.page.facts, self.access.policy.policy.cardinality)
+        labels = self.labels()
+        rows = [(v.fact_id, belief_cells(v, labels, v.fact_id in contested,
+                                   width=60 if self.narrow else 40)) for v in self.page.facts]
         if self.narrow:
             rows = [(key, [cells[i] for i in PRIORITY]) for key, cells in rows]
         fill(self.query_one("#facts", DataTable), rows)
@@ -265,29 +262,6 @@ def _event_number(text: str) -> int | None:
     if not text[1:].isdigit():
         raise LedgerError("bad_request", f"{text!r} is not an event number such as #120")
     return int(text[1:])
-
-
-def _contested(facts: list[BeliefView], policy: CardinalityPolicy) -> set[str]:
-    """Believed facts sharing a subject and a `one` predicate with another on this page."""
-    by_key: dict[tuple[str, str], list[str]] = {}
-    for v in facts:
-        if v.believed and policy.of(v.predicate) == "one":
-            by_key.setdefault((v.subject, v.predicate), []).append(v.fact_id)
-    return {i for ids in by_key.values() if len(ids) > 1 for i in ids}
-
-
-def _cells(v: BeliefView, contested: bool = False, width: int = 40) -> list[str | Text]:
-    style = STYLE[v.change] or ("bold magenta" if contested else "")
-    value = "(erased)" if v.erased else short(v.value, width)
-    status = "—" if v.status == "not_asserted" else v.status
-    if contested:
-        status += " ⚠contradiction"
-    cells = [MARK[v.change], v.fact_id, v.subject, v.predicate, value, v.space, status,
-             v.status_now + (" ⚑held" if v.held else ""), v.provenance, v.valid_from[:19],
-             (v.valid_to or "")[:19], v.actor, v.salience_class or ""]
-    if not style:
-        return list(cells)  # plain cells: most rows; styled Text costs more to lay out
-    return [Text(c, style=style) for c in cells]
 
 
 def _timebar(page: BeliefPage, *, live: bool, live_valid: bool) -> str:

@@ -17,6 +17,7 @@ from custody_app.evidence.readmodels import BlastFact, BlastResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import LedgerScreen, Loaded, show
 from screens.keybar import KeyBar
+from screens.labels import Labels
 
 
 class BlastScreen(LedgerScreen):
@@ -44,6 +45,8 @@ class BlastScreen(LedgerScreen):
                     value=self.fact_id or "")
         yield Static(id="summary")
         yield Tree("(no fact chosen: press / and type its id)", id="tree")
+        # The node under the cursor in full, wrapped: a tree line is cut at the screen's edge.
+        yield Static(id="detail")
         yield Static(id="bound")
         yield KeyBar()
 
@@ -80,7 +83,8 @@ class BlastScreen(LedgerScreen):
     def _show(self, r: BlastResult) -> None:
         tree: Tree[str] = self.query_one("#tree", Tree)
         tree.clear()
-        tree.root.set_label(_fact_label(r.root, root=True))
+        labels = self.labels()
+        tree.root.set_label(_fact_label(r.root, labels, root=True))
         tree.root.data = r.root.fact_id
         nodes: dict[str, TreeNode[str]] = {r.root.fact_id: tree.root}
         sessions: dict[str, TreeNode[str]] = {}
@@ -98,7 +102,8 @@ class BlastScreen(LedgerScreen):
         for f in sorted(r.facts, key=lambda f: (f.depth, f.seq)):
             parent = (sessions.get(f.session or "") if f.reached_via == "session" else
                       nodes.get(f.from_fact or ""))
-            node = (parent or tree.root).add(_fact_label(f), data=f.fact_id, expand=True)
+            node = (parent or tree.root).add(_fact_label(f, labels), data=f.fact_id,
+                                             expand=True)
             nodes[f.fact_id] = node
         tree.root.expand_all()
         believed = sum(f.believed for f in r.facts)
@@ -107,8 +112,10 @@ class BlastScreen(LedgerScreen):
             e = r.root_ended_by
             ended = (f" · ended by {e['kind']} at #{e['seq']} by {e['actor']}"
                      + (f": {e['reason']}" if e.get("reason") else ""))
+        self._detail(tree.cursor_node or tree.root)
         show(self.query_one("#summary", Static),
-            f"[b]{r.root.fact_id}[/b] {r.root.subject} {r.root.predicate} [{r.root.status}]"
+            f"[b]{r.root.fact_id}[/b] {r.root.subject} {r.root.predicate} "
+            f"\\[{labels.markup('status', r.root.status)}]"
             f"{ended}\n{len(r.sessions)} session(s), {len(r.actions)} action(s), "
             f"{len(r.facts)} belief(s) reached, [b]{believed} still believed[/b], "
             f"{len(r.incomplete_sessions)} incomplete")
@@ -137,6 +144,15 @@ class BlastScreen(LedgerScreen):
                 f.fact_id == fact_id for f in self.result.facts)):
             self.app.push_screen(self.fact_screen(self.access, fact_id))
 
+    @on(Tree.NodeHighlighted, "#tree")
+    def _highlighted(self, event: Tree.NodeHighlighted[str]) -> None:
+        self._detail(event.node)
+
+    def _detail(self, node: TreeNode[str]) -> None:
+        label = node.label
+        show(self.query_one("#detail", Static),
+             label.copy() if isinstance(label, Text) else Text(str(label)))
+
     def action_expand(self) -> None:
         self.query_one("#tree", Tree).root.expand_all()
 
@@ -156,11 +172,12 @@ class BlastScreen(LedgerScreen):
         self.run_read("pack", lambda ledger: ledger.pack_beside(fact_id))
 
 
-def _fact_label(f: BlastFact, *, root: bool = False) -> Text:
-    mark = ("STILL BELIEVED", "bold red") if f.believed else (f.status, "dim")
+def _fact_label(f: BlastFact, labels: Labels, *, root: bool = False) -> Text:
+    mark = (labels.status("believed", f"STILL BELIEVED ({f.status})") if f.believed
+            else labels.status(f.status))
     how = "" if root else (f"  (written in session {f.session} after it was served "
                            f"{f.from_fact})" if f.reached_via == "session"
                            else f"  (derived from {f.from_fact})")
     return Text.assemble(("fact " if not root else "root ", "bold"),
-                         f"{f.fact_id} {f.subject} {f.predicate} ", ("[", ""), mark,
-                         ("]", ""), (how, "dim"))
+                         f"{f.fact_id} {f.subject} {f.predicate} ", "[", mark, "]",
+                         (how, "dim"))

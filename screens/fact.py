@@ -13,12 +13,17 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Header, Static
 
+from custody_app.domain.escaping import json_text
 from custody_app.domain.readmodels import FactRef, HistoryResult, WhyResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import LedgerScreen, Loaded, Table, fill, short, show
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
+from screens.labels import Labels
 from screens.reason import ReasonDialog
+
+# Characters of the value the summary line shows; a longer value has its own pane.
+SUMMARY_VALUE = 60
 
 
 class FactScreen(LedgerScreen):
@@ -48,6 +53,7 @@ class FactScreen(LedgerScreen):
         yield Header()
         with VerticalScroll(id="body"):
             yield Static(id="summary")
+            yield Static(id="value")
             yield Static(id="why")
             table: DataTable[Any] = Table(id="events", cursor_type="row")
             # Fixed widths: the layout does not move when the rows arrive (and a snapshot taken
@@ -64,8 +70,14 @@ class FactScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="read")
     def load(self) -> None:
-        self.run_read("fact", lambda ledger: (ledger.why(self.fact_id),
-                                              ledger.history(self.fact_id)))
+        def read(ledger: Any) -> Any:
+            why = ledger.why(self.fact_id)
+            # The whole value as JSON lines, made here so the escape applies to each once (a
+            # line break between them is layout, not stored text).
+            whole = None if why.fact.erased else json_text(why.fact.value, indent=2).split("\n")
+            return why, ledger.history(self.fact_id), whole
+
+        self.run_read("fact", read)
 
     def on_loaded(self, message: Loaded) -> None:
         if message.what == "forget-preview":
@@ -74,10 +86,17 @@ class FactScreen(LedgerScreen):
         if message.what == "pack":
             self.notify(f"evidence pack written to {message.data}", title="Evidence pack")
             return
-        why, history = message.data
+        why, history, lines = message.data
+        whole = None if lines is None else "\n".join(lines)
         self.why = why
         self.refresh_bindings()  # approve / reject depend on the fact's status
-        show(self.query_one("#summary", Static), _summary(why))
+        show(self.query_one("#summary", Static), _summary(why, self.labels()))
+        # A value longer than the summary shows gets a pane of its own: wrapped, whole, and
+        # scrolled with the screen, never cut.
+        pane = self.query_one("#value", Static)
+        pane.display = whole is not None and len(whole) > SUMMARY_VALUE
+        pane.border_title = "value (whole)"
+        show(pane, whole or "")
         show(self.query_one("#why", Static), _why(why))
         fill(self.query_one("#events", DataTable), _events(history))
         self._policy_text()
@@ -133,9 +152,19 @@ class FactScreen(LedgerScreen):
         self._ask("Retract", "retract", consequence)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Approve and reject only for a claim waiting for review: shown disabled otherwise.
+        # Shown disabled (and doing nothing) where they cannot apply: approve and reject only
+        # for a claim waiting for review, forget and hold not on a held fact, release only on
+        # one; an erased fact cannot be forgotten or held again.
+        why = self.why
+        if why is None:
+            return None if action in ("approve", "reject", "forget", "hold", "release") else True
+        erased = why.fact.status in ("forgotten", "expired")
         if action in ("approve", "reject"):
-            return True if self.why is not None and self.why.fact.status == "quarantined" else None
+            return True if why.fact.status == "quarantined" else None
+        if action in ("forget", "hold"):
+            return None if _held(why) or erased else True
+        if action == "release":
+            return True if _held(why) else None
         return True
 
     def action_approve(self) -> None:
@@ -191,16 +220,24 @@ class FactScreen(LedgerScreen):
         self.run_write(describe, run)
 
 
+def _held(why: WhyResult) -> bool:
+    """On legal hold now: its last hold or release event was a hold."""
+    last = [r.kind for r in why.reviews if r.kind in ("hold", "release")]
+    return bool(last) and last[-1] == "hold"
+
+
 def _ref(r: FactRef) -> str:
     return f"{r.fact_id} ({r.subject} {r.predicate}, {r.status})"
 
 
-def _summary(why: WhyResult) -> str:
+def _summary(why: WhyResult, labels: Labels) -> str:
     f = why.fact
     value = "(erased)" if f.erased else json.dumps(f.value, ensure_ascii=False, indent=None)
     sal = (f" · salience {why.salience_class} ({why.salience})" if why.salience_class else "")
-    return (f"[b]{f.fact_id}[/b]  {f.subject} · {f.predicate} = {short(value, 200)}\n"
-            f"status [b]{f.status}[/b] · {f.provenance} · space {f.space} · valid "
+    held = " · " + labels.markup("status", "held", "⚑ on legal hold") if _held(why) else ""
+    return (f"[b]{f.fact_id}[/b]  {f.subject} · {f.predicate} = {short(value, SUMMARY_VALUE)}\n"
+            f"status {labels.markup('status', f.status)}{held} · "
+            f"{labels.markup('prov', f.provenance)} · space {f.space} · valid "
             f"{f.valid_from[:19]} → {(f.valid_to or '∞')[:19]}{sal}")
 
 

@@ -1,13 +1,17 @@
 """The footer: every key of the screen and the app on one or two lines, as a single widget
 (Textual's Footer recomposes one widget per key on each screen switch, which costs ~0.2 s per
-switch on this machine)."""
+switch on this machine). A key whose action the screen's `check_action` answers None with is
+shown dimmed and struck through, with no key cap: there, now, but disabled."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.text import Text
+from textual.actions import parse
 from textual.binding import Binding
+from textual.dom import DOMNode
+from textual.screen import Screen
 from textual.widgets import Static
 
 
@@ -26,19 +30,41 @@ class KeyBar(Static):
     """
 
     def on_mount(self) -> None:
-        self.update(self.keys_text())
+        self._shown: Text | None = None
+        # The screen publishes this on refresh_bindings() and when focus moves.
+        self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
+        self._bindings_changed(self.screen)
+
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
+
+    def _bindings_changed(self, screen: Screen[Any]) -> None:
+        text = self.keys_text()
+        if self._shown is None or text.plain != self._shown.plain or text.spans != \
+                self._shown.spans:
+            self._shown = text
+            self.update(text)
 
     def keys_text(self) -> Text:
         text = Text()
-        bindings: list[Any] = [*self.screen.BINDINGS, *self.app.BINDINGS]
+        owners: list[tuple[DOMNode, Any]] = [(self.screen, b) for b in self.screen.BINDINGS]
+        owners += [(self.app, b) for b in self.app.BINDINGS]
         seen: set[str] = set()
-        for b in bindings:
+        for owner, b in owners:
             if not isinstance(b, Binding) or not b.show or not b.description or b.key in seen:
                 continue
             seen.add(b.key)
+            _, name, params = parse(b.action)
+            state = owner.check_action(name, params)
+            if state is False:
+                continue  # hidden, as Textual's own footer does
             key = b.key_display or self.app.get_key_display(b)
-            text.append(f" {key} ", style="bold reverse")
-            text.append(f" {b.description}  ")
+            if state is None:
+                text.append(f" {key} ", style="dim")
+                text.append(f" {b.description}  ", style="dim strike")
+            else:
+                text.append(f" {key} ", style="bold reverse")
+                text.append(f" {b.description}  ")
         text.append(" ^p ", style="bold reverse")
         text.append(" palette")
         return text

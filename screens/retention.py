@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Header, Input, ProgressBar, Static
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import FactRef
 from custody_app.domain.timeutil import normalise
-from custody_app.erasure.certificate import SweepResult
+from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import Failed, LedgerScreen, Loaded, Table, fill, show, turn_page
 from screens.confirm import ConfirmDialog
@@ -68,7 +68,7 @@ class RetentionScreen(LedgerScreen):
         yield spaces
         yield Static("p: preview what a sweep would expire", id="summary")
         table: DataTable[Any] = Table(id="preview", cursor_type="row", zebra_stripes=True)
-        table.add_columns("fact", "subject", "predicate", "status", "sweep")
+        table.add_columns("fact", "subject", "predicate", "status", "why", "sweep")
         yield table
         yield ProgressBar(id="progress", show_eta=False)
         yield Static(id="certificate")
@@ -137,10 +137,12 @@ class RetentionScreen(LedgerScreen):
     def _show_preview(self, data: tuple[SweepResult, list[FactRef], list[FactRef]]) -> None:
         self.preview = data
         result, expire, held = data
-        rows = [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status, "expire"])
+        rows = [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status,
+                             _why(f.fact_id, result.reasons.get(f.fact_id)), "expire"])
                 for f in expire]
-        rows += [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status, "skipped: on hold"])
-                 for f in held]
+        rows += [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status,
+                              "on legal hold: skipped with the whole cascade it is in",
+                              "skipped: on hold"]) for f in held]
         fill(self.query_one("#preview", DataTable), rows)
         cutoffs = ", ".join(f"{k} < {v[:19]}" for k, v in result.cutoffs.items()) or "none"
         note = f" · {result.note}" if result.note else ""
@@ -210,3 +212,16 @@ class RetentionScreen(LedgerScreen):
         show(self.query_one("#summary", Static), "p: preview what a sweep would expire")
         fill(self.query_one("#preview", DataTable), [])
         self.reload()
+
+
+def _why(fact_id: str, r: ExpiryReason | None) -> str:
+    """Why the sweep expires it: its own age under the rule, or the root it derives from."""
+    if r is None:
+        return ""
+    at = r.expires_at()
+    due = (f"expires on {at[:16].replace('T', ' ')} under rule {r.rule}" if r.rule and at
+           else f"was learned before the cutoff {r.cutoff[:19]}")
+    if r.root != fact_id:
+        return f"derived from {r.root}, which {due}"
+    return f"learned {r.learned_at[:16].replace('T', ' ')}; {due}"
+

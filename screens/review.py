@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Header, Static
+from textual.timer import Timer
+from textual.widgets import DataTable, Header, Input, Static
 from textual.worker import get_current_worker
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.escaping import escaped
 from custody_app.interfaces.tui.access import LedgerAccess
-from custody_app.ledger.readmodels import PendingRetraction, ReviewItem, ReviewPage
+from custody_app.ledger.readmodels import ReviewPage
 from screens.base import (
     PAGE_KEYS,
     Failed,
@@ -24,16 +25,17 @@ from screens.base import (
     Table,
     cursor_key,
     fill,
-    short,
     show,
     turn_page,
 )
+from screens.beliefs import FILTER_PAUSE_S
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
+from screens.review_rows import RETRACTION, details, queue_cells
 
 PAGE = 50
-# Row key prefix of a pending retraction (the rest of the key is its fact id).
-RETRACTION = "retraction:"
+# Claims read per query when marking across the whole queue (all, same writer, same cause).
+MARK_CHUNK = 500
 
 
 class ReviewScreen(LedgerScreen):
@@ -49,6 +51,7 @@ class ReviewScreen(LedgerScreen):
         Binding("u", "unmark", "Unmark all"),
         Binding("a", "review('confirm')", "Approve"),
         Binding("x", "review('reject')", "Reject"),
+        Binding("slash", "filter", "Filter", key_display="/"),
         *PAGE_KEYS,
         Binding("enter", "open_fact", "Why", show=False),
     ]
@@ -59,13 +62,21 @@ class ReviewScreen(LedgerScreen):
         self.pages: list[int] = [0]
         self.page: ReviewPage | None = None
         self.total: int | None = None  # claims waiting in the whole queue
+        # The queue filter as applied, the one the page shown was read with, and the ids of
+        # every claim it matches (None: no filter): marks act only on those.
+        self.match: str | None = None
+        self.generation = 0  # counts filter changes; `shown`: the one the page was read under
+        self.shown = -1
+        self.in_filter: set[str] | None = None
+        self._typing: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="who")
+        yield Input(placeholder="/ filter: writer, subject, predicate or cause", id="filter")
         table: DataTable[Any] = Table(id="queue", cursor_type="row", zebra_stripes=True)
         table.add_columns("✓", "fact", "learned", "writer", "cause", "subject", "predicate",
-                          "value", "would supersede", "marks")
+                          "value", "state", "would supersede", "marks")
         yield table
         yield Static(id="pager")
         yield KeyBar()
@@ -78,9 +89,11 @@ class ReviewScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="read")
     def load(self, after: int) -> None:
+        match, generation = self.match, self.generation
         self.run_read("queue", lambda ledger: (
-            ledger.review_queue(after_seq=after, limit=PAGE),
-            ledger.status().counts.get("quarantined", 0)))
+            ledger.review_queue(after_seq=after, limit=PAGE, match=match),
+            ledger.status().counts.get("quarantined", 0),
+            ledger.review_matching(match) if match else None, generation))
 
     def on_loaded(self, message: Loaded) -> None:
         if message.what == "marks":
@@ -89,27 +102,53 @@ class ReviewScreen(LedgerScreen):
             return
         if message.what != "queue":
             return
-        self.page, self.total = message.data
-        assert self.page is not None
+        page, total, ids, generation = message.data
+        if generation != self.generation:
+            return  # read under a filter since changed: the next read is on its way
+        self.page, self.total, self.shown = page, total, generation
+        self.in_filter = None if ids is None else set(ids)
         self._show_rows()
         show(self.query_one("#who", Static),
              f"reviewing as [b]{self.access.reviewer}[/b] · space: mark · a: approve · "
-             "x: reject (the marked facts, or the one under the cursor)")
+             "x: reject (the marked facts, or the one under the cursor) · /: filter")
+
+    def _acting(self) -> set[str]:
+        """The marks an approve or reject acts on: under a filter, only the rows it matches."""
+        if self.in_filter is None or self.page is None:
+            return set(self.marked)
+        view = self.in_filter | {RETRACTION + r.fact.fact_id for r in self.page.retractions}
+        return self.marked & view
 
     def _show_rows(self) -> None:
         if self.page is None:
             return
-        waiting = [(RETRACTION + r.fact.fact_id, _retraction_cells(
-            r, RETRACTION + r.fact.fact_id in self.marked)) for r in self.page.retractions]
-        fill(self.query_one("#queue", DataTable), waiting + [
-            (i.fact.fact_id, _cells(i, i.fact.fact_id in self.marked)) for i in self.page.items])
+        fill(self.query_one("#queue", DataTable), queue_cells(self.page, self.marked,
+                                                              self.labels()))
         more = "PgDn: next page" if self.page.next_after is not None else "end of the queue"
         first = (len(self.pages) - 1) * PAGE
         rows = f"{first + 1}–{first + len(self.page.items)}" if self.page.items else "none"
+        total = self.total if self.total is not None else "?"
+        acting = self._acting()
+        outside = len(self.marked) - len(acting)
+        count = (f"{len(self.in_filter)} of {total} shown (filter "
+                 f"{escaped(self.match, markup=True)})" if self.in_filter is not None
+                 else f"{total} waiting in all")
+        hidden = f" (+{outside} outside the filter, not acted on)" if outside else ""
         show(self.query_one("#pager", Static),
-             f"{self.total if self.total is not None else '?'} waiting in all · page "
-             f"{len(self.pages)} (rows {rows}) · {len(self.marked)} marked · {more} · "
-             "m: mark page, shift+m: all, w: same writer, c: same cause, u: unmark")
+             f"{count} · page {len(self.pages)} (rows {rows}) · {len(acting)} marked{hidden} · "
+             f"{more} · m: mark page, shift+m: all, w: same writer, c: same cause, u: unmark")
+        self.refresh_bindings()  # approve, reject and the marks depend on what is shown
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Shown disabled (and doing nothing) when there is nothing for them to act on.
+        if action == "review":
+            return True if self._targets() else None
+        if action in ("mark", "mark_page", "mark_queue"):
+            page = self.page if self.shown == self.generation else None
+            return True if page is not None and (page.items or page.retractions) else None
+        if action == "unmark":
+            return True if self.marked else None
+        return True
 
     # ---- actions -----------------------------------------------------------------------
     def action_mark(self) -> None:
@@ -142,15 +181,17 @@ class ReviewScreen(LedgerScreen):
             return
         writer = item.writer if item else None
         cause = item.cause.kind if item else None
-        self.mark_matching(how, writer, cause)
+        self.mark_matching(how, writer, cause, self.match)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="marks")
-    def mark_matching(self, how: str, writer: str | None, cause: str | None) -> None:
+    def mark_matching(self, how: str, writer: str | None, cause: str | None,
+                      match: str | None) -> None:
+        """Reads the queue (under the filter) in chunks of MARK_CHUNK claims."""
         def matching(ledger: Any) -> list[str]:
             found: list[str] = []
             after: int | None = 0
             while after is not None and not get_current_worker().is_cancelled:
-                page = ledger.review_queue(after_seq=after, limit=500)
+                page = ledger.review_queue(after_seq=after, limit=MARK_CHUNK, match=match)
                 found += [i.fact.fact_id for i in page.items if how == "all"
                           or (how == "writer" and i.writer == writer)
                           or (how == "cause" and i.cause.kind == cause)]
@@ -164,25 +205,43 @@ class ReviewScreen(LedgerScreen):
             self.reload()
 
     def _targets(self) -> list[str]:
-        if self.marked:
-            return sorted(self.marked)  # marks may span pages (mark all, by writer or cause)
+        if self.shown != self.generation:
+            return []  # the filter changed and its rows are not read yet: act on nothing
+        acting = self._acting()
+        if acting:
+            return sorted(acting)  # marks may span pages (mark all, by writer or cause)
         key = cursor_key(self.query_one("#queue", DataTable))
         return [key] if key else []
 
-    def _details(self, op: str, targets: list[str]) -> str:
-        """What the reviewer is about to approve or reject, and what follows from it."""
-        shown = {i.fact.fact_id: i for i in (self.page.items if self.page else [])}
-        lines = []
-        for fact_id in targets[:5]:
-            i = shown.get(fact_id)
-            lines.append(f"{fact_id}  {i.fact.subject} {i.fact.predicate} = "
-                         f"{'(erased)' if i.fact.erased else short(i.fact.value, 60)}  by "
-                         f"{i.writer}" if i else f"{fact_id}  (on another page)")
-        if len(targets) > 5:
-            lines.append(f"… and {len(targets) - 5} more")
-        lines.append("Reads and recall return them from now on." if op == "confirm" else
-                     "They are never believed; what they would replace stays believed.")
-        return "\n".join(lines)
+    # ---- the queue filter: what the box shows is what is applied --------------------------
+    def action_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    @on(Input.Changed, "#filter")
+    def _typed(self, event: Input.Changed) -> None:
+        if self._typing is not None:
+            self._typing.stop()
+        self._typing = self.set_timer(FILTER_PAUSE_S, self._apply_filter)
+
+    @on(Input.Submitted, "#filter")
+    def _submitted(self, event: Input.Submitted) -> None:
+        self.query_one("#queue", DataTable).focus()  # leaving the box applies it (below)
+
+    @on(Input.Blurred, "#filter")
+    def _left(self, event: Input.Blurred) -> None:
+        self._apply_filter()
+
+    def _apply_filter(self) -> None:
+        if self._typing is not None:
+            self._typing.stop()
+            self._typing = None
+        typed = self.query_one("#filter", Input).value.strip() or None
+        if typed != self.match:
+            self.match = typed
+            self.generation += 1
+            self.pages = [0]
+            self.refresh_bindings()
+            self.reload()
 
     def action_review(self, op: str) -> None:
         targets = self._targets()
@@ -198,7 +257,7 @@ class ReviewScreen(LedgerScreen):
 
         self.app.push_screen(ReasonDialog(f"{verb} {what} as {self.access.reviewer}",
                                           required=op == "reject",
-                                          details=self._details(op, targets)), done)
+                                          details=details(self.page, op, targets)), done)
 
     @work(thread=True, exclusive=False, exit_on_error=False, group="write")
     def review(self, op: str, fact_ids: list[str], reason: str | None) -> None:
@@ -240,23 +299,3 @@ class ReviewScreen(LedgerScreen):
         from screens.fact import FactScreen
 
         self.app.push_screen(FactScreen(self.access, fact_id.removeprefix(RETRACTION)))
-
-
-def _cells(i: ReviewItem, marked: bool) -> list[str | Text]:
-    f = i.fact
-    old = (f"{i.supersedes.fact_id} ({i.supersedes.status})" if i.supersedes else "")
-    cause = f"{i.cause.kind}:{i.cause.ref}"
-    cells: list[str | Text] = [
-        "✓" if marked else " ", f.fact_id, i.tx_at[:19], i.writer, short(cause, 30), f.subject,
-        f.predicate, "(erased)" if f.erased else short(f.value, 30), old, ",".join(i.marks)]
-    # Plain cells unless marked: styled Text costs more to lay out on every repaint.
-    return [Text(str(c), style="bold reverse") for c in cells] if marked else cells
-
-
-def _retraction_cells(r: PendingRetraction, marked: bool) -> list[str | Text]:
-    f = r.fact
-    cells: list[str | Text] = [
-        "✓" if marked else " ", f.fact_id, r.tx_at[:19], r.retractor,
-        short(f"retract: {r.reason or ''}", 30), f.subject, f.predicate,
-        "(erased)" if f.erased else short(f.value, 30), "", "pending retraction"]
-    return [Text(str(c), style="bold reverse") for c in cells] if marked else cells

@@ -16,6 +16,12 @@ HEAD_SEQ = "SELECT max(seq) FROM events"
 # Facts whose status is `?`, oldest first, one page after a cursor (facts_by_status index).
 WITH_STATUS_PAGE = (f"SELECT {_FCOLS} FROM facts f WHERE f.status = ? AND f.assert_seq > ? "
                     "ORDER BY f.assert_seq LIMIT ?")
+# The newest events first, one page before a cursor, with the subject and predicate of the
+# fact each is about (events carry no subject once it is erased; the fact row keeps its own).
+EVENTS_NEWEST = ("SELECT e.seq, e.kind, e.tx_at, e.actor, e.fact_id, f.subject, f.predicate, "
+                 "e.body, e.value, f.status FROM events e "
+                 "LEFT JOIN facts f ON f.fact_id = e.fact_id "
+                 "WHERE e.seq < ? ORDER BY e.seq DESC LIMIT ?")
 HELD_PAGE = (f"SELECT {_FCOLS} FROM facts f WHERE f.held = 1 AND f.assert_seq > ? "
              "ORDER BY f.assert_seq LIMIT ?")
 LAST_EVENT_OF_KIND = ("SELECT seq, tx_at, actor, body FROM events WHERE fact_id = ? AND kind = ? "
@@ -146,6 +152,11 @@ class BrowseStore:
     def with_status_page(self, status: str, after_seq: int, limit: int) -> list[FactRow]:
         return [FactRow(*r) for r in
                 self._conn.execute(WITH_STATUS_PAGE, (status, after_seq, limit))]
+
+    def events_newest(self, before_seq: int, limit: int) -> list[tuple[object, ...]]:
+        """(seq, kind, tx_at, actor, fact_id, subject, predicate, body, value, fact status now),
+        newest first."""
+        return [tuple(r) for r in self._conn.execute(EVENTS_NEWEST, (before_seq, limit))]
 
     def held_page(self, after_seq: int, limit: int) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(HELD_PAGE, (after_seq, limit))]

@@ -36,6 +36,11 @@ SWEEP_ALL = (f"SELECT {_FCOLS} FROM facts f JOIN events e ON e.seq = f.assert_se
              "WHERE e.tx_at < ? "
              "AND (f.ended IS NULL OR f.ended NOT IN ('forgotten', 'expired')) "
              "ORDER BY f.assert_seq")
+# When each of those candidates was learned (its assert's transaction time): one query per
+# sweep space, for the reason the sweep gives each fact it expires.
+SWEEP_LEARNED = ("SELECT f.fact_id, e.tx_at FROM facts f JOIN events e ON e.seq = f.assert_seq "
+                 "WHERE (? IS NULL OR f.space = ?) AND e.tx_at < ? "
+                 "AND (f.ended IS NULL OR f.ended NOT IN ('forgotten', 'expired'))")
 # Distinct spaces by a loose index scan: one index probe per space, not a scan of all facts.
 SPACES = """
 WITH RECURSIVE s(space) AS (
@@ -102,6 +107,11 @@ class ErasureStore:
     def sweep_candidates_all(self, cutoff: str) -> list[FactRow]:
         """Every space at once (an explicit cutoff): one query, not one per space."""
         return [FactRow(*r) for r in self._conn.execute(SWEEP_ALL, (cutoff,))]
+
+    def learned_before(self, space: str | None, cutoff: str) -> dict[str, str]:
+        """fact_id -> tx_at of the sweep candidates of `space` (None: every space)."""
+        return {str(f): str(t) for f, t in
+                self._conn.execute(SWEEP_LEARNED, (space, space, cutoff))}
 
     def spaces(self) -> list[str]:
         return [str(r[0]) for r in self._conn.execute(SPACES)]

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable, Static
 
+from custody_app.domain.timeutil import ManualClock
 from custody_app.ledger.facade import Ledger
 from screens.confirm import ConfirmDialog
 from screens.fact import FactScreen
 from screens.reason import ReasonDialog
-from tests.tuikit import Story, app_on, build_story, idle, keys, notes
+from tests.tuikit import FROZEN, Story, app_on, build_story, idle, keys, notes
 
 
 @pytest.fixture
@@ -73,16 +74,20 @@ async def test_retract_with_a_reason_appends_the_event(story: Story) -> None:
         assert "status retracted" in text(app, "#summary")
 
 
-async def test_hold_release_and_the_refusal_of_a_second_hold(story: Story) -> None:
+async def test_hold_release_and_no_second_hold_offered(story: Story) -> None:
     app = app_on(story.path, reviewer="user:counsel")
     async with app.run_test(size=(160, 50), notifications=True) as pilot:
         await open_fact(app, pilot, story["plan2"])
+        assert app.screen.check_action("release", ()) is None  # not held: nothing to release
         await pilot.press("h", *"case 7", "enter")
         await idle(pilot)
         assert kinds(story.path, story["plan2"])[-1] == ("hold", "user:counsel")
-        await pilot.press("h", *"again", "enter")
-        await idle(pilot)
-        assert any("already on hold" in n.lower() or "already_held" in n for n in notes(app))
+        # Held now: a second hold and a forget are shown disabled and do nothing.
+        assert app.screen.check_action("hold", ()) is None
+        assert app.screen.check_action("forget", ()) is None
+        await pilot.press("h")
+        await pilot.pause()
+        assert isinstance(app.screen, FactScreen)
         assert kinds(story.path, story["plan2"])[-1] == ("hold", "user:counsel")
         await pilot.press("u", *"case closed", "enter")
         await idle(pilot)
@@ -115,9 +120,17 @@ async def test_forget_names_the_cascade_then_erases_it(story: Story) -> None:
 
 
 async def test_forget_of_a_held_fact_is_refused_in_its_words(story: Story) -> None:
+    with Ledger.open(story.path, clock=ManualClock(FROZEN)) as led:  # plan2's dependent held
+        led.hold(story["summary"], actor="user:counsel", reason="case 9")
     app = app_on(story.path, reviewer="user:dpo")
     async with app.run_test(size=(160, 50), notifications=True) as pilot:
         await open_fact(app, pilot, story["name"])
+        assert app.screen.check_action("forget", ()) is None  # held itself: not offered
+        await pilot.press("f")
+        await idle(pilot)
+        assert isinstance(app.screen, FactScreen)
+        app.pop_screen()
+        await open_fact(app, pilot, story["plan2"])  # not held, but its cascade is
         await pilot.press("f")
         await idle(pilot)
         assert "On legal hold" in str(app.screen.query_one("#warning").render())
@@ -127,4 +140,4 @@ async def test_forget_of_a_held_fact_is_refused_in_its_words(story: Story) -> No
         await pilot.press("y")
         await idle(pilot)
         assert not any("forgot" in n for n in notes(app))
-        assert kinds(story.path, story["name"])[-1][0] == "hold"
+        assert kinds(story.path, story["plan2"])[-1][0] == "assert"

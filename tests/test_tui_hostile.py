@@ -54,7 +54,7 @@ async def test_stored_markup_tags_neither_crash_nor_restyle_any_screen(tmp_path:
     app = app_on(path)
     async with app.run_test(size=(160, 50)) as pilot:
         await idle(pilot)
-        for key in ("1", "2", "3", "4", "5", "6", "7"):  # every screen, each renders the rows
+        for key in ("1", "2", "3", "4", "5", "6", "7", "8"):  # every screen renders the rows
             await pilot.press(key)
             await idle(pilot)
         app.push_screen(FactScreen(app.access, fact.fact_id))

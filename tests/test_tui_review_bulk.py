@@ -132,3 +132,23 @@ async def test_the_retract_dialog_says_what_is_believed_again(story: Story) -> N
         details = str(app.screen.query_one("#details", Static).render())
         assert details.startswith('acct:1042 plan = "business"')
         assert f"believed again: {story['plan']} (acct:1042 plan, superseded)" in details
+
+
+async def test_marks_across_the_whole_queue_read_it_in_chunks(story: Story,
+                                                              monkeypatch: Any) -> None:
+    # The queue (62) is read in chunks when marking; with chunks of 7 every chunk must be read,
+    # or "mark all" and "mark writer" would mark only the first chunk.
+    import screens.review
+
+    monkeypatch.setattr(screens.review, "MARK_CHUNK", 7)
+    app = app_on(story.path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = await open_review(app, pilot)
+        await pilot.press("M")
+        await idle(pilot)
+        assert f" {PAGE + 12} marked" in screen_text(app, "#pager")
+        await pilot.press("u")
+        table.move_cursor(row=5)
+        await pilot.press("w")
+        await idle(pilot)
+        assert f" {PAGE + 10} marked" in screen_text(app, "#pager")

@@ -111,3 +111,65 @@ def test_snapshot_main_screens_at_two_sizes(story: Story, snap_compare: Any, siz
         await screen(pilot, story)
 
     assert snap_compare(app_on(story.path), terminal_size=size, run_before=ready)
+
+
+# A long value and long lines: the fact's value pane wraps it whole, the blast tree's detail
+# pane shows the node under the cursor in full (fixed clock and id seed: the same every run).
+LONG = ("Customer asked on the phone to move every seat of the Hamburg office to the business "
+        "plan from the first of next month, keep the two Vienna seats on team until their "
+        "contract ends, and send the revised quote to procurement@acme.example with the "
+        "discount agreed in the March call; the account manager confirmed it in writing.")
+
+
+def _with_long_value(story: Story) -> tuple[str, str]:
+    from datetime import timedelta
+
+    from custody_app import Ledger
+    from custody_app.domain.timeutil import ManualClock
+    from tests.tuikit import CAUSE, T0
+
+    with Ledger.open(story.path, clock=ManualClock(T0 + timedelta(hours=10)), id_seed=11) as led:
+        note = led.assert_fact("acct:1042", "support_call_summary_for_billing", LONG,
+                               actor="agent:support-bot", cause=CAUSE,
+                               provenance="attested").fact_id
+        derived = led.assert_fact("acct:1042", "billing_change_request_pending_quote", "move",
+                                  actor="llm:haiku", cause=CAUSE, provenance="attested",
+                                  sources=[note], llm={"model": "haiku", "prompt_hash": "p" * 8,
+                                                       "input_hash": "i" * 8,
+                                                       "output_hash": "o" * 8, "tokens": 9})
+    return note, derived
+
+
+async def _fact_long(pilot: Any, story: Story, ids: tuple[str, str]) -> None:
+    await idle(pilot)
+    pilot.app.push_screen(FactScreen(pilot.app.access, ids[0]))
+    await _fact_settled(pilot)
+
+
+async def _blast_long(pilot: Any, story: Story, ids: tuple[str, str]) -> None:
+    from screens.blast import BlastScreen
+
+    await idle(pilot)
+    pilot.app.push_screen(BlastScreen(pilot.app.access, ids[0], fact_screen=FactScreen))
+    await idle(pilot)
+    await pilot.press("down")  # the derived fact: its whole line in the detail pane
+    await idle(pilot)
+
+
+async def _timeline(pilot: Any, story: Story, ids: tuple[str, str]) -> None:
+    await idle(pilot)
+    await pilot.press("8")
+    await _settled(pilot, "#events")
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("screen", [_fact_long, _blast_long, _timeline],
+                         ids=["fact-long", "blast-long", "timeline"])
+def test_snapshot_long_lines_and_timeline_at_two_sizes(story: Story, snap_compare: Any,
+                                                       size: Any, screen: Any) -> None:
+    ids = _with_long_value(story)
+
+    async def ready(pilot: Any) -> None:
+        await screen(pilot, story, ids)
+
+    assert snap_compare(app_on(story.path), terminal_size=size, run_before=ready)

@@ -2,8 +2,9 @@
 # tmux check of the terminal app, end to end in a real terminal:
 #   build a fresh demo ledger with three claims waiting, open it in tmux, approve the three in
 #   bulk (review screen, mark all, approve), then retract a fact from the blast radius tree
-#   (choose it, enter on its node, t, a reason), by keys alone; quit, and find the three
-#   confirm events and the retract event in the ledger.
+#   (choose it, enter on its node, t, a reason), by keys alone; open the live timeline and see
+#   an event another process appends appear on it; quit, and find the three confirm events
+#   and the retract event in the ledger.
 #
 #   bash tests/tmux_check.sh            (PYTHON=/path/to/python to choose the interpreter)
 # Exit 0: all four events were found; 1: one was not; 2: tmux is not installed.
@@ -85,6 +86,18 @@ wait_for "now retracted"
 echo "---- pane after retracting ----"
 pane
 echo "-------------------------------"
+# 3. The live timeline: open it (8), append from another process, and the row appears there
+#    without a key being pressed.
+tmux send-keys -t "$SESSION" 8
+wait_for "live: newest first"
+cat > "$WORK/live.jsonl" <<'JSONL'
+{"op": "assert", "subject": "acct:tmux-live", "predicate": "plan", "value": "pro", "actor": "agent:helper", "cause": {"kind": "message", "ref": "tmux-live"}}
+JSONL
+$APP --batch "$WORK/live.jsonl" --ledger "$WORK/demo.db" >/dev/null
+wait_for "acct:tmux-live" 30
+echo "---- pane of the timeline after another process appended ----"
+pane
+echo "--------------------------------------------------------------"
 tmux send-keys -t "$SESSION" C-q
 sleep 0.5
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from custody_app.domain.readmodels import ReadModel
+from custody_app.domain.timeutil import format_time, parse_duration, parse_time
 
 Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable"]
 
@@ -114,6 +115,24 @@ class SubjectForgetResult(ReadModel):
     certificate: ErasureCertificate
 
 
+class ExpiryReason(ReadModel):
+    """Why a sweep expires a fact: the age of its root (itself, or the fact it was derived
+    from, which the cascade follows) under a window rule or an explicit cutoff."""
+
+    root: str
+    learned_at: str  # when the root was learned (the transaction time of its assert)
+    cutoff: str
+    rule: str | None = None  # "pattern = duration" of the window; None for an explicit cutoff
+
+    def expires_at(self) -> str | None:
+        """learned_at plus the window: when the root became due (None for a cutoff). Made on
+        demand: formatting a time per expired fact was a third of a dry run's cost."""
+        if self.rule is None:
+            return None
+        window = parse_duration(self.rule.rpartition(" = ")[2])
+        return format_time(parse_time(self.learned_at) + window)
+
+
 class SweepResult(ReadModel):
     """What a sweep expired (or would, with dry_run) and which held facts it skipped."""
 
@@ -123,3 +142,5 @@ class SweepResult(ReadModel):
     dry_run: bool
     note: str | None = None
     certificate: ErasureCertificate | None = None
+    # For each expired fact, why (a cascaded fact names the root whose age expired it).
+    reasons: dict[str, ExpiryReason] = {}

@@ -11,7 +11,7 @@ from custody_app.domain.commands import Sweep
 from custody_app.domain.retention import cutoff_for, window_for
 from custody_app.domain.timeutil import parse_time
 from custody_app.erasure.cascade import cascade
-from custody_app.erasure.certificate import SweepResult
+from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.erasure.forget import erase
 from custody_app.erasure.proof import SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.scrubs import Scrubs
@@ -39,13 +39,15 @@ def _cutoffs(ledger: LedgerCore, cmd: Sweep) -> tuple[dict[str, str], dict[str, 
 
 
 def _expire(ledger: LedgerCore, cmd: Sweep, cutoffs: dict[str, str], windows: dict[str, str],
-            work: ErasureWork, tx_at: str, expired: list[str], held: set[str]) -> None:
+            work: ErasureWork, tx_at: str, expired: list[str], held: set[str],
+            reasons: dict[str, ExpiryReason]) -> None:
     """Each space's candidates past its cutoff, expired (a dry run only lists them); a cascade
-    that reaches a held fact is skipped whole."""
+    that reaches a held fact is skipped whole. `reasons` gets why each expires (its root)."""
     done: set[str] = set()
     for space, cutoff in sorted(cutoffs.items()):
         candidates = (ledger.db.erasure.sweep_candidates_all(cutoff) if space == "*"
                       else ledger.db.erasure.sweep_candidates(space, cutoff))
+        learned = ledger.db.erasure.learned_before(None if space == "*" else space, cutoff)
         for root in candidates:
             if root.fact_id in done:
                 continue
@@ -57,6 +59,9 @@ def _expire(ledger: LedgerCore, cmd: Sweep, cutoffs: dict[str, str], windows: di
                 continue
             done.update(f.fact_id for f in facts)
             expired += [f.fact_id for f in facts]
+            why = ExpiryReason(root=root.fact_id, cutoff=cutoff, rule=windows.get(space),
+                               learned_at=learned.get(root.fact_id, root.valid_from))
+            reasons.update({f.fact_id: why for f in facts})
             if not cmd.dry_run:
                 erase(ledger, facts, root_of, kind="expire", reason=cmd.reason,
                       actor=cmd.actor, tx_at=tx_at, work=work,
@@ -73,11 +78,12 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
                            "nothing to do")
     expired: list[str] = []
     held: set[str] = set()
+    reasons: dict[str, ExpiryReason] = {}
     with (ledger.db.read() if cmd.dry_run else ledger.transaction()):
         tx_at = ledger.tx_at() if not cmd.dry_run else ledger.now()
         batched = nullcontext() if cmd.dry_run else ledger.index.removals_batched()
         with batched:
-            _expire(ledger, cmd, cutoffs, windows, work, tx_at, expired, held)
+            _expire(ledger, cmd, cutoffs, windows, work, tx_at, expired, held, reasons)
         if expired and not cmd.dry_run:
             crash_point("erasure.before_commit")
     if expired and not cmd.dry_run:
@@ -90,4 +96,4 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
                            keys_place=SUBJECT_KEY_KEPT)
         scrubs.settle(ledger, cert, work)
     return SweepResult(cutoffs=cutoffs, expired=expired, held=sorted(held), dry_run=cmd.dry_run,
-                       certificate=cert)
+                       certificate=cert, reasons=reasons)

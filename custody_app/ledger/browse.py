@@ -4,8 +4,9 @@ queue oldest first, holds, erasure previews, retention, and the ledger's status.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
+from itertools import islice
 
 from custody_app.core import reads
 from custody_app.core.ledger_core import LedgerCore
@@ -41,7 +42,7 @@ from store.rows import FactRow
 MAX_PAGE = 500
 
 
-def _limit(limit: int) -> int:
+def page_limit(limit: int) -> int:
     if not 1 <= limit <= MAX_PAGE:
         raise LedgerError("bad_request", f"field 'limit' must be between 1 and {MAX_PAGE}",
                           field="limit")
@@ -55,6 +56,12 @@ def _text(value: object) -> str | None:
 def _ref(fact: FactRow) -> FactRef:
     return FactRef(fact_id=fact.fact_id, status=fact.status, subject=fact.subject,
                    predicate=fact.predicate, valid_from=fact.valid_from)
+
+
+def _matches(r: PendingRetraction, match: str | None) -> bool:
+    """The queue filter on a pending retraction: its retractor, subject, predicate, reason."""
+    fields = (r.retractor, r.fact.subject, r.fact.predicate, f"retract:{r.reason or ''}")
+    return not match or any(match.lower() in f.lower() for f in fields)
 
 
 def _change(row: BeliefRow) -> Change:
@@ -104,7 +111,7 @@ class BrowseReads(LedgerCore):
         if bad:
             raise LedgerError("bad_request", f"cannot show status {bad[0]!r}; choose from "
                               + ", ".join(SHOW_STATUSES), field="show")
-        _limit(limit)
+        page_limit(limit)
         statuses = tuple(s for s in shown if s != "quarantined")
         if "forgotten" in shown:
             statuses += ("expired",)
@@ -151,13 +158,22 @@ class BrowseReads(LedgerCore):
             held=bool(r.held), believed=bool(r.live_then), believed_now=bool(r.live_now),
             change=_change(r), salience=rounded, salience_class=named)
 
-    def review_queue(self, *, after_seq: int = 0, limit: int = 50) -> ReviewPage:
+    def review_queue(self, *, after_seq: int = 0, limit: int = 50,
+                     match: str | None = None) -> ReviewPage:
         """Claimed facts waiting for a reviewer, oldest first, with writer, cause and what
-        each would supersede."""
-        _limit(limit)
+        each would supersede; with `match`, only those (and the pending retractions) whose
+        writer, subject, predicate or cause contains it, in any case."""
+        page_limit(limit)
         with self.db.read():
             items = []
-            rows = self.db.browse.with_status_page("quarantined", after_seq, limit)
+            if match:  # the cause is sealed: claims are opened, then matched (one more: "more?")
+                found = list(islice(self._claims_matching(match, after_seq), limit + 1))
+                rows = [f for f, _ in found[:limit]] + ([found[limit][0]] if len(found) > limit
+                                                        else [])
+            else:
+                rows = self.db.browse.with_status_page("quarantined", after_seq, limit)
+            more = len(rows) > limit or (not match and len(rows) == limit)
+            rows = rows[:limit]
             for fact in rows:
                 event = self.db.events.get(fact.assert_seq)
                 assert event is not None
@@ -168,10 +184,34 @@ class BrowseReads(LedgerCore):
                     tx_at=event.tx_at, writer=fact.actor, cause=Cause(**body["cause"]),
                     session=fact.session, marks=(fact.marks or "").split(",") if fact.marks
                     else [], supersedes=_ref(old) if old else None))
-            waiting = self.pending_retractions() if after_seq == 0 else []
-        return ReviewPage(items=items,
-                          next_after=rows[-1].assert_seq if len(rows) == limit else None,
+            waiting = [r for r in self.pending_retractions() if _matches(r, match)] \
+                if after_seq == 0 else []
+        return ReviewPage(items=items, next_after=rows[-1].assert_seq if more and rows else None,
                           retractions=waiting)
+
+    def _claims_matching(self, match: str, after_seq: int) -> Iterator[tuple[FactRow, str]]:
+        """Claims waiting after `after_seq` whose writer, subject, predicate or cause (opened:
+        it is sealed) contains `match` in any case, oldest first, read 500 at a time."""
+        needle = match.lower()
+        while True:
+            rows = self.db.browse.with_status_page("quarantined", after_seq, MAX_PAGE)
+            for fact in rows:
+                event = self.db.events.get(fact.assert_seq)
+                assert event is not None
+                cause = open_body(self.db, self.values.texts, event.seq, event.body)["cause"]
+                text = "\x1f".join((fact.actor, fact.subject or "", fact.predicate,
+                                     f"{cause.get('kind', '')}:{cause.get('ref', '')}"))
+                if needle in text.lower():
+                    yield fact, fact.fact_id
+            if len(rows) < MAX_PAGE:
+                return
+            after_seq = rows[-1].assert_seq
+
+    def review_matching(self, match: str) -> list[str]:
+        """Ids of every claim waiting whose writer, subject, predicate or cause contains
+        `match` (any case), oldest first: what a filtered queue's "mark all" marks."""
+        with self.db.read():
+            return [fact_id for _, fact_id in self._claims_matching(match, 0)]
 
     def pending_retractions(self) -> list[PendingRetraction]:
         """Retractions of another writer's fact waiting for a reviewer, oldest first."""
@@ -184,7 +224,7 @@ class BrowseReads(LedgerCore):
 
     def holds(self, *, after_seq: int = 0, limit: int = 50) -> HoldPage:
         """Facts on legal hold, oldest first, with who placed the hold, when and why."""
-        _limit(limit)
+        page_limit(limit)
         with self.db.read():
             items = []
             rows = self.db.browse.held_page(after_seq, limit)
@@ -216,7 +256,7 @@ class BrowseReads(LedgerCore):
     def retention(self, *, after_space: str = "", limit: int = 50) -> RetentionView:
         """The policy's retention windows and, for one page of the ledger's spaces (in name
         order after `after_space`), the window and the cutoff a sweep would use now."""
-        _limit(limit)
+        page_limit(limit)
         windows = dict(self.policy.policy.retention.windows)
         with self.db.read():
             now = self.now()

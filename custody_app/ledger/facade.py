@@ -71,9 +71,10 @@ from custody_app.evidence.verify import verify as verify_ledger
 from custody_app.keys import writer_keys
 from custody_app.ledger import queries, retractions, writes
 from custody_app.ledger.evidence_views import EvidenceViews
+from custody_app.ledger.timeline import TimelineReads
 
 
-class Ledger(EvidenceViews):
+class Ledger(EvidenceViews, TimelineReads):
     """A ledger file opened under a policy. Methods take plain values and return read models."""
 
     # ---- commands ----------------------------------------------------------------------

@@ -157,3 +157,26 @@ class LedgerStatus(ReadModel):
     policy_recorded: str | None
     policy_history: list[PolicyChange]
     counts: dict[str, int]
+
+
+class TimelineEvent(ReadModel):
+    """One event of the ledger's timeline: what happened, by whom, to which fact, in brief."""
+
+    seq: int
+    tx_at: str
+    kind: str
+    actor: str
+    fact_id: str | None
+    subject: str | None
+    predicate: str | None
+    status: str | None  # the fact's status now
+    provenance: str | None  # the writer's (or retractor's) standing, when the event has one
+    summary: str
+
+
+class TimelinePage(ReadModel):
+    """Events newest first; `next_before` is the cursor of the next (older) page."""
+
+    events: list[TimelineEvent]
+    head_seq: int
+    next_before: int | None

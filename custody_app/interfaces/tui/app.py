@@ -89,6 +89,7 @@ class CustodyApp(App[None]):
         Binding("5", "show('integrity')", "Integrity"),
         Binding("6", "show('blast')", "Blast radius"),
         Binding("7", "show('actions')", "Actions"),
+        Binding("8", "show('timeline')", "Timeline"),
         Binding("question_mark", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
