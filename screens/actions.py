@@ -16,7 +16,19 @@ from custody_app.evidence.actionpack import action_pack_text
 from custody_app.evidence.readmodels import ActionAccount, ActionsResult
 from custody_app.files.output import write_output
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens.base import PAGE_KEYS, LedgerScreen, Loaded, Table, cursor_key, fill, short, show, turn_page
+from screens.base import (
+    PAGE_KEYS,
+    LedgerScreen,
+    Loaded,
+    Table,
+    box_key,
+    cursor_key,
+    fill,
+    focus_now,
+    short,
+    show,
+    turn_page,
+)
 from screens.keybar import KeyBar
 
 PAGE = 50
@@ -43,7 +55,7 @@ class ActionsScreen(LedgerScreen):
 
     CSS_PATH = "actions.tcss"
     BINDINGS = [
-        Binding("slash", "search", "Search", key_display="/"),
+        box_key("slash", "#query", "Search", key_display="/"),
         Binding("enter", "explain", "Explain", show=False),
         Binding("p", "pack", "Action pack"),
         *PAGE_KEYS,
@@ -67,7 +79,7 @@ class ActionsScreen(LedgerScreen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.query_one("#actions", DataTable).focus()
+        focus_now(self.query_one("#actions", DataTable))
 
     def reload(self) -> None:
         self.load(dict(self.filters), self.pages[-1])
@@ -99,9 +111,6 @@ class ActionsScreen(LedgerScreen):
         if turn_page(self.pages, delta, self.page.next_before_seq if self.page else None):
             self.reload()
 
-    def action_search(self) -> None:
-        self.query_one("#query", Input).focus()
-
     @on(Input.Submitted, "#query")
     def _typed(self, event: Input.Submitted) -> None:
         try:
@@ -110,7 +119,7 @@ class ActionsScreen(LedgerScreen):
             self.notify(f"{exc.message} ({exc.code})", title="Refused", severity="error")
             return
         self.pages = [None]
-        self.query_one("#actions", DataTable).focus()
+        focus_now(self.query_one("#actions", DataTable))
         self.reload()
 
     def action_explain(self) -> None:

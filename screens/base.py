@@ -9,10 +9,12 @@ from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
 from rich.text import Text
+from textual.actions import parse as parse_action
 from textual.binding import Binding
 from textual.events import Idle, Key
 from textual.message import Message
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import DataTable, Input, Static
 from textual.worker import get_current_worker
 
@@ -86,6 +88,29 @@ class LedgerScreen(Screen[None]):
             event.prevent_default()
             self.leave_input(self.focused)
 
+    def open_box_for(self, key: str) -> bool:
+        """If `key` opens one of this screen's text boxes (a `box_key` binding) and no box has
+        the focus, focus that box now and return True. The app calls this as each key arrives
+        (CustodyApp.on_event), so the keys typed after it go into the box, in order."""
+        box = self._box_keys().get(key)
+        if box is None or isinstance(self.focused, Input):
+            return False
+        self.action_open_box(box)
+        return True
+
+    def _box_keys(self) -> dict[str, str]:
+        """Key -> selector of the box it opens, from this screen's `box_key` bindings."""
+        found: dict[str, str] = {}
+        for b in self.BINDINGS:
+            if isinstance(b, Binding):
+                name, args = parse_action(b.action)[1:]
+                if name == "open_box":
+                    found.update(dict.fromkeys(b.key.split(","), str(args[0])))
+        return found
+
+    def action_open_box(self, box: str) -> None:
+        focus_now(self.query_one(box, Input))
+
     def leave_input(self, box: Input) -> None:
         """Focus the screen's first widget that is not a text box (its table or tree)."""
         target = next((w for w in self.focus_chain if not isinstance(w, Input)), None)
@@ -140,6 +165,18 @@ class Table(DataTable[Any]):
         await super()._on_idle(event)
         if measuring:
             self.notify_style_update()  # drops the render caches and repaints at the new widths
+
+
+def box_key(key: str, box: str, description: str, key_display: str | None = None) -> Binding:
+    """A key that focuses a text box (`box`: its selector). The app runs it as the key arrives,
+    ahead of the keys typed after it (`LedgerScreen.open_box_for`)."""
+    return Binding(key, f"open_box({box!r})", description, key_display=key_display)
+
+
+def focus_now(widget: Widget) -> None:
+    """Focus `widget` now: `Widget.focus()` only queues the change behind the messages already
+    waiting, keys included, which then reach the old focus."""
+    widget.screen.set_focus(widget)
 
 
 def short(value: Any, width: int = 40) -> str:

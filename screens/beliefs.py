@@ -22,7 +22,9 @@ from screens.base import (
     LedgerScreen,
     Loaded,
     Table,
+    box_key,
     fill,
+    focus_now,
     forget_rows,
     show,
     turn_page,
@@ -48,14 +50,14 @@ class BeliefsScreen(LedgerScreen):
     BINDINGS = [
         Binding("left_square_bracket", "step(-1)", "Back 1 event", key_display="["),
         Binding("right_square_bracket", "step(1)", "Fwd 1 event", key_display="]"),
-        Binding("g", "goto", "Go to instant"),
+        box_key("g", "#jump", "Go to instant"),
         Binding("n", "now", "Now"),
         Binding("d", "diff", "Diff vs now"),
         Binding("q", "show_status('quarantined')", "±quarantined"),
         Binding("r", "show_status('retracted')", "±retracted"),
         Binding("s", "show_status('superseded')", "±superseded"),
         Binding("f", "show_status('forgotten')", "±forgotten"),
-        Binding("slash", "filter", "Filter", key_display="/"),
+        box_key("slash", "#space", "Filter", key_display="/"),
         *PAGE_KEYS,
         Binding("enter", "open_fact", "Why", show=False),
     ]
@@ -88,7 +90,7 @@ class BeliefsScreen(LedgerScreen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.query_one("#facts", DataTable).focus()
+        focus_now(self.query_one("#facts", DataTable))
 
     # ---- reading -----------------------------------------------------------------------
     def reload(self) -> None:
@@ -105,7 +107,7 @@ class BeliefsScreen(LedgerScreen):
     def on_loaded(self, message: Loaded) -> None:
         if message.what == "instant":
             self.at_seq = message.data
-            self.query_one("#facts", DataTable).focus()
+            focus_now(self.query_one("#facts", DataTable))
             self._restart()
             return
         page: BeliefPage = message.data
@@ -161,12 +163,6 @@ class BeliefsScreen(LedgerScreen):
         self.at_seq = None
         self._restart()
 
-    def action_goto(self) -> None:
-        self.query_one("#jump", Input).focus()
-
-    def action_filter(self) -> None:
-        self.query_one("#space", Input).focus()
-
     def action_diff(self) -> None:
         self.diff = not self.diff
         self._restart()
@@ -214,7 +210,7 @@ class BeliefsScreen(LedgerScreen):
         except LedgerError as exc:
             self.post_message(Failed(exc.code, exc.message))
             return
-        self.query_one("#facts", DataTable).focus()
+        focus_now(self.query_one("#facts", DataTable))
         self._restart()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="jump")

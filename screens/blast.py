@@ -15,7 +15,7 @@ from textual.widgets.tree import TreeNode
 
 from custody_app.evidence.readmodels import BlastFact, BlastResult
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens.base import LedgerScreen, Loaded, show
+from screens.base import LedgerScreen, Loaded, box_key, focus_now, show
 from screens.keybar import KeyBar
 from screens.labels import Labels
 
@@ -28,7 +28,7 @@ class BlastScreen(LedgerScreen):
         Binding("e", "export", "Export pack"),
         Binding("x", "expand", "Expand all"),
         Binding("escape", "back", "Back"),
-        Binding("slash", "pick", "Fact id", key_display="/"),
+        box_key("slash", "#fact", "Fact id", key_display="/"),
     ]
 
     def __init__(self, access: LedgerAccess, fact_id: str | None = None, *,
@@ -55,7 +55,7 @@ class BlastScreen(LedgerScreen):
         # arrival; `/` is how a user chooses to type an id.
         tree: Tree[str] = self.query_one("#tree", Tree)
         tree.auto_expand = False  # enter opens the fact; space folds
-        tree.focus()
+        focus_now(tree)
 
     def reload(self) -> None:
         if self.fact_id is not None:
@@ -128,11 +128,8 @@ class BlastScreen(LedgerScreen):
         if text:
             self.fact_id = text
             self.result = None
-            self.query_one("#tree", Tree).focus()
+            focus_now(self.query_one("#tree", Tree))
             self.reload()
-
-    def action_pick(self) -> None:
-        self.query_one("#fact", Input).focus()
 
     @on(Tree.NodeSelected, "#tree")
     def _open_node(self, event: Tree.NodeSelected[str]) -> None:

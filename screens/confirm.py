@@ -10,6 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Select, Static
 
 from custody_app.domain.models import REASON_CODES
+from screens.base import focus_now
 
 
 class ConfirmDialog(ModalScreen[str | None]):
@@ -48,7 +49,7 @@ class ConfirmDialog(ModalScreen[str | None]):
                 yield Button("Cancel (esc)", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()
+        focus_now(self.query_one("#cancel", Button))
 
     @on(Button.Pressed, "#ok")
     def action_confirm(self) -> None:

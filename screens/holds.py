@@ -11,7 +11,18 @@ from textual.widgets import DataTable, Header, Input, Static
 
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import HoldPage
-from screens.base import PAGE_KEYS, LedgerScreen, Loaded, Table, cursor_key, fill, short, show, turn_page
+from screens.base import (
+    PAGE_KEYS,
+    LedgerScreen,
+    Loaded,
+    Table,
+    cursor_key,
+    fill,
+    focus_now,
+    short,
+    show,
+    turn_page,
+)
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
 
@@ -45,7 +56,7 @@ class HoldsScreen(LedgerScreen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.query_one("#holds", DataTable).focus()
+        focus_now(self.query_one("#holds", DataTable))
 
     def reload(self) -> None:
         self.load(self.pages[-1])
@@ -78,7 +89,7 @@ class HoldsScreen(LedgerScreen):
         if box.value.strip():
             self._ask("hold", box.value.strip())
         else:
-            box.focus()
+            focus_now(box)
 
     @on(Input.Submitted, "#fact")
     def _typed(self, event: Input.Submitted) -> None:
@@ -112,7 +123,7 @@ class HoldsScreen(LedgerScreen):
 
     def _clear_input(self) -> None:
         self.query_one("#fact", Input).value = ""
-        self.query_one("#holds", DataTable).focus()
+        focus_now(self.query_one("#holds", DataTable))
 
     def action_open_fact(self) -> None:
         key = cursor_key(self.query_one("#holds", DataTable))

@@ -17,7 +17,7 @@ from custody_app.domain.escaping import escaped
 from custody_app.domain.readmodels import RebuildResult, VerifyResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import LedgerStatus
-from screens.base import Failed, LedgerScreen, Loaded, Table, cursor_key, fill, show
+from screens.base import Failed, LedgerScreen, Loaded, Table, cursor_key, fill, focus_now, show
 from screens.keybar import KeyBar
 
 
@@ -56,7 +56,7 @@ class IntegrityScreen(LedgerScreen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.query_one("#policies", DataTable).focus()
+        focus_now(self.query_one("#policies", DataTable))
 
     def reload(self) -> None:
         self.load()

@@ -9,6 +9,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from screens.base import focus_now
+
 
 class ReasonDialog(ModalScreen[str | None]):
     """Returns the reason typed (None when cancelled). `required`: an empty reason is refused."""
@@ -38,7 +40,7 @@ class ReasonDialog(ModalScreen[str | None]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#reason", Input).focus()
+        focus_now(self.query_one("#reason", Input))
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#ok")

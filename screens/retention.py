@@ -17,7 +17,7 @@ from custody_app.domain.readmodels import FactRef
 from custody_app.domain.timeutil import normalise
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens.base import Failed, LedgerScreen, Loaded, Table, fill, show, turn_page
+from screens.base import Failed, LedgerScreen, Loaded, Table, box_key, fill, focus_now, show, turn_page
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 
@@ -45,7 +45,7 @@ class RetentionScreen(LedgerScreen):
     BINDINGS = [
         Binding("p", "preview", "Preview sweep"),
         Binding("s", "sweep", "Run sweep"),
-        Binding("c", "cutoff", "Cutoff"),
+        box_key("c", "#before", "Cutoff"),
         Binding("pagedown", "page(1)", "Next spaces", priority=True),
         Binding("pageup", "page(-1)", "Prev spaces", priority=True),
     ]
@@ -77,7 +77,7 @@ class RetentionScreen(LedgerScreen):
     def on_mount(self) -> None:
         # No progress bar until a sweep runs: an idle bar animates as if work were going on.
         self.query_one("#progress", ProgressBar).display = False
-        self.query_one("#spaces", DataTable).focus()
+        focus_now(self.query_one("#spaces", DataTable))
 
     def reload(self) -> None:
         self.load()
@@ -108,9 +108,6 @@ class RetentionScreen(LedgerScreen):
             self._show_preview(message.data)
 
     # ---- preview -----------------------------------------------------------------------
-    def action_cutoff(self) -> None:
-        self.query_one("#before", Input).focus()
-
     @on(Input.Submitted, "#before")
     def _cutoff(self, event: Input.Submitted) -> None:
         text = event.value.strip()
@@ -119,7 +116,7 @@ class RetentionScreen(LedgerScreen):
         except LedgerError as exc:
             self.post_message(Failed(exc.code, exc.message))
             return
-        self.query_one("#spaces", DataTable).focus()
+        focus_now(self.query_one("#spaces", DataTable))
         self.action_preview()
 
     def action_preview(self) -> None:

@@ -23,8 +23,10 @@ from screens.base import (
     Loaded,
     Succeeded,
     Table,
+    box_key,
     cursor_key,
     fill,
+    focus_now,
     show,
     turn_page,
 )
@@ -51,7 +53,7 @@ class ReviewScreen(LedgerScreen):
         Binding("u", "unmark", "Unmark all"),
         Binding("a", "review('confirm')", "Approve"),
         Binding("x", "review('reject')", "Reject"),
-        Binding("slash", "filter", "Filter", key_display="/"),
+        box_key("slash", "#filter", "Filter", key_display="/"),
         *PAGE_KEYS,
         Binding("enter", "open_fact", "Why", show=False),
     ]
@@ -82,7 +84,7 @@ class ReviewScreen(LedgerScreen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.query_one("#queue", DataTable).focus()
+        focus_now(self.query_one("#queue", DataTable))
 
     def reload(self) -> None:
         self.load(self.pages[-1])
@@ -214,9 +216,6 @@ class ReviewScreen(LedgerScreen):
         return [key] if key else []
 
     # ---- the queue filter: what the box shows is what is applied --------------------------
-    def action_filter(self) -> None:
-        self.query_one("#filter", Input).focus()
-
     @on(Input.Changed, "#filter")
     def _typed(self, event: Input.Changed) -> None:
         if self._typing is not None:
@@ -225,7 +224,7 @@ class ReviewScreen(LedgerScreen):
 
     @on(Input.Submitted, "#filter")
     def _submitted(self, event: Input.Submitted) -> None:
-        self.query_one("#queue", DataTable).focus()  # leaving the box applies it (below)
+        focus_now(self.query_one("#queue", DataTable))  # leaving the box applies it (below)
 
     @on(Input.Blurred, "#filter")
     def _left(self, event: Input.Blurred) -> None:

@@ -20,6 +20,7 @@ from screens.base import (
     Table,
     cursor_key,
     fill,
+    focus_now,
     short,
     show,
     turn_page,
@@ -61,7 +62,7 @@ class TimelineScreen(LedgerScreen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.query_one("#events", DataTable).focus()
+        focus_now(self.query_one("#events", DataTable))
 
     def reload(self) -> None:
         self.load(self.pages[-1])

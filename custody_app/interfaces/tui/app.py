@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
@@ -106,6 +106,18 @@ class CustodyApp(App[None]):
         self.screen_names = list(SCREENS)
         for name, factory in SCREENS.items():
             self.add_mode(name, _bind(factory, access))
+
+    async def on_event(self, event: events.Event) -> None:
+        # Keys typed ahead ("/" and an id sent at once by tmux, a paste, a fast typist on a
+        # loaded machine): Textual hands each key to what has the focus when the key arrives,
+        # and runs a screen's bindings only later, so the id went to the table or tree and its
+        # "4" switched screens. A key that opens a text box moves the focus here, in arrival
+        # order, so every key after it goes into the box.
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            opens = getattr(self.screen, "open_box_for", None)
+            if callable(opens) and opens(event.key):
+                return
+        await super().on_event(event)
 
     # ---- lifecycle ---------------------------------------------------------------------
     def on_mount(self) -> None:
