@@ -5,6 +5,7 @@ from __future__ import annotations
 import mmap
 import os
 import time
+from collections.abc import Container
 from dataclasses import dataclass
 from io import RawIOBase
 
@@ -206,6 +207,54 @@ def _core(indexed: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
             if not any(len(m) < len(n) and m in n for _, m in indexed)]
 
 
+# Past this many distinct needles (a sweep: ~4-6 per fact) the file is searched once, mapped,
+# by one overlapping automaton over a short fragment of each (`_many`).
+MANY_NEEDLES = SINGLE_PASSES * 2
+# The fragment of each needle in that search. Short keeps the automaton small enough to stay
+# mostly in cache: on a 336 MB ledger with 119k needles, one overlapping pass took 1.4 s of CPU
+# (build 0.2 s) at 16 bytes against 5.9 s for the blockwise leftmost search of 64-byte
+# rare-led fragments; a DFA was 2x faster to search but held ~600 MB.
+MANY_FRAGMENT_BYTES = 16
+
+
+def _many_fragment(needle: bytes, taken: Container[bytes]) -> tuple[int, bytes]:
+    """(offset, fragment) of a needle for the many-needle search: its head, or its tail or
+    middle when another needle already has that head (values' JSON share their first bytes),
+    so one common fragment does not stand for thousands of needles."""
+    size = min(len(needle), MANY_FRAGMENT_BYTES)
+    for at in (0, len(needle) - size, (len(needle) - size) // 2):
+        fragment = needle[at:at + size]
+        if fragment not in taken:
+            return at, fragment
+    return 0, needle[:size]
+
+
+def _many(handle: RawIOBase, distinct: list[bytes], limit: int) -> dict[int, list[int]]:
+    """Distinct needle index -> offsets: one overlapping pass over the mapped file for every
+    needle's fragment (every occurrence of a fragment is reported, none hidden by another), each
+    candidate compared in full in place (no copy of the file or of a block)."""
+    pieces: dict[bytes, list[tuple[int, int]]] = {}
+    for i, needle in enumerate(distinct):
+        shift, fragment = _many_fragment(needle, pieces)
+        pieces.setdefault(fragment, []).append((i, shift))
+    fragments = list(pieces)
+    automaton = ahocorasick_rs.BytesAhoCorasick(
+        fragments, implementation=ahocorasick_rs.Implementation.ContiguousNFA)
+    found: dict[int, list[int]] = {}
+    with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        for k, start, _ in automaton.find_matches_as_indexes(view, overlapping=True):
+            for i, shift in pieces[fragments[k]]:
+                begin = start - shift
+                offsets = found.setdefault(i, [])
+                needle = distinct[i]
+                if (begin >= 0 and len(offsets) < limit
+                        and view[begin:begin + len(needle)] == needle):
+                    offsets.append(begin)
+    # Matches come in order of their end, so a needle's offsets are sorted; the same needle
+    # found twice at one offset (two of its fragments) is impossible: one fragment each.
+    return {i: o for i, o in found.items() if o}
+
+
 def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> dict[int, list[int]]:
     """Needle index -> file offsets (at most `limit`) of each needle found in the file.
 
@@ -215,7 +264,8 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
     some match at or before every occurrence. When it reports
     something, the windows of its matches are searched again for every fragment (the
     overlapping ones a non-overlapping pass skips too), or, past MAX_WINDOWS matches, each
-    needle on its own (memmem)."""
+    needle on its own (memmem). Past MANY_NEEDLES distinct needles (a sweep), one overlapping
+    pass over the mapped file instead (`_many`). Equal needles are searched once."""
     indexed = [(i, n) for i, n in enumerate(needles) if n]
     try:
         handle = open(path, "rb", buffering=0)
@@ -224,6 +274,11 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
     with handle:
         if not indexed or os.fstat(handle.fileno()).st_size == 0:
             return {}
+        distinct = list(dict.fromkeys(n for _, n in indexed))
+        if len(distinct) > MANY_NEEDLES:
+            where = {n: k for k, n in enumerate(distinct)}
+            by_needle = _many(handle, distinct, limit)
+            return {i: by_needle[where[n]] for i, n in indexed if where[n] in by_needle}
         pieces = _pieces(indexed)
         core = _core(indexed)
         if len(core) < len(indexed):
