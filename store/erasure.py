@@ -68,6 +68,10 @@ class ErasureStore:
     def add_digest(self, subject_ref: str, predicate: str, digest: str) -> None:
         self._conn.execute(ADD_DIGEST, (subject_ref, predicate, digest))
 
+    def add_digests(self, rows: list[tuple[str, str, str]]) -> None:
+        """`add_digest` for each (subject_ref, predicate, digest), in order."""
+        self._conn.executemany(ADD_DIGEST, rows)
+
     def has_digest(self, subject_ref: str, predicate: str, digest: str) -> bool:
         return self._conn.execute(HAS_DIGEST, (subject_ref, predicate, digest)).fetchone() is not None
 
