@@ -235,8 +235,12 @@ def _many(handle: RawIOBase, distinct: list[bytes], limit: int) -> dict[int, lis
     candidate compared in full in place (no copy of the file or of a block)."""
     pieces: dict[bytes, list[tuple[int, int]]] = {}
     for i, needle in enumerate(distinct):
-        shift, fragment = _many_fragment(needle, pieces)
-        pieces.setdefault(fragment, []).append((i, shift))
+        head = needle[:MANY_FRAGMENT_BYTES]
+        if head in pieces:  # the common case inlined: a head no other needle has
+            shift, head = _many_fragment(needle, pieces)
+        else:
+            shift = 0
+        pieces.setdefault(head, []).append((i, shift))
     fragments = list(pieces)
     automaton = ahocorasick_rs.BytesAhoCorasick(
         fragments, implementation=ahocorasick_rs.Implementation.ContiguousNFA)

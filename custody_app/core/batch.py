@@ -16,7 +16,8 @@ from custody_app.domain.sealed_text import SEALED_FIELDS
 from store.rows import EventRow, FactRow, StateRow
 
 if TYPE_CHECKING:
-    from custody_app.core.ledger_core import LedgerCore
+    from custody_app.recall.index import RecallIndex
+    from store import LedgerFile
     from store.projection import FactStore
 
 # Kinds a group may hold: events about an existing fact that carry no value and no sealed
@@ -70,8 +71,8 @@ class BufferedProjection:
         self.facts.push_states(self.states)
 
 
-def append_group(core: LedgerCore, kind: str, actor: str, tx_at: str,
-                 items: list[tuple[str, dict[str, Any]]],
+def append_group(db: LedgerFile, index: RecallIndex, policy_hash: str, kind: str, actor: str,
+                 tx_at: str, items: list[tuple[str, dict[str, Any]]],
                  head: tuple[int, str, str] | None) -> tuple[list[EventRow], tuple[int, str, str] | None]:
     """Events (fact_id, fields) of `kind` after `head`, inside a write transaction: validated,
     hashed onto the chain and folded one by one in a tight loop, then stored together.
@@ -79,7 +80,7 @@ def append_group(core: LedgerCore, kind: str, actor: str, tx_at: str,
     if kind not in GROUP_KINDS or kind in SEALED_FIELDS:
         raise ValueError(f"events of kind {kind!r} cannot be appended as a group")
     model = EVENT_MODELS[kind]
-    port = BufferedProjection(core.db.facts, core.db.facts.get_many([f for f, _ in items]))
+    port = BufferedProjection(db.facts, db.facts.get_many([f for f, _ in items]))
     rows: list[EventRow] = []
     all_changes: list[Changes] = []
     seq = head[0] if head else 0
@@ -87,22 +88,22 @@ def append_group(core: LedgerCore, kind: str, actor: str, tx_at: str,
     for fact_id, fields in items:
         seq += 1
         envelope: dict[str, Any] = {"seq": seq, "kind": kind, "tx_at": tx_at, "actor": actor,
-                                    "policy_hash": core.policy.hash, "fact_id": fact_id}
+                                    "policy_hash": policy_hash, "fact_id": fact_id}
         envelope.update({k: v for k, v in fields.items() if v is not None})
         try:
             model.model_validate(envelope)
         except ValidationError as exc:
             raise refusal(exc) from None
         body = canonical(envelope)
-        row = EventRow(seq, kind, tx_at, actor, core.policy.hash, fact_id, None, body, None,
+        row = EventRow(seq, kind, tx_at, actor, policy_hash, fact_id, None, body, None,
                        None, prev, event_hash(prev, body))
         rows.append(row)
         prev = row.hash
-        sessions.index_event(core.db, kind, seq, fact_id, envelope)
+        sessions.index_event(db, kind, seq, fact_id, envelope)
         all_changes.append(apply_event(port, kind, seq, tx_at, fact_id, envelope, None))
-    core.db.events.append_many(rows)
+    db.events.append_many(rows)
     port.flush()
     for changes in all_changes:
         if changes:
-            core.index.sync(changes, {})
+            index.sync(changes, {})
     return rows, ((seq, prev, tx_at) if rows else head)

@@ -241,7 +241,8 @@ class LedgerCore:
             return []
         if self._recorded_policy != self.policy.hash:
             self._record_policy(tx_at)
-        rows, self._head = batch.append_group(self, kind, actor, tx_at, items, self._head)
+        rows, self._head = batch.append_group(self.db, self.index, self.policy.hash, kind, actor,
+                                              tx_at, items, self._head)
         return rows
 
     def _record_policy(self, tx_at: str) -> None:

@@ -32,6 +32,14 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
     digests: list[tuple[str, str, str]] = []
     items: list[tuple[str, dict[str, Any]]] = []
     kinds: list[tuple[str, str | None]] = []
+    # A sweep's values repeat their strings; no expiry changes which names facts carry.
+    names: dict[str, bool] = {}
+
+    def is_name(text: str) -> bool:
+        if text not in names:
+            names[text] = db.erasure.is_name(text)
+        return names[text]
+
     for fact, root, extra in members:
         event = events[fact.assert_seq]
         ref = json.loads(event.body)["subject_ref"]
@@ -40,13 +48,13 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
         if text is not None and policy.digest != "none" and ledger.keys is not None:
             digests.append((ref, fact.predicate, previously_forgotten_digest(
                 ledger, ref, fact.predicate, text)))
-        add_needles(event.value, text, work, db.erasure.is_name, fact.fact_id, fact.predicate)
+        add_needles(event.value, text, work, is_name, fact.fact_id, fact.predicate)
         for seq, blob in texts[fact.fact_id]:
             try:
                 opened = ledger.texts.open(fact.fact_id, ref, blob)
             except crypto.DecryptError:
                 opened = None  # tampered: still erased, and its bytes still scanned for
-            add_text_needles(blob, opened, work, db.erasure.is_name, fact.fact_id, seq)
+            add_text_needles(blob, opened, work, is_name, fact.fact_id, seq)
         items.append((fact.fact_id, {"reason": reason, "digest_kind": digest_kind,
                                      "digest": digest, "root": root, **extra}))
         kinds.append((digest_kind, digest))
