@@ -152,8 +152,9 @@ SINGLE_PASSES = 6
 
 
 # The file is read in blocks of this size into one reused buffer (readinto: no mapping faults,
-# no new bytes objects); each block is searched while it is still in the CPU cache.
-BLOCK_BYTES = 1 << 21
+# no new bytes objects); each block is searched while it is still in the CPU cache (512 KiB:
+# a forget's 5 passes over a 358 MB ledger took 120-138 ms of CPU, 139-164 ms at 2 MiB).
+BLOCK_BYTES = 1 << 19
 
 
 def _leftmost(handle: RawIOBase, fragments: list[bytes]) -> list[tuple[int, int, int]]:
