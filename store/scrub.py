@@ -208,14 +208,16 @@ def _core(indexed: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
             if not any(len(m) < len(n) and m in n for _, m in indexed)]
 
 
-# Past this many distinct needles (a sweep: ~4-6 per fact) the file is searched once, mapped,
-# by one overlapping automaton over a short fragment of each (`_many`).
+# Past this many distinct needles (a sweep: ~4-6 per fact) the file is searched once, block by
+# block, by one overlapping automaton over a short fragment of each (`_many`).
 MANY_NEEDLES = SINGLE_PASSES * 2
 # The fragment of each needle in that search. Short keeps the automaton small enough to stay
 # mostly in cache: on a 336 MB ledger with 119k needles, one overlapping pass took 1.4 s of CPU
 # (build 0.2 s) at 16 bytes against 5.9 s for the blockwise leftmost search of 64-byte
 # rare-led fragments; a DFA was 2x faster to search but held ~600 MB.
 MANY_FRAGMENT_BYTES = 16
+# Its blocks: larger than a forget's (its automaton, not the copy, is the cost), fewer calls.
+MANY_BLOCK_BYTES = 1 << 22
 
 
 def _many_fragment(needle: bytes, taken: Container[bytes]) -> tuple[int, bytes]:
@@ -231,9 +233,10 @@ def _many_fragment(needle: bytes, taken: Container[bytes]) -> tuple[int, bytes]:
 
 
 def _many(handle: RawIOBase, distinct: list[bytes], limit: int) -> dict[int, list[int]]:
-    """Distinct needle index -> offsets: one overlapping pass over the mapped file for every
-    needle's fragment (every occurrence of a fragment is reported, none hidden by another), each
-    candidate compared in full in place (no copy of the file or of a block)."""
+    """Distinct needle index -> offsets: one overlapping pass over the file for every needle's
+    fragment (every occurrence of a fragment is reported, none hidden by another), block by
+    block in one reused buffer (not a mapping: another connection may truncate the WAL under
+    it), each candidate compared in full in place, or read with pread past the block."""
     pieces: dict[bytes, list[tuple[int, int]]] = {}
     for i, needle in enumerate(distinct):
         head = needle[:MANY_FRAGMENT_BYTES]
@@ -245,18 +248,35 @@ def _many(handle: RawIOBase, distinct: list[bytes], limit: int) -> dict[int, lis
     fragments = list(pieces)
     automaton = ahocorasick_rs.BytesAhoCorasick(
         fragments, implementation=ahocorasick_rs.Implementation.ContiguousNFA)
+    overlap = max(len(f) for f in fragments) - 1
+    buf = bytearray(MANY_BLOCK_BYTES + overlap)
+    view = memoryview(buf)
     found: dict[int, list[int]] = {}
-    with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-        for k, start, _ in automaton.find_matches_as_indexes(view, overlapping=True):
+    keep, base = 0, 0  # bytes carried over; file offset of buf[0]
+    while n := handle.readinto(view[keep:keep + MANY_BLOCK_BYTES]):
+        size = keep + n
+        for k, start, end in automaton.find_matches_as_indexes(view[:size], overlapping=True):
+            if end <= keep:
+                continue  # wholly in the carried bytes: reported with the block before
             for i, shift in pieces[fragments[k]]:
                 begin = start - shift
-                offsets = found.setdefault(i, [])
                 needle = distinct[i]
-                if (begin >= 0 and len(offsets) < limit
-                        and view[begin:begin + len(needle)] == needle):
-                    offsets.append(begin)
-    # Matches come in order of their end, so a needle's offsets are sorted; the same needle
-    # found twice at one offset (two of its fragments) is impossible: one fragment each.
+                offsets = found.setdefault(i, [])
+                if len(offsets) >= limit or base + begin < 0:
+                    continue
+                if begin >= 0 and begin + len(needle) <= size:
+                    there = view[begin:begin + len(needle)] == needle
+                else:
+                    there = os.pread(handle.fileno(), len(needle), base + begin) == needle
+                if there:
+                    offsets.append(base + begin)
+        carry = min(overlap, size)
+        buf[:carry] = buf[size - carry:size]
+        base += size - carry
+        keep = carry
+    view.release()
+    # A fragment's matches come in file order and each needle has one fragment, so each
+    # needle's offsets are sorted and distinct.
     return {i: o for i, o in found.items() if o}
 
 
@@ -270,7 +290,7 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
     something, the windows of its matches are searched again for every fragment (the
     overlapping ones a non-overlapping pass skips too), or, past MAX_WINDOWS matches, each
     needle on its own (memmem). Past MANY_NEEDLES distinct needles (a sweep), one overlapping
-    pass over the mapped file instead (`_many`). Equal needles are searched once."""
+    pass over the file instead (`_many`). Equal needles are searched once."""
     indexed = [(i, n) for i, n in enumerate(needles) if n]
     try:
         handle = open(path, "rb", buffering=0)
