@@ -5,12 +5,13 @@ from __future__ import annotations
 import mmap
 import os
 import time
-from collections.abc import Container
 from dataclasses import dataclass
 from io import RawIOBase
 
 import ahocorasick_rs
 import apsw
+
+from store.scan_many import find_many
 
 # Backoff while a reader blocks the checkpoint: about 0.6 s in all, then report it pending.
 CHECKPOINT_DELAYS = (0.0, 0.01, 0.02, 0.04, 0.08, 0.16, 0.3)
@@ -209,75 +210,8 @@ def _core(indexed: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
 
 
 # Past this many distinct needles (a sweep: ~4-6 per fact) the file is searched once, block by
-# block, by one overlapping automaton over a short fragment of each (`_many`).
+# block, by overlapping automata over a short fragment of each (`store.scan_many`).
 MANY_NEEDLES = SINGLE_PASSES * 2
-# The fragment of each needle in that search. Short keeps the automaton small enough to stay
-# mostly in cache: on a 336 MB ledger with 119k needles, one overlapping pass took 1.4 s of CPU
-# (build 0.2 s) at 16 bytes against 5.9 s for the blockwise leftmost search of 64-byte
-# rare-led fragments; a DFA was 2x faster to search but held ~600 MB.
-MANY_FRAGMENT_BYTES = 16
-# Its blocks: larger than a forget's (its automaton, not the copy, is the cost), fewer calls.
-MANY_BLOCK_BYTES = 1 << 22
-
-
-def _many_fragment(needle: bytes, taken: Container[bytes]) -> tuple[int, bytes]:
-    """(offset, fragment) of a needle for the many-needle search: its head, or its tail or
-    middle when another needle already has that head (values' JSON share their first bytes),
-    so one common fragment does not stand for thousands of needles."""
-    size = min(len(needle), MANY_FRAGMENT_BYTES)
-    for at in (0, len(needle) - size, (len(needle) - size) // 2):
-        fragment = needle[at:at + size]
-        if fragment not in taken:
-            return at, fragment
-    return 0, needle[:size]
-
-
-def _many(handle: RawIOBase, distinct: list[bytes], limit: int) -> dict[int, list[int]]:
-    """Distinct needle index -> offsets: one overlapping pass over the file for every needle's
-    fragment (every occurrence of a fragment is reported, none hidden by another), block by
-    block in one reused buffer (not a mapping: another connection may truncate the WAL under
-    it), each candidate compared in full in place, or read with pread past the block."""
-    pieces: dict[bytes, list[tuple[int, int]]] = {}
-    for i, needle in enumerate(distinct):
-        head = needle[:MANY_FRAGMENT_BYTES]
-        if head in pieces:  # the common case inlined: a head no other needle has
-            shift, head = _many_fragment(needle, pieces)
-        else:
-            shift = 0
-        pieces.setdefault(head, []).append((i, shift))
-    fragments = list(pieces)
-    automaton = ahocorasick_rs.BytesAhoCorasick(
-        fragments, implementation=ahocorasick_rs.Implementation.ContiguousNFA)
-    overlap = max(len(f) for f in fragments) - 1
-    buf = bytearray(MANY_BLOCK_BYTES + overlap)
-    view = memoryview(buf)
-    found: dict[int, list[int]] = {}
-    keep, base = 0, 0  # bytes carried over; file offset of buf[0]
-    while n := handle.readinto(view[keep:keep + MANY_BLOCK_BYTES]):
-        size = keep + n
-        for k, start, end in automaton.find_matches_as_indexes(view[:size], overlapping=True):
-            if end <= keep:
-                continue  # wholly in the carried bytes: reported with the block before
-            for i, shift in pieces[fragments[k]]:
-                begin = start - shift
-                needle = distinct[i]
-                offsets = found.setdefault(i, [])
-                if len(offsets) >= limit or base + begin < 0:
-                    continue
-                if begin >= 0 and begin + len(needle) <= size:
-                    there = view[begin:begin + len(needle)] == needle
-                else:
-                    there = os.pread(handle.fileno(), len(needle), base + begin) == needle
-                if there:
-                    offsets.append(base + begin)
-        carry = min(overlap, size)
-        buf[:carry] = buf[size - carry:size]
-        base += size - carry
-        keep = carry
-    view.release()
-    # A fragment's matches come in file order and each needle has one fragment, so each
-    # needle's offsets are sorted and distinct.
-    return {i: o for i, o in found.items() if o}
 
 
 def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> dict[int, list[int]]:
@@ -290,7 +224,7 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
     something, the windows of its matches are searched again for every fragment (the
     overlapping ones a non-overlapping pass skips too), or, past MAX_WINDOWS matches, each
     needle on its own (memmem). Past MANY_NEEDLES distinct needles (a sweep), one overlapping
-    pass over the file instead (`_many`). Equal needles are searched once."""
+    pass over the file instead (`store.scan_many`). Equal needles are searched once."""
     indexed = [(i, n) for i, n in enumerate(needles) if n]
     try:
         handle = open(path, "rb", buffering=0)
@@ -302,7 +236,7 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
         distinct = list(dict.fromkeys(n for _, n in indexed))
         if len(distinct) > MANY_NEEDLES:
             where = {n: k for k, n in enumerate(distinct)}
-            by_needle = _many(handle, distinct, limit)
+            by_needle = find_many(handle, distinct, limit)
             return {i: by_needle[where[n]] for i, n in indexed if where[n] in by_needle}
         pieces = _pieces(indexed)
         core = _core(indexed)

@@ -8,10 +8,11 @@ from unittest.mock import patch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import scrub
+from store import scan_many, scrub
 from store.scrub import find_in_file, scan_files
 
-_bytes = st.lists(st.sampled_from([b"{", b'"', b"a", b"Q", b"7", b"\x00", b"\xf3", b"CV1\x00"]),
+_bytes = st.lists(st.sampled_from([b"{", b'"', b"a", b"Q", b"7", b"\x00", b"\xf3", b"CV1\x00", b" ",
+                                   b"_", b"-"]),
                   min_size=1, max_size=60).map(b"".join)
 
 
@@ -20,7 +21,7 @@ _bytes = st.lists(st.sampled_from([b"{", b'"', b"a", b"Q", b"7", b"\x00", b"\xf3
        st.lists(_bytes | st.binary(min_size=1, max_size=40), min_size=scrub.MANY_NEEDLES + 1,
                 max_size=60, unique=True),
        st.integers(min_value=0, max_value=5),
-       st.sampled_from([1, 7, 64, 500, scrub.MANY_BLOCK_BYTES]))
+       st.sampled_from([1, 7, 64, 500, scan_many.MANY_BLOCK_BYTES]))
 def test_many_needles_are_found_wherever_a_plain_search_finds_them(
         tmp_path_factory, data: bytes, needles: list[bytes], repeat: int, block: int) -> None:
     """Equal needles, needles sharing a head (as values' JSON do), needles inside others,
@@ -32,7 +33,7 @@ def test_many_needles_are_found_wherever_a_plain_search_finds_them(
     planted = data + b"".join(needles[::3]) + data[:40] + b"".join(needles[1::5]) * 2
     path.write_bytes(planted)
     assert len(set(needles)) > scrub.MANY_NEEDLES
-    with patch.object(scrub, "MANY_BLOCK_BYTES", block):
+    with patch.object(scan_many, "MANY_BLOCK_BYTES", block):
         found = find_in_file(str(path), needles)
         assert scan_files([str(path)], needles)[str(path)] == sorted(
             i for i, n in enumerate(needles) if n in planted)
@@ -49,13 +50,13 @@ def test_the_many_needle_search_is_the_one_a_sweep_takes(tmp_path, monkeypatch) 
     path = tmp_path / "blob.bin"
     path.write_bytes(planted)
     calls: list[int] = []
-    original = scrub._many
+    original = scan_many.find_many
 
     def spy(handle, distinct, limit):  # type: ignore[no-untyped-def]
         calls.append(len(distinct))
         return original(handle, distinct, limit)
 
-    monkeypatch.setattr(scrub, "_many", spy)
+    monkeypatch.setattr(scrub, "find_many", spy)
     many = find_in_file(str(path), needles)
     assert calls == [40]
     monkeypatch.setattr(scrub, "MANY_NEEDLES", 10_000)
