@@ -20,7 +20,8 @@ MANY_FRAGMENT_BYTES = 16
 # least MIN_LED bytes after it, or at the head a quarter or more of the long needles share
 # (sealed values all start with their magic). Measured on a 336 MB ledger after a 20k-fact
 # sweep (119k needles): 42 ms per 100 MB for those (74k fragments, 3 start bytes).
-LEADS = ((b" ",), (b"_", b"-"))
+# Spaces tried per needle for a fragment no other needle has.
+LED_TRIES = 4
 MIN_LED = 8
 COMMON_HEAD_BYTES = 4
 COMMON_HEAD_SHARE = 4
@@ -38,15 +39,22 @@ def _many_fragment(needle: bytes, taken: Container[bytes]) -> tuple[int, bytes] 
     first '_' or '-' (one no other needle has, if it can: values' JSON share words), with at
     least MIN_LED bytes from there; None when there is none."""
     bound = len(needle) - MIN_LED + 1
-    for leads in LEADS:
-        starts = sorted(at for lead in leads if 0 <= (at := needle.find(lead, 0, bound)))
-        for at in starts:
-            fragment = needle[at:at + MANY_FRAGMENT_BYTES]
-            if fragment not in taken:
-                return at, fragment
-        if starts:
-            return starts[0], needle[starts[0]:starts[0] + MANY_FRAGMENT_BYTES]
-    return None
+    at = needle.find(b" ", 0, bound)
+    if at < 0:
+        under, dash = needle.find(b"_", 0, bound), needle.find(b"-", 0, bound)
+        at = min(under, dash) if under >= 0 and dash >= 0 else max(under, dash)
+        if at < 0:
+            return None
+        return at, needle[at:at + MANY_FRAGMENT_BYTES]
+    first = at
+    for _ in range(LED_TRIES):
+        fragment = needle[at:at + MANY_FRAGMENT_BYTES]
+        if fragment not in taken:
+            return at, fragment
+        at = needle.find(b" ", at + 1, bound)
+        if at < 0:
+            break
+    return first, needle[first:first + MANY_FRAGMENT_BYTES]
 
 
 def _automata(distinct: list[bytes]) -> list[tuple[ahocorasick_rs.BytesAhoCorasick, Pieces]]:

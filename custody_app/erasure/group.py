@@ -4,6 +4,7 @@ its sealed text, record the digests, append the expire events), with each table 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from custody_app.erasure.certificate import ErasedFact
@@ -15,6 +16,8 @@ from store.rows import FactRow
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
 
+# From this many facts on, the names of all facts are read in one query instead of one per string.
+NAMES_READ_AT = 1000
 # (fact, the root it was reached from or None, the fields its event adds to the common ones)
 Member = tuple[FactRow, str | None, dict[str, Any]]
 
@@ -32,13 +35,11 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
     digests: list[tuple[str, str, str]] = []
     items: list[tuple[str, dict[str, Any]]] = []
     kinds: list[tuple[str, str | None]] = []
-    # A sweep's values repeat their strings; no expiry changes which names facts carry.
-    names: dict[str, bool] = {}
-
-    def is_name(text: str) -> bool:
-        if text not in names:
-            names[text] = db.erasure.is_name(text)
-        return names[text]
+    # No expiry changes which names facts carry: for a big group, every name read once.
+    if len(members) >= NAMES_READ_AT:
+        is_name: Callable[[str], bool] = db.erasure.names().__contains__
+    else:
+        is_name = db.erasure.is_name
 
     for fact, root, extra in members:
         event = events[fact.assert_seq]
