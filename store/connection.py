@@ -23,6 +23,7 @@ from store.locate import Locator
 from store.policies import PolicyStore
 from store.projection import FactStore
 from store.recall import RecallStore
+from store.rewrite import RewriteOutcome, rewrite_file
 from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from store.scrub import (
     CHECKPOINT_DELAYS,
@@ -178,6 +179,11 @@ class LedgerFile:
         """A truncating WAL checkpoint (outside any transaction), retried while readers block
         it unless `wait` is false (one attempt)."""
         return checkpoint_truncate(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,))
+
+    def rewrite(self, *, wait: bool = True) -> RewriteOutcome:
+        """Rewrite the file from its live rows (VACUUM) and checkpoint it (outside any
+        transaction): no byte of a freed or rebuilt page survives in the database file."""
+        return rewrite_file(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,))
 
     def scan(self, needles: list[bytes]) -> dict[str, list[int]]:
         """Which of `needles` each of the ledger's files still contains."""

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
 
 META_KEY = "free_text_sealed"
-# Until the checkpoint after the upgrade completes, the old pages (plaintext) may still be in
-# the database file: every read-write open tries it again until it does.
+# Until the checkpoint and the rewrite after the upgrade complete, the old pages (plaintext) may
+# still be in the database file: every read-write open tries them again until they do.
 PENDING = "checkpoint pending"
 PAGE = 5000
 
@@ -51,9 +51,11 @@ def seal_existing(core: LedgerCore) -> int:
 
 
 def _checkpoint(core: LedgerCore) -> None:
-    """The truncating checkpoint that copies the rewritten pages over the old ones (secure_delete
-    zeroed what was freed); only once it completes is the upgrade recorded as done."""
-    if core.db.wal_checkpoint().complete:
+    """The truncating checkpoint that copies the rewritten pages over the old ones, then a
+    rewrite of the whole file (VACUUM and its checkpoint): secure_delete zeroes what is freed,
+    but not the unallocated space of the pages SQLite rebuilt while the bodies shrank, where
+    copies of the old bodies survive. Only once both complete is the upgrade recorded as done."""
+    if core.db.wal_checkpoint().complete and core.db.rewrite().complete:
         with core.transaction():
             core.db.texts.set_meta(META_KEY, "done")
         core.db.wal_checkpoint()

@@ -31,6 +31,9 @@ class ScanHit(ReadModel):
     classification: Literal["leak", "shared"]
     file: str
     where: list[str]
+    # Copies in a page no live row holding these bytes explains (SQLite's unallocated space, a
+    # free page): a rewrite of the file removes them.
+    residue: int = 0
 
 
 class PlaceCheck(ReadModel):
@@ -68,6 +71,9 @@ class ErasureCertificate(ReadModel):
     cascade: list[str]
     places: list[PlaceCheck]
     complete: bool
+    # The byte scan found erased bytes no live row explains, so the file was rewritten from its
+    # live rows (VACUUM) and scanned again: the byte scans above are of the rewritten file.
+    rewritten: bool = False
     cannot_reach: list[str] = list(CANNOT_REACH)
 
     def render(self) -> str:
@@ -88,6 +94,9 @@ class ErasureCertificate(ReadModel):
             for hit in place.hits:
                 lines.append(f"      {hit.classification}: {hit.string}")
                 lines += [f"        in {where}" for where in hit.where]
+        if self.rewritten:
+            lines.append("  file rewritten: yes (erased bytes were left in unallocated space of "
+                         "database pages; the scans above are of the rewritten file)")
         lines.append(f"  complete: {'yes' if self.complete else 'NO, see pending and found above'}")
         lines.append("  erasure cannot reach:")
         lines += [f"    - {item}" for item in self.cannot_reach]

@@ -86,5 +86,5 @@ def classify(ledger: LedgerCore, work: ErasureWork,
             out.setdefault(path, []).append(ScanHit(
                 string=describe(needle, work.labels[i]),
                 classification="leak" if leaking or residue else "shared",
-                file=path, where=where))
+                file=path, where=where, residue=len(residue)))
     return out

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
 
 ERASED = ("forgotten", "expired")
+REWRITE_PLACE = "file rewrite (VACUUM, then a TRUNCATE checkpoint)"
 
 
 def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
@@ -64,8 +65,34 @@ def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> 
     checks.append(PlaceCheck(
         place="WAL checkpoint (TRUNCATE)", outcome="clean" if outcome.complete else "pending",
         detail=f"{outcome.detail} ({outcome.attempts} attempt(s))"))
-    checks += scan_places(ledger, work, checkpoint_done=outcome.complete)
+    scans = scan_places(ledger, work, checkpoint_done=outcome.complete)
+    checks += rewrite_if_residue(ledger, work, scans) if outcome.complete else scans
     return checks
+
+
+def residue_of(scans: list[PlaceCheck]) -> tuple[int, int]:
+    """(strings, copies) the scans found where no live row holding those bytes explains them."""
+    hits = [h for p in scans if p.place.startswith("byte scan") for h in p.hits if h.residue]
+    return len(hits), sum(h.residue for h in hits)
+
+
+def rewrite_if_residue(ledger: LedgerCore, work: ErasureWork,
+                       scans: list[PlaceCheck]) -> list[PlaceCheck]:
+    """After a complete checkpoint: when the scans found erased bytes no live row explains
+    (residue SQLite leaves in a rebuilt page's unallocated space, which secure_delete does not
+    zero), rewrite the file from its live rows and scan it again; otherwise the scans as they
+    are. Bytes a live row holds (`shared`, or a leaking row) are not residue: a rewrite keeps
+    them, so they never cause one. One rewrite per proof: what it leaves is reported."""
+    strings, copies = residue_of(scans)
+    if not strings:
+        return scans
+    done = ledger.db.rewrite()
+    crash_point("erasure.rewritten")
+    place = PlaceCheck(
+        place=REWRITE_PLACE, outcome="clean" if done.complete else "pending",
+        detail=f"the first scan found {strings} erased string(s) ({copies} copies) in space no "
+        f"live row explains (left by SQLite when it rebuilt pages); rewritten: {done.detail}")
+    return [place, *scan_places(ledger, work, checkpoint_done=done.complete)]
 
 
 def scan_places(ledger: LedgerCore, work: ErasureWork, *, checkpoint_done: bool) -> list[PlaceCheck]:
@@ -111,7 +138,7 @@ def certificate(ledger: LedgerCore, operation: Literal["forget", "forget_subject
         operation=operation, issued_at=format_time(ledger.clock.now()), actor=actor,
         reason=reason, ledger=ledger.db.path, root=root, subject_hash=subject_hash,
         erased=work.erased, cascade=[e.fact_id for e in work.erased if e.root], places=checks,
-        complete=complete)
+        complete=complete, rewritten=was_rewritten(checks))
     return cert
 
 
@@ -124,10 +151,19 @@ SUBJECT_KEY_KEPT = PlaceCheck(
 def reissue(ledger: LedgerCore, cert: ErasureCertificate, work: ErasureWork) -> ErasureCertificate:
     """The certificate again once a pending checkpoint completed: checkpoint and scans redone."""
     kept = [p for p in cert.places
-            if not p.place.startswith(("WAL checkpoint", "byte scan"))]
+            if not p.place.startswith(("WAL checkpoint", "byte scan", REWRITE_PLACE))]
     checks = kept + [PlaceCheck(place="WAL checkpoint (TRUNCATE)", outcome="clean",
                                 detail="completed after the reader that blocked it closed")]
-    checks += scan_places(ledger, work, checkpoint_done=True)
+    # A rewrite whose checkpoint a reader blocked is complete now that the checkpoint is.
+    checks += [p.model_copy(update={"outcome": "clean", "detail": p.detail + "; its checkpoint "
+                                    "completed after the reader that blocked it closed"})
+               for p in cert.places if p.place == REWRITE_PLACE and p.outcome == "pending"]
+    checks += rewrite_if_residue(ledger, work, scan_places(ledger, work, checkpoint_done=True))
     complete = all(p.outcome not in ("pending", "found") for p in checks)
     return cert.model_copy(update={"places": checks, "complete": complete,
+                                   "rewritten": cert.rewritten or was_rewritten(checks),
                                    "issued_at": format_time(ledger.clock.now())})
+
+
+def was_rewritten(checks: list[PlaceCheck]) -> bool:
+    return any(p.place == REWRITE_PLACE and p.outcome == "clean" for p in checks)

@@ -27,7 +27,8 @@ class Scrubs:
         is kept (with what a re-issued certificate needs) until a checkpoint completes."""
         checkpointed = any(p.place.startswith("WAL checkpoint") and p.outcome == "clean"
                            for p in cert.places)
-        if checkpointed:
+        # A file rewrite whose own checkpoint a reader blocked keeps the erasure pending.
+        if checkpointed and not any(p.outcome == "pending" for p in cert.places):
             # Not pending any more, whatever the scan found: leaks are recorded as leaks.
             self.clear(core, [cert])
             return

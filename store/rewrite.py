@@ -1,0 +1,52 @@
+"""Rewriting the ledger file from its live rows (VACUUM), for an erasure whose byte scan found
+erased bytes no live row explains: SQLite's secure_delete zeroes freed cells and pages, but not
+the unallocated gap a b-tree balance leaves when it rebuilds a page, where copies of the cells it
+moved away survive (and outlive their later deletion)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import apsw
+
+from store.scrub import CHECKPOINT_DELAYS, checkpoint_truncate
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteOutcome:
+    complete: bool  # the checkpoint after the VACUUM completed: the old pages are overwritten
+    bytes_before: int
+    bytes_after: int
+    detail: str
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def rewrite_file(conn: apsw.Connection, db_path: str,
+                 delays: tuple[float, ...] = CHECKPOINT_DELAYS) -> RewriteOutcome:
+    """VACUUM (outside any transaction), then the truncating checkpoint that copies the new
+    pages over the old file and cuts it to its new length. secure_delete and an in-memory
+    temp store are set first: VACUUM builds its copy in the temp database, which must not be a
+    file holding the ledger's bytes (so it costs memory about the size of the file)."""
+    before = _size(db_path)
+    conn.pragma("secure_delete", "ON")
+    conn.pragma("temp_store", "MEMORY")
+    try:
+        conn.execute("VACUUM")
+    except apsw.BusyError:
+        return RewriteOutcome(False, before, before, "not done: another writer held the ledger; "
+                              "it is tried again when the pending erasure is finished")
+    outcome = checkpoint_truncate(conn, db_path, delays)
+    after = _size(db_path)
+    if outcome.complete:
+        detail = f"VACUUM, then {outcome.detail}: {before} -> {after} bytes"
+    else:
+        detail = (f"VACUUM done, but {outcome.detail}; until then the old pages stay in the "
+                  "database file")
+    return RewriteOutcome(outcome.complete, before, after, detail)
