@@ -163,9 +163,10 @@ def test_every_rowid_table_has_its_rowid_kept_by_vacuum(copy: tuple[Env, list[st
     without an index. Only SQLite's own sqlite_sequence, whose rows are looked up by name."""
     env, _ = copy
     conn: apsw.Connection = env.ledger.db.conn
-    exposed = []
-    for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' "
+    exposed: list[str] = []
+    for row in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' "
                                 "AND sql NOT LIKE 'CREATE VIRTUAL%'").fetchall():
+        name = str(row[0])
         quoted = '"' + name.replace('"', '""') + '"'
         try:
             conn.execute(f"SELECT _rowid_ FROM {quoted} LIMIT 1").fetchall()
