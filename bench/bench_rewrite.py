@@ -9,10 +9,13 @@ cache is never written), so its peak RSS (ru_maxrss) is its own:
 
 - forgets: `--forgets` forgets of random live facts (seeded), each with its CPU time, whether
   its certificate is complete and whether it rewrote the file;
-- rewrite: `LedgerFile.rewrite()` on a ledger just opened (the mmap the ledger reads through
-  left as it is), CPU and wall time, peak RSS before and after, file size before and after;
-- rewrite, mmap off: the same after `limit_mmap(0)`, to tell mapped file pages from the
-  in-memory temp database VACUUM builds.
+- sweep: a sweep of about 20,000 facts (the cutoff of bench_erasure.py), whole call, whether
+  its certificate is complete and whether it rewrote the file;
+- rewrite: `LedgerFile.rewrite()` on a ledger just opened: CPU and wall time, the RSS just
+  before it and the peak RSS during it (VmHWM reset through /proc/self/clear_refs first), file
+  size before and after;
+- VACUUM, mmap on: the same VACUUM and checkpoint with the ledger's memory map left on (the
+  rewrite turns it off for the VACUUM), to tell mapped file pages from the temp database.
 
 Pages whose unallocated space (between the cell pointers and the cells) holds non-zero bytes are
 counted before and after, by reading the b-tree page headers of the file.
@@ -45,6 +48,7 @@ from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 
 DPO = "user:dpo"
+SWEEP_FACTS = 20_000
 
 
 def dirty_pages(path: Path) -> tuple[int, int]:
@@ -73,6 +77,18 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _reset_peak() -> None:
+    """Reset VmHWM (the peak RSS) to the RSS now, so the next peak is the measured step's own."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def _copy(ledger: Path, into: Path) -> Path:
     for f in ledger.parent.glob(ledger.name + "*"):
         if f.is_file() and not f.name.endswith(".json"):
@@ -87,22 +103,39 @@ def child(mode: str, path: Path, forgets: int) -> dict[str, Any]:
     led = Ledger.open(path)
     out["open_cpu_s"], out["rss_after_open_mb"] = time.process_time() - t0, _rss_mb()
     try:
-        if mode == "forgets":
+        if mode == "sweep":
+            from bench_erasure import cutoff_for_count
+            cutoff, _ = cutoff_for_count(led, SWEEP_FACTS)
+            out["rss_before_mb"] = _status_mb("VmRSS")
+            _reset_peak()
+            c0, w0 = time.process_time(), time.perf_counter()
+            res = led.sweep(before=cutoff)
+            assert res.certificate is not None
+            out.update(cpu_s=time.process_time() - c0, wall_s=time.perf_counter() - w0,
+                       complete=res.certificate.complete, rewritten=res.certificate.rewritten,
+                       expired=len(res.expired), rss_step_peak_mb=_status_mb("VmHWM"))
+        elif mode == "forgets":
             ids = [f.fact_id for f in led.db.facts.dump()[0] if f.ended is None]
             runs = []
+            out["rss_before_mb"] = _status_mb("VmRSS")
+            _reset_peak()
             for fact_id in random.Random(20260901).sample(ids, forgets):
                 c0, w0 = time.process_time(), time.perf_counter()
                 cert = led.forget(fact_id, actor=DPO, reason="subject_request").certificate
                 runs.append({"cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - w0,
                              "complete": cert.complete, "rewritten": cert.rewritten})
-            out["forgets"] = runs
+            out["forgets"], out["rss_step_peak_mb"] = runs, _status_mb("VmHWM")
         else:
-            if mode == "rewrite-nommap":
-                led.db.limit_mmap(0)
+            out["rss_before_mb"] = _status_mb("VmRSS")
+            _reset_peak()
             c0, w0 = time.process_time(), time.perf_counter()
-            done = led.db.rewrite()
+            if mode == "vacuum-mapped":  # the same VACUUM with the ledger's memory map left on
+                led.db.conn.execute("VACUUM")
+                complete = led.db.wal_checkpoint().complete
+            else:
+                complete = led.db.rewrite().complete
             out.update(cpu_s=time.process_time() - c0, wall_s=time.perf_counter() - w0,
-                       complete=done.complete)
+                       complete=complete, rss_step_peak_mb=_status_mb("VmHWM"))
         out["rss_peak_mb"] = _rss_mb()
     finally:
         led.close()
@@ -127,24 +160,31 @@ def report(ledger: Path, results: list[dict[str, Any]]) -> str:
     mb = by["rewrite"]["bytes_before"] / 2**20
     lines = [header([machine_note(), f"ledger: a copy of {ledger.name} ({mb:,.0f} MiB); load "
                      f"average at the end {' / '.join(loads)} (1 / 5 / 15 min)"]), "",
-             "| measurement | CPU s | wall s | peak RSS MiB (after open -> peak) | file MiB "
+             "| measurement | CPU s | wall s | RSS MiB (before -> peak during it) | file MiB "
              "(before -> after) | pages with non-zero unallocated bytes (before -> after) |",
              "|---|---|---|---|---|---|"]
-    for mode in ("rewrite", "rewrite-nommap"):
+    for mode in ("rewrite", "vacuum-mapped"):
         r = by[mode]
-        label = "rewrite (VACUUM + TRUNCATE checkpoint)" + (", mmap off" if "nommap" in mode else "")
+        label = ("rewrite (`LedgerFile.rewrite`: VACUUM with mmap off, TRUNCATE checkpoint)"
+                 if mode == "rewrite" else "VACUUM + checkpoint with the memory map left on")
         lines.append(
-            f"| {label} | {r['cpu_s']:.2f} | {r['wall_s']:.2f} | {r['rss_after_open_mb']:,.0f} -> "
-            f"{r['rss_peak_mb']:,.0f} | {r['bytes_before'] / 2**20:,.0f} -> "
+            f"| {label} | {r['cpu_s']:.2f} | {r['wall_s']:.2f} | {r['rss_before_mb']:,.0f} -> "
+            f"{r['rss_step_peak_mb']:,.0f} | {r['bytes_before'] / 2**20:,.0f} -> "
             f"{r['bytes_after'] / 2**20:,.0f} | {r['dirty_before'][0]:,} -> {r['dirty_after'][0]:,} |")
     f = by["forgets"]
     cpu = sorted(x["cpu_s"] for x in fg)
     lines.append(
         f"| {len(fg)} forgets ({sum(x['rewritten'] for x in fg)} rewrote the file, "
         f"{sum(x['complete'] for x in fg)} complete) | median {cpu[len(cpu) // 2]:.2f}, max "
-        f"{cpu[-1]:.2f} | max {max(x['wall_s'] for x in fg):.2f} | {f['rss_after_open_mb']:,.0f} "
-        f"-> {f['rss_peak_mb']:,.0f} | {f['bytes_before'] / 2**20:,.0f} -> "
+        f"{cpu[-1]:.2f} | max {max(x['wall_s'] for x in fg):.2f} | {f['rss_before_mb']:,.0f} "
+        f"-> {f['rss_step_peak_mb']:,.0f} | {f['bytes_before'] / 2**20:,.0f} -> "
         f"{f['bytes_after'] / 2**20:,.0f} | {f['dirty_before'][0]:,} -> {f['dirty_after'][0]:,} |")
+    sw = by["sweep"]
+    lines.append(
+        f"| sweep of {sw['expired']:,} facts (rewrote the file: {sw['rewritten']}, complete: "
+        f"{sw['complete']}) | {sw['cpu_s']:.2f} | {sw['wall_s']:.2f} | {sw['rss_before_mb']:,.0f} "
+        f"-> {sw['rss_step_peak_mb']:,.0f} | {sw['bytes_before'] / 2**20:,.0f} -> "
+        f"{sw['bytes_after'] / 2**20:,.0f} | {sw['dirty_before'][0]:,} -> {sw['dirty_after'][0]:,} |")
     ratio = by["rewrite"]["cpu_s"] / cpu[len(cpu) // 2]
     lines += ["", f"Rewrite CPU / median forget CPU: {ratio:.1f}x. Per-forget: "
               + "; ".join(f"{x['cpu_s']:.2f} s CPU, rewritten {x['rewritten']}" for x in fg)]
@@ -162,7 +202,7 @@ def main() -> None:
         print(json.dumps(child(args.child, args.ledger, args.forgets)))
         return
     results = [run(mode, args.ledger, args.forgets)
-               for mode in ("rewrite", "rewrite-nommap", "forgets")]
+               for mode in ("rewrite", "vacuum-mapped", "forgets", "sweep")]
     text = report(args.ledger, results)
     print(text)
     if args.out:

@@ -37,11 +37,17 @@ def rewrite_file(conn: apsw.Connection, db_path: str,
     before = _size(db_path)
     conn.pragma("secure_delete", "ON")
     conn.pragma("temp_store", "MEMORY")
+    # Read through the page cache, not the memory map: every mapped page VACUUM reads would
+    # stay in the process's RSS on top of the temp copy (twice the file size in all).
+    mapped = int(conn.pragma("mmap_size"))
+    conn.pragma("mmap_size", 0)
     try:
         conn.execute("VACUUM")
     except apsw.BusyError:
         return RewriteOutcome(False, before, before, "not done: another writer held the ledger; "
                               "it is tried again when the pending erasure is finished")
+    finally:
+        conn.pragma("mmap_size", mapped)
     outcome = checkpoint_truncate(conn, db_path, delays)
     after = _size(db_path)
     if outcome.complete:
