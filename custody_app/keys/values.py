@@ -33,12 +33,10 @@ def _open(keys: KeyRing | None, subject_ref: str, blob: bytes | None, bind: str,
     """The plaintext; None when erased or its key is gone. Raises DecryptError on tampering."""
     if blob is None or keys is None:
         return None
-    key = keys.key_for_read(subject_ref, crypto.sealed_generation(bytes(blob)))
-    if key is None:
-        return None
     if ciphers is not None:
-        return ciphers.open_sealed(key, bytes(blob), bind)
-    return crypto.open_sealed(key, bytes(blob), bind)
+        return ciphers.open_blob(keys.key_for_read, subject_ref, bytes(blob), bind)
+    key = keys.key_for_read(subject_ref, crypto.sealed_generation(bytes(blob)))
+    return None if key is None else crypto.open_sealed(key, bytes(blob), bind)
 
 
 def _loads(data: bytes) -> Any:
