@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from custody_app.domain.canonical import canonical
+from custody_app.domain.canonical import canonical, canonical_texts
 
 # The free text attached to a fact: an assert's cause ref and detail, the reason of an event
 # about it. Forget and expire reasons are fixed codes, never free text.
@@ -65,7 +65,7 @@ def erased_texts(body: dict[str, Any]) -> Texts:
 
 def text_commitment(salt: str, texts: Texts) -> str:
     """sha256(salt || canonical(texts)), as chain.commitment does for a value."""
-    return hashlib.sha256(bytes.fromhex(salt) + canonical(texts).encode("utf-8")).hexdigest()
+    return hashlib.sha256(bytes.fromhex(salt) + canonical_texts(texts)).hexdigest()
 
 
 def block(salt: str, texts: Texts, *, upgraded: bool = False) -> dict[str, Any]:

@@ -40,18 +40,21 @@ class TextAudit:
     def _row_at(self, seq: int) -> tuple[TextRow | None, Any]:
         """The event's text row (None if it has none) and its opened text (UNREAD until
         opened). The walk asks in seq order: rows it passes without asking are strays."""
-        if self._current[0] == seq:
-            return self._current[1], self._current[2]
+        current = self._current
+        if current[0] == seq:
+            return current[1], current[2]
         if self._rows is None:  # opened on first use: inside the walk's read transaction
             self._rows = self.db.texts.iter_all()
             self._next = next(self._rows, None)
-        while self._next is not None and self._next[0] < seq:
-            self.strays.append(self._next[0])
-            self._next = next(self._rows, None)
+        after = self._next
+        while after is not None and after[0] < seq:
+            self.strays.append(after[0])
+            after = next(self._rows, None)
         stored = None
-        if self._next is not None and self._next[0] == seq:
-            stored = self._next[1]
-            self._next = next(self._rows, None)
+        if after is not None and after[0] == seq:
+            stored = after[1]
+            after = next(self._rows, None)
+        self._next = after
         self._current = (seq, stored, UNREAD)
         return stored, UNREAD
 
@@ -70,9 +73,11 @@ class TextAudit:
 
     def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
         """`body`: the event's body as the chain walk parsed it."""
-        if row.kind in ("forget", "expire") and row.fact_id is not None:
-            self.erased_facts.add(row.fact_id)
-        if row.kind == "seal_text":
+        kind = row.kind
+        if kind == "forget" or kind == "expire":
+            if row.fact_id is not None:
+                self.erased_facts.add(row.fact_id)
+        elif kind == "seal_text":
             return self._check_upgrade(row)
         if BODY_KEY not in body:
             # A row at its seq is a stray: left for the next ask to pass, or already read here
