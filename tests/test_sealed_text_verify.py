@@ -5,12 +5,14 @@ the plain path opens and refuses what it refuses."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from custody_app.domain.sealed_text import UpgradeDigest, upgrade_digest
 from custody_app.keys import crypto
 from custody_app.keys.values import TextCodec
 from tests.conftest import Env
@@ -137,3 +139,17 @@ def test_the_walk_s_cipher_cache_opens_and_refuses_as_the_plain_path(env: Env) -
         other = two if fact_id == one else one
         with pytest.raises(crypto.DecryptError):
             codec.open(other, ref, blob, ciphers)
+
+
+def test_the_running_upgrade_digest_is_the_one_the_upgrade_records() -> None:
+    # The formula the upgrade's seal_text event has always recorded, written out here.
+    entries = [(3, '{"a":1}'), (4, '{"b":"Zoë"}'), (9, "{}")]
+    h = hashlib.sha256()
+    for seq, body in entries:
+        h.update(f"{seq}:{hashlib.sha256(body.encode('utf-8')).hexdigest()}\n".encode("ascii"))
+    running = UpgradeDigest()
+    for seq, body in entries:
+        running.add(seq, body)
+    assert running.hexdigest() == upgrade_digest(entries) == h.hexdigest()
+    assert (running.count, running.first) == (3, 3)
+    assert upgrade_digest([]) == hashlib.sha256().hexdigest()

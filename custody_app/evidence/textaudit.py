@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from custody_app.core.texts import UNDECRYPTED, UNREAD, text_problem
-from custody_app.domain.sealed_text import BODY_KEY, Texts, is_upgraded, upgrade_digest
+from custody_app.domain.sealed_text import BODY_KEY, Texts, UpgradeDigest, is_upgraded
 from custody_app.keys.crypto import Ciphers
 from store.rows import EventRow
 from store.texts import TextRow
@@ -28,7 +28,7 @@ class TextAudit:
         self.ciphers = Ciphers()
         self.erased_facts: set[str] = set()
         self.erased_texts: dict[int, str] = {}
-        self.upgraded: list[tuple[int, str]] = []
+        self.upgraded = UpgradeDigest()  # the bodies the upgrade rewrote, hashed as they pass
         self.upgrade_seq: int | None = None
         # Rows no event that commits to a sealed text claimed, in seq order.
         self.strays: list[int] = []
@@ -89,7 +89,7 @@ class TextAudit:
             if self.upgrade_seq is not None:
                 return f"event {row.seq} claims to be sealed by the upgrade at seq " \
                        f"{self.upgrade_seq}, which came before it"
-            self.upgraded.append((row.seq, row.body))
+            self.upgraded.add(row.seq, row.body)
         stored, opened = self._row_at(row.seq)
         problem, erased = text_problem(self.codec, row.seq, row.fact_id, body, stored, opened,
                                        self.ciphers)
@@ -102,10 +102,10 @@ class TextAudit:
         if self.upgrade_seq is not None:
             return f"event {row.seq} is a second schema upgrade of free text"
         self.upgrade_seq = row.seq
-        if body.get("events") != len(self.upgraded) or body.get("digest") != upgrade_digest(
-                self.upgraded):
+        count = self.upgraded.count
+        if body.get("events") != count or body.get("digest") != self.upgraded.hexdigest():
             return (f"the upgrade at seq {row.seq} vouches for {body.get('events')} rewritten "
-                    f"event(s), but {len(self.upgraded)} before it do not match what it "
+                    f"event(s), but {count} before it do not match what it "
                     "recorded: an upgraded event was edited")
         return None
 
@@ -114,8 +114,8 @@ class TextAudit:
             if fact_id not in self.erased_facts:
                 return seq, (f"event {seq} (fact {fact_id}) has no sealed free text, but no "
                              "forget or expire event erased it")
-        if self.upgraded and self.upgrade_seq is None:
-            seq = self.upgraded[0][0]
+        if self.upgraded.first is not None and self.upgrade_seq is None:
+            seq = self.upgraded.first
             return seq, (f"event {seq} claims to be sealed by a schema upgrade, but no upgrade "
                          "event vouches for it")
         if self._rows is None:  # no event asked: every row is a stray
