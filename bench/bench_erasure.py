@@ -201,6 +201,7 @@ class Probe:
 
     def __init__(self) -> None:
         self.t: dict[str, list[float]] = defaultdict(list)
+        self.c: dict[str, list[float]] = defaultdict(list)  # the same calls, CPU of this process
         self.n: dict[str, list[int]] = defaultdict(list)
         self.scan_sample: int | None = None  # scan only this many needles, extrapolate the time
         self.extrapolated = False
@@ -208,6 +209,7 @@ class Probe:
 
     def reset(self) -> None:
         self.t.clear()
+        self.c.clear()
         self.n.clear()
         self.extrapolated = False
 
@@ -220,20 +222,22 @@ class Probe:
         @contextmanager
         def write(self: Any) -> Iterator[None]:
             outer = self.depth == 0
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             with orig_write(self):
                 yield
             if outer:
                 probe.t["write_tx"].append(time.perf_counter() - t0)
+                probe.c["write_tx"].append(time.process_time() - c0)
 
         def wal_checkpoint(self: Any, **kw: Any) -> Any:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = orig_ck(self, **kw)
             probe.t["checkpoint"].append(time.perf_counter() - t0)
+            probe.c["checkpoint"].append(time.process_time() - c0)
             return out
 
         def scan(self: Any, needles: list[bytes]) -> dict[str, dict[int, list[int]]]:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             k = probe.scan_sample
             if k is not None and len(needles) > k:
                 picks = sorted(random.Random(len(needles)).sample(range(len(needles)), k))
@@ -245,6 +249,7 @@ class Probe:
                 out = orig_scan(self, needles)
                 dt = time.perf_counter() - t0
             probe.t["scan"].append(dt)
+            probe.c["scan"].append(time.process_time() - c0)
             probe.last_needles = list(needles)
             probe.n["needles"].append(len(needles))
             return out
@@ -315,6 +320,13 @@ def measure_forgets(ledger: Ledger, probe: Probe, n: int, seed: int) -> dict[str
         cpu.append((time.process_time() - c0) * 1000)
         totals.append(total * 1000)
         incomplete += not res.certificate.complete
+        cw, cck, csc = probe.c["write_tx"], probe.c["checkpoint"], probe.c["scan"]
+        # Its own work in CPU time: the erasure transaction and what is not a transaction,
+        # a checkpoint or the scan (cascade and certificate reads).
+        parts["own work, CPU"].append(
+            (cw[0] if cw else 0.0) * 1000
+            + (cpu[-1] / 1000 - sum(cw) - sum(cck) - sum(csc)) * 1000)
+        parts["byte scan, CPU"].append(sum(csc) * 1000)
         w, ck, sc = probe.t["write_tx"], probe.t["checkpoint"], probe.t["scan"]
         parts["erasure transaction"].append(w[0] * 1000 if w else 0.0)
         parts["pending-row cleanup transaction"].append(sum(w[1:]) * 1000)
@@ -429,6 +441,8 @@ def measure_sweep(ledger: Ledger, probe: Probe, count: int, sample: int,
     out["held"] = len(res.held)
     w, ck, sc = probe.t["write_tx"], probe.t["checkpoint"], probe.t["scan"]
     out["tx_s"] = w[0] if w else 0.0
+    out["tx_cpu_s"] = probe.c["write_tx"][0] if probe.c["write_tx"] else 0.0
+    out["scan_cpu_s"] = sum(probe.c["scan"])
     out["candidates_s"] = sum(probe.t["candidates"])
     out["cleanup_s"] = sum(w[1:])
     out["checkpoint_s"] = sum(ck)
@@ -495,6 +509,8 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
     nonscan = med - scan_med
     own = (statistics.median(fg["parts"]["erasure transaction"])
            + statistics.median(fg["parts"]["other (certificate, cascade, reads)"]))
+    own_cpu = statistics.median(fg["parts"]["own work, CPU"])
+    med_cpu = statistics.median(fg["cpu"])
     whole_ms = sg["paired_scan_ms"]
     ratio = sg["read_ms"] / whole_ms if whole_ms else 0.0
     cpu_ratio = sg["read_cpu_ms"] / sg["scan_cpu_ms"] if sg["scan_cpu_ms"] else 0.0
@@ -522,7 +538,13 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         f"| forget, whole call (ms) | {med:,.1f} | {p95:,.1f} | < {TARGET_FORGET_MS:.0f} ms median "
         f"at 1M | {mark(med < TARGET_FORGET_MS)} at {size} |",
         f"| forget, own work (erasure transaction + cascade/certificate reads) (ms) | {own:,.1f} | "
-        f"| < {TARGET_OWN_MS:.0f} ms | {mark(own < TARGET_OWN_MS)} |",
+        f"| < {TARGET_OWN_MS:.0f} ms | {mark(own < TARGET_OWN_MS)} (wall) |",
+        f"| forget, own work, CPU time of this process (ms) | {own_cpu:,.1f} | "
+        f"{_pct(fg['parts']['own work, CPU'], 0.95):,.1f} | < {TARGET_OWN_MS:.0f} ms | "
+        f"{mark(own_cpu < TARGET_OWN_MS)} (CPU) |",
+        f"| forget, whole call, CPU time of this process (ms) | {med_cpu:,.1f} | "
+        f"{_pct(fg['cpu'], 0.95):,.1f} | < {TARGET_FORGET_MS:.0f} ms at 1M | "
+        f"{mark(med_cpu < TARGET_FORGET_MS)} (CPU) at {size} |",
     ]
     for name, vals in fg["parts"].items():
         unit = "" if name == "scans per forget" else " (ms)"
@@ -572,14 +594,14 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         f"| (check) dry_run wrote nothing (chain head unchanged) | "
         f"{'yes' if not sw['dry_wrote'] else 'NO'} | | |",
         f"| sweep, erasure transaction ({sw['expired']:,} facts expired, {sw['held']} held) | "
-        f"{sw['tx_s']:,.1f} s = {sw['expired'] / max(sw['tx_s'], 1e-9):,.0f} facts/s | "
-        "(facts/s: report) | |",
+        f"{sw['tx_s']:,.1f} s ({sw['tx_cpu_s']:,.1f} s CPU) = "
+        f"{sw['expired'] / max(sw['tx_s'], 1e-9):,.0f} facts/s | (facts/s: report) | |",
         f"| - of which candidate queries | {sw['candidates_s']:,.2f} s | | |",
         f"| sweep, WAL checkpoints + pending cleanup | "
         f"{(sw['checkpoint_s'] + sw['cleanup_s']) * 1000:,.0f} ms | | |",
         f"| sweep, byte scan of {sw['needles']:,} needles"
         + (f" (**extrapolated** from {args.scan_sample} sampled needles)" if sw['scan_sampled']
-           else "") + f" | {sw['scan_s_extrapolated']:,.0f} s | | |",
+           else "") + f" | {sw['scan_s_extrapolated']:,.1f} s ({sw['scan_cpu_s']:,.1f} s CPU) | | |",
         f"| sweep end to end with that scan | "
         f"{sw['tx_s'] + sw['checkpoint_s'] + sw['cleanup_s'] + sw['scan_s_extrapolated']:,.0f} s = "
         f"{sw['expired'] / (sw['tx_s'] + sw['checkpoint_s'] + sw['cleanup_s'] + sw['scan_s_extrapolated']):,.1f}"

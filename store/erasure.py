@@ -50,6 +50,7 @@ WITH RECURSIVE s(space) AS (
 )
 SELECT space FROM s WHERE space IS NOT NULL"""
 SPECIAL_EVENTS = "SELECT seq, body FROM events WHERE kind = ? ORDER BY seq"
+NAMES = "SELECT subject FROM facts UNION SELECT space FROM facts"
 IS_NAME = ("SELECT 1 FROM facts WHERE subject = ?1 UNION ALL "
            "SELECT 1 FROM facts WHERE space = ?1 LIMIT 1")
 # Erasures whose certificate found leaks: a JSON list in ledger_meta (no schema step needed).
@@ -67,6 +68,10 @@ class ErasureStore:
 
     def add_digest(self, subject_ref: str, predicate: str, digest: str) -> None:
         self._conn.execute(ADD_DIGEST, (subject_ref, predicate, digest))
+
+    def add_digests(self, rows: list[tuple[str, str, str]]) -> None:
+        """`add_digest` for each (subject_ref, predicate, digest), in order."""
+        self._conn.executemany(ADD_DIGEST, rows)
 
     def has_digest(self, subject_ref: str, predicate: str, digest: str) -> bool:
         return self._conn.execute(HAS_DIGEST, (subject_ref, predicate, digest)).fetchone() is not None
@@ -122,6 +127,10 @@ class ErasureStore:
     def is_name(self, text: str) -> bool:
         """Is this string a subject or space of some fact (an identifier that stays)?"""
         return self._conn.execute(IS_NAME, (text,)).fetchone() is not None
+
+    def names(self) -> set[str]:
+        """Every subject and space of some fact: `is_name` for many strings at once."""
+        return {str(r[0]) for r in self._conn.execute(NAMES)}
 
     def held(self) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(HELD)]

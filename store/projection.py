@@ -26,6 +26,10 @@ INSERT_STATE = f"INSERT INTO fact_states({_SCOLS}) VALUES ({', '.join('?' * len(
 LATEST_STATE = (
     f"SELECT {_SCOLS} FROM fact_states WHERE fact_seq = ? ORDER BY from_seq DESC LIMIT 1"
 )
+LATEST_STATES = (
+    f"SELECT {_SCOLS} FROM fact_states s WHERE s.fact_seq IN (SELECT value FROM json_each(?)) "
+    "AND s.from_seq = (SELECT max(from_seq) FROM fact_states WHERE fact_seq = s.fact_seq)"
+)
 INSERT_SOURCE = "INSERT OR IGNORE INTO fact_sources(fact_id, source_id) VALUES (?, ?)"
 SOURCES_OF = "SELECT source_id FROM fact_sources WHERE fact_id = ? ORDER BY source_id"
 DERIVED_FROM = "SELECT fact_id FROM fact_sources WHERE source_id = ? ORDER BY fact_id"
@@ -104,6 +108,26 @@ class FactStore:
 
     def push_state(self, state: StateRow) -> None:
         self._conn.execute(INSERT_STATE, tuple(getattr(state, c) for c in STATE_COLUMNS))
+
+    def latest_states(self, fact_seqs: list[int], chunk: int = 5000) -> dict[int, StateRow]:
+        """`latest_state` of several facts, a query per `chunk` of them (none: left out)."""
+        out: dict[int, StateRow] = {}
+        for at in range(0, len(fact_seqs), chunk):
+            for r in self._conn.execute(LATEST_STATES, (json.dumps(fact_seqs[at:at + chunk]),)):
+                state = StateRow(*r)
+                out[state.fact_seq] = state
+        return out
+
+    def update_many(self, facts: list[FactRow]) -> None:
+        """`update` for each fact, in order."""
+        self._conn.executemany(UPDATE_FACT, [
+            (*[getattr(f, c) for c in FACT_COLUMNS if c != "assert_seq"], f.assert_seq)
+            for f in facts])
+
+    def push_states(self, states: list[StateRow]) -> None:
+        """`push_state` for each state, in order."""
+        self._conn.executemany(INSERT_STATE, [tuple(getattr(s, c) for c in STATE_COLUMNS)
+                                              for s in states])
 
     def add_sources(self, fact_id: str, sources: list[str]) -> None:
         self._conn.executemany(INSERT_SOURCE, [(fact_id, s) for s in sources])

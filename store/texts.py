@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -15,6 +16,8 @@ GET = "SELECT fact_id, subject_ref, sealed, salt FROM event_texts WHERE seq = ?"
 FOR_FACT = "SELECT seq, sealed FROM event_texts WHERE fact_id = ? ORDER BY seq"
 ERASE_FACT = ("UPDATE event_texts SET sealed = NULL, salt = NULL "
               "WHERE fact_id = ? AND sealed IS NOT NULL")
+FOR_FACTS = ("SELECT fact_id, seq, sealed FROM event_texts "
+             "WHERE fact_id IN (SELECT value FROM json_each(?)) ORDER BY seq")
 ALL_SEQS = "SELECT seq FROM event_texts ORDER BY seq"
 # verify's walk: every row in seq order, a page at a time (no cursor stays half-read for long).
 _TEXT_COLS = "seq, fact_id, subject_ref, sealed, salt"
@@ -75,6 +78,18 @@ class TextStore:
     def erase_fact(self, fact_id: str) -> None:
         """Null the sealed text of every event about the fact (secure_delete zeroes the pages)."""
         self._conn.execute(ERASE_FACT, (fact_id,))
+
+    def of_facts(self, fact_ids: list[str], chunk: int = 5000) -> dict[str, list[tuple[int, bytes | None]]]:
+        """`of_fact` for several facts, a query per `chunk` of them (each fact's rows in seq order)."""
+        out: dict[str, list[tuple[int, bytes | None]]] = {f: [] for f in fact_ids}
+        for at in range(0, len(fact_ids), chunk):
+            for f, s, b in self._conn.execute(FOR_FACTS, (json.dumps(fact_ids[at:at + chunk]),)):
+                out[str(f)].append((int(s), None if b is None else bytes(b)))
+        return out
+
+    def erase_facts(self, fact_ids: list[str]) -> None:
+        """`erase_fact` for several facts, in order."""
+        self._conn.executemany(ERASE_FACT, [(f,) for f in fact_ids])
 
     def seqs(self) -> Iterator[int]:
         for row in self._conn.execute(ALL_SEQS).fetchall():

@@ -15,7 +15,7 @@ from typing import Any, Self
 
 from pydantic import ValidationError
 
-from custody_app.core import sessions, texts
+from custody_app.core import batch, sessions, texts
 from custody_app.core.faults import crash_point
 from custody_app.core.projector import MemoryProjection, apply_event
 from custody_app.core.rollback import check_high_water
@@ -231,6 +231,19 @@ class LedgerCore:
             self.index.sync(changes, {fact_id: plaintext} if fact_id and plaintext else {})
         self._head = (seq, row.hash, tx_at)
         return row
+
+    def append_group(self, kind: str, actor: str, tx_at: str,
+                     items: list[tuple[str, dict[str, Any]]]) -> list[EventRow]:
+        """`append` of one `kind` for each (fact_id, fields), in order, inside a write
+        transaction: the rows, chain and projection each append would leave, with each table
+        written once for the group (`batch.GROUP_KINDS`: a sweep's expire events)."""
+        if not items:
+            return []
+        if self._recorded_policy != self.policy.hash:
+            self._record_policy(tx_at)
+        rows, self._head = batch.append_group(self.db, self.index, self.policy.hash, kind, actor,
+                                              tx_at, items, self._head)
+        return rows
 
     def _record_policy(self, tx_at: str) -> None:
         p = self.policy

@@ -34,6 +34,17 @@ def previously_forgotten_digest(ledger: LedgerCore, subject_ref: str, predicate:
     return crypto.keyed_digest(ledger.keys.forget_key, "previously", subject_ref, predicate, text)
 
 
+def digest_of(ledger: LedgerCore, text: str | None) -> tuple[str, str | None]:
+    """(digest kind, digest) an erasure event records of the value text the policy asks for."""
+    digest_kind = ledger.policy.policy.erasure.digest if text is not None else "none"
+    if text is not None and digest_kind == "hmac-sha256":
+        assert ledger.keys is not None
+        return digest_kind, crypto.keyed_digest(ledger.keys.forget_key, "value", text)
+    if text is not None and digest_kind == "sha256":
+        return digest_kind, crypto.plain_digest(text)
+    return digest_kind, None
+
+
 def erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
            kind: Literal["forget", "expire"], reason: str, actor: str, tx_at: str,
            extra: dict[str, Any] | None = None, work: ErasureWork,
@@ -46,13 +57,7 @@ def erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
         assert event is not None
         ref = json.loads(event.body)["subject_ref"]
         text = ledger.values.open(fact.fact_id, ref, event.value)
-        digest_kind = policy.digest if text is not None else "none"
-        digest = None
-        if text is not None and digest_kind == "hmac-sha256":
-            assert ledger.keys is not None
-            digest = crypto.keyed_digest(ledger.keys.forget_key, "value", text)
-        elif text is not None and digest_kind == "sha256":
-            digest = crypto.plain_digest(text)
+        digest_kind, digest = digest_of(ledger, text)
         if text is not None and policy.digest != "none" and ledger.keys is not None:
             ledger.db.erasure.add_digest(ref, fact.predicate, previously_forgotten_digest(
                 ledger, ref, fact.predicate, text))

@@ -19,17 +19,22 @@ ERASED = ("forgotten", "expired")
 def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
     """Check every place the values could be, after the transaction committed."""
     checks: list[PlaceCheck] = []
-    rows = [ledger.db.events.get(e.seq) for e in work.erased]
-    asserts = [ledger.db.facts.get(e.fact_id) for e in work.erased]
+    # Read in bulk: a sweep erases tens of thousands of facts.
+    events = ledger.db.events.get_many([e.seq for e in work.erased])
+    rows = [events.get(e.seq) for e in work.erased]
+    ids = [e.fact_id for e in work.erased]
+    by_id = {f.fact_id: f for f in ledger.db.facts.get_many(ids)}
+    asserts = [by_id.get(fact_id) for fact_id in ids]
+    stored = ledger.db.events.get_many([f.assert_seq for f in asserts if f is not None])
     left = sum(1 for f in asserts if f is not None and (
-        (ev := ledger.db.events.get(f.assert_seq)) is not None and (ev.value or ev.salt)))
+        (ev := stored.get(f.assert_seq)) is not None and (ev.value or ev.salt)))
     checks.append(PlaceCheck(
         place="events table: value and salt of each assert",
         outcome="clean" if left == 0 and all(rows) else "found",
         detail=f"{len(work.erased)} assert(s) hold no value and no salt" if left == 0
         else f"{left} assert(s) still hold a value"))
-    kept = [f"seq {seq}" for e in work.erased for seq, blob in ledger.db.texts.of_fact(e.fact_id)
-            if blob is not None]
+    texts = ledger.db.texts.of_facts(list(dict.fromkeys(ids)))
+    kept = [f"seq {seq}" for fact_id in ids for seq, blob in texts[fact_id] if blob is not None]
     checks.append(PlaceCheck(
         place="event_texts: sealed free text (cause, reasons) of each erased fact",
         outcome="found" if kept else "clean",

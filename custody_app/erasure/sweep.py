@@ -13,6 +13,7 @@ from custody_app.domain.timeutil import parse_time
 from custody_app.erasure.cascade import cascade
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.erasure.forget import erase
+from custody_app.erasure.group import Member, erase_group
 from custody_app.erasure.proof import SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.work import ErasureWork
@@ -40,10 +41,14 @@ def _cutoffs(ledger: LedgerCore, cmd: Sweep) -> tuple[dict[str, str], dict[str, 
 
 def _expire(ledger: LedgerCore, cmd: Sweep, cutoffs: dict[str, str], windows: dict[str, str],
             work: ErasureWork, tx_at: str, expired: list[str], held: set[str],
-            reasons: dict[str, ExpiryReason]) -> None:
+            reasons: dict[str, ExpiryReason], grouped: bool) -> None:
     """Each space's candidates past its cutoff, expired (a dry run only lists them); a cascade
-    that reaches a held fact is skipped whole. `reasons` gets why each expires (its root)."""
+    that reaches a held fact is skipped whole. `reasons` gets why each expires (its root).
+    `grouped`: every expiry written at the end as one group (`erase_group`), which stores
+    exactly what erasing each cascade in turn (`erase`) does: erasing a cascade changes no
+    row another cascade reads but its own facts', which `done` already leaves out."""
     done: set[str] = set()
+    members: list[Member] = []
     for space, cutoff in sorted(cutoffs.items()):
         candidates = (ledger.db.erasure.sweep_candidates_all(cutoff) if space == "*"
                       else ledger.db.erasure.sweep_candidates(space, cutoff))
@@ -62,13 +67,21 @@ def _expire(ledger: LedgerCore, cmd: Sweep, cutoffs: dict[str, str], windows: di
             why = ExpiryReason(root=root.fact_id, cutoff=cutoff, rule=windows.get(space),
                                learned_at=learned.get(root.fact_id, root.valid_from))
             reasons.update({f.fact_id: why for f in facts})
-            if not cmd.dry_run:
+            extra = {"cutoff": cutoff, "window": windows.get(space)}
+            if cmd.dry_run:
+                continue
+            if grouped:
+                members += [(f, root_of.get(f.fact_id), extra) for f in facts]
+            else:
                 erase(ledger, facts, root_of, kind="expire", reason=cmd.reason,
-                      actor=cmd.actor, tx_at=tx_at, work=work,
-                      extra={"cutoff": cutoff, "window": windows.get(space)})
+                      actor=cmd.actor, tx_at=tx_at, work=work, extra=extra)
+    erase_group(ledger, members, kind="expire", reason=cmd.reason, actor=cmd.actor, tx_at=tx_at,
+                work=work)
 
 
-def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
+def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep, *, grouped: bool = True) -> SweepResult:
+    """Expire what the cutoffs allow, then prove it. `grouped=False` erases cascade by cascade
+    through `erase`, the reference the grouped writes are tested against."""
     work = ErasureWork()
     with ledger.db.read():
         cutoffs, windows = _cutoffs(ledger, cmd)
@@ -83,7 +96,7 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep) -> SweepResult:
         tx_at = ledger.tx_at() if not cmd.dry_run else ledger.now()
         batched = nullcontext() if cmd.dry_run else ledger.index.removals_batched()
         with batched:
-            _expire(ledger, cmd, cutoffs, windows, work, tx_at, expired, held, reasons)
+            _expire(ledger, cmd, cutoffs, windows, work, tx_at, expired, held, reasons, grouped)
         if expired and not cmd.dry_run:
             crash_point("erasure.before_commit")
     if expired and not cmd.dry_run:
