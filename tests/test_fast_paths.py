@@ -55,6 +55,24 @@ def test_canonical_fast_path_is_taken_for_plain_events() -> None:
     assert jcs.orjson is not None and jcs._plain(event)
 
 
+@settings(derandomize=True, max_examples=1500, deadline=None)
+@given(st.dictionaries(_keys | st.sampled_from(["cause.ref", "cause.detail", "reason"]),
+                       st.text(max_size=12) | st.sampled_from(["\ud800", "\u2028", "\x00\x1f\x7f",
+                                                               "a\\\"b", "\U0001f600"]),
+                       max_size=4))
+def test_the_sealed_text_fast_path_is_byte_identical_to_rfc8785(texts: dict[str, str]) -> None:
+    fast = _outcome(jcs.canonical_texts, texts)
+    slow = _outcome(jcs.pure, texts)
+    assert fast == (slow if slow[0] == "error" else ("ok", slow[1].encode("utf-8")))
+
+
+def test_the_sealed_text_fast_path_refuses_what_the_walk_refuses() -> None:
+    # Not a map of text to text: the walk decides (and refuses as rfc8785 does).
+    for bad in ({"a": 1.0}, {"a": ["x"]}, {"\ue000": "x", "\U0001f600": "y"}):
+        assert _outcome(jcs.canonical_texts, bad) == _outcome(
+            lambda v: jcs.pure(v).encode("utf-8"), bad)
+
+
 def _word_list() -> list[str]:
     """Words of the repository's docs, sample data and code, each with common English suffixes
     (the stemmer's rules act on them), plus accented and digit-bearing words."""

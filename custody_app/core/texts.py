@@ -22,6 +22,7 @@ from custody_app.keys import crypto
 from custody_app.keys.keyring import KeyRing
 from custody_app.keys.values import TextCodec
 from store import LedgerFile
+from store.texts import TextRow
 
 Sealed = tuple[str, str, bytes, str]
 """(fact_id, subject_ref, sealed blob, salt): the event_texts row an append adds."""
@@ -89,22 +90,21 @@ def text_record(db: LedgerFile, codec: TextCodec, row_seq: int, body_text: str) 
     return {"text": texts, "text_salt": salt}
 
 
-# `text_problem`'s "not read yet" (None is a real answer for both the row and its text), and
-# "read, but it does not decrypt".
+# `text_problem`'s "not opened yet" (None is a real answer for an opened text), and "read, but
+# it does not decrypt".
 UNREAD: Any = object()
 UNDECRYPTED: Any = object()
 
 
-def text_problem(db: LedgerFile, codec: TextCodec, seq: int, fact_id: str | None,
-                 body: dict[str, Any], *, stored: Any = UNREAD,
-                 opened: Any = UNREAD) -> tuple[str | None, bool]:
+def text_problem(codec: TextCodec, seq: int, fact_id: str | None, body: dict[str, Any],
+                 stored: TextRow | None, opened: Any = UNREAD,
+                 ciphers: crypto.Ciphers | None = None) -> tuple[str | None, bool]:
     """(what is wrong with an event's sealed free text or None, whether it is erased). An
     erased text is allowed only with a forget or expire of its fact: the caller checks that.
-    `stored` and `opened`: the event's text row and its opened text when the caller already
-    read them (verify's chain walk opens an upgraded event's text for its hash)."""
+    `stored`: the event's event_texts row (None when it has none); `opened`: its opened text
+    when the caller already opened it (verify's chain walk opens an upgraded event's text for
+    its hash); `ciphers`: the walk's cipher cache."""
     blk = body.get(BODY_KEY)
-    if stored is UNREAD:
-        stored = db.texts.get(seq)
     if blk is None:
         return ((f"event {seq} has a sealed free text row but its body commits to none", False)
                 if stored is not None else (None, False))
@@ -117,7 +117,7 @@ def text_problem(db: LedgerFile, codec: TextCodec, seq: int, fact_id: str | None
     if (blob is None) != (salt is None):
         return f"event {seq} has sealed free text without its salt, or a salt without it", False
     try:
-        texts = codec.open(stored_fact, ref, blob) if opened is UNREAD else opened
+        texts = codec.open(stored_fact, ref, blob, ciphers) if opened is UNREAD else opened
     except (crypto.DecryptError, ValueError):
         texts = UNDECRYPTED
     if texts is UNDECRYPTED:

@@ -58,6 +58,19 @@ def _plain(obj: Any) -> bool:
     return True
 
 
+def canonical_texts(texts: dict[str, str]) -> bytes:
+    """`canonical(texts).encode()` for a map of text to text (sealed free text, whose
+    commitment verify checks for every event): strings under ASCII keys are JCS as orjson
+    prints them, so the walk of `_plain` is skipped; anything else takes `canonical`."""
+    if orjson is not None and all(type(k) is str and type(v) is str and k.isascii()
+                                  for k, v in texts.items()):
+        try:
+            return orjson.dumps(texts, option=_SORT)
+        except orjson.JSONEncodeError:  # a lone surrogate
+            pass
+    return canonical(texts).encode("utf-8")
+
+
 def canonical(obj: Any) -> str:
     """RFC 8785 canonical JSON text; byte-identical to `pure` (a property test holds it so)."""
     if orjson is not None and _plain(obj):

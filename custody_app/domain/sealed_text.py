@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from custody_app.domain.canonical import canonical
+from custody_app.domain.canonical import canonical, canonical_texts
 
 # The free text attached to a fact: an assert's cause ref and detail, the reason of an event
 # about it. Forget and expire reasons are fixed codes, never free text.
@@ -65,7 +65,7 @@ def erased_texts(body: dict[str, Any]) -> Texts:
 
 def text_commitment(salt: str, texts: Texts) -> str:
     """sha256(salt || canonical(texts)), as chain.commitment does for a value."""
-    return hashlib.sha256(bytes.fromhex(salt) + canonical(texts).encode("utf-8")).hexdigest()
+    return hashlib.sha256(bytes.fromhex(salt) + canonical_texts(texts)).hexdigest()
 
 
 def block(salt: str, texts: Texts, *, upgraded: bool = False) -> dict[str, Any]:
@@ -92,10 +92,31 @@ def hashed_body(body_text: str, body: dict[str, Any], texts: Texts | None) -> st
     return canonical(merge(body, texts))
 
 
+class UpgradeDigest:
+    """`upgrade_digest` fed one body at a time (verify's walk keeps no body for it)."""
+
+    __slots__ = ("_hash", "count", "first")
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self.count = 0
+        self.first: int | None = None
+
+    def add(self, seq: int, body: str) -> None:
+        self._hash.update(
+            f"{seq}:{hashlib.sha256(body.encode('utf-8')).hexdigest()}\n".encode("ascii"))
+        self.count += 1
+        if self.first is None:
+            self.first = seq
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
 def upgrade_digest(entries: list[tuple[int, str]]) -> str:
     """What the upgrade's `seal_text` event records of the bodies it rewrote ((seq, body) in
     seq order), so an upgraded event whose text is later erased is still tamper-evident."""
-    h = hashlib.sha256()
+    digest = UpgradeDigest()
     for seq, body in entries:
-        h.update(f"{seq}:{hashlib.sha256(body.encode('utf-8')).hexdigest()}\n".encode("ascii"))
-    return h.hexdigest()
+        digest.add(seq, body)
+    return digest.hexdigest()

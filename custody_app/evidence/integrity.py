@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from itertools import zip_longest
+from itertools import islice, zip_longest
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -87,15 +87,22 @@ def _tombstones(ledger: LedgerCore,
 
 def _projection(ledger: LedgerCore, memory: MemoryProjection) -> str | None:
     """The first row where the stored projection differs from the fold of the events: both
-    sides come sorted by the same keys and are compared row by row as plain tuples, the stored
-    rows streamed from the file (no row objects built for them)."""
+    sides come sorted by the same keys and are compared as plain tuples, a page of rows at a
+    time (one list comparison when the page agrees, row by row only in a page that does not),
+    the stored rows streamed from the file (no row objects built for them)."""
     names = ("fact", "fact state", "source link")
     folded = memory.dump()
     as_tuples = (map(_FACT_FIELDS, folded[0]), map(_STATE_FIELDS, folded[1]), iter(folded[2]))
     row_types: tuple[Callable[..., object], ...] = (FactRow, StateRow, _link)
     for name, mine, want, row_type in zip(names, ledger.db.facts.dump_rows(), as_tuples,
                                           row_types, strict=True):
-        for have, expected in zip_longest(mine, want):
+        while True:
+            page, wanted = list(islice(mine, _PAGE)), list(islice(want, _PAGE))
+            if page != wanted:
+                break
+            if not page:
+                break
+        for have, expected in zip_longest(page, wanted):
             if have == expected:
                 continue
             if have is not None and expected is not None:
@@ -107,6 +114,7 @@ def _projection(ledger: LedgerCore, memory: MemoryProjection) -> str | None:
     return None
 
 
+_PAGE = 4096
 _FACT_FIELDS = attrgetter(*FACT_COLUMNS)
 _STATE_FIELDS = attrgetter(*STATE_COLUMNS)
 

@@ -1,15 +1,19 @@
 """What verify proves of sealed free text: each event's sealed text opens and matches its
 commitment; an erased one only with a forget or expire of its fact; no stray rows; and the
-bodies the schema upgrade rewrote are exactly those its `seal_text` event vouches for."""
+bodies the schema upgrade rewrote are exactly those its `seal_text` event vouches for. The
+event_texts rows are read in one ordered scan merged with the walk over the events by seq."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from custody_app.core.texts import UNDECRYPTED, UNREAD, text_problem
-from custody_app.domain.sealed_text import BODY_KEY, Texts, is_upgraded, upgrade_digest
+from custody_app.domain.sealed_text import BODY_KEY, Texts, UpgradeDigest, is_upgraded
+from custody_app.keys.crypto import Ciphers
 from store.rows import EventRow
+from store.texts import TextRow
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
@@ -21,47 +25,74 @@ class TextAudit:
     def __init__(self, ledger: LedgerCore) -> None:
         self.db = ledger.db
         self.codec = ledger.texts
+        self.ciphers = Ciphers()
         self.erased_facts: set[str] = set()
         self.erased_texts: dict[int, str] = {}
-        self.sealed: set[int] = set()
-        self.upgraded: list[tuple[int, str]] = []
+        self.upgraded = UpgradeDigest()  # the bodies the upgrade rewrote, hashed as they pass
         self.upgrade_seq: int | None = None
-        # What texts_of read and opened for the event the walk is on: (seq, row, text).
-        self._opened: tuple[int, Any, Any] = (0, UNREAD, UNREAD)
+        # Rows no event that commits to a sealed text claimed, in seq order.
+        self.strays: list[int] = []
+        self._rows: Iterator[tuple[int, TextRow]] | None = None
+        self._next: tuple[int, TextRow] | None = None
+        # The row and opened text of the event the walk is on: (seq, row, text).
+        self._current: tuple[int | None, TextRow | None, Any] = (None, None, UNREAD)
+
+    def _row_at(self, seq: int) -> tuple[TextRow | None, Any]:
+        """The event's text row (None if it has none) and its opened text (UNREAD until
+        opened). The walk asks in seq order: rows it passes without asking are strays."""
+        current = self._current
+        if current[0] == seq:
+            return current[1], current[2]
+        if self._rows is None:  # opened on first use: inside the walk's read transaction
+            self._rows = self.db.texts.iter_all()
+            self._next = next(self._rows, None)
+        after = self._next
+        while after is not None and after[0] < seq:
+            self.strays.append(after[0])
+            after = next(self._rows, None)
+        stored = None
+        if after is not None and after[0] == seq:
+            stored = after[1]
+            after = next(self._rows, None)
+        self._next = after
+        self._current = (seq, stored, UNREAD)
+        return stored, UNREAD
 
     def texts_of(self, row: EventRow) -> Texts | None:
         """The opened free text the chain check rebuilds an upgraded event's old body from
         (kept for `check`, so the event's text is read and decrypted once)."""
-        stored = self.db.texts.get(row.seq)
+        stored, _ = self._row_at(row.seq)
         texts: Any = None
         if stored is not None:
             try:
-                texts = self.codec.open(stored[0], stored[1], stored[2])
+                texts = self.codec.open(stored[0], stored[1], stored[2], self.ciphers)
             except Exception:  # a tampered text: check() names it
                 texts = UNDECRYPTED
-        self._opened = (row.seq, stored, texts)
+        self._current = (row.seq, stored, texts)
         return None if texts is UNDECRYPTED else texts
 
     def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
         """`body`: the event's body as the chain walk parsed it."""
-        if row.kind in ("forget", "expire") and row.fact_id is not None:
-            self.erased_facts.add(row.fact_id)
-        if row.kind == "seal_text":
+        kind = row.kind
+        if kind == "forget" or kind == "expire":
+            if row.fact_id is not None:
+                self.erased_facts.add(row.fact_id)
+        elif kind == "seal_text":
             return self._check_upgrade(row)
         if BODY_KEY not in body:
+            # A row at its seq is a stray: left for the next ask to pass, or already read here
+            # (a body holding the upgrade's marker text outside a sealed_text block).
+            if self._current[0] == row.seq and self._current[1] is not None:
+                self.strays.append(row.seq)
             return None
-        self.sealed.add(row.seq)
         if is_upgraded(body):
             if self.upgrade_seq is not None:
                 return f"event {row.seq} claims to be sealed by the upgrade at seq " \
                        f"{self.upgrade_seq}, which came before it"
-            self.upgraded.append((row.seq, row.body))
-        seq, stored, opened = self._opened
-        if seq == row.seq:
-            problem, erased = text_problem(self.db, self.codec, row.seq, row.fact_id, body,
-                                           stored=stored, opened=opened)
-        else:
-            problem, erased = text_problem(self.db, self.codec, row.seq, row.fact_id, body)
+            self.upgraded.add(row.seq, row.body)
+        stored, opened = self._row_at(row.seq)
+        problem, erased = text_problem(self.codec, row.seq, row.fact_id, body, stored, opened,
+                                       self.ciphers)
         if erased and row.fact_id is not None:
             self.erased_texts[row.seq] = row.fact_id
         return problem
@@ -71,10 +102,10 @@ class TextAudit:
         if self.upgrade_seq is not None:
             return f"event {row.seq} is a second schema upgrade of free text"
         self.upgrade_seq = row.seq
-        if body.get("events") != len(self.upgraded) or body.get("digest") != upgrade_digest(
-                self.upgraded):
+        count = self.upgraded.count
+        if body.get("events") != count or body.get("digest") != self.upgraded.hexdigest():
             return (f"the upgrade at seq {row.seq} vouches for {body.get('events')} rewritten "
-                    f"event(s), but {len(self.upgraded)} before it do not match what it "
+                    f"event(s), but {count} before it do not match what it "
                     "recorded: an upgraded event was edited")
         return None
 
@@ -83,11 +114,17 @@ class TextAudit:
             if fact_id not in self.erased_facts:
                 return seq, (f"event {seq} (fact {fact_id}) has no sealed free text, but no "
                              "forget or expire event erased it")
-        if self.upgraded and self.upgrade_seq is None:
-            seq = self.upgraded[0][0]
+        if self.upgraded.first is not None and self.upgrade_seq is None:
+            seq = self.upgraded.first
             return seq, (f"event {seq} claims to be sealed by a schema upgrade, but no upgrade "
                          "event vouches for it")
-        for seq in self.db.texts.seqs():
-            if seq not in self.sealed:
-                return seq, f"sealed free text row {seq} belongs to no event that commits to it"
+        if self._rows is None:  # no event asked: every row is a stray
+            self._rows = self.db.texts.iter_all()
+            self._next = next(self._rows, None)
+        while self._next is not None:
+            self.strays.append(self._next[0])
+            self._next = next(self._rows, None)
+        if self.strays:
+            seq = self.strays[0]
+            return seq, f"sealed free text row {seq} belongs to no event that commits to it"
         return None, None

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import os
 import struct
+from collections.abc import Callable
 
 from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import serialization
@@ -64,6 +65,37 @@ def open_sealed(key: bytes, blob: bytes, bind: str) -> bytes:
         return AESGCM(key).decrypt(nonce, blob[_HEADER.size:], header + bind.encode())
     except (InvalidTag, ValueError):
         raise DecryptError("a stored value does not open: wrong key or tampered") from None
+
+
+class Ciphers:
+    """Opening sealed blobs with each key's cipher made once: for one walk that opens many
+    blobs under few keys (verify opens every event's sealed text). Held for that walk only, so
+    no cipher outlives the key ring's own copy of a key that is destroyed later."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[bytes, AESGCM] = {}
+
+    def open_blob(self, key_for: Callable[[str, int], bytes | None], ref: str, blob: bytes,
+                  bind: str) -> bytes | None:
+        """`open_sealed(key_for(ref, sealed_generation(blob)), blob, bind)` (None when
+        `key_for` has no key), the header read once; the same DecryptError where they raise."""
+        if len(blob) < _HEADER.size:
+            raise DecryptError("a stored value is too short to be a sealed custody value")
+        magic, generation, nonce = _HEADER.unpack_from(blob)
+        if magic != _MAGIC:
+            raise DecryptError("not a sealed custody value")
+        key = key_for(ref, int(generation))
+        if key is None:
+            return None
+        aead = self._by_key.get(key)
+        if aead is None:
+            if len(self._by_key) >= 65_536:
+                self._by_key.clear()
+            aead = self._by_key[key] = AESGCM(key)
+        try:
+            return aead.decrypt(nonce, blob[_HEADER.size:], blob[:_HEADER.size] + bind.encode())
+        except (InvalidTag, ValueError):
+            raise DecryptError("a stored value does not open: wrong key or tampered") from None
 
 
 def keyed_digest(key: bytes, *parts: str) -> str:

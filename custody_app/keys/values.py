@@ -6,6 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+try:
+    import orjson
+except ImportError:  # pragma: no cover - json.loads is the fallback
+    orjson = None  # type: ignore[assignment]
+
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.sealed_text import Texts
 from custody_app.keys import crypto
@@ -23,12 +28,27 @@ def _seal(keys: KeyRing | None, subject: str, data: bytes, bind: str, work_start
     return crypto.seal(key, generation, data, bind)
 
 
-def _open(keys: KeyRing | None, subject_ref: str, blob: bytes | None, bind: str) -> bytes | None:
+def _open(keys: KeyRing | None, subject_ref: str, blob: bytes | None, bind: str,
+          ciphers: crypto.Ciphers | None = None) -> bytes | None:
     """The plaintext; None when erased or its key is gone. Raises DecryptError on tampering."""
     if blob is None or keys is None:
         return None
+    if ciphers is not None:
+        return ciphers.open_blob(keys.key_for_read, subject_ref, bytes(blob), bind)
     key = keys.key_for_read(subject_ref, crypto.sealed_generation(bytes(blob)))
     return None if key is None else crypto.open_sealed(key, bytes(blob), bind)
+
+
+def _loads(data: bytes) -> Any:
+    """json.loads of sealed text (UTF-8 JSON that json.dumps wrote), parsed by orjson where it
+    is installed: the same dict for such text (json.loads is kept for anything orjson refuses,
+    such as an escaped lone surrogate)."""
+    if orjson is not None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data.decode("utf-8"))
 
 
 def _bind(fact_id: str) -> str:
@@ -47,12 +67,14 @@ class TextCodec:
         data = json.dumps(texts, ensure_ascii=False, sort_keys=True).encode("utf-8")
         return _seal(self.keys, subject, data, _bind(fact_id), work_started, now, erased_at)
 
-    def open(self, fact_id: str, subject_ref: str, blob: bytes | None) -> Texts | None:
-        """The free text; None when erased or its key is gone. Raises DecryptError on tampering."""
-        data = _open(self.keys, subject_ref, blob, _bind(fact_id))
+    def open(self, fact_id: str, subject_ref: str, blob: bytes | None,
+             ciphers: crypto.Ciphers | None = None) -> Texts | None:
+        """The free text; None when erased or its key is gone. Raises DecryptError on tampering.
+        `ciphers`: a walk's cipher cache (verify's)."""
+        data = _open(self.keys, subject_ref, blob, _bind(fact_id), ciphers)
         if data is None:
             return None
-        opened = json.loads(data.decode("utf-8"))
+        opened = _loads(data)
         if not isinstance(opened, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in opened.items()):
             raise crypto.DecryptError("sealed free text is not a map of field to text")
