@@ -104,7 +104,7 @@ def child(mode: str, path: Path, forgets: int) -> dict[str, Any]:
     out["open_cpu_s"], out["rss_after_open_mb"] = time.process_time() - t0, _rss_mb()
     try:
         if mode == "sweep":
-            from bench_erasure import cutoff_for_count
+            from bench.bench_erasure import cutoff_for_count
             cutoff, _ = cutoff_for_count(led, SWEEP_FACTS)
             out["rss_before_mb"] = _status_mb("VmRSS")
             _reset_peak()
