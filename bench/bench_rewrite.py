@@ -9,7 +9,8 @@ cache is never written), so its peak RSS (ru_maxrss) is its own:
 
 - forgets: `--forgets` forgets of random live facts (seeded), each with its CPU time, whether
   its certificate is complete and whether it rewrote the file;
-- sweep: a sweep of about 20,000 facts (the cutoff of bench_erasure.py), whole call, whether
+- sweep: a sweep of about 20,000 facts (a fifth of the live ones if fewer; the cutoff of
+  bench_erasure.py), whole call, whether
   its certificate is complete and whether it rewrote the file;
 - rewrite: `LedgerFile.rewrite()` on a ledger just opened: CPU and wall time, the RSS just
   before it and the peak RSS during it (VmHWM reset through /proc/self/clear_refs first), file
@@ -105,7 +106,8 @@ def child(mode: str, path: Path, forgets: int) -> dict[str, Any]:
     try:
         if mode == "sweep":
             from bench.bench_erasure import cutoff_for_count
-            cutoff, _ = cutoff_for_count(led, SWEEP_FACTS)
+            live = sum(1 for f in led.db.facts.dump()[0] if f.ended is None)
+            cutoff, _ = cutoff_for_count(led, min(SWEEP_FACTS, live // 5))
             out["rss_before_mb"] = _status_mb("VmRSS")
             _reset_peak()
             c0, w0 = time.process_time(), time.perf_counter()
