@@ -43,9 +43,14 @@ def rewrite_file(conn: apsw.Connection, db_path: str,
     conn.pragma("mmap_size", 0)
     try:
         conn.execute("VACUUM")
-    except apsw.BusyError:
-        return RewriteOutcome(False, before, before, "not done: another writer held the ledger; "
-                              "it is tried again when the pending erasure is finished")
+    except (apsw.BusyError, apsw.FullError, apsw.SQLError) as exc:
+        # Another writer holds the ledger, the disk cannot take the WAL (which grows to the
+        # file's size), or this connection has a transaction or statement open: the erasure
+        # stays pending and the rewrite is tried again when it is finished.
+        why = ("another writer held the ledger" if isinstance(exc, apsw.BusyError) else
+               "the disk is full" if isinstance(exc, apsw.FullError) else str(exc))
+        return RewriteOutcome(False, before, before, f"not done ({why}); it is tried again when "
+                              "the pending erasure is finished")
     finally:
         conn.pragma("mmap_size", mapped)
     outcome = checkpoint_truncate(conn, db_path, delays)

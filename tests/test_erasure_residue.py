@@ -19,6 +19,7 @@ import pytest
 
 from custody_app.erasure.certificate import ErasureCertificate
 from store.connection import LedgerFile
+from store.rewrite import rewrite_file
 from tests.conftest import Env, day, ledger_bytes
 from tests.test_erasure import _half_read_reader
 from tests.test_sweep_group import _tables
@@ -199,3 +200,19 @@ def test_every_rowid_table_has_its_rowid_kept_by_vacuum(copy: tuple[Env, list[st
         if not aliased and not indexed:
             exposed.append(name)
     assert exposed == ["sqlite_sequence"]
+
+
+def test_a_rewrite_that_cannot_run_says_so_and_changes_nothing(env: Env) -> None:
+    """VACUUM refused (here: a transaction open on the connection) is reported as not done, not
+    raised after the erasure committed; the memory map is set back as it was."""
+    env.put("acct:42", "contact", {"name": "someone to keep"})
+    before = ledger_bytes(env.path)
+    conn: apsw.Connection = env.ledger.db.conn
+    mapped = conn.pragma("mmap_size")
+    conn.execute("BEGIN")
+    try:
+        outcome = rewrite_file(conn, str(env.path))
+    finally:
+        conn.execute("ROLLBACK")
+    assert not outcome.complete and "transaction" in outcome.detail
+    assert conn.pragma("mmap_size") == mapped and ledger_bytes(env.path) == before
