@@ -5,12 +5,11 @@ moved away survive (and outlive their later deletion)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import apsw
 
-from store.scrub import CHECKPOINT_DELAYS, checkpoint_truncate
+from store.scrub import CHECKPOINT_DELAYS, checkpoint_truncate, file_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,20 +20,13 @@ class RewriteOutcome:
     detail: str
 
 
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
 def rewrite_file(conn: apsw.Connection, db_path: str,
                  delays: tuple[float, ...] = CHECKPOINT_DELAYS) -> RewriteOutcome:
     """VACUUM (outside any transaction), then the truncating checkpoint that copies the new
     pages over the old file and cuts it to its new length. secure_delete and an in-memory
     temp store are set first: VACUUM builds its copy in the temp database, which must not be a
     file holding the ledger's bytes (so it costs memory about the size of the file)."""
-    before = _size(db_path)
+    before = file_size(db_path)
     conn.pragma("secure_delete", "ON")
     conn.pragma("temp_store", "MEMORY")
     # Read through the page cache, not the memory map: every mapped page VACUUM reads would
@@ -54,7 +46,7 @@ def rewrite_file(conn: apsw.Connection, db_path: str,
     finally:
         conn.pragma("mmap_size", mapped)
     outcome = checkpoint_truncate(conn, db_path, delays)
-    after = _size(db_path)
+    after = file_size(db_path)
     if outcome.complete:
         detail = f"VACUUM, then {outcome.detail}: {before} -> {after} bytes"
     else:

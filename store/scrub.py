@@ -29,7 +29,8 @@ def wal_path(db_path: str) -> str:
     return f"{db_path}-wal"
 
 
-def _size(path: str) -> int:
+def file_size(path: str) -> int:
+    """Bytes in the file at `path` (0 when it does not exist)."""
     try:
         return os.path.getsize(path)
     except OSError:
@@ -55,12 +56,12 @@ def checkpoint_truncate(conn: apsw.Connection, db_path: str,
                 continue
             if row is not None:
                 last = (int(row[0]), int(row[1]), int(row[2]))
-            if last == (0, 0, 0) and _size(wal_path(db_path)) == 0:
+            if last == (0, 0, 0) and file_size(wal_path(db_path)) == 0:
                 return CheckpointOutcome(True, attempt, 0, "checkpoint complete; the WAL is empty")
     finally:
         conn.set_busy_timeout(previous)
     return CheckpointOutcome(
-        False, len(delays), _size(wal_path(db_path)),
+        False, len(delays), file_size(wal_path(db_path)),
         f"a reader kept the WAL in use (checkpoint returned {last}); it will be finished at "
         "the next write or open")
 

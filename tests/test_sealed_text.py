@@ -39,11 +39,14 @@ def hits(path: Path, needle: str) -> list[str]:
     return [p.name for p in files_of(path) if needle.encode() in p.read_bytes()]
 
 
-def _raw(path: Path, sql: str, args: tuple[Any, ...] = ()) -> None:
+TRIGGERS = ("event_texts_erase_only", "event_texts_no_delete", "events_append_only_update")
+
+
+def raw_edit(path: Path, sql: str, args: tuple[Any, ...] = (), triggers: tuple[str, ...] = TRIGGERS) -> None:
     """A hand edit through sqlite3 with the protecting triggers dropped."""
     con = sqlite3.connect(path)
     try:
-        for name in ("event_texts_erase_only", "event_texts_no_delete", "events_append_only_update"):
+        for name in triggers:
             con.execute(f"DROP TRIGGER IF EXISTS {name}")
         con.execute(sql, args)
         con.commit()
@@ -154,7 +157,7 @@ def test_a_hand_edited_sealed_detail_is_named_by_seq(env: Env) -> None:
     blob = bytearray(env.ledger.db.texts.get(seq)[2] or b"")
     blob[-3] ^= 0x01
     env.ledger.close()
-    _raw(env.path, "UPDATE event_texts SET sealed = ? WHERE seq = ?", (bytes(blob), seq))
+    raw_edit(env.path, "UPDATE event_texts SET sealed = ? WHERE seq = ?", (bytes(blob), seq))
     report = env.reopen().verify()
     assert not report.valid and report.first_bad_seq == seq
     assert f"event {seq} has sealed free text that does not decrypt" in (report.problem or "")
@@ -170,8 +173,8 @@ def test_swapped_blobs_of_two_facts_fail_verify(env: Env) -> None:
     r1, r2 = led.db.texts.get(s1), led.db.texts.get(s2)
     assert r1 and r2
     env.ledger.close()
-    _raw(env.path, "UPDATE event_texts SET sealed = ?, salt = ? WHERE seq = ?", (r2[2], r2[3], s1))
-    _raw(env.path, "UPDATE event_texts SET sealed = ?, salt = ? WHERE seq = ?", (r1[2], r1[3], s2))
+    raw_edit(env.path, "UPDATE event_texts SET sealed = ?, salt = ? WHERE seq = ?", (r2[2], r2[3], s1))
+    raw_edit(env.path, "UPDATE event_texts SET sealed = ?, salt = ? WHERE seq = ?", (r1[2], r1[3], s2))
     report = env.reopen().verify()
     assert not report.valid and report.first_bad_seq == s1, report.problem
 
@@ -185,7 +188,7 @@ def test_a_blob_removed_without_a_forget_fails_verify(env: Env, edit: str) -> No
     env.ledger.close()
     sql = ("UPDATE event_texts SET sealed = NULL, salt = NULL WHERE seq = ?" if edit == "null"
            else "DELETE FROM event_texts WHERE seq = ?")
-    _raw(env.path, sql, (seq,))
+    raw_edit(env.path, sql, (seq,))
     report = env.reopen().verify()
     assert not report.valid and report.first_bad_seq == seq
     assert "no forget or expire event erased it" in (report.problem or "")
@@ -199,7 +202,7 @@ def test_a_text_row_moved_to_an_event_without_text_fails_verify(env: Env) -> Non
     env.ledger.affirm(fact, actor="agent:a")
     seq = _sealed_seq(env, fact)
     env.ledger.close()
-    _raw(env.path, "UPDATE event_texts SET seq = seq + 1 WHERE seq = ?", (seq,))
+    raw_edit(env.path, "UPDATE event_texts SET seq = seq + 1 WHERE seq = ?", (seq,))
     report = env.reopen().verify()
     assert not report.valid and report.first_bad_seq in (seq, seq + 1), report.problem
 

@@ -6,7 +6,6 @@ the plain path opens and refuses what it refuses."""
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +15,12 @@ from custody_app.domain.sealed_text import UpgradeDigest, upgrade_digest
 from custody_app.keys import crypto
 from custody_app.keys.values import TextCodec
 from tests.conftest import Env
+from tests.test_sealed_text import raw_edit
 
 
 def _raw(path: Path, sql: str, args: tuple[Any, ...] = ()) -> None:
     """A hand edit through sqlite3 with the protecting triggers dropped."""
-    con = sqlite3.connect(path)
-    try:
-        for name in ("event_texts_erase_only", "event_texts_no_delete", "event_texts_no_replace"):
-            con.execute(f"DROP TRIGGER IF EXISTS {name}")
-        con.execute(sql, args)
-        con.commit()
-    finally:
-        con.close()
+    raw_edit(path, sql, args, ("event_texts_erase_only", "event_texts_no_delete", "event_texts_no_replace"))
 
 
 def _facts(env: Env) -> tuple[str, str]:
