@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 WORKER = r'''
 import json, sys, time, importlib.util, sqlite3
@@ -68,11 +69,12 @@ class Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      cwd=root)
 
-    def ask(self, **job: str) -> dict:
+    def ask(self, **job: str) -> dict[str, Any]:
         assert self.proc.stdin and self.proc.stdout
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())
+        reply: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        return reply
 
     def close(self) -> None:
         assert self.proc.stdin
@@ -90,21 +92,24 @@ def main() -> None:
     p.add_argument("--new-root", required=True)
     p.add_argument("--old-ledger", required=True, help="schema-4 copy for the old verify")
     p.add_argument("--upgraded", required=True, help="schema-4 copy, upgraded here by the new code")
-    p.add_argument("--native", required=True, help="copy of a ledger created at schema 5")
+    p.add_argument("--native", help="copy of a ledger created at schema 5 (optional)")
+    p.add_argument("--no-floor", action="store_true", help="verify only, no bench floors")
     p.add_argument("--rounds", type=int, default=4)
     a = p.parse_args()
     up = Worker(a.new_root)
     print(json.dumps({"upgrade": a.upgraded, **up.ask(op="upgrade", path=a.upgraded)}), flush=True)
     up.close()
-    plan = [("a old verify", Worker(a.old_root), "verify", a.old_ledger),
-            ("b new verify upgraded", Worker(a.new_root), "verify", a.upgraded),
-            ("c new verify native", Worker(a.new_root), "verify", a.native),
-            ("d floor upgraded", Worker(a.new_root), "floor", a.upgraded),
-            ("d floor native", Worker(a.new_root), "floor", a.native),
-            ("e old bench floor (1734f62) on the old file", Worker(a.old_root), "floor", a.old_ledger)]
+    plan = [("a old verify", a.old_root, "verify", a.old_ledger),
+            ("b new verify upgraded", a.new_root, "verify", a.upgraded),
+            ("c new verify native", a.new_root, "verify", a.native),
+            ("d floor upgraded", a.new_root, "floor", a.upgraded),
+            ("d floor native", a.new_root, "floor", a.native),
+            ("e old bench floor (1734f62) on the old file", a.old_root, "floor", a.old_ledger)]
+    plan = [(name, Worker(root), op, path) for name, root, op, path in plan
+            if path is not None and not (a.no_floor and op == "floor")]
     start = load()
     print(json.dumps({"load_start": start, "utc": time.strftime("%H:%M:%S", time.gmtime())}), flush=True)
-    got: dict[str, list[dict]] = {name: [] for name, *_ in plan}
+    got: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in plan}
     for rnd in range(a.rounds):
         for name, worker, op, path in plan:
             r = worker.ask(op=op, path=path)
