@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 from custody_app.evidence.actionpack import verify_action_pack
 from screens.actions import ActionsScreen
 from tests.test_tui_blast import incident  # noqa: F401  (the fixture)
-from tests.tuikit import app_on, idle, keys, notes
+from tests.tuikit import app_on, idle, keys, notes, open_screen
 
 
 async def test_search_explain_and_pack_from_the_actions_screen(
@@ -18,9 +18,7 @@ async def test_search_explain_and_pack_from_the_actions_screen(
     path, ids = incident
     app = app_on(path)
     async with app.run_test(size=(170, 50), notifications=True) as pilot:
-        await idle(pilot)
-        await pilot.press("7")
-        await idle(pilot)
+        await open_screen(pilot, "7")
         assert isinstance(app.screen, ActionsScreen)
         table = app.screen.query_one("#actions", DataTable)
         assert len(keys(table)) == 2

@@ -17,7 +17,7 @@ from custody_app.interfaces.batch import run_batch
 from custody_app.ledger.facade import Ledger
 from screens.blast import BlastScreen
 from screens.fact import FactScreen
-from tests.tuikit import app_on, idle, notes
+from tests.tuikit import app_on, idle, notes, open_screen
 
 INCIDENT = Path(__file__).resolve().parent.parent / "sample_data" / "incident_refund.jsonl"
 
@@ -110,9 +110,7 @@ async def test_blast_mode_takes_a_typed_fact_id_and_refuses_an_unknown_one(
     path, ids = incident
     app = app_on(path)
     async with app.run_test(size=(170, 50), notifications=True) as pilot:
-        await idle(pilot)
-        await pilot.press("6")
-        await idle(pilot)
+        await open_screen(pilot, "6")
         assert isinstance(app.screen, BlastScreen)
         # Keys work on arrival (no trap); `/` is how a user chooses to type an id.
         assert app.screen.focused is app.screen.query_one("#tree", Tree)

@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Input
 
 from screens.fact import FactScreen
 from screens.keybar import KeyBar
-from tests.tuikit import app_on, build_story, idle, keys
+from tests.tuikit import app_on, build_story, idle, keys, open_screen
 
 
 def key_states(app: Any) -> dict[str, str]:
@@ -56,9 +56,7 @@ async def test_review_approve_is_disabled_when_nothing_is_shown(tmp_path: Path) 
     story = build_story(tmp_path / "t.db")
     app = app_on(story.path)
     async with app.run_test(size=(200, 50)) as pilot:
-        await idle(pilot)
-        await pilot.press("2")
-        await idle(pilot)
+        await open_screen(pilot, "2")
         assert key_states(app)["Approve"] == "on"
         assert key_states(app)["Unmark all"] == "off"  # nothing marked yet
         await pilot.press("space")
@@ -79,9 +77,7 @@ async def test_timeline_open_fact_follows_the_cursor(tmp_path: Path) -> None:
     story = build_story(tmp_path / "t.db")
     app = app_on(story.path)
     async with app.run_test(size=(200, 50)) as pilot:
-        await idle(pilot)
-        await pilot.press("8")
-        await idle(pilot)
+        await open_screen(pilot, "8")
         assert key_states(app)["Open fact"] == "on"  # the newest event: a hold of a fact
         table = app.screen.query_one("#events", DataTable)
         await pilot.press(*["down"] * (table.row_count - 1))  # the policy event: about no fact

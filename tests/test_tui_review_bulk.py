@@ -15,7 +15,7 @@ from custody_app.domain.timeutil import ManualClock
 from screens.fact import FactScreen
 from screens.reason import ReasonDialog
 from screens.review import PAGE, ReviewScreen
-from tests.tuikit import FROZEN, Story, app_on, build_story, idle, screen_text
+from tests.tuikit import FROZEN, Story, app_on, build_story, idle, open_screen, screen_text
 
 
 @pytest.fixture
@@ -39,9 +39,7 @@ def queue_of(path: Path) -> list[Any]:
 
 
 async def open_review(app: Any, pilot: Any) -> DataTable[Any]:
-    await idle(pilot)
-    await pilot.press("2")
-    await idle(pilot)
+    await open_screen(pilot, "2")
     assert isinstance(app.screen, ReviewScreen)
     return app.screen.query_one("#queue", DataTable)
 

@@ -14,7 +14,7 @@ from custody_app.domain.timeutil import ManualClock
 from screens.beliefs import BeliefsScreen
 from screens.reason import ReasonDialog
 from screens.review import PAGE, ReviewScreen
-from tests.tuikit import FROZEN, REVIEWER, Story, app_on, build_story, idle, keys, screen_text
+from tests.tuikit import FROZEN, REVIEWER, Story, app_on, build_story, idle, keys, open_screen, screen_text
 
 HELPERS = PAGE + 10
 
@@ -53,9 +53,7 @@ async def typed(pilot: Any, text: str) -> None:
 
 
 async def open_review(app: Any, pilot: Any) -> DataTable[Any]:
-    await idle(pilot)
-    await pilot.press("2")
-    await idle(pilot)
+    await open_screen(pilot, "2")
     assert isinstance(app.screen, ReviewScreen)
     return app.screen.query_one("#queue", DataTable)
 

@@ -12,16 +12,14 @@ from textual.widgets import DataTable
 from screens.fact import FactScreen
 from screens.timeline import TimelineScreen
 from tests.test_tui_live import batch, until
-from tests.tuikit import app_on, build_story, cell_texts, idle, keys
+from tests.tuikit import app_on, build_story, cell_texts, idle, keys, open_screen
 
 
 async def test_the_timeline_lists_events_newest_first(tmp_path: Path) -> None:
     story = build_story(tmp_path / "t.db")
     app = app_on(story.path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await idle(pilot)
-        await pilot.press("8")
-        await idle(pilot)
+        await open_screen(pilot, "8")
         assert isinstance(app.screen, TimelineScreen)
         table = app.screen.query_one("#events", DataTable)
         assert keys(table) == [str(n) for n in range(11, 0, -1)]
@@ -41,9 +39,7 @@ async def test_a_second_writer_appends_and_the_row_appears_without_a_key(tmp_pat
     story = build_story(tmp_path / "live.db")
     app = app_on(story.path, watch=True)
     async with app.run_test(size=(160, 40)) as pilot:
-        await idle(pilot)
-        await pilot.press("8")
-        await idle(pilot)
+        await open_screen(pilot, "8")
         table = app.screen.query_one("#events", DataTable)
         assert keys(table)[0] == "11"
         done = batch(story.path, {
@@ -65,9 +61,7 @@ async def test_enter_opens_the_fact_and_is_disabled_where_there_is_none(tmp_path
     story = build_story(tmp_path / "t.db")
     app = app_on(story.path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await idle(pilot)
-        await pilot.press("8")
-        await idle(pilot)
+        await open_screen(pilot, "8")
         screen = app.screen
         table = screen.query_one("#events", DataTable)
         table.move_cursor(row=keys(table).index("1"))  # the policy event: about no fact

@@ -15,7 +15,7 @@ from screens.blast import BlastScreen
 from screens.fact import FactScreen
 from screens.holds import HoldsScreen
 from screens.review import ReviewScreen
-from tests.tuikit import Story, app_on, build_story, idle, keys, screen_text
+from tests.tuikit import Story, app_on, build_story, idle, keys, open_screen, screen_text
 
 
 @pytest.fixture
@@ -30,9 +30,7 @@ def facts(app: Any) -> DataTable[Any]:
 async def test_blast_radius_screen_keys_work_on_arrival(story: Story) -> None:
     app = app_on(story.path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await idle(pilot)
-        await pilot.press("6")
-        await idle(pilot)
+        await open_screen(pilot, "6")
         assert isinstance(app.screen, BlastScreen)
         assert not isinstance(app.screen.focused, Input)
         await pilot.press("2")  # a screen key, not a digit typed into the fact-id box
@@ -46,9 +44,7 @@ async def test_blast_radius_screen_keys_work_on_arrival(story: Story) -> None:
 async def test_escape_leaves_the_blast_fact_id_box(story: Story) -> None:
     app = app_on(story.path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await idle(pilot)
-        await pilot.press("6")
-        await idle(pilot)
+        await open_screen(pilot, "6")
         await pilot.press("slash", *"f_12")
         box = app.screen.query_one("#fact", Input)
         assert app.screen.focused is box and box.value == "f_12"
@@ -211,7 +207,5 @@ async def test_retention_shows_no_progress_bar_before_a_sweep_runs(story: Story)
 
     app = app_on(story.path)
     async with app.run_test(size=(160, 40)) as pilot:
-        await idle(pilot)
-        await pilot.press("4")
-        await idle(pilot)
+        await open_screen(pilot, "4")
         assert app.screen.query_one("#progress", ProgressBar).display is False

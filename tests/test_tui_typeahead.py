@@ -18,7 +18,7 @@ from screens.beliefs import BeliefsScreen
 from screens.blast import BlastScreen
 from screens.retention import RetentionScreen
 from screens.review import ReviewScreen
-from tests.tuikit import app_on, build_story, idle
+from tests.tuikit import app_on, build_story, idle, open_screen
 
 NAMED = {"/": ("slash", "/"), "_": ("underscore", "_"), ":": ("colon", ":"),
          "-": ("minus", "-"), " ": ("space", " ")}
@@ -50,9 +50,7 @@ async def test_keys_typed_ahead_after_a_box_key_land_in_the_box(
     story = build_story(tmp_path / "story.db")
     app = app_on(story.path)
     async with app.run_test(size=(170, 50)) as pilot:
-        await idle(pilot)
-        await pilot.press(number)
-        await idle(pilot)
+        await open_screen(pilot, number)
         assert isinstance(app.screen, screen)
         typed_at_once(app, opener + text)
         await idle(pilot)

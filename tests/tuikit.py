@@ -97,6 +97,13 @@ async def idle(pilot: Pilot[Any], rounds: int = 3) -> None:
         await pilot.pause()
 
 
+async def open_screen(pilot: Pilot[Any], key: str) -> None:
+    """Let the app settle, press a screen's number key, and let that screen load."""
+    await idle(pilot)
+    await pilot.press(key)
+    await idle(pilot)
+
+
 def keys(table: DataTable[Any]) -> list[str]:
     return [str(k.value) for k in table.rows]
 
