@@ -11,31 +11,24 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from custody_app import Ledger
-from custody_app.domain.timeutil import ManualClock
 from screens.fact import FactScreen
 from screens.reason import ReasonDialog
 from screens.review import PAGE, ReviewScreen
-from tests.tuikit import FROZEN, Story, app_on, build_story, idle, open_screen, screen_text
+from tests.tuikit import (
+    Story,
+    add_helper_claims,
+    app_on,
+    build_story,
+    idle,
+    open_screen,
+    queue_items,
+    screen_text,
+)
 
 
 @pytest.fixture
 def story(tmp_path: Path) -> Story:
-    story = build_story(tmp_path / "story.db")
-    with Ledger.open(story.path, clock=ManualClock(FROZEN)) as led, led.transaction():
-        for n in range(PAGE + 10):  # more than a page, by another writer, from messages
-            led.assert_fact(f"acct:{7000 + n}", "tier", "gold", actor="agent:helper",
-                            cause={"kind": "message", "ref": f"m{n}"})
-    return story
-
-
-def queue_of(path: Path) -> list[Any]:
-    with Ledger.open(path, readonly=True) as led:
-        items, after = [], 0
-        while after is not None:
-            page = led.review_queue(after_seq=after, limit=500)
-            items += page.items
-            after = page.next_after
-    return items
+    return add_helper_claims(build_story(tmp_path / "story.db"), PAGE + 10)  # more than a page
 
 
 async def open_review(app: Any, pilot: Any) -> DataTable[Any]:
@@ -68,7 +61,7 @@ async def test_mark_by_writer_spans_pages_and_approves_them_all(story: Story) ->
         assert "return them from now on" in details
         await pilot.press("enter")
         await idle(pilot)
-    assert [i.writer for i in queue_of(story.path)] == ["agent:support-bot"] * 2
+    assert [i.writer for i in queue_items(story.path)] == ["agent:support-bot"] * 2
 
 
 async def test_mark_page_all_by_cause_and_unmark(story: Story) -> None:
@@ -112,7 +105,7 @@ async def test_approve_and_reject_from_the_fact_screen(story: Story) -> None:
             app.screen.query_one("#details", Static).render())
         await pilot.press(*"wrong region", "enter")
         await idle(pilot)
-    waiting = [i.fact.fact_id for i in queue_of(story.path)]
+    waiting = [i.fact.fact_id for i in queue_items(story.path)]
     assert story["claim"] not in waiting and story["claim2"] not in waiting
     with Ledger.open(story.path, readonly=True) as led:
         assert led.why(story["claim"]).fact.status == "active"

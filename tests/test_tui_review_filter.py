@@ -10,33 +10,32 @@ import pytest
 from textual.widgets import DataTable, Input
 
 from custody_app import Ledger
-from custody_app.domain.timeutil import ManualClock
 from screens.beliefs import BeliefsScreen
 from screens.reason import ReasonDialog
 from screens.review import PAGE, ReviewScreen
-from tests.tuikit import FROZEN, REVIEWER, Story, app_on, build_story, idle, keys, open_screen, screen_text
+from tests.tuikit import (
+    REVIEWER,
+    Story,
+    add_helper_claims,
+    app_on,
+    build_story,
+    idle,
+    keys,
+    open_screen,
+    queue_items,
+    screen_text,
+)
 
 HELPERS = PAGE + 10
 
 
 @pytest.fixture
 def story(tmp_path: Path) -> Story:
-    story = build_story(tmp_path / "story.db")
-    with Ledger.open(story.path, clock=ManualClock(FROZEN)) as led, led.transaction():
-        for n in range(HELPERS):
-            led.assert_fact(f"acct:{7000 + n}", "tier", "gold", actor="agent:helper",
-                            cause={"kind": "message", "ref": f"m{n}"})
-    return story
+    return add_helper_claims(build_story(tmp_path / "story.db"), HELPERS)
 
 
 def waiting(path: Path) -> list[str]:
-    with Ledger.open(path, readonly=True) as led:
-        ids, after = [], 0
-        while after is not None:
-            page = led.review_queue(after_seq=after, limit=500)
-            ids += [i.fact.fact_id for i in page.items]
-            after = page.next_after
-    return ids
+    return [i.fact.fact_id for i in queue_items(path)]
 
 
 def confirmed_by_reviewer(path: Path, fact_ids: list[str]) -> list[str]:

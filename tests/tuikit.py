@@ -97,6 +97,27 @@ async def idle(pilot: Pilot[Any], rounds: int = 3) -> None:
         await pilot.pause()
 
 
+def add_helper_claims(story: Story, count: int) -> Story:
+    """`count` more claims in quarantine, by another writer, from messages (acct:7000 on)."""
+    with Ledger.open(story.path, clock=ManualClock(FROZEN)) as led, led.transaction():
+        for n in range(count):
+            led.assert_fact(f"acct:{7000 + n}", "tier", "gold", actor="agent:helper",
+                            cause={"kind": "message", "ref": f"m{n}"})
+    return story
+
+
+def queue_items(path: Path) -> list[Any]:
+    """Every claim waiting for review, read through the API a page at a time."""
+    with Ledger.open(path, readonly=True) as led:
+        items: list[Any] = []
+        after: int | None = 0
+        while after is not None:
+            page = led.review_queue(after_seq=after, limit=500)
+            items += page.items
+            after = page.next_after
+    return items
+
+
 async def open_screen(pilot: Pilot[Any], key: str) -> None:
     """Let the app settle, press a screen's number key, and let that screen load."""
     await idle(pilot)
