@@ -51,6 +51,9 @@ class Succeeded(Message):
         self.message = message
 
 
+_BOX_KEYS: dict[type, dict[str, str]] = {}
+
+
 class LedgerScreen(Screen[None]):
     """A screen over the ledger. Subclasses implement `reload()` (start a read worker) and
     `on_loaded(message)`; all ledger work runs in thread workers that post messages."""
@@ -99,14 +102,18 @@ class LedgerScreen(Screen[None]):
         return True
 
     def _box_keys(self) -> dict[str, str]:
-        """Key -> selector of the box it opens, from this screen's `box_key` bindings."""
-        found: dict[str, str] = {}
-        for b in self.BINDINGS:
-            if isinstance(b, Binding):
-                name, args = parse_action(b.action)[1:]
-                if name == "open_box":
-                    found.update(dict.fromkeys(b.key.split(","), str(args[0])))
-        return found
+        """Key -> selector of the box it opens, from this screen's `box_key` bindings (read
+        once per screen class: the app asks on every key)."""
+        cls = type(self)
+        if cls not in _BOX_KEYS:
+            found: dict[str, str] = {}
+            for b in cls.BINDINGS:
+                if isinstance(b, Binding):
+                    name, args = parse_action(b.action)[1:]
+                    if name == "open_box":
+                        found.update(dict.fromkeys(b.key.split(","), str(args[0])))
+            _BOX_KEYS[cls] = found
+        return _BOX_KEYS[cls]
 
     def action_open_box(self, box: str) -> None:
         focus_now(self.query_one(box, Input))
