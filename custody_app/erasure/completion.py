@@ -7,7 +7,7 @@ and a certificate is issued from what the ledger recorded of the erasure."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from custody_app.domain.timeutil import format_time
 from custody_app.erasure.certificate import ErasedFact, ErasureCertificate, PlaceCheck
@@ -45,7 +45,7 @@ def finished_elsewhere(core: LedgerCore, orphans: list[tuple[str, str]],
     for fact_id, since in orphans:
         by_time.setdefault(since, []).append(fact_id)
     certificates = []
-    for since, ids in sorted(by_time.items()):
+    for _since, ids in sorted(by_time.items()):
         facts = {f.fact_id: f for f in core.db.facts.get_many(ids)}
         events = core.db.events.get_many(
             [f.ended_seq for f in facts.values() if f.ended_seq is not None])
@@ -68,8 +68,9 @@ def finished_elsewhere(core: LedgerCore, orphans: list[tuple[str, str]],
                 root=body.get("root"), digest_kind=str(body.get("digest_kind", "none")),
                 digest=body.get("digest")))
         subject_hash = next((b["subject_hash"] for b in bodies if b.get("subject_hash")), None)
-        operation = ("sweep" if work.erased and all(e.kind == "expire" for e in work.erased)
-                     else "forget_subject" if subject_hash else "forget")
+        operation: Literal["forget", "forget_subject", "sweep"] = (
+            "sweep" if work.erased and all(e.kind == "expire" for e in work.erased)
+            else "forget_subject" if subject_hash else "forget")
         checks = row_places(core, work, keys_place=_keys_place(core, subject_hash))
         if unended:
             checks.append(PlaceCheck(
