@@ -60,6 +60,7 @@ for p in (ROOT, ROOT / "bench"):
 import apsw  # noqa: E402
 import bench_ledger  # noqa: E402  (the ingest bench's workload and service ingest, reused)
 
+import custody_app.erasure.forget as forget_module  # noqa: E402
 import store.connection as store_connection  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.domain.timeutil import ManualClock, parse_time  # noqa: E402
@@ -311,45 +312,59 @@ def file_stats(path: Path, ledger: Ledger) -> dict[str, Any]:
 
 
 def measure_forgets(ledger: Ledger, probe: Probe, n: int, seed: int) -> dict[str, Any]:
+    """`n` forgets of the current code, each paired with one of the reference path (the key
+    store's head mark written before the proof, as before session 5), interleaved."""
     rng = random.Random(seed)
     ids = [r[0] for r in ledger.db.conn.execute(
         "SELECT fact_id FROM facts WHERE status = 'active' AND held = 0")]
-    picks = rng.sample(ids, n + 3)
+    picks = rng.sample(ids, 2 * n + 3)
     for fid in picks[:3]:  # warm-up (first touch of the file after open), untimed
         ledger.forget(fid, actor="user:dpo", reason="subject_request")
     totals: list[float] = []
     parts: dict[str, list[float]] = defaultdict(list)
+    ref: dict[str, list[float]] = defaultdict(list)
     needles: list[int] = []
     incomplete = 0
     cpu: list[float] = []
     load = os.getloadavg()[0]
-    for fid in picks[3:]:
+    for k, fid in enumerate(picks[3:]):
+        reference = k % 2 == 1
+        forget_module.MARK_BESIDE_PROOF = not reference
         probe.reset()
-        t0, c0 = time.perf_counter(), time.process_time()
-        res = ledger.forget(fid, actor="user:dpo", reason="subject_request")
-        total = time.perf_counter() - t0
-        cpu.append((time.process_time() - c0) * 1000)
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = ledger.forget(fid, actor="user:dpo", reason="subject_request")
+            total = time.perf_counter() - t0
+            cpu_s = time.process_time() - c0
+        finally:
+            forget_module.MARK_BESIDE_PROOF = True
+        cw, cck, csc = probe.c["write_tx"], probe.c["checkpoint"], probe.c["scan"]
+        w, ck, sc = probe.t["write_tx"], probe.t["checkpoint"], probe.t["scan"]
+        # Its own work: the erasure transaction and what is not a transaction, a checkpoint
+        # or the scan (cascade and certificate reads, the head mark when not overlapped).
+        own_cpu = ((cw[0] if cw else 0.0) + cpu_s - sum(cw) - sum(cck) - sum(csc)) * 1000
+        other = total * 1000 - (sum(w) + sum(ck) + sum(sc)) * 1000
+        if reference:
+            ref["whole"].append(total * 1000)
+            ref["own"].append((w[0] * 1000 if w else 0.0) + other)
+            ref["own cpu"].append(own_cpu)
+            ref["mark"].append(sum(probe.t["mark"]) * 1000)
+            continue
+        cpu.append(cpu_s * 1000)
         totals.append(total * 1000)
         incomplete += not res.certificate.complete
-        cw, cck, csc = probe.c["write_tx"], probe.c["checkpoint"], probe.c["scan"]
-        # Its own work in CPU time: the erasure transaction and what is not a transaction,
-        # a checkpoint or the scan (cascade and certificate reads).
-        parts["own work, CPU"].append(
-            (cw[0] if cw else 0.0) * 1000
-            + (cpu[-1] / 1000 - sum(cw) - sum(cck) - sum(csc)) * 1000)
+        parts["own work, CPU"].append(own_cpu)
         parts["byte scan, CPU"].append(sum(csc) * 1000)
-        w, ck, sc = probe.t["write_tx"], probe.t["checkpoint"], probe.t["scan"]
         parts["erasure transaction"].append(w[0] * 1000 if w else 0.0)
         parts["pending-row cleanup transaction"].append(sum(w[1:]) * 1000)
         parts["WAL checkpoints (TRUNCATE)"].append(sum(ck) * 1000)
         parts["byte scan (db + WAL)"].append(sum(sc) * 1000)
         parts["scans per forget"].append(float(len(sc)))
-        parts["of own work: the key store's head mark (its own transaction)"].append(
+        parts["key store head mark (in a thread beside the proof; not own work)"].append(
             sum(probe.t["mark"]) * 1000)
-        parts["other (certificate, cascade, reads)"].append(
-            total * 1000 - (sum(w) + sum(ck) + sum(sc)) * 1000)
+        parts["other (certificate, cascade, reads)"].append(other)
         needles += probe.n["needles"]
-    return {"totals": totals, "parts": parts, "incomplete": incomplete, "cpu": cpu,
+    return {"totals": totals, "parts": parts, "incomplete": incomplete, "cpu": cpu, "ref": ref,
             "load": (load + os.getloadavg()[0]) / 2,
             "needles": statistics.median(needles) if needles else 0}
 
@@ -529,6 +544,7 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
     own = (statistics.median(fg["parts"]["erasure transaction"])
            + statistics.median(fg["parts"]["other (certificate, cascade, reads)"]))
     own_cpu = statistics.median(fg["parts"]["own work, CPU"])
+    ref = fg.get("ref", {})
     med_cpu = statistics.median(fg["cpu"])
     whole_ms = sg["paired_scan_ms"]
     ratio = sg["ratio_median"]
@@ -570,6 +586,12 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         lines.append(f"| - {name}{unit} | {statistics.median(vals):,.1f} | "
                      f"{_pct(vals, 0.95):,.1f} | | |")
     lines += [
+        *[f"| (same run, the {len(ref['whole'])} interleaved forgets of the reference path: "
+          f"head mark before the proof) {name} (ms) | {statistics.median(ref[key]):,.1f} | "
+          f"{_pct(ref[key], 0.95):,.1f} | | |"
+          for name, key in (("whole call", "whole"), ("own work, wall", "own"),
+                            ("own work, CPU", "own cpu"), ("of it the head mark", "mark"))
+          if ref.get(key)],
         f"| (info) forget without the byte scan (ms) | {nonscan:,.1f} | | | |",
         f"| (info) forget, whole call, CPU time of this process (ms) | "
         f"{statistics.median(fg['cpu']):,.1f} | {_pct(fg['cpu'], 0.95):,.1f} | | "
