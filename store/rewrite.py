@@ -24,6 +24,8 @@ class RewriteOutcome:
 # VM steps between calls of `during` while the VACUUM runs (a crash trial kills it there).
 PROGRESS_STEPS = 20_000
 Hook = Callable[[], None]
+# How an outcome's detail begins when the VACUUM ran but its checkpoint did not complete.
+VACUUMED = "VACUUM done, but"
 
 
 def rewrite_file(conn: apsw.Connection, db_path: str,
@@ -65,6 +67,6 @@ def rewrite_file(conn: apsw.Connection, db_path: str,
     if outcome.complete:
         detail = f"VACUUM, then {outcome.detail}: {before} -> {after} bytes"
     else:
-        detail = (f"VACUUM done, but {outcome.detail}; until then the old pages stay in the "
+        detail = (f"{VACUUMED} {outcome.detail}; until then the old pages stay in the "
                   "database file")
     return RewriteOutcome(outcome.complete, before, after, detail)

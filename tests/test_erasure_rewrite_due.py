@@ -116,3 +116,32 @@ def test_an_erasure_left_pending_by_an_exited_process_is_rewritten_by_the_next(
     assert cert.subject_hash and len(cert.erased) >= 1
     [scan] = [p for p in cert.places if p.place.startswith("byte scan")]
     assert scan.outcome == "unverifiable" and "rewritten from its live rows" in scan.detail
+
+
+def test_a_rewrite_that_cannot_be_recorded_as_due_is_pending_not_raised(
+        copy: tuple[Env, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Another writer holding the ledger when the rewrite is to be recorded: the erasure has
+    committed, so the proof reports the rewrite pending (not an exception), and the retry
+    rewrites the file once the ledger is free."""
+    from store.erasure import ErasureStore
+    from store.errors import StoreBusy
+
+    env, subjects = copy
+    for s in subjects[:3]:
+        _forget(env, s)
+    real = ErasureStore.set_rewrite_due
+
+    def busy(self: ErasureStore, since: str, why: str) -> None:
+        raise StoreBusy("the ledger is locked by another writer; gave up after 8 retries")
+
+    monkeypatch.setattr(ErasureStore, "set_rewrite_due", busy)
+    cert = _forget(env, subjects[3])
+    [place] = [p for p in cert.places if p.place.startswith("file rewrite")]
+    assert place.outcome == "pending" and "locked by another writer" in place.detail
+    assert not cert.complete and not cert.rewritten
+    monkeypatch.setattr(ErasureStore, "set_rewrite_due", real)
+    [again] = env.ledger.finish_scrubs()
+    assert again.complete and again.rewritten
+    rewrites = [p for p in again.places if p.place.startswith("file rewrite")]
+    assert [p.outcome for p in rewrites] == ["clean"]  # the one that ran, not the refused one
+    assert subjects[3].encode() not in ledger_bytes(env.path)

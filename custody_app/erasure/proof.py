@@ -10,6 +10,7 @@ from custody_app.erasure.certificate import ErasureCertificate, Outcome, PlaceCh
 from custody_app.erasure.hits import classify
 from custody_app.erasure.rewrites import REWRITE_PLACE, rewrite
 from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork
+from store.rewrite import VACUUMED
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
@@ -169,11 +170,14 @@ def reissue(ledger: LedgerCore, cert: ErasureCertificate, work: ErasureWork,
         checks.append(PlaceCheck(place=REWRITE_PLACE, outcome="clean", detail=(
             f"a rewrite was due when the erasure was finished: {rewritten.detail}")))
     else:
-        # A rewrite whose checkpoint a reader blocked is complete now that the checkpoint is.
+        # A rewrite whose checkpoint a reader blocked is complete now that the checkpoint is;
+        # one that never ran (a busy writer, a full disk) is not: the scans below find the
+        # residue again and rewrite.
         checks += [p.model_copy(update={"outcome": "clean", "detail": p.detail + "; its "
                                         "checkpoint completed after the reader that blocked it "
                                         "closed"})
-                   for p in cert.places if p.place == REWRITE_PLACE and p.outcome == "pending"]
+                   for p in cert.places if p.place == REWRITE_PLACE and p.outcome == "pending"
+                   and VACUUMED in p.detail]
     checks += rewrite_if_residue(ledger, work, scan_places(ledger, work, checkpoint_done=True))
     complete = all(p.outcome not in ("pending", "found") for p in checks)
     return cert.model_copy(update={"places": checks, "complete": complete,

@@ -9,10 +9,12 @@ import os
 from typing import TYPE_CHECKING
 
 from custody_app.core.faults import FAULT_ENV, crash_point
+from store.errors import StoreError
+from store.rewrite import RewriteOutcome
+from store.scrub import file_size
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
-    from store.rewrite import RewriteOutcome
 
 REWRITE_PLACE = "file rewrite (VACUUM, then a TRUNCATE checkpoint)"
 
@@ -20,8 +22,15 @@ REWRITE_PLACE = "file rewrite (VACUUM, then a TRUNCATE checkpoint)"
 def rewrite(ledger: LedgerCore, why: str) -> RewriteOutcome:
     """Record the rewrite as due (its own committed transaction), then rewrite the file. The
     record is cleared with the pending rows, once the erasure is complete (`Scrubs.clear`)."""
-    with ledger.db.write():
-        ledger.db.erasure.set_rewrite_due(ledger.now(), why)
+    try:
+        with ledger.db.write():
+            ledger.db.erasure.set_rewrite_due(ledger.now(), why)
+    except StoreError as exc:
+        # Another writer holds the ledger, or the disk is full: not started; the erasure's
+        # pending rows stay, so it is tried again (and another process would rewrite).
+        size = file_size(ledger.db.path)
+        return RewriteOutcome(False, size, size, f"not done ({exc}); it is tried again when the "
+                              "pending erasure is finished")
     crash_point("erasure.rewrite_due")
     # The crash trials' hooks: a kill while the VACUUM runs, and between it and the checkpoint.
     trial = bool(os.environ.get(FAULT_ENV))
