@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -158,3 +160,82 @@ def test_a_missing_package_is_refused_and_the_ledger_is_unchanged(
     assert info.value.code == "embedder_unavailable"
     assert "wordllama" in info.value.message and "pip install" in info.value.message
     assert ledger_bytes(path) == before and Path(f"{path}.keys").read_bytes() == keys_before
+
+
+def test_a_read_only_open_never_compares_vectors_of_another_embedder(tmp_path: Path) -> None:
+    """A read-only open cannot re-embed: its queries are embedded by the embedder that made the
+    stored vectors (the same dimensions here, so a mix would rank silently and wrongly)."""
+    path = tmp_path / "l.db"
+    hashed, wl = tmp_path / "hashed.toml", tmp_path / "wl.toml"
+    hashed.write_text('[recall]\nembedder = "hashed-ngram"\n')
+    wl.write_text('[recall]\nembedder = "wordllama"\n')
+    with Ledger.open(path, policy=hashed) as ledger:
+        for i in range(30):
+            ledger.assert_fact(f"acct:{i}", "note", f"unrelated note {i} about invoices",
+                               actor=WRITER, cause=CAUSE, provenance="attested")
+        target = ledger.assert_fact("acct:99", "pet", "zyxwv beagle qrstu",
+                                    actor=WRITER, cause=CAUSE,
+                                    provenance="attested").fact_id
+        expected = [h.fact.fact_id for h in ledger.recall("zyxwv qrstu", k=5,
+                                                         strategy="vector").results]
+    assert expected[0] == target
+    before = ledger_bytes(path)
+    with Ledger.open(path, policy=wl, readonly=True) as ro:
+        res = ro.recall("zyxwv qrstu", k=5, strategy="vector")
+        assert res.embedder == "hashed-ngram-v1-256"
+        assert [h.fact.fact_id for h in res.results] == expected
+    assert ledger_bytes(path) == before
+
+
+def test_a_read_only_open_refuses_vector_recall_when_no_embedder_here_made_the_vectors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "l.db"
+    wl, hashed = tmp_path / "wl.toml", tmp_path / "hashed.toml"
+    wl.write_text('[recall]\nembedder = "wordllama"\n')
+    hashed.write_text('[recall]\nembedder = "hashed-ngram"\n')
+    with Ledger.open(path, policy=wl) as ledger:
+        fact = ledger.assert_fact("acct:1", "pet", "a beagle named Biscuit", actor=WRITER,
+                                  cause=CAUSE, provenance="attested").fact_id
+    monkeypatch.setitem(sys.modules, "wordllama", None)  # uninstalled since
+    monkeypatch.setattr(wordvec, "_MODEL", None)
+    before = ledger_bytes(path)
+    with Ledger.open(path, policy=hashed, readonly=True) as ro:
+        for strategy in ("vector", "hybrid"):
+            with pytest.raises(LedgerError) as info:
+                ro.recall("beagle", strategy=strategy)
+            assert info.value.code == "embedder_unavailable"
+            assert "wordllama-l2-supercat-256" in info.value.message
+        assert [h.fact.fact_id for h in ro.recall("beagle", strategy="lexical").results] == [fact]
+        assert ro.verify().valid
+    assert ledger_bytes(path) == before
+
+
+def test_a_ledger_indexed_by_hashed_ngram_re_embeds_at_open_with_progress(tmp_path: Path) -> None:
+    """A real file written under hashed-ngram, opened by the console script under a policy
+    naming wordllama: every believed fact is re-embedded at open, in batches of 100, each
+    reported on stderr; the indexes then agree with the facts and the paraphrase is found."""
+    path = tmp_path / "l.db"
+    hashed, wl = tmp_path / "hashed.toml", tmp_path / "wl.toml"
+    hashed.write_text('[recall]\nembedder = "hashed-ngram"\n')
+    wl.write_text('[recall]\nembedder = "wordllama"\n')
+    with Ledger.open(path, policy=hashed) as ledger, ledger.transaction():
+        for i in range(249):
+            ledger.assert_fact(f"acct:{i}", "note", f"invoice {i} sent to the billing contact",
+                               actor=WRITER, cause=CAUSE, provenance="attested")
+        dog = ledger.assert_fact("user:maya", "said", "We adopted a beagle puppy named Biscuit",
+                                 actor=WRITER, cause=CAUSE, provenance="attested").fact_id
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
+    done = subprocess.run([sys.executable, "-m", "custody_app", "recall", "my dog's name",
+                           "--strategy", "vector", "-k", "3", "--json", "--ledger", str(path),
+                           "--policy", str(wl)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    steps = re.findall(r"re-embedding believed facts for the new embedder: ([\d,]+)/([\d,]+)",
+                       done.stderr)
+    assert steps == [("100", "250"), ("200", "250"), ("250", "250")]
+    out = json.loads(done.stdout)
+    assert out["embedder"] == "wordllama-l2-supercat-256"
+    assert out["results"][0]["fact"]["fact_id"] == dog
+    with Ledger.open(path, policy=wl) as again:  # current now: no second re-embedding
+        assert again.index.is_current() and again.index.differences() == []
+        assert again.verify().valid

