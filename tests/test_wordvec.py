@@ -20,7 +20,6 @@ from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import wordvec
 from custody_app.recall.embedders import make_embedder
-
 from tests.conftest import CAUSE, WRITER, ledger_bytes
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("wordllama") is None,
