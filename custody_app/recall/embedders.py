@@ -186,3 +186,13 @@ def make_embedder(name: str) -> Embedder:
     raise LedgerError("embedder_unavailable",
                       f"embedder {name!r} is not available in this install (known: "
                       f"{', '.join(EMBEDDERS)})")
+
+
+def embedder_for(recorded: tuple[str, int]) -> Embedder | None:
+    """The embedder that made vectors recorded as (name, dimensions), if this install has it."""
+    name = RECORDED.get(recorded[0])
+    try:
+        embedder = make_embedder(name) if name is not None else None
+    except LedgerError:
+        return None
+    return embedder if embedder and (embedder.name, embedder.dimensions) == recorded else None

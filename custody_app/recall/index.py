@@ -15,7 +15,7 @@ from custody_app.keys.keyring import KeyRing
 from custody_app.keys.values import ValueCodec
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
-from custody_app.recall.embedders import RECORDED, Embedder, make_embedder
+from custody_app.recall.embedders import Embedder, embedder_for, make_embedder
 from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from store import LedgerFile
@@ -106,21 +106,16 @@ class RecallIndex:
 
     def use_recorded_embedder(self) -> None:
         """For a read-only open whose vectors another embedder made (it cannot re-embed):
-        queries are embedded by that embedder, never compared with incomparable vectors."""
+        queries are embedded by that embedder, never compared with incomparable vectors; when
+        this install lacks it, vector recall is refused (`foreign`) and the rest reads as usual."""
         recorded = self.db.recall.embedder()
-        if recorded is None:
-            return  # no index yet: nothing to compare with
-        name = RECORDED.get(recorded[0])
-        try:
-            embedder = make_embedder(name) if name is not None else None
-        except LedgerError:
-            embedder = None
-        if embedder is None or (embedder.name, embedder.dimensions) != recorded:
-            self.foreign = recorded[0]  # vector recall is refused; the rest reads as usual
-            return
-        self.embedder = embedder
-        self.cells = CellIndex(self.db, self.policy, embedder.dimensions)
-        self.matrix = VectorMatrix(self.db, embedder.dimensions)
+        embedder = embedder_for(recorded) if recorded is not None else None
+        if recorded is not None and embedder is None:
+            self.foreign = recorded[0]
+        elif embedder is not None:
+            self.embedder = embedder
+            self.cells = CellIndex(self.db, self.policy, embedder.dimensions)
+            self.matrix = VectorMatrix(self.db, embedder.dimensions)
 
     def term(self, word: str) -> str:
         return text.term(self.key(), word)
