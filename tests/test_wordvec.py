@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +54,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> object:
     return WordLlama.load(cache_dir=cache, disable_download=True)
 
 
-def test_vectors_equal_wordllamas_own_embed_bit_for_bit(reference: object) -> None:
-    texts = SENTENCES + _words()
+@pytest.mark.parametrize("chunk", [wordvec.WordLlamaEmbedder.CHUNK, 7])
+def test_vectors_equal_wordllamas_own_embed_bit_for_bit(reference: object, chunk: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also for long texts summed a chunk at a time (wordllama pads a batch of 64 to its
+    longest text instead: a 1 MiB value would take gigabytes)."""
+    monkeypatch.setattr(wordvec.WordLlamaEmbedder, "CHUNK", chunk)
+    texts = SENTENCES + _words() + ["😀 dog " * 3000, "x" * 20000]
     mine = make_embedder("wordllama").embed(texts)
     theirs = reference.embed(texts, norm=True)  # type: ignore[attr-defined]
     assert mine.dtype == np.float32 and mine.shape == (len(texts), 256)
@@ -238,3 +244,18 @@ def test_a_ledger_indexed_by_hashed_ngram_re_embeds_at_open_with_progress(tmp_pa
     with Ledger.open(path, policy=wl) as again:  # current now: no second re-embedding
         assert again.index.is_current() and again.index.differences() == []
         assert again.verify().valid
+
+
+def test_a_value_of_a_mebibyte_embeds_in_bounded_memory() -> None:
+    """A 1 MiB value (~260k tokens) beside short texts: gathered a chunk at a time, never
+    padded to the longest text (that was ~270 MB per text of the batch, twice over)."""
+    emb = make_embedder("wordllama")
+    texts = ["a short note"] * 3 + ["dog " * (1 << 18)]
+    tracemalloc.start()
+    try:
+        out = emb.embed(texts)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+    assert np.array_equal(out[3], emb.embed(["dog " * (1 << 18)])[0])

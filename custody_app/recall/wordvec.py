@@ -114,7 +114,9 @@ class WordLlamaEmbedder:
     (tests/test_wordvec.py). Static: it knows that "dog" is near "beagle" and "puppy", not
     what a sentence says; word order does not count."""
 
-    BATCH = 64  # wordllama's own batch: padding to the longest text in a batch of 64
+    # Tokens gathered at once: a value may hold 1 MiB of JSON, up to ~1M tokens, which as one
+    # float32 gather would take 1 GB (and padding a batch to it, 64 times that).
+    CHUNK = 4096
 
     def __init__(self) -> None:
         self._model = model()
@@ -135,26 +137,33 @@ class WordLlamaEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         out = np.zeros((len(texts), DIMS), dtype=np.float32)
-        tok, table = self._model.tokenizer, self._model.table
-        for i in range(0, len(texts), self.BATCH):
-            # One text at a time through the tokenizer (its batch call starts a thread pool that
-            # competes for the cores); the same ids either way.
-            ids = [tok.encode(t, add_special_tokens=False).ids for t in texts[i:i + self.BATCH]]
-            width = max(map(len, ids), default=0)
-            padded = np.zeros((len(ids), width), dtype=np.int32)
-            mask = np.zeros((len(ids), width), dtype=np.float32)
-            for row, seq in enumerate(ids):
-                padded[row, :len(seq)] = seq
-                mask[row, :len(seq)] = 1.0
-            np.clip(padded, 0, VOCAB - 1, out=padded)
-            # As wordllama's avg_pool: float32 sum of masked token rows / token count.
-            rows = table[padded].astype(np.float32)
-            count = np.maximum(mask.sum(axis=1, keepdims=True), 1.0).astype(np.float32)
-            pooled = np.sum(rows * mask[..., np.newaxis], axis=1, dtype=np.float32) / count
-            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-            norms[norms == 0] = 1.0  # a text with no tokens: the zero vector, not NaN
-            out[i:i + len(ids)] = pooled / norms
-        return out
+        for row, text in enumerate(texts):
+            # One text at a time through the tokenizer: its batch call would start a thread
+            # pool on two shared cores; the ids are the same.
+            out[row] = self._mean(self._model.tokenizer.encode(text, add_special_tokens=False).ids)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0  # a text with no tokens: the zero vector, not NaN
+        result: Vectors = out / norms
+        return result
+
+    def _mean(self, ids: list[int]) -> npt.NDArray[np.float32]:
+        """wordllama's avg_pool of one text: the float32 sum of its token rows in token order
+        (numpy sums a reduced axis row after row, so its padded batch's masked rows, each +-0,
+        change nothing), divided by the token count. Summed CHUNK tokens at a time, each chunk
+        after the running total, so the additions keep their order."""
+        table = self._model.table
+        seq = np.clip(np.asarray(ids, dtype=np.int64), 0, VOCAB - 1)
+        if not len(seq):
+            return np.zeros(DIMS, dtype=np.float32)
+        total: npt.NDArray[np.float32] = table[seq[:self.CHUNK]].astype(np.float32).sum(
+            axis=0, dtype=np.float32)
+        for start in range(self.CHUNK, len(seq), self.CHUNK):
+            part = seq[start:start + self.CHUNK]
+            block = np.empty((len(part) + 1, DIMS), dtype=np.float32)
+            block[0], block[1:] = total, table[part]
+            total = block.sum(axis=0, dtype=np.float32)
+        mean: npt.NDArray[np.float32] = total / np.float32(len(seq))
+        return mean
 
     def embed_query(self, text: str) -> Vectors:
         row: Vectors = self.embed([text])[0]
