@@ -90,9 +90,11 @@ def test_it_matches_meaning_the_hashed_default_does_not() -> None:
     """A paraphrase with no word in common: near under wordllama, not under hashed n-grams."""
     q, hit, miss = ("What is the name of my dog?", "We adopted a beagle puppy named Biscuit",
                     "The quarterly invoice was sent to Acme Logistics.")
-    wl = make_embedder("wordllama")
+    wl, hashed = make_embedder("wordllama"), make_embedder("hashed-ngram")
     assert float(wl.embed_query(q) @ wl.embed([hit])[0]) > 0.4
     assert float(wl.embed_query(q) @ wl.embed([miss])[0]) < 0.1
+    # hashed-ngram: the paraphrase is about as far as the unrelated sentence (0.11 and 0.10)
+    assert float(hashed.embed_query(q) @ hashed.embed([hit])[0]) < 0.2
 
 
 def test_loading_imports_no_wordllama_and_no_network_code() -> None:
