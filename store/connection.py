@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -23,6 +23,7 @@ from store.locate import Locator
 from store.policies import PolicyStore
 from store.projection import FactStore
 from store.recall import RecallStore
+from store.recall_upgrade import drop_status_scope
 from store.rewrite import RewriteOutcome, rewrite_file
 from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from store.scrub import (
@@ -285,6 +286,11 @@ def configure_pragmas(conn: apsw.Connection) -> None:
     conn.pragma("mmap_size", 1 << 30)
 
 
+# Row rewrites a migration needs that SQL alone cannot make (its table may not exist yet): run
+# right after the script that takes user_version to the key, in the same transaction.
+POST_MIGRATION: dict[int, Callable[[apsw.Connection], object]] = {6: drop_status_scope}
+
+
 def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
     app_id = conn.pragma("application_id")
     version = conn.pragma("user_version")
@@ -309,6 +315,8 @@ def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
         version = conn.pragma("user_version")
         for step in range(version, SCHEMA_VERSION):
             conn.execute(MIGRATIONS[step])
+            if step + 1 in POST_MIGRATION:
+                POST_MIGRATION[step + 1](conn)
         conn.pragma("application_id", APPLICATION_ID)
         conn.pragma("user_version", SCHEMA_VERSION)
         vec = conn.execute("SELECT vec_version()").get
