@@ -15,6 +15,7 @@ import apsw.bestpractice
 import sqlite_vec
 
 from store.actions import ActionStore
+from store.checkpointer import Checkpointer
 from store.browse import BrowseStore
 from store.erasure import ErasureStore
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError, StoreFull
@@ -65,6 +66,23 @@ class LedgerFile:
         self._depth = 0
         # Set when SQLite rolled back the open transaction under a savepoint: why ("disk_full").
         self._aborted: str | None = None
+        # WAL checkpoints in a thread of their own instead of inside a COMMIT (a writer's).
+        self.checkpointer: Checkpointer | None = None
+
+    def checkpoint_in_background(self) -> None:
+        """Take the automatic WAL checkpoint off this connection's commits (store.checkpointer)."""
+        if self.checkpointer is None:
+            self.checkpointer = Checkpointer(self.path)
+            self.checkpointer.install(self.conn)
+
+    @contextmanager
+    def _no_pass(self) -> Iterator[None]:
+        """No background checkpoint runs inside this block (it waits for one running)."""
+        if self.checkpointer is None:
+            yield
+            return
+        with self.checkpointer.lock:
+            yield
 
     @property
     def depth(self) -> int:
@@ -134,6 +152,8 @@ class LedgerFile:
         finally:
             self._depth = 0
             self._aborted = None
+        if self.checkpointer is not None:
+            self.checkpointer.after_commit()
 
     def _undo_savepoint(self, name: str, full: bool) -> None:
         """Roll a failed savepoint back; if SQLite already rolled back the whole transaction,
@@ -179,12 +199,15 @@ class LedgerFile:
     def wal_checkpoint(self, *, wait: bool = True) -> CheckpointOutcome:
         """A truncating WAL checkpoint (outside any transaction), retried while readers block
         it unless `wait` is false (one attempt)."""
-        return checkpoint_truncate(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,))
+        with self._no_pass():
+            return checkpoint_truncate(self.conn, self.path,
+                                       CHECKPOINT_DELAYS if wait else (0.0,))
 
     def rewrite(self, *, wait: bool = True) -> RewriteOutcome:
         """Rewrite the file from its live rows (VACUUM) and checkpoint it (outside any
         transaction): no byte of a freed or rebuilt page survives in the database file."""
-        return rewrite_file(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,))
+        with self._no_pass():
+            return rewrite_file(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,))
 
     def scan(self, needles: list[bytes]) -> dict[str, list[int]]:
         """Which of `needles` each of the ledger's files still contains."""
@@ -195,6 +218,8 @@ class LedgerFile:
         return [self.path, wal_path(self.path)]
 
     def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         self.conn.close()
 
 
