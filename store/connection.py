@@ -15,8 +15,8 @@ import apsw.bestpractice
 import sqlite_vec
 
 from store.actions import ActionStore
-from store.checkpointer import Checkpointer
 from store.browse import BrowseStore
+from store.checkpointer import Checkpointer
 from store.erasure import ErasureStore
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError, StoreFull
 from store.events import EventStore

@@ -26,15 +26,16 @@ from store.rows import FactRow
 # live-only lexical search reads it from the facts table.
 INDEXED = {"active": "live", "quarantined": "quarantined"}
 # Deferred adds are written once this many wait: one embed call and one executemany amortise
-# their fixed costs, while a group's end (or the op that reaches this) stays one short write
-# (~0.3 ms per fact here, so ~20 ms), not the indexing of a whole group of 1,000.
-FLUSH_AT = 64
-# Removals and status moves are written after the adds waiting with them, this many at most
-# at once: a secure-delete FTS5 delete of a fact (~40 distinct word hashes) costs 3-5 ms at 10k
-# facts here (charged to the next statement, when FTS5 writes its pending changes out), so a
-# flush of 16 stays well under the 100 ms a single write may take. A status move is only an
-# UPDATE of the vector row's status column.
-MOVE_AT = 16
+# their fixed costs, while the op that reaches this (or a group's end) stays one short write:
+# 32 facts took 15-30 ms here at load 8 (64 took 50 ms p50, the ops' p99).
+FLUSH_AT = 32
+# Removals are written after the adds waiting with them, this many at most at once (status
+# moves, cheap, FLUSH_AT at once): a secure-delete FTS5 delete of a fact (~40 distinct word
+# hashes) costs 3-5 ms at 10k facts here (charged to the next statement, when FTS5 writes its
+# pending changes out) and a vec0 delete 0.7-3.6 ms, so a flush of 6 stays well under the
+# 100 ms a single write may take (16 made the ops' p99.9 120-160 ms at 10k). A status move is
+# only an UPDATE of the vector row's status column.
+MOVE_AT = 6
 REINDEX_BATCH = 100
 # A fact waiting to be indexed: the fact, its index status, the text recall matches it on.
 Pending = tuple[FactRow, str, str]
@@ -239,7 +240,7 @@ class RecallIndex:
                 self._pending[seq] = (fact, want, self._pending[seq][2])
             else:
                 self._moved[seq] = want
-        if not self._batching and len(self._removed) + len(self._moved) >= MOVE_AT:
+        if not self._batching and (len(self._removed) >= MOVE_AT or len(self._moved) >= FLUSH_AT):
             self.flush()
         elif len(self._pending) >= FLUSH_AT:
             self.flush(adds_only=True)
