@@ -180,3 +180,20 @@ def test_removals_and_moves_wait_for_the_group_end_and_stay_exact(env: Env) -> N
     assert found == set(claimed) | set(added)
     assert set(ids(ledger.recall("amber ridge", k=1000))) == found
     index_clean(env)
+
+
+def test_the_batched_lexical_rows_equal_the_per_fact_reference(env: Env) -> None:
+    """The rows a group writes (each distinct word hashed once per batch) are the very rows
+    `lexical_rows` makes fact by fact (what a key rotation writes), byte for byte."""
+    ledger = env.ledger
+    with ledger.transaction():
+        for i in range(FLUSH_AT + 7):
+            ledger.assert_fact(f"acct:{i % 5}", ("plan", "note", "region")[i % 3],
+                               {"v": f"Zürich plan {i}", "words": ["amber", "ridge", str(i)]},
+                               actor=WRITER, cause=CAUSE, space=("org", "team:sales")[i % 2],
+                               provenance="claimed" if i % 4 == 0 else "attested")
+    conn = ledger.db.conn
+    stored = [tuple(r) for r in conn.execute(
+        "SELECT rowid, terms, scope FROM recall_fts ORDER BY rowid")]
+    assert len(stored) == FLUSH_AT + 7
+    assert stored == ledger.index.lexical_rows(ledger.index.key())

@@ -149,10 +149,21 @@ class RecallIndex:
         # its release in one group), inserted after the delete of their old rows.
         lexical: tuple[list[tuple[int, str, str]], ...] = ([], [])
         vector: tuple[list[tuple[int, int, bytes, str, str, str, str]], ...] = ([], [])
+        # Each distinct word (and space: or subject: token) of the batch is hashed once: its
+        # facts share most of them. The map lives for this batch only.
+        hashed: dict[str, str] = {}
+
+        def term(word: str) -> str:
+            h = hashed.get(word)
+            if h is None:
+                h = hashed[word] = text.term(key, word)
+            return h
+
         for (fact, status, body), vec, cell in zip(pending, vectors, cells, strict=True):
             late = fact.assert_seq in gone
-            terms = " ".join(text.term(key, w) for w in text.words(body))
-            lexical[late].append((fact.assert_seq, terms, self.scope(fact.space, fact.subject)))
+            lexical[late].append((fact.assert_seq, " ".join(map(term, text.words(body))),
+                                  term("space:" + fact.space) + " "
+                                  + term("subject:" + fact.subject)))
             vector[late].append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
                                  self.subject_ref(fact.subject), self.embedder.name))
         old, new = self.db.recall.add_many(lexical[0], vector[0])
