@@ -303,12 +303,14 @@ class RecallStore(RecallMeta):
             return 0
         if row is None or not row[0]:
             return 0
-        value, shift = 0, 0
-        for byte in bytes(row[0])[:9]:
-            value |= (byte & 0x7F) << shift
+        # An SQLite varint: 7 bits a byte, most significant first, the 9th byte whole.
+        value = 0
+        for i, byte in enumerate(bytes(row[0])[:9]):
+            if i == 8:
+                return (value << 8) | byte
+            value = (value << 7) | (byte & 0x7F)
             if byte < 0x80:
                 break
-            shift += 7
         return value
 
     def vector(self, query: bytes, limit: int, statuses: tuple[str, ...], space: str | None,

@@ -85,6 +85,7 @@ class RecallIndex:
             yield
             removed, self._removed = sorted(self._removed), set()
             if removed:
+                self.cells.count_before_writing()
                 old, new = self.db.recall.remove_many(removed)
                 self.matrix.changed(old, new, removed=removed)
                 self.cells.added(-len(removed))
@@ -220,6 +221,7 @@ class RecallIndex:
         else:
             batch, removed, moved = saved
             self._pending, self._removed, self._moved = {}, set(), {}
+        self.cells.count_before_writing()
         try:
             self._index_many(list(batch.values()), sorted(removed),
                              [(seq, moved[seq]) for seq in sorted(moved)])
