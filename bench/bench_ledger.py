@@ -668,7 +668,7 @@ def header() -> str:
                 break
     except OSError:
         pass
-    changed = ", ".join(ln[3:] for ln in dirty.splitlines())
+    changed = ", ".join(ln.split(maxsplit=1)[-1] for ln in dirty.splitlines())
     return (f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}\n"
             f"- commit: {commit or 'unknown'} ({where}"
             + (f"; uncommitted changes in: {changed}" if changed else "") + ")\n"

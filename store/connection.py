@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -16,6 +16,7 @@ import sqlite_vec
 
 from store.actions import ActionStore
 from store.browse import BrowseStore
+from store.checkpointer import Checkpointer
 from store.erasure import ErasureStore
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError, StoreFull
 from store.events import EventStore
@@ -23,6 +24,7 @@ from store.locate import Locator
 from store.policies import PolicyStore
 from store.projection import FactStore
 from store.recall import RecallStore
+from store.recall_upgrade import drop_status_scope
 from store.rewrite import Hook, RewriteOutcome, rewrite_file
 from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from store.scrub import (
@@ -64,6 +66,23 @@ class LedgerFile:
         self._depth = 0
         # Set when SQLite rolled back the open transaction under a savepoint: why ("disk_full").
         self._aborted: str | None = None
+        # WAL checkpoints in a thread of their own instead of inside a COMMIT (a writer's).
+        self.checkpointer: Checkpointer | None = None
+
+    def checkpoint_in_background(self) -> None:
+        """Take the automatic WAL checkpoint off this connection's commits (store.checkpointer)."""
+        if self.checkpointer is None:
+            self.checkpointer = Checkpointer(self.path)
+            self.checkpointer.install(self.conn)
+
+    @contextmanager
+    def _no_pass(self) -> Iterator[None]:
+        """No background checkpoint runs inside this block (it waits for one running)."""
+        if self.checkpointer is None:
+            yield
+            return
+        with self.checkpointer.lock:
+            yield
 
     @property
     def depth(self) -> int:
@@ -133,6 +152,8 @@ class LedgerFile:
         finally:
             self._depth = 0
             self._aborted = None
+        if self.checkpointer is not None:
+            self.checkpointer.after_commit()
 
     def _undo_savepoint(self, name: str, full: bool) -> None:
         """Roll a failed savepoint back; if SQLite already rolled back the whole transaction,
@@ -178,15 +199,18 @@ class LedgerFile:
     def wal_checkpoint(self, *, wait: bool = True) -> CheckpointOutcome:
         """A truncating WAL checkpoint (outside any transaction), retried while readers block
         it unless `wait` is false (one attempt)."""
-        return checkpoint_truncate(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,))
+        with self._no_pass():
+            return checkpoint_truncate(self.conn, self.path,
+                                       CHECKPOINT_DELAYS if wait else (0.0,))
 
     def rewrite(self, *, wait: bool = True, during: Hook | None = None,
                 vacuumed: Hook | None = None) -> RewriteOutcome:
         """Rewrite the file from its live rows (VACUUM) and checkpoint it (outside any
         transaction): no byte of a freed or rebuilt page survives in the database file.
         `during` / `vacuumed`: called while the VACUUM runs and after it (crash trials)."""
-        return rewrite_file(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,),
-                            during=during, vacuumed=vacuumed)
+        with self._no_pass():
+            return rewrite_file(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,),
+                                during=during, vacuumed=vacuumed)
 
     def scan(self, needles: list[bytes]) -> dict[str, list[int]]:
         """Which of `needles` each of the ledger's files still contains."""
@@ -197,6 +221,8 @@ class LedgerFile:
         return [self.path, wal_path(self.path)]
 
     def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         self.conn.close()
 
 
@@ -288,6 +314,11 @@ def configure_pragmas(conn: apsw.Connection) -> None:
     conn.pragma("mmap_size", 1 << 30)
 
 
+# Row rewrites a migration needs that SQL alone cannot make (its table may not exist yet): run
+# right after the script that takes user_version to the key, in the same transaction.
+POST_MIGRATION: dict[int, Callable[[apsw.Connection], object]] = {6: drop_status_scope}
+
+
 def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
     app_id = conn.pragma("application_id")
     version = conn.pragma("user_version")
@@ -312,6 +343,8 @@ def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
         version = conn.pragma("user_version")
         for step in range(version, SCHEMA_VERSION):
             conn.execute(MIGRATIONS[step])
+            if step + 1 in POST_MIGRATION:
+                POST_MIGRATION[step + 1](conn)
         conn.pragma("application_id", APPLICATION_ID)
         conn.pragma("user_version", SCHEMA_VERSION)
         vec = conn.execute("SELECT vec_version()").get

@@ -214,7 +214,10 @@ def open_keystore(path: str | Path) -> KeyStoreFile:
         if version > len(_MIGRATIONS):
             raise LedgerTooNew(f"{path} was written by a newer custody-app")
         conn.pragma("secure_delete", "ON")
-        conn.pragma("journal_mode", "DELETE")
+        # TRUNCATE, not DELETE: as clean at commit (shared/SQLITE-FACTS.md), without creating and
+        # unlinking the journal at every commit (a commit 4.6 vs 12.7 ms p50 here; a write group
+        # commits the key store twice).
+        conn.pragma("journal_mode", "TRUNCATE")
         conn.pragma("temp_store", "MEMORY")
         if version < len(_MIGRATIONS):
             conn.execute("BEGIN IMMEDIATE")

@@ -13,11 +13,17 @@ from store.errors import StoreFull
 from store.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
-# for status, space and subject tokens so filters act inside the MATCH, not after the limit.
-CREATE_FTS = """
-CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(terms, scope, tokenize='unicode61');
+# for the space and subject tokens (which never change for a fact) so those filters act inside
+# the MATCH, not after the limit. A fact's status is not in its row (schema 6): a confirm or
+# any other move between live and quarantined never rewrites the lexical row (a secure-delete
+# FTS5 delete and re-insert, 3-5 ms at 10k facts); the live-only filter reads the status from
+# the facts table inside the query (LEXICAL_LIVE).
+FTS_TABLE = "fts5(terms, scope, tokenize='unicode61')"
+VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row')"
+CREATE_FTS = f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING {FTS_TABLE};
 INSERT INTO recall_fts(recall_fts, rank) VALUES('secure-delete', 1);
-CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row');
+{VOCAB};
 """
 # Documents containing a term (fts5vocab 'row'): used to drop near-universal query terms.
 DOC_FREQ = "SELECT doc FROM recall_vocab WHERE term = ?"
@@ -25,7 +31,6 @@ DATA_VERSION = "PRAGMA data_version"
 VOCAB_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vocab'"
 FTS_INSERT = "INSERT INTO recall_fts(rowid, terms, scope) VALUES (?, ?, ?)"
 FTS_DELETE = "DELETE FROM recall_fts WHERE rowid = ?"
-FTS_TERMS = "SELECT terms FROM recall_fts WHERE rowid = ?"
 FTS_SECURE = "INSERT INTO recall_fts(recall_fts, rank) VALUES('secure-delete', ?)"
 FTS_OPTIMIZE = "INSERT INTO recall_fts(recall_fts) VALUES('optimize')"
 FTS_ROWS = "SELECT count(*) FROM recall_fts_docsize"
@@ -38,6 +43,14 @@ BULK_REMOVE_MIN = 16
 # lift its facts' bm25 (with include_claimed, a lone live fact outranked better quarantined ones).
 FTS_SEARCH = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHERE recall_fts MATCH ? "
               "ORDER BY bm25(recall_fts, 1.0, 0.0) LIMIT ?")
+# The same, live facts only: each matching row's status is read from the facts table by its
+# assert seq (the facts table is the truth; the index holds believed facts only, so this
+# drops the quarantined ones).
+FTS_SEARCH_LIVE = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHERE recall_fts "
+                   "MATCH ? AND EXISTS (SELECT 1 FROM facts f WHERE f.assert_seq = recall_fts.rowid "
+                   "AND f.status = 'active') ORDER BY bm25(recall_fts, 1.0, 0.0) LIMIT ?")
+# FTS5's averages record (id 1 of the data table) starts with the number of rows as a varint.
+FTS_AVERAGES = "SELECT block FROM recall_fts_data WHERE id = 1"
 FTS_COUNT = "SELECT count(*) FROM recall_fts"
 FTS_ROWIDS = "SELECT rowid FROM recall_fts ORDER BY rowid"
 VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, cell, embedding, status, space, subject_ref, "
@@ -202,22 +215,17 @@ class RecallStore(RecallMeta):
                                 "back and nothing of it was stored") from exc
             raise
 
-    def apply(self, removed: list[int], restatus: list[tuple[int, str, str]],
+    def apply(self, removed: list[int], restatus: list[tuple[int, str]],
               lexical: list[tuple[int, str, str]],
               vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> tuple[str, str]:
-        """A batch of index changes: facts `removed`, facts moved to a (status, scope), and new
-        rows of facts removed in the same batch. The deletes go first, the inserts after them in
-        rowid order (FTS5 writes its pending rows out when an insert goes below the last rowid
-        written)."""
-        moved = []
-        for seq, _, scope in restatus:
-            row = self._conn.execute(FTS_TERMS, (seq,)).fetchone()
-            if row is not None:
-                moved.append((seq, row[0], scope))
-        self._conn.executemany(FTS_DELETE, [(s,) for s in [*removed, *(m[0] for m in moved)]])
+        """A batch of index changes: facts `removed`, facts moved to a status (the vector row's
+        status column only: the lexical row holds no status), and new rows of facts removed in
+        the same batch. The deletes go first, the inserts after them in rowid order (FTS5 writes
+        its pending rows out when an insert goes below the last rowid written)."""
+        self._conn.executemany(FTS_DELETE, [(s,) for s in removed])
         self._conn.executemany(VEC_DELETE, [(s,) for s in removed])
-        self._conn.executemany(VEC_STATUS, [(status, seq) for seq, status, _ in restatus])
-        self._conn.executemany(FTS_INSERT, sorted([*moved, *lexical]))
+        self._conn.executemany(VEC_STATUS, [(status, seq) for seq, status in restatus])
+        self._conn.executemany(FTS_INSERT, sorted(lexical))
         if vectors:
             self._insert_vectors(vectors)
         return self._bump()
@@ -251,12 +259,9 @@ class RecallStore(RecallMeta):
         self._freq.clear()
         return self._bump()
 
-    def set_status(self, fact_seq: int, status: str, scope: str) -> tuple[str, str]:
-        """Move an indexed fact between live and quarantined in both indexes."""
-        row = self._conn.execute(FTS_TERMS, (fact_seq,)).fetchone()
-        if row is not None:
-            self._conn.execute(FTS_DELETE, (fact_seq,))
-            self._conn.execute(FTS_INSERT, (fact_seq, row[0], scope))
+    def set_status(self, fact_seq: int, status: str) -> tuple[str, str]:
+        """Move an indexed fact between live and quarantined (its vector row; the lexical row
+        holds no status)."""
         self._conn.execute(VEC_STATUS, (status, fact_seq))
         return self._bump()
 
@@ -281,11 +286,32 @@ class RecallStore(RecallMeta):
             out[term] = self._freq[term]
         return out
 
-    def lexical(self, match: str, limit: int) -> list[tuple[int, float]]:
+    def lexical(self, match: str, limit: int, *, live_only: bool = False) -> list[tuple[int, float]]:
+        """The `limit` best bm25 matches; `live_only`: of active facts only (their status read
+        from the facts table inside the query, so quarantined rows take no place)."""
+        sql = FTS_SEARCH_LIVE if live_only else FTS_SEARCH
         try:
-            return [(int(r), float(s)) for r, s in self._conn.execute(FTS_SEARCH, (match, limit))]
+            return [(int(r), float(s)) for r, s in self._conn.execute(sql, (match, limit))]
         except apsw.SQLError:
             return []
+
+    def lexical_rows_count(self) -> int:
+        """How many rows the lexical index holds, from FTS5's averages record (no scan)."""
+        try:
+            row = self._conn.execute(FTS_AVERAGES).fetchone()
+        except apsw.SQLError:
+            return 0
+        if row is None or not row[0]:
+            return 0
+        # An SQLite varint: 7 bits a byte, most significant first, the 9th byte whole.
+        value = 0
+        for i, byte in enumerate(bytes(row[0])[:9]):
+            if i == 8:
+                return (value << 8) | byte
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        return value
 
     def vector(self, query: bytes, limit: int, statuses: tuple[str, ...], space: str | None,
                subject_ref: str | None, cells: list[int] | None = None) -> list[tuple[int, float]]:

@@ -258,6 +258,15 @@ INSERT OR IGNORE INTO ledger_meta(key, value)
 SELECT 'free_text_sealed', 'at creation' WHERE NOT EXISTS (SELECT 1 FROM events);
 """
 
+# Issue 17. The lexical recall index's rows no longer begin their scope with a status token, so
+# a confirm (or any move between live and quarantined) does not rewrite a fact's FTS5 row; the
+# live-only filter reads the facts table. No table changes here: the rows of an existing index
+# are rewritten by `store.recall_upgrade.drop_status_scope`, which the migration runs in the same
+# transaction right after this script (store.connection, POST_MIGRATION).
+V6 = """
+UPDATE ledger_meta SET value = value WHERE 0;
+"""
+
 # Index i holds the script that upgrades user_version i to i+1.
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5)
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -12,6 +12,7 @@ import pytest
 
 from custody_app.domain.errors import LedgerError
 from custody_app.recall.embedders import Embedder, Vectors
+from custody_app.recall.index import FLUSH_AT
 from tests.conftest import CAUSE, WRITER, Env
 from tests.test_recall import ids, index_clean
 
@@ -40,9 +41,15 @@ def test_a_group_is_embedded_in_one_call(env: Env, monkeypatch: pytest.MonkeyPat
     counting = Counting(env.ledger.index.embedder)
     monkeypatch.setattr(env.ledger.index, "embedder", counting)
     with env.ledger.transaction():
-        facts = [_put(env, i, "granite lantern") for i in range(50)]
-    assert counting.calls == [50]
-    assert set(ids(env.ledger.recall("granite lantern", k=60))) == set(facts)
+        facts = [_put(env, i, "granite lantern") for i in range(FLUSH_AT - 1)]
+    assert counting.calls == [FLUSH_AT - 1]
+    assert set(ids(env.ledger.recall("granite lantern", k=FLUSH_AT + 10))) == set(facts)
+    # A larger group goes in flushes of FLUSH_AT (each a short write), the rest at its end.
+    counting.calls.clear()
+    with env.ledger.transaction():
+        more = [_put(env, 100 + i, "basalt lantern") for i in range(2 * FLUSH_AT + 5)]
+    assert counting.calls == [FLUSH_AT, FLUSH_AT, 5]
+    assert set(ids(env.ledger.recall("basalt", k=3 * FLUSH_AT, strategy="lexical"))) == set(more)
     index_clean(env)
 
 
@@ -167,8 +174,26 @@ def test_removals_and_moves_wait_for_the_group_end_and_stay_exact(env: Env) -> N
                 added.append(_put(env, 2000 + i, "amber ridge"))
             if i < len(live):
                 ledger.retract(live[i], actor="user:lead", reason="wrong")
-        assert len(ledger.index.pending()[2]) < MOVE_AT
+        _, removed, moved = ledger.index.pending()
+        assert len(removed) < MOVE_AT and len(moved) < FLUSH_AT
         found = set(ids(ledger.recall("amber ridge", k=1000)))
     assert found == set(claimed) | set(added)
     assert set(ids(ledger.recall("amber ridge", k=1000))) == found
     index_clean(env)
+
+
+def test_the_batched_lexical_rows_equal_the_per_fact_reference(env: Env) -> None:
+    """The rows a group writes (each distinct word hashed once per batch) are the very rows
+    `lexical_rows` makes fact by fact (what a key rotation writes), byte for byte."""
+    ledger = env.ledger
+    with ledger.transaction():
+        for i in range(FLUSH_AT + 7):
+            ledger.assert_fact(f"acct:{i % 5}", ("plan", "note", "region")[i % 3],
+                               {"v": f"Zürich plan {i}", "words": ["amber", "ridge", str(i)]},
+                               actor=WRITER, cause=CAUSE, space=("org", "team:sales")[i % 2],
+                               provenance="claimed" if i % 4 == 0 else "attested")
+    conn = ledger.db.conn
+    stored = [tuple(r) for r in conn.execute(
+        "SELECT rowid, terms, scope FROM recall_fts ORDER BY rowid")]
+    assert len(stored) == FLUSH_AT + 7
+    assert stored == ledger.index.lexical_rows(ledger.index.key())

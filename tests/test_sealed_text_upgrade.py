@@ -22,6 +22,7 @@ from custody_app import Ledger
 from custody_app.domain.canonical import canonical
 from custody_app.domain.sealed_text import ERASED_TEXT
 from custody_app.evidence.offline import verify_export
+from store.schema import SCHEMA_VERSION
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v4"
 MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text())
@@ -59,7 +60,7 @@ def test_the_fixture_is_a_schema_4_ledger_with_plaintext_free_text(old: Path) ->
 
 def test_upgrade_seals_the_text_in_place_and_no_copy_stays_in_any_file(old: Path) -> None:
     with Ledger.open(old) as led:
-        assert user_version(old) == 5
+        assert user_version(old) == SCHEMA_VERSION
         report = led.verify(public_key=(FIXTURE / "ledger.db.pub").read_text())
         assert report.valid and report.checkpoints == 1, report.problem
         assert report.events == MANIFEST["events"] + 1  # the seal_text event

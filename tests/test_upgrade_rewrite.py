@@ -15,6 +15,7 @@ from custody_app import Ledger
 from custody_app.core.upgrade import META_KEY, PENDING
 from store.connection import LedgerFile
 from store.rewrite import RewriteOutcome
+from store.schema import SCHEMA_VERSION
 from tests.test_sealed_text_upgrade import MANIFEST, TEXTS, holding, old  # noqa: F401
 
 
@@ -54,7 +55,7 @@ def test_the_upgrade_rewrites_the_file_once_and_no_old_body_survives(
     assert len(done) == 1  # a later open does not rewrite again
     conn = apsw.Connection(str(old), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        assert conn.pragma("freelist_count") == 0 and conn.pragma("user_version") == 5
+        assert conn.pragma("freelist_count") == 0 and conn.pragma("user_version") == SCHEMA_VERSION
     finally:
         conn.close()
 

@@ -77,6 +77,8 @@ class LedgerCore:
         try:
             db = open_ledger(path, readonly=readonly or immutable, immutable=immutable)
             readonly = readonly or immutable
+            if not readonly:
+                db.checkpoint_in_background()  # no WAL checkpoint inside a write's COMMIT
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         keys = None

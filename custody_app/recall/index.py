@@ -21,23 +21,26 @@ from custody_app.recall.recluster import Maintenance
 from store import LedgerFile
 from store.rows import FactRow
 
-# Status in the indexes for each fact status; a fact in any other status is not indexed.
+# Status in the indexes for each fact status; a fact in any other status is not indexed. The
+# status is a column of the vector rows only: the lexical rows hold no status (schema 6), and a
+# live-only lexical search reads it from the facts table.
 INDEXED = {"active": "live", "quarantined": "quarantined"}
-STATUS_TOKEN = {"live": "zslive", "quarantined": "zsquarantined"}
 # Deferred adds are written once this many wait: one embed call and one executemany amortise
-# their fixed costs, while a group's end (or the op that reaches this) stays one short write
-# (~0.3 ms per fact here, so ~20 ms), not the indexing of a whole group of 1,000.
-FLUSH_AT = 64
-# Removals and status moves are written after the adds waiting with them, this many at most
-# at once: a secure-delete FTS5 delete of a fact (~40 distinct word hashes) costs 3-5 ms at 10k
-# facts here (charged to the next statement, when FTS5 writes its pending changes out), so a
-# flush of 16 stays well under the 100 ms a single write may take.
-MOVE_AT = 16
+# their fixed costs, while the op that reaches this (or a group's end) stays one short write:
+# 32 facts took 15-30 ms here at load 8 (64 took 50 ms p50, the ops' p99).
+FLUSH_AT = 32
+# Removals are written after the adds waiting with them, this many at most at once (status
+# moves, cheap, FLUSH_AT at once): a secure-delete FTS5 delete of a fact (~40 distinct word
+# hashes) costs 3-5 ms at 10k facts here (charged to the next statement, when FTS5 writes its
+# pending changes out) and a vec0 delete 0.7-3.6 ms, so a flush of 6 stays well under the
+# 100 ms a single write may take (16 made the ops' p99.9 120-160 ms at 10k). A status move is
+# only an UPDATE of the vector row's status column.
+MOVE_AT = 6
 REINDEX_BATCH = 100
 # A fact waiting to be indexed: the fact, its index status, the text recall matches it on.
 Pending = tuple[FactRow, str, str]
 # What a savepoint restores: the adds, the removals and the status moves not yet written.
-Deferred = tuple[dict[int, Pending], set[int], dict[int, tuple[str, str]]]
+Deferred = tuple[dict[int, Pending], set[int], dict[int, str]]
 
 
 class RecallIndex:
@@ -61,10 +64,10 @@ class RecallIndex:
         # Adds not yet written, by assert seq: (fact, index status, its text); flushed before
         # commit and before any read of the index rows.
         self._pending: dict[int, Pending] = {}
-        # Rows to delete, and rows to move to (status, scope), written with the adds (FTS5 is
-        # far cheaper when a transaction's deletes do not come between its inserts).
+        # Rows to delete, and rows to move to a status, written with the adds (FTS5 is far
+        # cheaper when a transaction's deletes do not come between its inserts).
         self._removed: set[int] = set()
-        self._moved: dict[int, tuple[str, str]] = {}
+        self._moved: dict[int, str] = {}
         # Inside `removals_batched`: removals wait for its end, not for MOVE_AT.
         self._batching = False
         # Set by `use_recorded_embedder` when no embedder here can read the stored vectors.
@@ -84,6 +87,7 @@ class RecallIndex:
             yield
             removed, self._removed = sorted(self._removed), set()
             if removed:
+                self.cells.count_before_writing()
                 old, new = self.db.recall.remove_many(removed)
                 self.matrix.changed(old, new, removed=removed)
                 self.cells.added(-len(removed))
@@ -120,29 +124,29 @@ class RecallIndex:
     def term(self, word: str) -> str:
         return text.term(self.key(), word)
 
-    def scope(self, status: str, space: str, subject: str, key: bytes | None = None) -> str:
+    def scope(self, space: str, subject: str, key: bytes | None = None) -> str:
+        """The lexical row's filter tokens: its space and subject (a fact never changes
+        either), hashed like its words."""
         key = key or self.key()
-        return " ".join([STATUS_TOKEN[status], text.term(key, "space:" + space),
-                         text.term(key, "subject:" + subject)])
+        return text.term(key, "space:" + space) + " " + text.term(key, "subject:" + subject)
 
     def lexical_rows(self, key: bytes) -> list[tuple[int, str, str]]:
         """The lexical index's rows for every believed fact, hashed under `key`."""
         rows = []
-        for status, indexed in INDEXED.items():
+        for status in INDEXED:
             for fact in self.db.facts.with_status(status):
                 value_text = self.stored_text(fact)
                 if value_text is None:
                     continue
                 body = text.fact_text(fact.subject, fact.predicate, json.loads(value_text))
                 terms = " ".join(text.term(key, w) for w in text.words(body))
-                rows.append((fact.assert_seq, terms, self.scope(indexed, fact.space,
-                                                                fact.subject, key)))
+                rows.append((fact.assert_seq, terms, self.scope(fact.space, fact.subject, key)))
         return sorted(rows)
 
     def _index_many(self, pending: list[Pending], removed: list[int] | None = None,
-                    moved: list[tuple[int, str, str]] | None = None) -> None:
+                    moved: list[tuple[int, str]] | None = None) -> None:
         """Index (fact, status, text) rows: one embed call for all, one executemany each; the
-        rows `removed` and `moved` (seq, status, scope) are written in the same batch."""
+        rows `removed` and `moved` (seq, status) are written in the same batch."""
         if not pending:
             if removed or moved:
                 self._apply(removed or [], moved or [], [], [])
@@ -161,11 +165,21 @@ class RecallIndex:
         # its release in one group), inserted after the delete of their old rows.
         lexical: tuple[list[tuple[int, str, str]], ...] = ([], [])
         vector: tuple[list[tuple[int, int, bytes, str, str, str, str]], ...] = ([], [])
+        # Each distinct word (and space: or subject: token) of the batch is hashed once: its
+        # facts share most of them. The map lives for this batch only.
+        hashed: dict[str, str] = {}
+
+        def term(word: str) -> str:
+            h = hashed.get(word)
+            if h is None:
+                h = hashed[word] = text.term(key, word)
+            return h
+
         for (fact, status, body), vec, cell in zip(pending, vectors, cells, strict=True):
             late = fact.assert_seq in gone
-            terms = " ".join(text.term(key, w) for w in text.words(body))
-            lexical[late].append((fact.assert_seq, terms,
-                                  self.scope(status, fact.space, fact.subject)))
+            lexical[late].append((fact.assert_seq, " ".join(map(term, text.words(body))),
+                                  term("space:" + fact.space) + " "
+                                  + term("subject:" + fact.subject)))
             vector[late].append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
                                  self.subject_ref(fact.subject), self.embedder.name))
         old, new = self.db.recall.add_many(lexical[0], vector[0])
@@ -173,14 +187,13 @@ class RecallIndex:
         if removed or moved or lexical[1]:
             self._apply(removed or [], moved or [], lexical[1], vector[1])
 
-    def _apply(self, removed: list[int], moved: list[tuple[int, str, str]],
+    def _apply(self, removed: list[int], moved: list[tuple[int, str]],
                lexical: list[tuple[int, str, str]],
                vector: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
         """Removals, status moves and rows of facts removed in the same batch, to both
         indexes and the in-process copy of the vectors."""
         old, new = self.db.recall.apply(removed, moved, lexical, vector)
-        self.matrix.changed(old, new, removed=removed,
-                            moved=[(seq, status) for seq, status, _ in moved], added=vector)
+        self.matrix.changed(old, new, removed=removed, moved=moved, added=vector)
 
     def after_commit(self) -> None:
         """A write transaction committed: start a re-clustering in the background if due."""
@@ -216,16 +229,17 @@ class RecallIndex:
             return
         saved = self.pending()
         removed: set[int] = set()
-        moved: dict[int, tuple[str, str]] = {}
+        moved: dict[int, str] = {}
         if adds_only:
             batch = {s: p for s, p in self._pending.items() if s not in self._removed}
             self._pending = {s: p for s, p in self._pending.items() if s in self._removed}
         else:
             batch, removed, moved = saved
             self._pending, self._removed, self._moved = {}, set(), {}
+        self.cells.count_before_writing()
         try:
             self._index_many(list(batch.values()), sorted(removed),
-                             [(seq, *moved[seq]) for seq in sorted(moved)])
+                             [(seq, moved[seq]) for seq in sorted(moved)])
         except BaseException:
             self.restore(saved)  # the caller's savepoint decides what stands
             raise
@@ -253,8 +267,8 @@ class RecallIndex:
             elif seq in self._pending:
                 self._pending[seq] = (fact, want, self._pending[seq][2])
             else:
-                self._moved[seq] = (want, self.scope(want, fact.space, fact.subject))
-        if not self._batching and len(self._removed) + len(self._moved) >= MOVE_AT:
+                self._moved[seq] = want
+        if not self._batching and (len(self._removed) >= MOVE_AT or len(self._moved) >= FLUSH_AT):
             self.flush()
         elif len(self._pending) >= FLUSH_AT:
             self.flush(adds_only=True)

@@ -14,7 +14,7 @@ from custody_app.domain.models import PROVENANCES
 from custody_app.domain.readmodels import FactView, RecallHit, RecallResult
 from custody_app.recall import text
 from custody_app.recall.cells import unit
-from custody_app.recall.index import INDEXED, STATUS_TOKEN, RecallIndex
+from custody_app.recall.index import INDEXED, RecallIndex
 from custody_app.recall.salience import salience, salience_class
 
 RRF_K = 60
@@ -59,11 +59,10 @@ COMMON_TERM_DOCS = 500
 
 def _useful_terms(index: RecallIndex, terms: list[str]) -> list[str]:
     """The query terms worth scoring: present somewhere, and not in nearly every fact."""
-    statuses = list(STATUS_TOKEN.values())
-    freq = index.db.recall.doc_freq([*terms, *statuses])
+    freq = index.db.recall.doc_freq(terms)
     if freq is None or len(terms) < 2:
         return terms
-    total = max(sum(freq.pop(s) for s in statuses), 1)
+    total = max(index.db.recall.lexical_rows_count(), 1)
     limit = max(COMMON_TERM_SHARE * total, COMMON_TERM_DOCS)
     kept = [t for t in terms if 0 < freq.get(t, 0) <= limit]
     return kept or terms
@@ -71,13 +70,10 @@ def _useful_terms(index: RecallIndex, terms: list[str]) -> list[str]:
 
 def lexical_match(index: RecallIndex, words: list[str], include_claimed: bool,
                   space: str | None, subject: str | None) -> str:
-    """The FTS5 MATCH expression for query words, with the filters inside it."""
+    """The FTS5 MATCH expression for query words, with the space and subject filters inside
+    it (the live-only filter is the query's: `RecallStore.lexical(live_only=True)`)."""
     terms = _useful_terms(index, [index.term(w) for w in dict.fromkeys(words)])
     match = "terms: (" + " OR ".join(terms) + ")"
-    if not include_claimed:
-        # The index holds believed facts only, so live = not quarantined: FTS5 checks the
-        # short quarantined doclist instead of walking a live token that every fact has.
-        match += " NOT scope: " + STATUS_TOKEN["quarantined"]
     if space is not None:
         match += " AND scope: " + index.term("space:" + space)
     if subject is not None:
@@ -119,7 +115,8 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     lexical: list[int] = []
     if words and cmd.strategy != "vector":
         match = lexical_match(index, words, cmd.include_claimed, cmd.space, cmd.subject)
-        lexical = [seq for seq, _ in index.db.recall.lexical(match, pool)]
+        lexical = [seq for seq, _ in index.db.recall.lexical(
+            match, pool, live_only=not cmd.include_claimed)]
     vector: list[int] = []
     cells: list[int] | None | str = None
     if cmd.strategy != "lexical":

@@ -1,0 +1,76 @@
+"""WAL checkpoints off the write path: a ledger opened for writing never checkpoints inside its
+own COMMIT (SQLite's automatic checkpoint there cost a group's commit 40-60 ms); a thread on its
+own connection does, and the WAL still starts over under back-to-back writes. What the WAL
+index says is read from the -shm file itself (its header's mxFrame and the checkpoint's
+nBackfill), so no checkpoint is run to find out."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+import store.checkpointer as ckpt
+from custody_app import Ledger
+
+BLOB = "x" * 60_000  # ~15 pages a row
+
+
+def _wal_index(path: Path) -> tuple[int, int]:
+    """(mxFrame, nBackfill) from the -shm file (WalIndexHdr at 0, WalCkptInfo at 96)."""
+    head = Path(f"{path}-shm").read_bytes()[:100]
+    fmt = "<I" if struct.unpack("<I", head[:4])[0] < 1 << 24 else ">I"
+    return struct.unpack(fmt, head[16:20])[0], struct.unpack(fmt, head[96:100])[0]
+
+
+def _write(led: Ledger, rows: int, tag: str) -> None:
+    with led.db.write():
+        led.db.conn.executemany("INSERT INTO ledger_meta(key, value) VALUES (?, ?)",
+                                [(f"bench:{tag}:{i}", BLOB) for i in range(rows)])
+
+
+def test_a_writers_commit_runs_no_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ckpt, "PAGES", 10**9)  # no background pass either
+    path = tmp_path / "l.db"
+    with Ledger.open(path) as led:
+        for n in range(10):
+            _write(led, 10, str(n))  # ~1,500 pages: past SQLite's 1,000-page autocheckpoint
+        frames, backfilled = _wal_index(path)
+        assert frames > 1000
+        assert backfilled == 0, "a commit ran a checkpoint"
+        assert led.db.checkpointer is not None and led.db.checkpointer.passes == 0
+
+
+def test_the_checkpoint_runs_in_a_thread_after_the_commit_that_passes_the_threshold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ckpt, "PAGES", 50)
+    path = tmp_path / "l.db"
+    with Ledger.open(path) as led:
+        _write(led, 10, "a")
+        checkpointer = led.db.checkpointer
+        assert checkpointer is not None and checkpointer.wait()
+        assert checkpointer.passes >= 1 and checkpointer.error is None
+        frames, backfilled = _wal_index(path)
+        assert frames > 50 and backfilled == frames
+        # The ledger is whole, and forget's truncating checkpoint still completes.
+        fact = led.assert_fact("acct:1", "note", "granite", actor="agent:bot",
+                               cause={"kind": "message", "ref": "m"}, provenance="attested")
+        assert led.forget(fact.fact_id, actor="user:dpo", reason="subject_request"
+                          ).certificate.complete
+        assert led.verify().valid
+
+
+def test_back_to_back_writes_still_start_the_wal_over(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass copies only what was committed before it began; past CAP the commit waits for
+    one, so the next write starts the WAL from its beginning instead of growing it forever."""
+    monkeypatch.setattr(ckpt, "PAGES", 20)
+    monkeypatch.setattr(ckpt, "CAP", 200)
+    path = tmp_path / "l.db"
+    with Ledger.open(path) as led:
+        for n in range(60):
+            _write(led, 2, str(n))  # ~30 pages a commit, ~1,800 in all
+        wal = os.path.getsize(f"{path}-wal")
+        assert wal < 400 * 4096, f"the WAL grew to {wal} bytes"
