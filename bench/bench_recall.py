@@ -76,14 +76,14 @@ def _pct(samples: list[float], q: float) -> float:
 
 
 def fresh_ledger(tmp: Path, name: str, start: datetime = START,
-                 embedder: str | None = None) -> tuple[Ledger, ManualClock]:
+                 embedder: str | None = None, id_seed: int = 7) -> tuple[Ledger, ManualClock]:
     clock = ManualClock(start)
     policy = None
     if embedder is not None and embedder != "hashed-ngram":
         src = (ROOT / "policies" / "default.toml").read_text()
         policy = tmp / f"{name}.toml"
         policy.write_text(src.replace('embedder = "hashed-ngram"', f'embedder = "{embedder}"'))
-    return Ledger.open(tmp / f"{name}.db", clock=clock, id_seed=7, policy=policy), clock
+    return Ledger.open(tmp / f"{name}.db", clock=clock, id_seed=id_seed, policy=policy), clock
 
 
 # ---- (a) quality ------------------------------------------------------------------------------
@@ -325,6 +325,36 @@ def ingest(ledger: Ledger, clock: ManualClock, facts: list[tuple[str, str, str, 
     secs = time.perf_counter() - t0
     ledger.index.settle()  # a re-clustering made due runs in the background: let it finish
     return t, secs
+
+
+def build_cached(cache: Path, facts: list[tuple[str, str, str, str]],
+                 sizes: list[int]) -> dict[int, tuple[int, float]]:
+    """Build (or reuse) `cache/l{n}.db` (+ its `.keys`) for every size: one ledger grown through
+    the service, closed and copied at each size. An existing `l{n}.db` is kept as is."""
+    cache.mkdir(parents=True, exist_ok=True)
+    builds: dict[int, tuple[int, float]] = {}
+    todo = [n for n in sizes if not (cache / f"l{n}.db").exists()]
+    if not todo:
+        return builds
+    work = cache / "building.db"
+    for p in cache.glob("building.db*"):
+        p.unlink()
+    t, done = START, 0
+    for n in sorted(todo):
+        # a reopened ledger gets a new id seed: the same seed would repeat the fact ids
+        ledger, clock = fresh_ledger(cache, "building", t, id_seed=7 + done)
+        log(f"ingest to {n:,} (cache {cache})")
+        t, secs = ingest(ledger, clock, facts, done, n, t)
+        builds[n] = (n - done, secs)
+        log(f"  {n - done:,} facts in {secs:,.0f} s ({(n - done) / secs:,.0f}/s)")
+        done = n
+        ledger.close()
+        for p in cache.glob("building.db*"):
+            shutil.copyfile(p, cache / p.name.replace("building.db", f"l{n}.db"))
+    for p in cache.glob("building.db*"):
+        p.unlink()
+    del work
+    return builds
 
 
 def timed_interleaved(methods: dict[str, Callable[[str], object]],
@@ -638,6 +668,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra embedders for the quality table (comma list; missing ones skipped)")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cache-dir", default=None,
+                    help="keep built ledgers here as l<N>.db (+ .keys) and reuse them; latency "
+                         "then runs on a copy of each")
+    ap.add_argument("--build-only", action="store_true",
+                    help="with --cache-dir: build the ledgers of --sizes and stop")
     args = ap.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
     reindex_at = {int(s) for s in args.reindex_sizes.split(",") if s.strip()}
@@ -654,6 +689,12 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(render_sweeps())
         if not args.skip_latency and sizes:
             facts = synth_facts(sizes[-1], args.seed)
+            if args.cache_dir:
+                built = build_cached(Path(args.cache_dir), facts, sizes)
+                if args.build_only:
+                    for n, (k, secs) in built.items():
+                        print(f"built {n:,}: {k:,} facts added in {secs:,.0f} s")
+                    return 0
             ledger, clock = fresh_ledger(tmp, "latency", START)
             t, done = START, 0
             lat: list[dict[str, Any]] = []
