@@ -287,7 +287,7 @@ class VectorMatrix:
         # to FTS5's, so identical facts tie in the fusion and salience decides).
         ordered = np.lexsort((-seqs, -exact))[:want]
         distance = np.sqrt(np.maximum(2.0 - 2.0 * exact[ordered], 0.0))
-        return [(int(s), float(d)) for s, d in zip(seqs[ordered], distance, strict=True)]
+        return list(zip(seqs[ordered].tolist(), distance.tolist(), strict=True))
 
     def _rescore(self, seqs: npt.NDArray[np.int64],
                  query: Matrix) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
