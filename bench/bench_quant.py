@@ -89,7 +89,8 @@ def options(a: np.ndarray, n: int, hnsw_max: int) -> dict[str, tuple[Search, flo
         "binary codes, re-score best 4,000 from float32": (binary(4000, a), d / 8 + 4 * d),
     }
     try:
-        from usearch.index import Index, MetricKind, search as usearch_exact
+        from usearch.index import Index, MetricKind
+        from usearch.index import search as usearch_exact
     except ImportError:
         return out
 

@@ -3,7 +3,6 @@ and partitioned into k-means cells (an inverted-file index: a query reads the ne
 
 from __future__ import annotations
 
-import json
 import os
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -11,8 +10,8 @@ from collections.abc import Callable, Iterator, Sequence
 import apsw
 
 from store.errors import StoreFull
+from store.recall_hits import RecallHits
 from store.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
-from store.rows import FACT_COLUMNS, FactRow
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
 # for status, space and subject tokens so filters act inside the MATCH, not after the limit.
@@ -57,19 +56,9 @@ VEC_STATUS = "UPDATE recall_vec SET status = ? WHERE fact_seq = ?"
 VEC_COUNT = "SELECT count(*) FROM recall_vec"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
-# What recall shows of its hits, in one statement: the fact, its assert event's subject ref and
-# sealed value, and (seq, tx_at) of its assert and affirm events (salience).
-HITS = ("SELECT " + ", ".join(f"f.{c}" for c in FACT_COLUMNS)
-        + ", json_extract(e.body, '$.subject_ref'), e.value, "
-        "(SELECT json_group_array(json_array(x.seq, x.tx_at)) FROM events x "
-        "WHERE x.fact_id = f.fact_id AND x.kind IN ('assert', 'affirm')) "
-        "FROM facts f LEFT JOIN events e ON e.seq = f.assert_seq "
-        "WHERE f.assert_seq IN (SELECT value FROM json_each(?))")
-# (fact, subject ref, sealed value, [(seq, tx_at) of its assert and affirm events])
-Hit = tuple[FactRow, str | None, bytes | None, list[tuple[int, str]]]
 
 
-class RecallStore(RecallMeta):
+class RecallStore(RecallMeta, RecallHits):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
     def __init__(self, conn: apsw.Connection) -> None:
@@ -321,19 +310,6 @@ class RecallStore(RecallMeta):
         sql = (f"WITH hits AS MATERIALIZED ({sql}) "
                f"SELECT fact_seq, distance FROM hits ORDER BY distance LIMIT {int(limit)}")
         return [(int(r), float(d)) for r, d in self._conn.execute(sql, params)]
-
-    def hits(self, fact_seqs: Sequence[int]) -> dict[int, Hit]:
-        """What recall reads of the facts it returns, by assert seq, in one statement (facts
-        not found are left out)."""
-        out: dict[int, Hit] = {}
-        width = len(FACT_COLUMNS)
-        for row in self._conn.execute(HITS, (json.dumps([int(s) for s in fact_seqs]),)):
-            fact = FactRow(*row[:width])
-            ref, value, times = row[width], row[width + 1], row[width + 2]
-            stamps = sorted((int(q), str(t)) for q, t in json.loads(times or "[]"))
-            out[fact.assert_seq] = (fact, None if ref is None else str(ref),
-                                    None if value is None else bytes(value), stamps)
-        return out
 
     def counts(self) -> tuple[int, int]:
         fts = self._conn.execute(FTS_COUNT).fetchone()

@@ -226,3 +226,23 @@ def test_a_hand_edit_behind_the_matrix_never_serves_a_fact_no_longer_believed(en
     for strategy in ("vector", "hybrid"):  # ...but the fact is not served
         assert target not in ids(env.ledger.recall("quixotic marmalade zeppelin", k=50,
                                                    strategy=strategy))
+
+
+@pytest.mark.parametrize("mode", ["float32", "int8"])
+def test_another_connections_new_fact_is_found_by_the_next_search(
+        env: Env, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fill(env, 100)
+    in_mode(env.ledger, mode, monkeypatch)
+    env.ledger.recall("amber", strategy="vector")  # the copy is loaded
+    assert env.ledger.index.matrix.quantized == (mode == "int8")
+    loaded = len(env.ledger.index.matrix)
+    other = Ledger.open(env.path, policy=env.policy, clock=env.clock, id_seed=98)
+    try:
+        env.at(day(2))
+        new = other.assert_fact("acct:new", "note", "quixotic marmalade zeppelin",
+                                actor=WRITER, cause=CAUSE, provenance="attested").fact_id
+    finally:
+        other.close()
+    assert ids(env.ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [new]
+    assert len(env.ledger.index.matrix) == loaded + 1
+    assert env.ledger.index.matrix.quantized == (mode == "int8")

@@ -4,9 +4,12 @@ chunks: both give the same exact integer dot products)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
+_nk: Any
 try:  # a SIMD int8 kernel (VNNI/AVX-512 where the CPU has them); optional
     import numkong as _nk
 except ImportError:  # pragma: no cover - numkong is a dependency; numpy is the fallback

@@ -17,6 +17,7 @@ from sqlite-vec by rowid. Above both, nothing is kept and the caller searches sq
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -264,11 +265,13 @@ class VectorMatrix:
         if not self.current():
             return None
         n = self._used
+        rows: Any = self._rows[:n]
+        scores: npt.NDArray[np.floating[Any]]
         if self.quantized:
-            qcodes, qfactor = codes_mod.encode(query[None, :])
-            scores = codes_mod.dots(self._rows[:n], qcodes[0]) * self._factor[:n]
+            qcodes, _ = codes_mod.encode(query[None, :])
+            scores = codes_mod.dots(rows, qcodes[0]) * self._factor[:n]
         else:
-            scores = self._rows[:n] @ query
+            scores = rows @ query
         mask, kept = self._mask(statuses, space, subject_ref)
         if kept < n:
             scores[~mask] = -np.inf  # filtered out (free rows too): never among the nearest
@@ -279,6 +282,7 @@ class VectorMatrix:
         picked = (np.argpartition(-scores, take - 1)[:take] if take < n else np.arange(n))
         picked = picked[np.isfinite(scores[picked])]
         seqs = self._seqs[picked]
+        exact: npt.NDArray[np.floating[Any]]
         if self.quantized:
             seqs, exact = self._rescore(seqs, query)
         else:
