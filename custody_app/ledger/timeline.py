@@ -7,7 +7,7 @@ from typing import Any
 
 from custody_app.core.ledger_core import LedgerCore
 from custody_app.core.texts import open_body
-from custody_app.ledger.browse import page_limit
+from custody_app.ledger.overview import page_limit
 from custody_app.ledger.readmodels import TimelineEvent, TimelinePage
 
 # Summaries are one line: the screen cuts them further to its width.
