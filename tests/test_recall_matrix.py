@@ -42,11 +42,12 @@ def fill(env: Env, n: int, seed: int = 1) -> dict[str, int]:
 
 
 def in_mode(ledger: Ledger, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep float32 rows, or (for 81 to 320 vectors) only int8 codes, re-scoring only the best
-    max(20, 4 x pool) from sqlite-vec (so the int8 ranking decides which ones are re-scored)."""
+    """Keep float32 rows and int8 codes, or (for 81 to 400 vectors) only int8 codes; either way
+    only the best max(20, 4 x pool) by int8 codes are re-scored exactly (from the float32 rows in
+    memory, or read from sqlite-vec), so the int8 ranking decides which ones are."""
+    monkeypatch.setattr(matrix_mod, "RESCORE", 20)
     if mode == "int8":
-        ledger.index.matrix.max_bytes = 80 * 256 * 4
-        monkeypatch.setattr(matrix_mod, "RESCORE", 20)
+        ledger.index.matrix.max_bytes = 80 * 256 * 5
 
 
 def exact(ledger: Ledger, query: str, k: int, statuses: tuple[str, ...],
@@ -99,11 +100,15 @@ def test_a_forgotten_fact_leaves_the_matrix_before_forget_returns(
     assert ledger.index.matrix.quantized == (mode == "int8")
     vector = ledger.index.matrix.encode(np.frombuffer(raw, dtype=np.float32))
     assert (ledger.index.matrix.storage() == vector).all(axis=1).sum() == 1
+    codes = matrix_mod.codes_mod.encode(np.frombuffer(raw, dtype=np.float32)[None, :])[0][0]
+    assert (ledger.index.matrix.codes() == codes).all(axis=1).sum() == 1
     env.at(day(2))
     cert = ledger.forget(target, actor=DPO, reason="subject_request").certificate
     assert not ledger.index.matrix.holds(seq)
-    # No row of the buffer holds its floats any more (its row was zeroed, not just unlisted).
+    # No row of the buffer holds its floats any more (its row was zeroed, not just unlisted),
+    # nor its int8 codes.
     assert not (ledger.index.matrix.storage() == vector).all(axis=1).any()
+    assert not (ledger.index.matrix.codes() == codes).all(axis=1).any()
     assert "in-process" in " ".join(p.place for p in cert.places)
     assert cert.complete
     assert target not in ids(ledger.recall("quixotic marmalade zeppelin", k=50,
@@ -158,7 +163,7 @@ def test_a_quarantine_decision_moves_the_row_between_statuses(env: Env) -> None:
 
 def test_above_its_budget_the_matrix_keeps_int8_codes_then_nothing_and_sqlite_vec_serves(
         make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(matrix_mod, "MAX_BYTES", 40 * 256 * 4)  # 40 float32 rows, 160 int8
+    monkeypatch.setattr(matrix_mod, "MAX_BYTES", 40 * 256 * 5)  # 40 float32+int8 rows, 200 int8
     env = make_env()
     fill(env, 30)
     ledger = env.ledger
@@ -171,9 +176,9 @@ def test_above_its_budget_the_matrix_keeps_int8_codes_then_nothing_and_sqlite_ve
     result = ledger.recall("amber basalt", k=10, strategy="vector")
     assert "int8 codes" in result.note  # reloaded as int8 codes: 60 of them fit
     assert ledger.index.matrix.quantized and len(ledger.index.matrix) == 60
-    assert ledger.index.matrix.nbytes <= 40 * 256 * 4
+    assert ledger.index.matrix.nbytes <= 40 * 256 * 5
     assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
-    fill(env, 120, seed=3)  # past the int8 budget too: nothing is kept
+    fill(env, 160, seed=3)  # past the int8 budget too: nothing is kept
     assert len(ledger.index.matrix) == 0 and ledger.index.matrix.nbytes == 0
     result = ledger.recall("amber basalt", k=10, strategy="vector")
     assert "inside SQLite" in result.note and "in-process" not in result.note

