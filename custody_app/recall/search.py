@@ -8,6 +8,7 @@ import math
 from datetime import datetime
 
 from custody_app.domain.commands import Recall
+from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import effective_rank
 from custody_app.domain.models import PROVENANCES
 from custody_app.domain.readmodels import FactView, RecallHit, RecallResult
@@ -90,6 +91,11 @@ def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
     cells are then not read: "matrix"); else sqlite-vec KNN over the cells nearest the query,
     and when those cells hold fewer matches than the pool (a rare space or subject filter),
     over every vector instead."""
+    if index.foreign is not None:
+        raise LedgerError("embedder_unavailable",
+                          f"the ledger's vectors were made by {index.foreign}, which this "
+                          f"install does not have, and a read-only open cannot re-embed them; "
+                          f"recall with strategy 'lexical', or open the ledger writable")
     query = unit(index.embedder.embed_query(cmd.query))
     subject_ref = index.subject_ref(cmd.subject) if cmd.subject is not None else None
     exact = index.matrix.search(query, pool, statuses, cmd.space, subject_ref)

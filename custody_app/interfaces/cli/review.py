@@ -12,8 +12,8 @@ from custody_app.domain.readmodels import FactOpResult, WhyResult
 from custody_app.interfaces.cli.common import AddParser, chosen_ledger, print_json
 from custody_app.interfaces.cli.text import fact_line, plain, value_text, write
 from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
-from custody_app.ledger.browse import MAX_PAGE
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.overview import MAX_PAGE
 from custody_app.ledger.readmodels import ReviewItem
 
 NAMES = ("queue", "confirm", "reject", "retract")

@@ -7,8 +7,8 @@ from pydantic import Field
 
 from custody_app.domain.models import Frozen
 from custody_app.domain.readmodels import AssertResult, ReadModel
-from custody_app.ledger.browse import MAX_PAGE
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.overview import MAX_PAGE
 
 QUARANTINE_NOTE = ("claimed: quarantined until a reviewer confirms it; memory_read and "
                    "memory_recall do not return it until then (memory_pending lists it)")
