@@ -88,9 +88,9 @@ def lexical_match(index: RecallIndex, words: list[str], include_claimed: bool,
 def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
                    pool: int) -> tuple[list[int], list[int] | None | str]:
     """KNN over the in-process copy of sqlite-vec's vectors while it is kept (int8 codes
-    ranked, the best re-scored exactly; the cells are then not read: "matrix"); else sqlite-vec KNN over the cells nearest the query,
-    and when those cells hold fewer matches than the pool (a rare space or subject filter),
-    over every vector instead."""
+    ranked, the best re-scored exactly; the cells are then not read: "matrix"); else
+    sqlite-vec KNN over the cells nearest the query, and when those cells hold fewer matches
+    than the pool (a rare space or subject filter), over every vector instead."""
     if index.foreign is not None:
         raise LedgerError("embedder_unavailable",
                           f"the ledger's vectors were made by {index.foreign}, which this "
