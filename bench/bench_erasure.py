@@ -60,10 +60,12 @@ for p in (ROOT, ROOT / "bench"):
 import apsw  # noqa: E402
 import bench_ledger  # noqa: E402  (the ingest bench's workload and service ingest, reused)
 
+import custody_app.erasure.forget as forget_module  # noqa: E402
 import store.connection as store_connection  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.domain.timeutil import ManualClock, parse_time  # noqa: E402
 from custody_app.erasure.work import ErasureWork, add_needles  # noqa: E402
+from custody_app.keys.keyring import KeyRing  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from store.erasure import ErasureStore  # noqa: E402
 from store.locate import Locator  # noqa: E402
@@ -72,6 +74,7 @@ from store.scrub import scan_files  # noqa: E402
 TARGET_FORGET_MS = 1000.0  # whole call, median, no reader open, at 1M events (issue 15)
 TARGET_OWN_MS = 10.0  # its own work: the erasure transaction, cascade and certificate checks
 SCAN_FLOOR_RATIO = 1 / 3  # the scan at no less than a third of a plain read of the same file
+PAIRS = 25  # interleaved plain reads and scans of the same file, medians compared
 START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
@@ -260,6 +263,15 @@ class Probe:
             probe.t["candidates"].append(time.perf_counter() - t0)
             return out
 
+        orig_mark = KeyRing.record_mark
+
+        def record_mark(self: Any, *a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            out = orig_mark(self, *a, **kw)
+            probe.t["mark"].append(time.perf_counter() - t0)
+            return out
+
+        KeyRing.record_mark = record_mark  # type: ignore[method-assign]
         cls.write = write  # type: ignore[method-assign]
         cls.wal_checkpoint = wal_checkpoint  # type: ignore[method-assign]
         Locator.find = scan  # type: ignore[method-assign]
@@ -300,43 +312,59 @@ def file_stats(path: Path, ledger: Ledger) -> dict[str, Any]:
 
 
 def measure_forgets(ledger: Ledger, probe: Probe, n: int, seed: int) -> dict[str, Any]:
+    """`n` forgets of the current code, each paired with one of the reference path (the key
+    store's head mark written before the proof, as before session 5), interleaved."""
     rng = random.Random(seed)
     ids = [r[0] for r in ledger.db.conn.execute(
         "SELECT fact_id FROM facts WHERE status = 'active' AND held = 0")]
-    picks = rng.sample(ids, n + 3)
+    picks = rng.sample(ids, 2 * n + 3)
     for fid in picks[:3]:  # warm-up (first touch of the file after open), untimed
         ledger.forget(fid, actor="user:dpo", reason="subject_request")
     totals: list[float] = []
     parts: dict[str, list[float]] = defaultdict(list)
+    ref: dict[str, list[float]] = defaultdict(list)
     needles: list[int] = []
     incomplete = 0
     cpu: list[float] = []
     load = os.getloadavg()[0]
-    for fid in picks[3:]:
+    for k, fid in enumerate(picks[3:]):
+        reference = k % 2 == 1
+        forget_module.MARK_BESIDE_PROOF = not reference
         probe.reset()
-        t0, c0 = time.perf_counter(), time.process_time()
-        res = ledger.forget(fid, actor="user:dpo", reason="subject_request")
-        total = time.perf_counter() - t0
-        cpu.append((time.process_time() - c0) * 1000)
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = ledger.forget(fid, actor="user:dpo", reason="subject_request")
+            total = time.perf_counter() - t0
+            cpu_s = time.process_time() - c0
+        finally:
+            forget_module.MARK_BESIDE_PROOF = True
+        cw, cck, csc = probe.c["write_tx"], probe.c["checkpoint"], probe.c["scan"]
+        w, ck, sc = probe.t["write_tx"], probe.t["checkpoint"], probe.t["scan"]
+        # Its own work: the erasure transaction and what is not a transaction, a checkpoint
+        # or the scan (cascade and certificate reads, the head mark when not overlapped).
+        own_cpu = ((cw[0] if cw else 0.0) + cpu_s - sum(cw) - sum(cck) - sum(csc)) * 1000
+        other = total * 1000 - (sum(w) + sum(ck) + sum(sc)) * 1000
+        if reference:
+            ref["whole"].append(total * 1000)
+            ref["own"].append((w[0] * 1000 if w else 0.0) + other)
+            ref["own cpu"].append(own_cpu)
+            ref["mark"].append(sum(probe.t["mark"]) * 1000)
+            continue
+        cpu.append(cpu_s * 1000)
         totals.append(total * 1000)
         incomplete += not res.certificate.complete
-        cw, cck, csc = probe.c["write_tx"], probe.c["checkpoint"], probe.c["scan"]
-        # Its own work in CPU time: the erasure transaction and what is not a transaction,
-        # a checkpoint or the scan (cascade and certificate reads).
-        parts["own work, CPU"].append(
-            (cw[0] if cw else 0.0) * 1000
-            + (cpu[-1] / 1000 - sum(cw) - sum(cck) - sum(csc)) * 1000)
+        parts["own work, CPU"].append(own_cpu)
         parts["byte scan, CPU"].append(sum(csc) * 1000)
-        w, ck, sc = probe.t["write_tx"], probe.t["checkpoint"], probe.t["scan"]
         parts["erasure transaction"].append(w[0] * 1000 if w else 0.0)
         parts["pending-row cleanup transaction"].append(sum(w[1:]) * 1000)
         parts["WAL checkpoints (TRUNCATE)"].append(sum(ck) * 1000)
         parts["byte scan (db + WAL)"].append(sum(sc) * 1000)
         parts["scans per forget"].append(float(len(sc)))
-        parts["other (certificate, cascade, reads)"].append(
-            total * 1000 - (sum(w) + sum(ck) + sum(sc)) * 1000)
+        parts["key store head mark (in a thread beside the proof; not own work)"].append(
+            sum(probe.t["mark"]) * 1000)
+        parts["other (certificate, cascade, reads)"].append(other)
         needles += probe.n["needles"]
-    return {"totals": totals, "parts": parts, "incomplete": incomplete, "cpu": cpu,
+    return {"totals": totals, "parts": parts, "incomplete": incomplete, "cpu": cpu, "ref": ref,
             "load": (load + os.getloadavg()[0]) / 2,
             "needles": statistics.median(needles) if needles else 0}
 
@@ -376,11 +404,13 @@ def scan_growth(path: Path, tmp: Path, needles: list[bytes]) -> dict[str, Any]:
         t0 = time.perf_counter()
         scan_files([str(path)], sample)
         by_count.append((k, (time.perf_counter() - t0) * 1000))
-    # The floor and the scan interleaved, 5 of each, best of each (wall and CPU time of this
-    # process): on a shared machine a pair taken minutes apart compares two different loads.
+    # The floor and the scan interleaved, PAIRS of each, the median of each (wall and CPU time
+    # of this process) and of the per-pair ratios with their quartiles: on a shared machine a
+    # pair taken minutes apart compares two different loads, and a best-of-5 of a 3 ms read
+    # was mostly noise.
     reads: list[tuple[float, float]] = []
     scans: list[tuple[float, float]] = []
-    for _ in range(5):
+    for _ in range(PAIRS):
         t0, c0 = time.perf_counter(), time.process_time()
         with open(path, "rb") as fh:
             while fh.read(1 << 22):
@@ -389,11 +419,15 @@ def scan_growth(path: Path, tmp: Path, needles: list[bytes]) -> dict[str, Any]:
         t0, c0 = time.perf_counter(), time.process_time()
         scan_files([str(path)], needles)
         scans.append((time.perf_counter() - t0, time.process_time() - c0))
-    read_ms = min(r[0] for r in reads) * 1000
-    return {"by_size": by_size, "by_count": by_count, "read_ms": read_ms,
-            "paired_scan_ms": min(x[0] for x in scans) * 1000,
-            "read_cpu_ms": min(r[1] for r in reads) * 1000,
-            "scan_cpu_ms": min(x[1] for x in scans) * 1000, "load": os.getloadavg()[0]}
+    ratios = sorted(r[0] / x[0] for r, x in zip(reads, scans, strict=True))
+    return {"by_size": by_size, "by_count": by_count,
+            "read_ms": statistics.median(r[0] for r in reads) * 1000,
+            "paired_scan_ms": statistics.median(x[0] for x in scans) * 1000,
+            "read_cpu_ms": statistics.median(r[1] for r in reads) * 1000,
+            "scan_cpu_ms": statistics.median(x[1] for x in scans) * 1000,
+            "ratio_median": statistics.median(ratios),
+            "ratio_q1": ratios[len(ratios) // 4], "ratio_q3": ratios[(3 * len(ratios)) // 4],
+            "load": os.getloadavg()[0]}
 
 
 def cutoff_for_count(ledger: Ledger, count: int, skip: int = 0) -> tuple[str, int]:
@@ -510,9 +544,10 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
     own = (statistics.median(fg["parts"]["erasure transaction"])
            + statistics.median(fg["parts"]["other (certificate, cascade, reads)"]))
     own_cpu = statistics.median(fg["parts"]["own work, CPU"])
+    ref = fg.get("ref", {})
     med_cpu = statistics.median(fg["cpu"])
     whole_ms = sg["paired_scan_ms"]
-    ratio = sg["read_ms"] / whole_ms if whole_ms else 0.0
+    ratio = sg["ratio_median"]
     cpu_ratio = sg["read_cpu_ms"] / sg["scan_cpu_ms"] if sg["scan_cpu_ms"] else 0.0
     lines = [
         f"## Ledger measured: {size}" + ("" if n >= info["requested"] else
@@ -551,6 +586,12 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         lines.append(f"| - {name}{unit} | {statistics.median(vals):,.1f} | "
                      f"{_pct(vals, 0.95):,.1f} | | |")
     lines += [
+        *[f"| (same run, the {len(ref['whole'])} interleaved forgets of the reference path: "
+          f"head mark before the proof) {name} (ms) | {statistics.median(ref[key]):,.1f} | "
+          f"{_pct(ref[key], 0.95):,.1f} | | |"
+          for name, key in (("whole call", "whole"), ("own work, wall", "own"),
+                            ("own work, CPU", "own cpu"), ("of it the head mark", "mark"))
+          if ref.get(key)],
         f"| (info) forget without the byte scan (ms) | {nonscan:,.1f} | | | |",
         f"| (info) forget, whole call, CPU time of this process (ms) | "
         f"{statistics.median(fg['cpu']):,.1f} | {_pct(fg['cpu'], 0.95):,.1f} | | "
@@ -574,11 +615,14 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         "| needles | scan ms over the whole file |",
         "| --- | --- |",
         *[f"| {k} | {t:,.1f} |" for k, t in sg["by_count"]],
-        f"| (just reading the file, 4 MB blocks, best of 3: the floor) | {sg['read_ms']:,.1f} |",
+        f"| (just reading the file, 4 MB blocks, median of {PAIRS}: the floor) | "
+        f"{sg['read_ms']:,.1f} |",
         "",
-        f"Scan speed against the plain-read floor, same file, same run (5 reads and 5 scans "
-        f"interleaved, best of each; load average {sg['load']:.1f}): read {sg['read_ms']:,.1f} ms, "
-        f"scan {whole_ms:,.1f} ms = {ratio:.2f} of the read speed (target >= "
+        f"Scan speed against the plain-read floor, same file, same run ({PAIRS} reads and "
+        f"{PAIRS} scans interleaved, medians; load average {sg['load']:.1f}): read "
+        f"{sg['read_ms']:,.1f} ms, scan {whole_ms:,.1f} ms; median of the {PAIRS} per-pair "
+        f"ratios {ratio:.2f} of the read speed (quartiles {sg['ratio_q1']:.2f}-"
+        f"{sg['ratio_q3']:.2f}; target >= "
         f"{SCAN_FLOOR_RATIO:.2f}: {mark(ratio >= SCAN_FLOOR_RATIO)}); in CPU time of this process "
         f"read {sg['read_cpu_ms']:,.1f} ms, scan {sg['scan_cpu_ms']:,.1f} ms = {cpu_ratio:.2f} "
         f"({mark(cpu_ratio >= SCAN_FLOOR_RATIO)}).",

@@ -23,7 +23,7 @@ from store.locate import Locator
 from store.policies import PolicyStore
 from store.projection import FactStore
 from store.recall import RecallStore
-from store.rewrite import RewriteOutcome, rewrite_file
+from store.rewrite import Hook, RewriteOutcome, rewrite_file
 from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from store.scrub import (
     CHECKPOINT_DELAYS,
@@ -180,10 +180,13 @@ class LedgerFile:
         it unless `wait` is false (one attempt)."""
         return checkpoint_truncate(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,))
 
-    def rewrite(self, *, wait: bool = True) -> RewriteOutcome:
+    def rewrite(self, *, wait: bool = True, during: Hook | None = None,
+                vacuumed: Hook | None = None) -> RewriteOutcome:
         """Rewrite the file from its live rows (VACUUM) and checkpoint it (outside any
-        transaction): no byte of a freed or rebuilt page survives in the database file."""
-        return rewrite_file(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,))
+        transaction): no byte of a freed or rebuilt page survives in the database file.
+        `during` / `vacuumed`: called while the VACUUM runs and after it (crash trials)."""
+        return rewrite_file(self.conn, self.path, CHECKPOINT_DELAYS if wait else (0.0,),
+                            during=during, vacuumed=vacuumed)
 
     def scan(self, needles: list[bytes]) -> dict[str, list[int]]:
         """Which of `needles` each of the ledger's files still contains."""

@@ -57,6 +57,12 @@ IS_NAME = ("SELECT 1 FROM facts WHERE subject = ?1 UNION ALL "
 LEAKS_GET = "SELECT value FROM ledger_meta WHERE key = 'erasure_leaks'"
 LEAKS_PUT = "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES ('erasure_leaks', ?)"
 LEAKS_KEPT = 100
+# A file rewrite an erasure needs and has not finished (its VACUUM or checkpoint not done, or
+# the process killed): JSON {since, why}, committed before the VACUUM starts, cleared with the
+# pending rows once the rewrite's checkpoint completed.
+REWRITE_GET = "SELECT value FROM ledger_meta WHERE key = 'erasure_rewrite_due'"
+REWRITE_PUT = "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES ('erasure_rewrite_due', ?)"
+REWRITE_CLEAR = "DELETE FROM ledger_meta WHERE key = 'erasure_rewrite_due'"
 HELD = f"SELECT {_FCOLS} FROM facts f WHERE f.held = 1 ORDER BY f.assert_seq"
 
 
@@ -101,7 +107,18 @@ class ErasureStore:
         return [(str(f), str(s)) for f, s in self._conn.execute(PENDING)]
 
     def clear_pending(self) -> None:
+        """Drop every pending-scrub row and the rewrite-due mark with them."""
         self._conn.execute(CLEAR_PENDING)
+        self._conn.execute(REWRITE_CLEAR)
+
+    def rewrite_due(self) -> dict[str, str] | None:
+        """The file rewrite an erasure recorded as due and not yet finished, if any."""
+        row = self._conn.execute(REWRITE_GET).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def set_rewrite_due(self, since: str, why: str) -> None:
+        self._conn.execute(REWRITE_PUT, (json.dumps({"since": since, "why": why},
+                                                    sort_keys=True),))
 
     def facts_of_subject(self, subject: str) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(FACTS_OF_SUBJECT, (subject,))]

@@ -146,6 +146,13 @@ class Inspection:
         return ErasureStore(self.conn).pending()
 
     @_translated
+    def rewrite_due(self) -> dict[str, str] | None:
+        """The file rewrite an erasure recorded as due and has not finished, if any."""
+        if not self.has_table("ledger_meta"):
+            return None
+        return ErasureStore(self.conn).rewrite_due()
+
+    @_translated
     def erasure_leaks(self) -> list[dict[str, object]]:
         """Erasures whose certificate found leaks (recorded when it was issued)."""
         if not self.has_table("ledger_meta"):

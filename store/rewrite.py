@@ -5,6 +5,7 @@ moved away survive (and outlive their later deletion)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import apsw
@@ -20,12 +21,22 @@ class RewriteOutcome:
     detail: str
 
 
+# VM steps between calls of `during` while the VACUUM runs (a crash trial kills it there).
+PROGRESS_STEPS = 20_000
+Hook = Callable[[], None]
+# How an outcome's detail begins when the VACUUM ran but its checkpoint did not complete.
+VACUUMED = "VACUUM done, but"
+
+
 def rewrite_file(conn: apsw.Connection, db_path: str,
-                 delays: tuple[float, ...] = CHECKPOINT_DELAYS) -> RewriteOutcome:
+                 delays: tuple[float, ...] = CHECKPOINT_DELAYS, *,
+                 during: Hook | None = None, vacuumed: Hook | None = None) -> RewriteOutcome:
     """VACUUM (outside any transaction), then the truncating checkpoint that copies the new
     pages over the old file and cuts it to its new length. secure_delete and an in-memory
     temp store are set first: VACUUM builds its copy in the temp database, which must not be a
-    file holding the ledger's bytes (so it costs memory about the size of the file)."""
+    file holding the ledger's bytes (so it costs memory about the size of the file).
+    `during` is called every PROGRESS_STEPS VM steps of the VACUUM, `vacuumed` between the
+    VACUUM and the checkpoint (the points a crash trial kills the process at)."""
     before = file_size(db_path)
     conn.pragma("secure_delete", "ON")
     conn.pragma("temp_store", "MEMORY")
@@ -33,6 +44,8 @@ def rewrite_file(conn: apsw.Connection, db_path: str,
     # stay in the process's RSS on top of the temp copy (twice the file size in all).
     mapped = int(conn.pragma("mmap_size"))
     conn.pragma("mmap_size", 0)
+    if during is not None:
+        conn.set_progress_handler(lambda: bool(during()), PROGRESS_STEPS)
     try:
         conn.execute("VACUUM")
     except (apsw.BusyError, apsw.FullError, apsw.SQLError) as exc:
@@ -44,12 +57,16 @@ def rewrite_file(conn: apsw.Connection, db_path: str,
         return RewriteOutcome(False, before, before, f"not done ({why}); it is tried again when "
                               "the pending erasure is finished")
     finally:
+        if during is not None:
+            conn.set_progress_handler(None)
         conn.pragma("mmap_size", mapped)
+    if vacuumed is not None:
+        vacuumed()
     outcome = checkpoint_truncate(conn, db_path, delays)
     after = file_size(db_path)
     if outcome.complete:
         detail = f"VACUUM, then {outcome.detail}: {before} -> {after} bytes"
     else:
-        detail = (f"VACUUM done, but {outcome.detail}; until then the old pages stay in the "
+        detail = (f"{VACUUMED} {outcome.detail}; until then the old pages stay in the "
                   "database file")
     return RewriteOutcome(outcome.complete, before, after, detail)

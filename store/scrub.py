@@ -148,8 +148,12 @@ def _in_windows(view: mmap.mmap, indexed: list[tuple[int, bytes]], pieces: dict[
     return {i: sorted(o) for i, o in found.items() if o}
 
 
-# Up to this many fragments, one pass each: a one-pattern search runs near memory speed here
-# (memchr on its rarest byte), while the multi-pattern one measured 4-7 times slower per pass.
+# A forget's few needles (up to twice this many; more go to `store.scan_many`). They are
+# searched in ONE pass by one leftmost automaton over all their fragments (its packed SIMD
+# prefilter): on a 38 MB ledger, 12 forgets' needle sets (5-8 fragments) took 17-49 ms in one
+# pass against 50-100 ms in one pass per fragment (memchr on a rare byte is slow when that
+# byte is common in vector or ciphertext pages), and the plain read of the file 10-38 ms,
+# same run, load 8 (session 5). One pass per fragment was the rule before.
 SINGLE_PASSES = 6
 
 
@@ -161,24 +165,23 @@ BLOCK_BYTES = 1 << 19
 
 def _leftmost(handle: RawIOBase, fragments: list[bytes]) -> list[tuple[int, int, int]]:
     """Matches (fragment, start, end in the file) of a leftmost-longest search: every
-    occurrence of every fragment starts inside one of them. One automaton per fragment when
-    they are few, else one for all. Each block is searched with the last FRAGMENT_BYTES - 1
-    bytes of the one before, so a fragment across a block boundary is found whole."""
+    occurrence of every fragment starts inside one of them. One automaton for all the
+    fragments, one pass. Each block is searched with the last FRAGMENT_BYTES - 1 bytes of
+    the one before, so a fragment across a block boundary is found whole."""
     kind = ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST
-    automata = ([ahocorasick_rs.BytesAhoCorasick([f], matchkind=kind) for f in fragments]
-                if len(fragments) <= SINGLE_PASSES
-                else [ahocorasick_rs.BytesAhoCorasick(fragments, matchkind=kind)])
-    single = len(automata) > 1
+    automaton = ahocorasick_rs.BytesAhoCorasick(fragments, matchkind=kind)
     overlap = max(len(f) for f in fragments) - 1
     buf = bytearray(BLOCK_BYTES + overlap)
     view = memoryview(buf)
     out: list[tuple[int, int, int]] = []
     keep, base = 0, 0  # bytes carried over; file offset of buf[0]
     while n := handle.readinto(view[keep:keep + BLOCK_BYTES]):
-        window = view[:keep + n]
-        for k, automaton in enumerate(automata):
-            out += [(k if single else i, base + s, base + e)
-                    for i, s, e in automaton.find_matches_as_indexes(window) if e > keep]
+        # Every match, those wholly in the carried bytes too: a leftmost search started at
+        # another offset can segment the same bytes differently (with several fragments), so
+        # the block before may have covered an occurrence there with another match. Every
+        # occurrence lies wholly inside some block's window, and inside one of its matches.
+        out += [(i, base + s, base + e) for i, s, e in
+                automaton.find_matches_as_indexes(view[:keep + n])]
         carry = min(overlap, keep + n)
         buf[:carry] = buf[keep + n - carry:keep + n]
         base += keep + n - carry

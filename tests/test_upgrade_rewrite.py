@@ -82,3 +82,54 @@ def test_a_reader_blocking_the_rewrite_keeps_the_upgrade_pending_until_an_open_f
     assert [d.complete for d in done] == [True]
     for name, text in TEXTS.items():
         assert holding(old, text) == [], name
+
+
+def _plant_in_unallocated_space(path: Path, table: str, data: bytes) -> int:
+    """Write `data` into the gap between the cell pointers and the cells of a leaf page of
+    `table` (where SQLite leaves copies of moved cells); returns the page number. Only bytes
+    SQLite treats as free are changed: integrity_check still passes."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        size = int(conn.pragma("page_size"))
+        pages = [int(r[0]) for r in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno",
+            (table,))]
+    finally:
+        conn.close()
+    raw = bytearray(path.read_bytes())
+    for pageno in pages:
+        start = (pageno - 1) * size
+        head = start + (100 if pageno == 1 else 0)
+        cells = int.from_bytes(raw[head + 3:head + 5], "big")
+        content = int.from_bytes(raw[head + 5:head + 7], "big") or 65536
+        gap_from, gap_to = head + 8 + 2 * cells, start + content
+        if gap_to - gap_from >= len(data) + 16 and not any(raw[gap_from:gap_to]):
+            at = gap_from + 8
+            raw[at:at + len(data)] = data
+            path.write_bytes(bytes(raw))
+            return pageno
+    raise AssertionError(f"no leaf page of {table} has room")
+
+
+@pytest.mark.parametrize("rewrite", [True, False])
+def test_old_text_in_a_pages_unallocated_space_is_gone_only_with_the_upgrades_rewrite(
+        old: Path, monkeypatch: pytest.MonkeyPatch, rewrite: bool) -> None:  # noqa: F811
+    """Residue as SQLite leaves it (a copy of an old plaintext body in the unallocated gap of
+    a rebuilt page), planted by hand in a page of the projection, which sealing never touches:
+    sealing the rows cannot reach it; the upgrade's rewrite removes it. (A real upgrade left
+    one such body at 100k events in round 4; the small corpora tried here, 120 to 3,000 facts,
+    left none, so the copy is planted.)"""
+    text = TEXTS["retract"].encode()
+    assert holding(old, TEXTS["retract"]) == ["ledger.db"]
+    _plant_in_unallocated_space(old, "facts", b'{"reason":"' + text + b'"}')
+    check = apsw.Connection(str(old), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        assert check.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        check.close()
+    if not rewrite:  # the upgrade with its rewrite reduced to the checkpoint before it
+        monkeypatch.setattr(LedgerFile, "rewrite", lambda self, **_: RewriteOutcome(
+            self.wal_checkpoint().complete, 0, 0, "checkpoint only"))
+    with Ledger.open(old) as led:
+        assert led.db.meta(META_KEY) == "done" and led.verify().valid
+    assert holding(old, TEXTS["retract"]) == ([] if rewrite else ["ledger.db"])

@@ -15,6 +15,9 @@ POINTS = (
     "erasure.ledger_committed",  # the ledger committed; key store and checkpoint not done
     "erasure.keys_committed",    # forget_subject: the key store destruction committed too
     "erasure.checkpointed",      # the truncating WAL checkpoint done, before the certificate
+    "erasure.rewrite_due",       # residue found: "rewrite due" committed, VACUUM not started
+    "erasure.vacuuming",         # inside the VACUUM (`#N`: its N-th progress call)
+    "erasure.vacuumed",          # the VACUUM done, its TRUNCATE checkpoint not
     "erasure.rewritten",         # residue found: the file rewritten (VACUUM), before the re-scan
     "reindex.before_commit",     # recall indexes rebuilt, their transaction not committed
     "upgrade.before_commit",     # free text sealed and bodies rewritten, not committed

@@ -141,9 +141,17 @@ def _pending(db: health.Inspection) -> DoctorCheck:
     pending = db.pending_scrubs()
     if pending is None:
         return check("pending-scrubs", "FAIL", f"{db.path} has no pending_scrubs table.")
+    due = db.rewrite_due()
+    if due is not None:
+        return check("pending-scrubs", "warn", f"an erasure of {db.path} ({len(pending)} erased "
+                     f"fact(s) pending) needs the file rewritten since {due.get('since')} "
+                     f"({due.get('why')}) and the rewrite has not finished, so erased bytes may "
+                     "still be in unallocated space of its pages: the erasure is pending, not "
+                     "complete. The next read-write open (or write) rewrites the file and "
+                     "re-issues the certificate once no reader holds the WAL.")
     if not pending:
         return check("pending-scrubs", "ok", f"no erasure in {db.path} waits for its WAL "
-                     "checkpoint.")
+                     "checkpoint or a file rewrite.")
     facts = ", ".join(f for f, _ in pending[:5]) + (", ..." if len(pending) > 5 else "")
     return check("pending-scrubs", "warn", f"{len(pending)} erased fact(s) of {db.path} since "
                  f"{pending[0][1]} ({facts}) await a complete WAL checkpoint, so their old bytes "

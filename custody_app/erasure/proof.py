@@ -8,17 +8,34 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.timeutil import format_time
 from custody_app.erasure.certificate import ErasureCertificate, Outcome, PlaceCheck
 from custody_app.erasure.hits import classify
+from custody_app.erasure.rewrites import REWRITE_PLACE, rewrite
 from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork
+from store.rewrite import VACUUMED
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
+    from store.rewrite import RewriteOutcome
 
 ERASED = ("forgotten", "expired")
-REWRITE_PLACE = "file rewrite (VACUUM, then a TRUNCATE checkpoint)"
 
 
 def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
     """Check every place the values could be, after the transaction committed."""
+    checks = row_places(ledger, work, keys_place=keys_place)
+    outcome = ledger.db.wal_checkpoint()
+    crash_point("erasure.checkpointed")
+    checks.append(PlaceCheck(
+        place="WAL checkpoint (TRUNCATE)", outcome="clean" if outcome.complete else "pending",
+        detail=f"{outcome.detail} ({outcome.attempts} attempt(s))"))
+    scans = scan_places(ledger, work, checkpoint_done=outcome.complete)
+    checks += rewrite_if_residue(ledger, work, scans) if outcome.complete else scans
+    return checks
+
+
+def row_places(ledger: LedgerCore, work: ErasureWork, *,
+               keys_place: PlaceCheck) -> list[PlaceCheck]:
+    """The rows of the erased facts (value, sealed text, projection, recall), the key store
+    and the operation's own checks: what needs no byte of the erased values."""
     checks: list[PlaceCheck] = []
     # Read in bulk: a sweep erases tens of thousands of facts.
     events = ledger.db.events.get_many([e.seq for e in work.erased])
@@ -60,13 +77,6 @@ def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> 
                                  outcome="not_applicable", detail="this ledger has no recall index"))
     checks.append(keys_place)
     checks += work.notes
-    outcome = ledger.db.wal_checkpoint()
-    crash_point("erasure.checkpointed")
-    checks.append(PlaceCheck(
-        place="WAL checkpoint (TRUNCATE)", outcome="clean" if outcome.complete else "pending",
-        detail=f"{outcome.detail} ({outcome.attempts} attempt(s))"))
-    scans = scan_places(ledger, work, checkpoint_done=outcome.complete)
-    checks += rewrite_if_residue(ledger, work, scans) if outcome.complete else scans
     return checks
 
 
@@ -86,8 +96,8 @@ def rewrite_if_residue(ledger: LedgerCore, work: ErasureWork,
     strings, copies = residue_of(scans)
     if not strings:
         return scans
-    done = ledger.db.rewrite()
-    crash_point("erasure.rewritten")
+    done = rewrite(ledger, f"the byte scan found {strings} erased string(s) in space no live "
+                   "row explains")
     place = PlaceCheck(
         place=REWRITE_PLACE, outcome="clean" if done.complete else "pending",
         detail=f"the first scan found {strings} erased string(s) ({copies} copies) in space no "
@@ -148,16 +158,26 @@ SUBJECT_KEY_KEPT = PlaceCheck(
     "forget can still be decrypted with it; forget_subject destroys it")
 
 
-def reissue(ledger: LedgerCore, cert: ErasureCertificate, work: ErasureWork) -> ErasureCertificate:
-    """The certificate again once a pending checkpoint completed: checkpoint and scans redone."""
+def reissue(ledger: LedgerCore, cert: ErasureCertificate, work: ErasureWork,
+            rewritten: RewriteOutcome | None = None) -> ErasureCertificate:
+    """The certificate again once a pending checkpoint completed: checkpoint and scans redone.
+    `rewritten`: the file rewrite the finish did first (a rewrite was due)."""
     kept = [p for p in cert.places
             if not p.place.startswith(("WAL checkpoint", "byte scan", REWRITE_PLACE))]
     checks = kept + [PlaceCheck(place="WAL checkpoint (TRUNCATE)", outcome="clean",
                                 detail="completed after the reader that blocked it closed")]
-    # A rewrite whose checkpoint a reader blocked is complete now that the checkpoint is.
-    checks += [p.model_copy(update={"outcome": "clean", "detail": p.detail + "; its checkpoint "
-                                    "completed after the reader that blocked it closed"})
-               for p in cert.places if p.place == REWRITE_PLACE and p.outcome == "pending"]
+    if rewritten is not None:
+        checks.append(PlaceCheck(place=REWRITE_PLACE, outcome="clean", detail=(
+            f"a rewrite was due when the erasure was finished: {rewritten.detail}")))
+    else:
+        # A rewrite whose checkpoint a reader blocked is complete now that the checkpoint is;
+        # one that never ran (a busy writer, a full disk) is not: the scans below find the
+        # residue again and rewrite.
+        checks += [p.model_copy(update={"outcome": "clean", "detail": p.detail + "; its "
+                                        "checkpoint completed after the reader that blocked it "
+                                        "closed"})
+                   for p in cert.places if p.place == REWRITE_PLACE and p.outcome == "pending"
+                   and VACUUMED in p.detail]
     checks += rewrite_if_residue(ledger, work, scan_places(ledger, work, checkpoint_done=True))
     complete = all(p.outcome not in ("pending", "found") for p in checks)
     return cert.model_copy(update={"places": checks, "complete": complete,

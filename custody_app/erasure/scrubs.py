@@ -1,13 +1,16 @@
 """Scrubs a reader left pending: an erasure whose truncating WAL checkpoint was blocked keeps a
 pending row (written with the erasure, so a crash cannot lose it) until a later checkpoint
-completes; then its certificate is issued again with the checkpoint and byte scans redone."""
+completes; then its certificate is issued again with the checkpoint and byte scans redone. A
+file rewrite recorded as due (`rewrites.rewrite`) and not finished is done first."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from custody_app.erasure.certificate import ErasureCertificate
+from custody_app.erasure.completion import finished_elsewhere
 from custody_app.erasure.proof import reissue
+from custody_app.erasure.rewrites import rewrite
 from custody_app.erasure.work import ErasureWork
 
 if TYPE_CHECKING:
@@ -53,18 +56,36 @@ class Scrubs:
         core.db.wal_checkpoint(wait=False)
 
     def finish(self, core: LedgerCore, *, wait: bool = True) -> list[ErasureCertificate]:
-        """Finish erasures whose WAL checkpoint a reader blocked; returns their certificates
-        re-issued (empty while a reader still blocks it, or when nothing was pending, or when
-        the certificates were issued by another process: then only the checkpoint is done)."""
+        """Finish erasures whose WAL checkpoint a reader blocked, or whose file rewrite was due
+        and not done (a kill, a busy writer); returns their certificates re-issued (empty
+        while a reader still blocks it, or when nothing was pending). An erasure another
+        process left pending (its pending rows are not this process's) cannot be scanned for
+        here (its strings went with that process), so the file is rewritten first and its
+        certificate issued from what the ledger recorded (`completion.finished_elsewhere`)."""
         with core.db.read():
             pending = core.db.erasure.pending()
-        if not pending and not self._pending:
+            due = core.db.erasure.rewrite_due()
+        if not pending and not due and not self._pending:
             self.due = False
             return []
         if not core.db.wal_checkpoint(wait=wait).complete:
             self.due = True
             return []
-        certificates = [reissue(core, cert, work) for cert, work in self._pending.values()]
+        mine = {e.fact_id for _cert, work in self._pending.values() for e in work.erased}
+        orphans = [(f, since) for f, since in pending if f not in mine]
+        rewritten = None
+        if due is not None or orphans:
+            why = (due or {}).get("why") or (f"{len(orphans)} erased fact(s) left pending by "
+                                             "another process")
+            rewritten = rewrite(core, why)
+            if not rewritten.complete:
+                self.due = True
+                return []
+        certificates = [reissue(core, cert, work, rewritten)
+                        for cert, work in self._pending.values()]
+        if orphans:
+            assert rewritten is not None
+            certificates += finished_elsewhere(core, orphans, rewritten)
         self.clear(core, certificates)
         self._pending.clear()
         self.due = False

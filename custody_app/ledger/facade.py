@@ -193,6 +193,8 @@ class Ledger(EvidenceViews, TimelineReads):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.scrubs = Scrubs()
+        # Certificates of erasures another process left pending, finished by this open.
+        self.finished_at_open: list[ErasureCertificate] = []
 
     @classmethod
     def open(cls, path: str | Path, **options: Any) -> Self:
@@ -205,8 +207,9 @@ class Ledger(EvidenceViews, TimelineReads):
                 roll_forward(ledger)
                 # After the roll-forward: no text is sealed under a key about to be destroyed.
                 upgrade.seal_existing(ledger)
-            if not ledger.readonly and ledger.db.erasure.pending():
-                ledger.finish_scrubs()
+            if not ledger.readonly and (ledger.db.erasure.pending()
+                                        or ledger.db.erasure.rewrite_due()):
+                ledger.finished_at_open = ledger.finish_scrubs()
         except BaseException:
             ledger.close()
             raise
