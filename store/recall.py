@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 import apsw
 
 from store.errors import StoreFull
+from store.recall_hits import RecallHits
 from store.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
@@ -70,7 +71,7 @@ VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
 
 
-class RecallStore(RecallMeta):
+class RecallStore(RecallMeta, RecallHits):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
     def __init__(self, conn: apsw.Connection) -> None:

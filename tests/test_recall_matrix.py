@@ -41,6 +41,15 @@ def fill(env: Env, n: int, seed: int = 1) -> dict[str, int]:
     return {f: int(seq_of[f]) for f in out}
 
 
+def in_mode(ledger: Ledger, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep float32 rows and int8 codes, or (for 81 to 400 vectors) only int8 codes; either way
+    only the best max(20, 4 x pool) by int8 codes are re-scored exactly (from the float32 rows in
+    memory, or read from sqlite-vec), so the int8 ranking decides which ones are."""
+    monkeypatch.setattr(matrix_mod, "RESCORE", 20)
+    if mode == "int8":
+        ledger.index.matrix.max_bytes = 80 * 256 * 5
+
+
 def exact(ledger: Ledger, query: str, k: int, statuses: tuple[str, ...],
           space: str | None = None, subject: str | None = None) -> list[int]:
     """numpy over the vectors stored in sqlite-vec, filtered as recall filters."""
@@ -53,9 +62,12 @@ def exact(ledger: Ledger, query: str, k: int, statuses: tuple[str, ...],
     return [rows[i][0] for i in order[:k]]
 
 
-def test_matrix_search_equals_numpy_over_sqlite_vec_with_every_filter(env: Env) -> None:
+@pytest.mark.parametrize("mode", ["float32", "int8"])
+def test_matrix_search_equals_numpy_over_sqlite_vec_with_every_filter(
+        env: Env, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fill(env, 300)
     ledger = env.ledger
+    in_mode(ledger, mode, monkeypatch)
     rng = random.Random(3)
     for _ in range(20):
         query = " ".join(rng.sample(WORDS, 2))
@@ -71,23 +83,32 @@ def test_matrix_search_equals_numpy_over_sqlite_vec_with_every_filter(env: Env) 
             assert [s for s, _ in got] == exact(ledger, query, 10, statuses, space, subject)
     note = ledger.recall("amber basalt", strategy="vector").note
     assert "in-process copy of sqlite-vec's table" in note
+    assert ledger.index.matrix.quantized == (mode == "int8")
 
 
-def test_a_forgotten_fact_leaves_the_matrix_before_forget_returns(env: Env) -> None:
+@pytest.mark.parametrize("mode", ["float32", "int8"])
+def test_a_forgotten_fact_leaves_the_matrix_before_forget_returns(
+        env: Env, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seqs = fill(env, 100)
     ledger = env.ledger
+    in_mode(ledger, mode, monkeypatch)
     target = env.put("acct:zz", "secret", "quixotic marmalade zeppelin")
     ledger.recall("anything")  # the matrix is loaded
     seq = int(ledger.db.facts.get(target).assert_seq)  # type: ignore[union-attr]
     assert ledger.index.matrix.holds(seq)
     [(_, raw)] = ledger.db.recall.vectors_of([seq])
-    vector = np.frombuffer(raw, dtype=np.float32)
+    assert ledger.index.matrix.quantized == (mode == "int8")
+    vector = ledger.index.matrix.encode(np.frombuffer(raw, dtype=np.float32))
     assert (ledger.index.matrix.storage() == vector).all(axis=1).sum() == 1
+    codes = matrix_mod.codes_mod.encode(np.frombuffer(raw, dtype=np.float32)[None, :])[0][0]
+    assert (ledger.index.matrix.codes() == codes).all(axis=1).sum() == 1
     env.at(day(2))
     cert = ledger.forget(target, actor=DPO, reason="subject_request").certificate
     assert not ledger.index.matrix.holds(seq)
-    # No row of the buffer holds its floats any more (its row was zeroed, not just unlisted).
+    # No row of the buffer holds its floats any more (its row was zeroed, not just unlisted),
+    # nor its int8 codes.
     assert not (ledger.index.matrix.storage() == vector).all(axis=1).any()
+    assert not (ledger.index.matrix.codes() == codes).all(axis=1).any()
     assert "in-process" in " ".join(p.place for p in cert.places)
     assert cert.complete
     assert target not in ids(ledger.recall("quixotic marmalade zeppelin", k=50,
@@ -95,8 +116,11 @@ def test_a_forgotten_fact_leaves_the_matrix_before_forget_returns(env: Env) -> N
     assert len(ledger.index.matrix) == len(seqs)  # live and quarantined rows, less the forgotten
 
 
-def test_another_connections_forget_is_seen_by_the_next_search(env: Env) -> None:
+@pytest.mark.parametrize("mode", ["float32", "int8"])
+def test_another_connections_forget_is_seen_by_the_next_search(
+        env: Env, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fill(env, 80)
+    in_mode(env.ledger, mode, monkeypatch)
     target = env.put("acct:zz", "secret", "quixotic marmalade zeppelin")
     assert ids(env.ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [target]
     other = Ledger.open(env.path, policy=env.policy, clock=env.clock, id_seed=99)
@@ -137,14 +161,24 @@ def test_a_quarantine_decision_moves_the_row_between_statuses(env: Env) -> None:
     assert ids(env.ledger.recall("saffron reef claim", k=1, strategy="vector")) == [claimed]
 
 
-def test_above_its_budget_the_matrix_is_not_kept_and_sqlite_vec_serves(
+def test_above_its_budget_the_matrix_keeps_int8_codes_then_nothing_and_sqlite_vec_serves(
         make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(matrix_mod, "MAX_BYTES", 40 * 256 * 4)  # room for 40 vectors
+    monkeypatch.setattr(matrix_mod, "MAX_BYTES", 40 * 256 * 5)  # 40 float32+int8 rows, 200 int8
     env = make_env()
     fill(env, 30)
     ledger = env.ledger
-    assert "in-process copy" in ledger.recall("amber", strategy="vector").note
-    fill(env, 30, seed=2)  # past the budget while kept: dropped, not grown
+    note = ledger.recall("amber", strategy="vector").note
+    assert "in-process copy" in note and "int8" not in note
+    assert not ledger.index.matrix.quantized
+    fill(env, 30, seed=2)  # past the float32 budget while kept: dropped, not grown
+    assert len(ledger.index.matrix) == 0 and ledger.index.matrix.nbytes == 0
+    seq_of = dict(ledger.db.conn.execute("SELECT fact_id, assert_seq FROM facts"))
+    result = ledger.recall("amber basalt", k=10, strategy="vector")
+    assert "int8 codes" in result.note  # reloaded as int8 codes: 60 of them fit
+    assert ledger.index.matrix.quantized and len(ledger.index.matrix) == 60
+    assert ledger.index.matrix.nbytes <= 40 * 256 * 5
+    assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
+    fill(env, 160, seed=3)  # past the int8 budget too: nothing is kept
     assert len(ledger.index.matrix) == 0 and ledger.index.matrix.nbytes == 0
     result = ledger.recall("amber basalt", k=10, strategy="vector")
     assert "inside SQLite" in result.note and "in-process" not in result.note
@@ -197,3 +231,23 @@ def test_a_hand_edit_behind_the_matrix_never_serves_a_fact_no_longer_believed(en
     for strategy in ("vector", "hybrid"):  # ...but the fact is not served
         assert target not in ids(env.ledger.recall("quixotic marmalade zeppelin", k=50,
                                                    strategy=strategy))
+
+
+@pytest.mark.parametrize("mode", ["float32", "int8"])
+def test_another_connections_new_fact_is_found_by_the_next_search(
+        env: Env, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fill(env, 100)
+    in_mode(env.ledger, mode, monkeypatch)
+    env.ledger.recall("amber", strategy="vector")  # the copy is loaded
+    assert env.ledger.index.matrix.quantized == (mode == "int8")
+    loaded = len(env.ledger.index.matrix)
+    other = Ledger.open(env.path, policy=env.policy, clock=env.clock, id_seed=98)
+    try:
+        env.at(day(2))
+        new = other.assert_fact("acct:new", "note", "quixotic marmalade zeppelin",
+                                actor=WRITER, cause=CAUSE, provenance="attested").fact_id
+    finally:
+        other.close()
+    assert ids(env.ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [new]
+    assert len(env.ledger.index.matrix) == loaded + 1
+    assert env.ledger.index.matrix.quantized == (mode == "int8")

@@ -15,14 +15,19 @@ from store.rows import FactRow
 
 def salience(db: LedgerFile, policy: LoadedPolicy, fact: FactRow, now: datetime) -> float:
     """B = ln(sum of dt^-d) over assert and affirm times (dt in days, at least half a day)."""
+    return salience_of(policy, fact.space, [e.tx_at for e in db.events.for_fact(fact.fact_id)
+                                            if e.kind in ("assert", "affirm")], now)
+
+
+def salience_of(policy: LoadedPolicy, space: str, times: list[str], now: datetime) -> float:
+    """`salience` from the tx_at of a fact's assert and affirm events, in seq order."""
     pol = policy.policy.recall
-    override = window_for(fact.space, {k: str(v) for k, v in pol.decay_by_space.items()})
+    override = window_for(space, {k: str(v) for k, v in pol.decay_by_space.items()})
     decay = float(override[1]) if override else pol.decay
     total = 0.0
-    for event in db.events.for_fact(fact.fact_id):
-        if event.kind in ("assert", "affirm"):
-            days = (now - parse_time(event.tx_at)).total_seconds() / 86400
-            total += max(days, 0.5) ** -decay
+    for tx_at in times:
+        days = (now - parse_time(tx_at)).total_seconds() / 86400
+        total += max(days, 0.5) ** -decay
     return math.log(total) if total > 0 else float("-inf")
 
 

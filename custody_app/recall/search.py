@@ -15,7 +15,7 @@ from custody_app.domain.readmodels import FactView, RecallHit, RecallResult
 from custody_app.recall import text
 from custody_app.recall.cells import unit
 from custody_app.recall.index import INDEXED, RecallIndex
-from custody_app.recall.salience import salience, salience_class
+from custody_app.recall.salience import salience_class, salience_of
 
 RRF_K = 60
 
@@ -83,10 +83,10 @@ def lexical_match(index: RecallIndex, words: list[str], include_claimed: bool,
 
 def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
                    pool: int) -> tuple[list[int], list[int] | None | str]:
-    """Exact KNN over the in-process matrix of sqlite-vec's vectors while it is kept (the
-    cells are then not read: "matrix"); else sqlite-vec KNN over the cells nearest the query,
-    and when those cells hold fewer matches than the pool (a rare space or subject filter),
-    over every vector instead."""
+    """KNN over the in-process copy of sqlite-vec's vectors while it is kept (int8 codes
+    ranked, the best re-scored exactly; the cells are then not read: "matrix"); else
+    sqlite-vec KNN over the cells nearest the query, and when those cells hold fewer matches
+    than the pool (a rare space or subject filter), over every vector instead."""
     if index.foreign is not None:
         raise LedgerError("embedder_unavailable",
                           f"the ledger's vectors were made by {index.foreign}, which this "
@@ -104,6 +104,42 @@ def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
         cells = None
         found = index.db.recall.vector(query.tobytes(), pool, statuses, cmd.space, subject_ref)
     return [seq for seq, _ in found], cells
+
+
+def _hydrate(index: RecallIndex, chosen: list[tuple[int, float]], statuses: tuple[str, ...],
+             now: datetime, k: int, lex_rank: dict[int, int],
+             vec_rank: dict[int, int]) -> list[RecallHit]:
+    """The hits shown: the facts, values and salience of `chosen` read in one statement,
+    ordered by score with salience breaking ties, and only the k returned decrypted. (The
+    read models are validated as before: pydantic's `model_construct`, which skips that, took
+    three times as long here.)"""
+    rows = index.db.recall.hits([seq for seq, _ in chosen])
+    found = []
+    for seq, score in chosen:
+        row = rows.get(seq)
+        # A stale index row (a file edited behind the indexes, or behind the in-process copy
+        # of the vectors without replacing its version token) never serves a fact not believed.
+        if row is None or INDEXED.get(row[0].status) not in statuses:
+            continue
+        b = salience_of(index.policy, row[0].space, [t for _, t in row[3]], now)
+        found.append((score, b if math.isfinite(b) else -99.0, b, seq, row))
+    # Salience only breaks ties between equal fused scores (a stable sort: the fused order else).
+    found.sort(key=lambda h: (-h[0], -h[1]))
+    hits = []
+    for score, shown, b, seq, (fact, ref, sealed, _) in found[:k]:
+        value_text = (None if sealed is None or ref is None
+                      else index.values.open(fact.fact_id, ref, sealed))
+        view = FactView(
+            fact_id=fact.fact_id, subject=fact.subject, predicate=fact.predicate,
+            value=None if value_text is None else json.loads(value_text), space=fact.space,
+            status=fact.status, provenance=PROVENANCES[effective_rank(fact)],
+            valid_from=fact.valid_from, valid_to=fact.valid_to, actor=fact.actor,
+            erased=value_text is None)
+        hits.append(RecallHit(
+            fact=view, score=score, lexical_rank=lex_rank.get(seq),
+            vector_rank=vec_rank.get(seq), salience=shown,
+            salience_class=salience_class(index.policy, b)))
+    return hits
 
 
 def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
@@ -124,32 +160,18 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     # Hybrid needs query words; a query of stopwords only is answered by vectors alone.
     strategy = cmd.strategy if cmd.strategy != "hybrid" or words else "vector"
     ranked = fused(lexical, vector, index.embedder.fusion_weight)
-    hits: list[RecallHit] = []
     lex_rank = {seq: i for i, seq in enumerate(lexical, start=1)}
     vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
-    for seq, score in top_with_ties(ranked, cmd.k, lexical):
-        fact = index.db.facts.get_by_seq(seq)
-        # A stale index row (a file edited behind the indexes, or behind the in-process copy
-        # of the vectors without replacing its version token) never serves a fact not believed.
-        if fact is None or INDEXED.get(fact.status) not in statuses:
-            continue
-        value_text = index.stored_text(fact)
-        b = salience(index.db, index.policy, fact, now)
-        hits.append(RecallHit(
-            fact=FactView(fact_id=fact.fact_id, subject=fact.subject, predicate=fact.predicate,
-                          value=None if value_text is None else json.loads(value_text),
-                          space=fact.space, status=fact.status,
-                          provenance=PROVENANCES[effective_rank(fact)],
-                          valid_from=fact.valid_from, valid_to=fact.valid_to, actor=fact.actor,
-                          erased=value_text is None),
-            score=score, lexical_rank=lex_rank.get(seq), vector_rank=vec_rank.get(seq),
-            salience=b if math.isfinite(b) else -99.0, salience_class=salience_class(index.policy, b)))
-    # Salience only breaks ties between equal fused scores.
-    hits.sort(key=lambda h: (-h.score, -h.salience))
+    hits = _hydrate(index, top_with_ties(ranked, cmd.k, lexical), statuses, now, cmd.k,
+                    lex_rank, vec_rank)
     parts = []
     if strategy != "vector":
         parts.append(f"FTS5 bm25 gave {len(lexical)} candidate(s)")
-    if strategy != "lexical" and cells == "matrix":
+    if strategy != "lexical" and cells == "matrix" and index.matrix.quantized:
+        parts.append(f"KNN ({index.embedder.name}, cosine) over int8 codes of every vector "
+                     f"in an in-process copy of sqlite-vec's table, the best re-scored exactly "
+                     f"from sqlite-vec's float32 rows, gave {len(vector)}")
+    elif strategy != "lexical" and cells == "matrix":
         parts.append(f"exact KNN ({index.embedder.name}, cosine) over every vector, in an "
                      f"in-process copy of sqlite-vec's table, gave {len(vector)}")
     elif strategy != "lexical":
@@ -162,4 +184,4 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
             f"facts inside the search; fused by reciprocal rank (k={RRF_K}, vector weight "
             f"{index.embedder.fusion_weight:g}); salience breaks ties")
     return RecallResult(query=cmd.query, strategy=strategy, note=note,
-                        embedder=index.embedder.name, results=hits[:cmd.k])
+                        embedder=index.embedder.name, results=hits)
