@@ -128,7 +128,7 @@ class VectorMatrix:
         version = self.db.recall.vec_version()
         if version == self._version:
             return True
-        count = self.db.recall.counts()[1]
+        count = self.db.recall.vector_count()
         self.drop()
         if count * self.dimensions * 5 <= self.max_bytes:
             self.quantized = False

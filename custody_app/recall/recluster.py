@@ -89,7 +89,7 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     with db.write():
         if db.recall.moving_below() != moving:
             return 0  # another connection finished this re-clustering (or a reindex ran)
-        db.recall.end_moving(db.recall.counts()[1])
+        db.recall.end_moving(db.recall.vector_count())
     return len(new)
 
 
