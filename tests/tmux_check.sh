@@ -38,7 +38,8 @@ wait_for() {  # wait_for TEXT [SECONDS]: poll the pane until TEXT shows
 }
 
 cd "$WORK"
-APP="env -u CUSTODY_LEDGER -u CUSTODY_POLICY $PYTHON -m custody_app"
+# COLUMNS/LINES from the caller (a test runner's worker sets them) would override the pane's size.
+APP="env -u CUSTODY_LEDGER -u CUSTODY_POLICY -u COLUMNS -u LINES $PYTHON -m custody_app"
 # The demo ledger, plus two more claims, so three wait for review.
 $APP --demo --no-tui --ledger "$WORK/demo.db" >/dev/null
 cat > "$WORK/claims.jsonl" <<'JSONL'
