@@ -186,11 +186,12 @@ def _send_until_answered(sock: socket.socket, data: bytes) -> None:
     the rest of a single `sendall` can meet a reset (a broken pipe) on a loaded machine; the
     answer is already in the receive buffer then.
     """
-    for start in range(0, len(data), 1 << 14):
+    piece = 1 << 14
+    for start in range(0, len(data), piece):
         if select.select([sock], [], [], 0)[0]:
             return
         try:
-            sock.sendall(data[start:start + (1 << 14)])
+            sock.sendall(data[start:start + piece])
         except (BrokenPipeError, ConnectionResetError):
             return
 

@@ -51,16 +51,8 @@ CLAIMS="$($APP queue --json --ledger "$WORK/demo.db" | "$PYTHON" -c 'import json
 [ "$(echo "$CLAIMS" | wc -w)" -eq 3 ] || { echo "tmux_check: expected 3 claims, got: $CLAIMS" >&2; exit 1; }
 TARGET="$($APP beliefs --subject acct:1042 --predicate plan --json --ledger "$WORK/demo.db" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["facts"][0]["fact_id"])')"
 
-# The pane is sized first and the app started in it only then: an app started while tmux is still
-# sizing a new window can read the first size (80x24) and miss the change on a loaded machine.
-tmux new-session -d -s "$SESSION" -x 170 -y 40 "sleep 600"
-tmux resize-window -t "$SESSION" -x 170 -y 40
-deadline=$((SECONDS + 30))
-until [ "$(tmux display-message -p -t "$SESSION" '#{pane_width}x#{pane_height}')" = 170x40 ]; do
-    [ "$SECONDS" -lt "$deadline" ] || { echo "tmux_check: the pane never became 170x40" >&2; exit 1; }
-    sleep 0.1
-done
-tmux respawn-pane -k -t "$SESSION" "$APP '$WORK/demo.db' --reviewer '$REVIEWER'; sleep 30"
+tmux new-session -d -s "$SESSION" -x 170 -y 40 \
+    "$APP '$WORK/demo.db' --reviewer '$REVIEWER'; sleep 30"
 wait_for "now (live)" 60
 
 # 1. Approve the three claims in bulk: review screen, mark all, approve, a reason.
