@@ -9,9 +9,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from custody_app.domain import timeutil
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.fold import fold_as_of
 from custody_app.domain.readmodels import FactView
@@ -83,6 +85,21 @@ def test_naive_time_is_refused(env: Env) -> None:
         assert exc.code == "invalid_time"
     else:
         raise AssertionError("a time without a zone was accepted")
+
+
+def test_normalise_cached_answers_what_parsing_afresh_answers_and_names_the_field() -> None:
+    # normalise keeps recent answers (a group validates one tx_at thousands of times): each
+    # answer, the second time too, is the fresh parse's; a refusal, asked twice, names the
+    # field each time (a cache must not keep the first caller's message).
+    for text in ("2026-09-01T02:00:00+02:00", "2026-09-01T00:00:00Z", " 2026-09-01T00:00:00.5Z",
+                 "0999-01-01T00:00:00Z", "2026-09-01T00:00:00-00:30"):
+        fresh = timeutil.format_time(timeutil.parse_time(text))
+        assert timeutil.normalise(text) == fresh and timeutil.normalise(text) == fresh
+    for field in ("tx_at", "valid_at"):
+        for bad in ("2026-09-01T00:00:00", "next tuesday", 20260901):
+            with pytest.raises(LedgerError) as err:
+                timeutil.normalise(bad, field)  # type: ignore[arg-type]
+            assert err.value.code == "invalid_time" and field in err.value.message
 
 
 # ---- quarantine as of a moment ----------------------------------------------------------

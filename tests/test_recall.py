@@ -275,6 +275,27 @@ def test_verify_reports_a_dead_fact_left_in_the_index(env: Env) -> None:
     assert a not in found(env, "violet umbrella")
 
 
+def test_which_indexed_finds_a_fact_left_in_either_index_alone(env: Env) -> None:
+    # The erasure proof asks which erased facts are still indexed: a fact whose row survives
+    # in one index only (a crash or a hand edit) must be reported, and one in neither not.
+    ledger = env.ledger
+    seqs = []
+    for n in range(4):
+        fact = ledger.db.facts.get(env.put(f"acct:{n}", "note", f"violet umbrella {n}"))
+        assert fact is not None
+        seqs.append(fact.assert_seq)
+    both, fts_only, vec_only, neither = seqs
+    conn = ledger.db.conn
+    with ledger.db.write():
+        conn.execute("DELETE FROM recall_vec WHERE fact_seq = ?", (fts_only,))
+        conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (vec_only,))
+        conn.execute("DELETE FROM recall_vec WHERE fact_seq = ?", (neither,))
+        conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (neither,))
+    assert ledger.db.recall.which_indexed(seqs) == {both, fts_only, vec_only}
+    assert ledger.db.recall.which_indexed([neither, 10**9]) == set()
+    assert ledger.db.recall.which_indexed([]) == set()
+
+
 # ---- the default embedder, strategies and notes ---------------------------------------------------
 def test_default_install_recalls_and_says_how(env: Env) -> None:
     ledger = env.ledger

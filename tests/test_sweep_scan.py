@@ -62,3 +62,56 @@ def test_the_many_needle_search_is_the_one_a_sweep_takes(tmp_path, monkeypatch) 
     monkeypatch.setattr(scrub, "MANY_NEEDLES", 10_000)
     blockwise = find_in_file(str(path), needles)
     assert calls == [40] and many == blockwise and sorted(many) == [0, 3, 7, 14, 21, 28, 35]
+
+
+_word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=8, max_size=20).map(
+    str.encode)
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(st.lists(_word, min_size=scrub.MANY_NEEDLES + 1, max_size=80, unique=True),
+       st.binary(max_size=2000), st.sampled_from([5, 64, scan_many.MANY_BLOCK_BYTES]))
+def test_needles_no_space_leads_are_led_by_bytes_picked_from_the_file_and_all_found(
+        tmp_path_factory, needles: list[bytes], noise: bytes, block: int) -> None:
+    """Short strings like "owner-6572" (no space, '_' or '-' with 8 bytes after it): led by
+    bytes picked from a sample of the file, in at most OTHER_AUTOMATA more passes (no pass
+    that reads every byte); every offset a plain search finds, and no other."""
+    text = b" ".join(needles[::2]) + noise + b"".join(needles[1::3]) + needles[0][:-1]
+    path = tmp_path_factory.mktemp("led") / "blob.bin"
+    path.write_bytes(text)
+    distinct = list(dict.fromkeys(needles))
+    with open(path, "rb", buffering=0) as handle:
+        counts = scan_many._sample_counts(handle)
+        assert handle.tell() == 0  # the sample moved nothing
+    plan = scan_many._plan(distinct, counts)
+    placed = sorted(i for pieces, _ in plan for frs in pieces.values() for i, _ in frs)
+    assert placed == list(range(len(distinct)))  # each needle in exactly one automaton
+    for pieces, _ in plan:  # every fragment is its needles' bytes at the offset it records
+        for fragment, frs in pieces.items():
+            assert all(distinct[i][at:at + len(fragment)] == fragment for i, at in frs)
+    if not any(kind == scan_many.ahocorasick_rs.Implementation.DFA for _, kind in plan):
+        assert len(plan) <= 1 + scan_many.OTHER_AUTOMATA
+    with patch.object(scan_many, "MANY_BLOCK_BYTES", block):
+        found = find_in_file(str(path), needles)
+    for i, needle in enumerate(needles):
+        every = [o for o in range(len(text)) if text.startswith(needle, o)]
+        assert found.get(i, []) == every[:scrub.MAX_OFFSETS], (i, needle)
+
+
+def test_the_bench_sweeps_strings_are_led_and_found_without_a_full_byte_pass(tmp_path) -> None:
+    """The strings of the erasure bench's sweep ("owner-6572", "seats-260"): picked leads
+    cover them all, so no DFA over fragments that start with any byte is built."""
+    names = ("owner", "region", "seats", "locale", "risk", "renewal", "sentiment", "notes")
+    needles = [f"{name}-{n}".encode() for name in names for n in range(100, 400, 7)]
+    text = b"\x00\x3d\xbd" * 4000 + b" ".join(needles[::5]) + bytes(range(256)) * 20
+    path = tmp_path / "blob.bin"
+    path.write_bytes(text)
+    with open(path, "rb", buffering=0) as handle:
+        counts = scan_many._sample_counts(handle)
+    plan = scan_many._plan(needles, counts)
+    assert 1 <= len(plan) <= scan_many.OTHER_AUTOMATA  # no led needles: the picked ones only
+    for pieces, kind in plan:
+        assert kind == scan_many.ahocorasick_rs.Implementation.ContiguousNFA
+        assert len({f[0] for f in pieces}) <= scan_many.LEADS_PER_AUTOMATON
+    found = find_in_file(str(path), needles)
+    assert sorted(found) == list(range(0, len(needles), 5))

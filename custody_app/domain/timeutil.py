@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Protocol
 
 from custody_app.domain.errors import LedgerError
@@ -40,7 +41,20 @@ def parse_time(text: str, field: str = "time") -> datetime:
 
 
 def normalise(text: str, field: str = "time") -> str:
+    """`text` as the ledger stores times (`invalid_time` naming `field` when it is not one)."""
+    if isinstance(text, str):
+        try:
+            return _normalised(text)
+        except LedgerError:
+            pass  # parsed again below, for the message that names the field
     return format_time(parse_time(text, field))
+
+
+@lru_cache(maxsize=1024)
+def _normalised(text: str) -> str:
+    # A group of events shares one transaction time: a sweep's 20,000 expire events validate
+    # the same two times 40,000 times (a tenth of its event validation).
+    return format_time(parse_time(text))
 
 
 class Clock(Protocol):
