@@ -99,11 +99,13 @@ class LedgerFile:
         return None if row is None else str(row[0])
 
     @contextmanager
-    def write(self) -> Iterator[None]:
+    def write(self, *, checkpoint_next: bool = False) -> Iterator[None]:
         """One write transaction (BEGIN IMMEDIATE), or a savepoint when already inside one.
         A full disk is a StoreFull (`disk_full`), and what the block wrote is rolled back. When
         SQLite rolls back the whole transaction under a savepoint (it can, on a full disk),
-        every later savepoint of it and its end raise too, so nothing claims to be stored."""
+        every later savepoint of it and its end raise too, so nothing claims to be stored.
+        `checkpoint_next`: the caller runs `wal_checkpoint` next (it waits for a background
+        pass itself), so a commit past the checkpointer's CAP does not wait for one here."""
         if self._depth:
             if self._aborted is not None:
                 raise self._aborted_error()
@@ -152,7 +154,7 @@ class LedgerFile:
         finally:
             self._depth = 0
             self._aborted = None
-        if self.checkpointer is not None:
+        if self.checkpointer is not None and not checkpoint_next:
             self.checkpointer.after_commit()
 
     def _undo_savepoint(self, name: str, full: bool) -> None:

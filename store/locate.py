@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import ahocorasick_rs
 import apsw
 
-from store.scrub import find_in_file, fragment_of, wal_path
+from store.scan_many import ManyPlan
+from store.scrub import find_in_file, fragment_of, plan_many, wal_path
 
 TABLES = ("SELECT name, sql FROM sqlite_schema WHERE type = 'table' "
           "AND name NOT LIKE 'sqlite_%' ORDER BY name")
@@ -164,9 +165,16 @@ class Locator:
     def files(self) -> list[str]:
         return [self.path, wal_path(self.path)]
 
-    def find(self, needles: list[bytes]) -> dict[str, dict[int, list[int]]]:
-        """For each of the ledger's files: needle index -> offsets where it is still present."""
-        return {path: find_in_file(path, needles) for path in self.files()}
+    def find(self, needles: list[bytes], plan: ManyPlan | None = None,
+             ) -> dict[str, dict[int, list[int]]]:
+        """For each of the ledger's files: needle index -> offsets where it is still present
+        (`plan`: the many-needle search prepared ahead by `plan`)."""
+        return {path: find_in_file(path, needles, plan=plan) for path in self.files()}
+
+    def plan(self, needles: list[bytes]) -> ManyPlan | None:
+        """The many-needle search for `needles`, built now from a sample of the database file
+        (None for few needles): to build while something else waits, and pass to `find`."""
+        return plan_many(self.path, needles)
 
     def page_size(self) -> int:
         return int(self._conn.pragma("page_size"))

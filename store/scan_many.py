@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Container
+from dataclasses import dataclass
 from io import RawIOBase
 
 import ahocorasick_rs
@@ -170,19 +171,38 @@ def _plan(distinct: list[bytes], counts: list[int] | None,
     return [(pieces, kind) for pieces, kind in groups if pieces]
 
 
-def _automata(distinct: list[bytes], counts: list[int] | None = None,
-              ) -> list[tuple[ahocorasick_rs.BytesAhoCorasick, Pieces]]:
+Automata = list[tuple[ahocorasick_rs.BytesAhoCorasick, Pieces]]
+
+
+def _automata(distinct: list[bytes], counts: list[int] | None = None) -> Automata:
     return [(ahocorasick_rs.BytesAhoCorasick(list(pieces), implementation=kind), pieces)
             for pieces, kind in _plan(distinct, counts)]
 
 
-def find_many(handle: RawIOBase, distinct: list[bytes], limit: int) -> dict[int, list[int]]:
+@dataclass(frozen=True)
+class ManyPlan:
+    """The automata for `distinct`, built ahead (a sweep builds them while a checkpoint of its
+    WAL runs in the background): the bytes picked to lead come from a sample of the file
+    taken then, which only makes the search faster or slower, never its answer different."""
+
+    distinct: list[bytes]
+    automata: Automata
+
+
+def plan_for(handle: RawIOBase, distinct: list[bytes]) -> ManyPlan:
+    return ManyPlan(distinct, _automata(distinct, _sample_counts(handle)))
+
+
+def find_many(handle: RawIOBase, distinct: list[bytes], limit: int,
+              plan: ManyPlan | None = None) -> dict[int, list[int]]:
     """Distinct needle index -> offsets: overlapping passes over the file for every needle's
     fragment (every occurrence of a fragment is reported, none hidden by another), block by
     block in one reused buffer (not a mapping: another connection may truncate the WAL under
-    it), each candidate compared in full in place, or read with pread past the block."""
-    automata = [(a, pieces, list(pieces))
-                for a, pieces in _automata(distinct, _sample_counts(handle))]
+    it), each candidate compared in full in place, or read with pread past the block. `plan`:
+    automata built ahead for these very needles (else built here)."""
+    if plan is None or plan.distinct != distinct:
+        plan = plan_for(handle, distinct)
+    automata = [(a, pieces, list(pieces)) for a, pieces in plan.automata]
     overlap = MANY_FRAGMENT_BYTES - 1
     buf = bytearray(MANY_BLOCK_BYTES + overlap)
     view = memoryview(buf)

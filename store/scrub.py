@@ -11,7 +11,7 @@ from io import RawIOBase
 import ahocorasick_rs
 import apsw
 
-from store.scan_many import find_many
+from store.scan_many import ManyPlan, find_many, plan_for
 
 # Backoff while a reader blocks the checkpoint: about 0.6 s in all, then report it pending.
 CHECKPOINT_DELAYS = (0.0, 0.01, 0.02, 0.04, 0.08, 0.16, 0.3)
@@ -218,7 +218,27 @@ def _core(indexed: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
 MANY_NEEDLES = SINGLE_PASSES * 2
 
 
-def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> dict[int, list[int]]:
+def distinct_needles(needles: list[bytes]) -> list[bytes]:
+    """The needles a scan searches for: each non-empty one once, in first-seen order."""
+    return list(dict.fromkeys(n for n in needles if n))
+
+
+def plan_many(path: str, needles: list[bytes]) -> ManyPlan | None:
+    """The many-needle search of `find_in_file` for these needles, prepared ahead from a
+    sample of the file at `path`; None when they are too few for it or the file is empty."""
+    distinct = distinct_needles(needles)
+    if len(distinct) <= MANY_NEEDLES:
+        return None
+    try:
+        handle = open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        return None
+    with handle:
+        return plan_for(handle, distinct)
+
+
+def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS,
+                 plan: ManyPlan | None = None) -> dict[int, list[int]]:
     """Needle index -> file offsets (at most `limit`) of each needle found in the file.
 
     A leftmost-longest Aho-Corasick search of the file, block by block in one reused buffer,
@@ -228,7 +248,8 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
     something, the windows of its matches are searched again for every fragment (the
     overlapping ones a non-overlapping pass skips too), or, past MAX_WINDOWS matches, each
     needle on its own (memmem). Past MANY_NEEDLES distinct needles (a sweep), one overlapping
-    pass over the file instead (`store.scan_many`). Equal needles are searched once."""
+    pass over the file instead (`store.scan_many`; `plan`: its automata, prepared ahead by
+    `plan_many`). Equal needles are searched once."""
     indexed = [(i, n) for i, n in enumerate(needles) if n]
     try:
         handle = open(path, "rb", buffering=0)
@@ -237,10 +258,10 @@ def find_in_file(path: str, needles: list[bytes], limit: int = MAX_OFFSETS) -> d
     with handle:
         if not indexed or os.fstat(handle.fileno()).st_size == 0:
             return {}
-        distinct = list(dict.fromkeys(n for _, n in indexed))
+        distinct = distinct_needles(needles)
         if len(distinct) > MANY_NEEDLES:
             where = {n: k for k, n in enumerate(distinct)}
-            by_needle = find_many(handle, distinct, limit)
+            by_needle = find_many(handle, distinct, limit, plan)
             return {i: by_needle[where[n]] for i, n in indexed if where[n] in by_needle}
         pieces = _pieces(indexed)
         core = _core(indexed)

@@ -74,3 +74,41 @@ def test_back_to_back_writes_still_start_the_wal_over(tmp_path: Path,
             _write(led, 2, str(n))  # ~30 pages a commit, ~1,800 in all
         wal = os.path.getsize(f"{path}-wal")
         assert wal < 400 * 4096, f"the WAL grew to {wal} bytes"
+
+
+def test_an_erasures_commit_leaves_the_pass_to_its_proofs_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep past CAP does not wait for the background pass in its commit: its proof's
+    truncating checkpoint, which waits for that pass itself, comes next (the wait of a 20k-fact
+    sweep, ~0.65 s, overlaps the proof's row checks and the scan's set-up). The proof still
+    ends with the WAL empty; any other write past CAP still waits."""
+    monkeypatch.setattr(ckpt, "PAGES", 20)
+    monkeypatch.setattr(ckpt, "CAP", 40)
+    path = tmp_path / "l.db"
+    with Ledger.open(path) as led:
+        checkpointer = led.db.checkpointer
+        assert checkpointer is not None
+        facts = [led.assert_fact(f"acct:{n}", "note", f"granite {n} " + "y" * 3000,
+                                 actor="agent:bot", cause={"kind": "message", "ref": "m"},
+                                 provenance="attested", valid_from="2026-01-01T00:00:00Z").fact_id
+                 for n in range(40)]
+        waits: list[int] = []
+        original = checkpointer.wait
+
+        def counted(timeout: float = ckpt.WAIT_S) -> bool:
+            waits.append(checkpointer.frames)
+            return original(timeout)
+
+        monkeypatch.setattr(checkpointer, "wait", counted)
+        last = led.assert_fact("acct:last", "note", "kept", actor="agent:bot",
+                               cause={"kind": "message", "ref": "m"}, provenance="attested")
+        _write(led, 5, "plain")  # ~75 pages: a plain write past CAP still goes through it
+        assert len(waits) == 1 and waits[0] >= 40
+        result = led.sweep(before=last.tx_at, actor="user:dpo")
+        assert sorted(result.expired) == sorted(facts)
+        assert len(waits) == 1, "the sweep's commit waited for the background pass"
+        assert result.certificate is not None and result.certificate.complete
+        wal = [p for p in result.certificate.places if p.place.startswith("WAL checkpoint")]
+        assert [p.outcome for p in wal] == ["clean"]
+        assert os.path.getsize(f"{path}-wal") == 0
+        assert led.verify().valid

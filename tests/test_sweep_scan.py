@@ -52,9 +52,9 @@ def test_the_many_needle_search_is_the_one_a_sweep_takes(tmp_path, monkeypatch) 
     calls: list[int] = []
     original = scan_many.find_many
 
-    def spy(handle, distinct, limit):  # type: ignore[no-untyped-def]
+    def spy(handle, distinct, limit, plan=None):  # type: ignore[no-untyped-def]
         calls.append(len(distinct))
-        return original(handle, distinct, limit)
+        return original(handle, distinct, limit, plan)
 
     monkeypatch.setattr(scrub, "find_many", spy)
     many = find_in_file(str(path), needles)
@@ -115,3 +115,25 @@ def test_the_bench_sweeps_strings_are_led_and_found_without_a_full_byte_pass(tmp
         assert len({f[0] for f in pieces}) <= scan_many.LEADS_PER_AUTOMATON
     found = find_in_file(str(path), needles)
     assert sorted(found) == list(range(0, len(needles), 5))
+
+
+def test_a_plan_built_ahead_answers_what_a_plan_built_at_the_scan_answers(tmp_path) -> None:
+    """The proof builds the search before its checkpoint, from a sample of the file as it was
+    then: a plan from another file's bytes, or one for other needles (ignored), changes no
+    answer."""
+    names = ("owner", "region", "seats", "risk")
+    needles = [f"{name}-{n}".encode() for name in names for n in range(100, 300, 3)]
+    needles += [f"note about {n} things".encode() for n in range(30)]
+    text = b"\x00" * 3000 + b"|".join(needles[::4]) + b"owner-10" + needles[-1]
+    path, other = tmp_path / "blob.bin", tmp_path / "other.bin"
+    path.write_bytes(text)
+    other.write_bytes(bytes(range(256)) * 64 + b"wwwwgggg" * 500)
+    fresh = find_in_file(str(path), needles)
+    assert sorted(fresh) == sorted(set(range(0, len(needles), 4)) | {len(needles) - 1})
+    ahead = scrub.plan_many(str(other), needles)
+    assert ahead is not None
+    assert find_in_file(str(path), needles, plan=ahead) == fresh
+    wrong = scrub.plan_many(str(path), needles[1:])
+    assert wrong is not None and find_in_file(str(path), needles, plan=wrong) == fresh
+    assert scrub.plan_many(str(path), needles[:scrub.MANY_NEEDLES]) is None  # too few
+    assert scrub.plan_many(str(tmp_path / "absent.db"), needles) is None

@@ -15,6 +15,7 @@ from store.rewrite import VACUUMED
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
     from store.rewrite import RewriteOutcome
+    from store.scan_many import ManyPlan
 
 ERASED = ("forgotten", "expired")
 
@@ -22,13 +23,16 @@ ERASED = ("forgotten", "expired")
 def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
     """Check every place the values could be, after the transaction committed."""
     checks = row_places(ledger, work, keys_place=keys_place)
+    # Built while the background pass over the erasure's WAL may still run (its commit did not
+    # wait for it: `transaction(checkpoint_next=True)`); the checkpoint below waits for it.
+    plan = ledger.db.locate.plan(work.needles)
     outcome = ledger.db.wal_checkpoint()
     crash_point("erasure.checkpointed")
     checks.append(PlaceCheck(
         place="WAL checkpoint (TRUNCATE)", outcome="clean" if outcome.complete else "pending",
         detail=f"{outcome.detail} ({outcome.attempts} attempt(s))"))
-    scans = scan_places(ledger, work, checkpoint_done=outcome.complete)
-    checks += rewrite_if_residue(ledger, work, scans) if outcome.complete else scans
+    scans = scan_places(ledger, work, checkpoint_done=outcome.complete, plan=plan)
+    checks += rewrite_if_residue(ledger, work, scans, plan) if outcome.complete else scans
     return checks
 
 
@@ -86,8 +90,8 @@ def residue_of(scans: list[PlaceCheck]) -> tuple[int, int]:
     return len(hits), sum(h.residue for h in hits)
 
 
-def rewrite_if_residue(ledger: LedgerCore, work: ErasureWork,
-                       scans: list[PlaceCheck]) -> list[PlaceCheck]:
+def rewrite_if_residue(ledger: LedgerCore, work: ErasureWork, scans: list[PlaceCheck],
+                       plan: ManyPlan | None = None) -> list[PlaceCheck]:
     """After a complete checkpoint: when the scans found erased bytes no live row explains
     (residue SQLite leaves in a rebuilt page's unallocated space, which secure_delete does not
     zero), rewrite the file from its live rows and scan it again; otherwise the scans as they
@@ -102,13 +106,15 @@ def rewrite_if_residue(ledger: LedgerCore, work: ErasureWork,
         place=REWRITE_PLACE, outcome="clean" if done.complete else "pending",
         detail=f"the first scan found {strings} erased string(s) ({copies} copies) in space no "
         f"live row explains (left by SQLite when it rebuilt pages); rewritten: {done.detail}")
-    return [place, *scan_places(ledger, work, checkpoint_done=done.complete)]
+    return [place, *scan_places(ledger, work, checkpoint_done=done.complete, plan=plan)]
 
 
-def scan_places(ledger: LedgerCore, work: ErasureWork, *, checkpoint_done: bool) -> list[PlaceCheck]:
-    """The byte scan of each file, each string still found located and classified."""
+def scan_places(ledger: LedgerCore, work: ErasureWork, *, checkpoint_done: bool,
+                plan: ManyPlan | None = None) -> list[PlaceCheck]:
+    """The byte scan of each file, each string still found located and classified (`plan`:
+    the search for these needles, prepared ahead)."""
     out: list[PlaceCheck] = []
-    found = ledger.db.locate.find(work.needles)
+    found = ledger.db.locate.find(work.needles, plan)
     hits = classify(ledger, work, {p: f for p, f in found.items() if f}) if any(
         found.values()) else {}
     for path in found:
