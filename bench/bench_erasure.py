@@ -207,6 +207,7 @@ class Probe:
         self.c: dict[str, list[float]] = defaultdict(list)  # the same calls, CPU of this process
         self.n: dict[str, list[int]] = defaultdict(list)
         self.scan_sample: int | None = None  # scan only this many needles, extrapolate the time
+        self.planned = (0.0, 0.0)  # wall, CPU of building the next scan's search ahead
         self.extrapolated = False
         self.last_needles: list[bytes] = []
 
@@ -219,14 +220,15 @@ class Probe:
     def install(self) -> None:
         cls = store_connection.LedgerFile
         orig_write, orig_ck, orig_scan = cls.write, cls.wal_checkpoint, Locator.find
+        orig_plan = Locator.plan
         orig_cand = ErasureStore.sweep_candidates
         probe = self
 
         @contextmanager
-        def write(self: Any) -> Iterator[None]:
+        def write(self: Any, **kw: Any) -> Iterator[None]:
             outer = self.depth == 0
             t0, c0 = time.perf_counter(), time.process_time()
-            with orig_write(self):
+            with orig_write(self, **kw):
                 yield
             if outer:
                 probe.t["write_tx"].append(time.perf_counter() - t0)
@@ -239,7 +241,15 @@ class Probe:
             probe.c["checkpoint"].append(time.process_time() - c0)
             return out
 
-        def scan(self: Any, needles: list[bytes]) -> dict[str, dict[int, list[int]]]:
+        def plan(self: Any, needles: list[bytes]) -> Any:
+            # The scan's search, built before the proof's checkpoint: counted in the next scan.
+            t0, c0 = time.perf_counter(), time.process_time()
+            out = orig_plan(self, needles)
+            probe.planned = (time.perf_counter() - t0, time.process_time() - c0)
+            return out
+
+        def scan(self: Any, needles: list[bytes], plan: Any = None,
+                 ) -> dict[str, dict[int, list[int]]]:
             t0, c0 = time.perf_counter(), time.process_time()
             k = probe.scan_sample
             if k is not None and len(needles) > k:
@@ -249,10 +259,11 @@ class Probe:
                 dt = (time.perf_counter() - t0) * len(needles) / k
                 probe.extrapolated = True
             else:
-                out = orig_scan(self, needles)
+                out = orig_scan(self, needles, plan)
                 dt = time.perf_counter() - t0
-            probe.t["scan"].append(dt)
-            probe.c["scan"].append(time.process_time() - c0)
+            planned, probe.planned = probe.planned, (0.0, 0.0)
+            probe.t["scan"].append(dt + planned[0])
+            probe.c["scan"].append(time.process_time() - c0 + planned[1])
             probe.last_needles = list(needles)
             probe.n["needles"].append(len(needles))
             return out
@@ -275,6 +286,7 @@ class Probe:
         cls.write = write  # type: ignore[method-assign]
         cls.wal_checkpoint = wal_checkpoint  # type: ignore[method-assign]
         Locator.find = scan  # type: ignore[method-assign]
+        Locator.plan = plan  # type: ignore[method-assign]
         ErasureStore.sweep_candidates = sweep_candidates  # type: ignore[method-assign]
 
 

@@ -71,6 +71,10 @@ VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
 # Bumped when the index layout changes: an older layout is rebuilt at open like an embedder change.
 LAYOUT = "ivf-l2-1"
 VEC_DELETE = "DELETE FROM recall_vec WHERE fact_seq = ?"
+# A JSON array of fact seqs in the order sqlite-vec stores their vectors (chunk, then slot),
+# from its rowids table (an integer primary key is that table's rowid).
+VEC_STORED_ORDER = ("SELECT r.rowid FROM json_each(?) j JOIN recall_vec_rowids r "
+                    "ON r.rowid = j.value ORDER BY r.chunk_id, r.chunk_offset")
 VEC_STATUS = "UPDATE recall_vec SET status = ? WHERE fact_seq = ?"
 VEC_COUNT = "SELECT count(*) FROM recall_vec"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
@@ -262,9 +266,25 @@ class RecallStore(RecallMeta, RecallHits):
             self._conn.execute(FTS_SECURE, (1,))
         else:
             self._conn.executemany(FTS_DELETE, rows)
-        self._conn.executemany(VEC_DELETE, rows)
+        self._conn.executemany(VEC_DELETE, [(seq,) for seq in self._stored_order(fact_seqs)])
         self._freq.clear()
         return self._bump()
+
+    def _stored_order(self, fact_seqs: list[int]) -> list[int]:
+        """`fact_seqs` in the order their vectors are stored: deleted in that order, each
+        chunk's blobs are rewritten while its pages are hot (20k of 84k vectors: 0.7-1.0 s
+        against 1.8-1.9 s in seq order). Only the order comes from sqlite-vec's rowids table:
+        seqs it does not list keep their turn at the end, and without the table (another
+        sqlite-vec) the order is the given one, so every seq is deleted either way."""
+        if len(fact_seqs) < 2:
+            return fact_seqs
+        try:
+            stored = [int(r[0]) for r in self._conn.execute(VEC_STORED_ORDER,
+                                                            (_json_ints(fact_seqs),))]
+        except apsw.SQLError:
+            return fact_seqs
+        listed = set(stored)
+        return stored + [seq for seq in fact_seqs if seq not in listed]
 
     def set_status(self, fact_seq: int, status: str) -> tuple[str, str]:
         """Move an indexed fact between live and quarantined (its vector row; the lexical row
@@ -363,11 +383,16 @@ class RecallStore(RecallMeta, RecallHits):
         each, in two statements: a sweep checks tens of thousands)."""
         if not fact_seqs:
             return set()
-        seqs = "[" + ",".join(str(int(s)) for s in fact_seqs) + "]"
+        seqs = _json_ints(fact_seqs)
         return {int(r[0]) for sql in (FTS_HOLDS, VEC_HOLDS) for r in self._conn.execute(sql, (seqs,))}
 
     def exists(self) -> bool:
         return self._conn.execute(VEC_EXISTS).fetchone() is not None
+
+
+def _json_ints(values: Sequence[int]) -> str:
+    """A JSON array of integers, for json_each (one statement over many seqs)."""
+    return "[" + ",".join(str(int(v)) for v in values) + "]"
 
 
 def _no_room(conn: apsw.Connection) -> bool:

@@ -23,6 +23,7 @@ from custody_app.domain.readmodels import RecallResult
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import text
 from custody_app.recall.text import fact_text
+from store import recall as recall_store
 from tests.conftest import CAUSE, REVIEWER, WRITER, Env, day, ledger_bytes
 
 DPO = "user:dpo"
@@ -294,6 +295,39 @@ def test_which_indexed_finds_a_fact_left_in_either_index_alone(env: Env) -> None
     assert ledger.db.recall.which_indexed(seqs) == {both, fts_only, vec_only}
     assert ledger.db.recall.which_indexed([neither, 10**9]) == set()
     assert ledger.db.recall.which_indexed([]) == set()
+
+
+def test_remove_many_deletes_every_vector_in_the_order_sqlite_vec_stores_them(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sweep's vec0 deletes go chunk by chunk (the order read from sqlite-vec's rowids
+    # table); a seq that table does not list, a repeated one, or no such table at all (another
+    # sqlite-vec) still has every vector deleted.
+    ledger = env.ledger
+    seqs = []
+    for n in range(12):
+        fact = ledger.db.facts.get(env.put(f"acct:{n}", "note", f"violet umbrella {n}"))
+        assert fact is not None
+        seqs.append(fact.assert_seq)
+    recall = ledger.db.recall
+    conn = ledger.db.conn
+    stored = [int(r[0]) for r in conn.execute(
+        "SELECT rowid FROM recall_vec_rowids ORDER BY chunk_id, chunk_offset")]
+    asked = [seqs[5], seqs[1], 10**9, seqs[9], seqs[1]]
+    assert recall._stored_order(asked) == [s for s in stored for _ in range(asked.count(s))] + [
+        10**9]
+    deleted: list[int] = []
+    conn.set_update_hook(lambda op, db, table, rowid: deleted.append(rowid)
+                         if table == "recall_vec_rowids" else None)
+    with ledger.db.write():
+        recall.remove_many(asked)
+    conn.set_update_hook(None)
+    assert deleted == [s for s in stored if s in asked]  # chunk by chunk, each once
+    assert recall.which_indexed(seqs) == set(seqs) - set(asked)
+    monkeypatch.setattr(recall_store, "VEC_STORED_ORDER", "SELECT rowid FROM no_such_table")
+    assert recall._stored_order(seqs[6:]) == seqs[6:]
+    with ledger.db.write():
+        recall.remove_many(seqs[6:])
+    assert recall.which_indexed(seqs) == {seqs[0], seqs[2], seqs[3], seqs[4]}
 
 
 # ---- the default embedder, strategies and notes ---------------------------------------------------
