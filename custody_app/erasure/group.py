@@ -41,10 +41,11 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
     else:
         is_name = db.erasure.is_name
 
+    ciphers = crypto.Ciphers()  # one cipher per key for the group, dropped with it
     for fact, root, extra in members:
         event = events[fact.assert_seq]
         ref = json.loads(event.body)["subject_ref"]
-        text = ledger.values.open(fact.fact_id, ref, event.value)
+        text = ledger.values.open(fact.fact_id, ref, event.value, ciphers)
         digest_kind, digest = digest_of(ledger, text)
         if text is not None and policy.digest != "none" and ledger.keys is not None:
             digests.append((ref, fact.predicate, previously_forgotten_digest(
@@ -52,7 +53,7 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
         add_needles(event.value, text, work, is_name, fact.fact_id, fact.predicate)
         for seq, blob in texts[fact.fact_id]:
             try:
-                opened = ledger.texts.open(fact.fact_id, ref, blob)
+                opened = ledger.texts.open(fact.fact_id, ref, blob, ciphers)
             except crypto.DecryptError:
                 opened = None  # tampered: still erased, and its bytes still scanned for
             add_text_needles(blob, opened, work, is_name, fact.fact_id, seq)

@@ -102,9 +102,14 @@ def keyed_digest(key: bytes, *parts: str) -> str:
     """HMAC-SHA256 over length-prefixed parts (so ("ab","c") and ("a","bc") differ), in one
     call of the C one-shot (`hmac.digest`: a sweep takes two per fact; the same bytes as
     updating an `hmac.new` object part by part, tests/test_crypto_digest.py)."""
-    message = b"".join(struct.pack(">I", len(data)) + data
-                       for data in (part.encode("utf-8") for part in parts))
-    return hmac.digest(key, message, "sha256").hex()
+    chunks: list[bytes] = []
+    for part in parts:
+        data = part.encode("utf-8")
+        chunks += (_LENGTH.pack(len(data)), data)
+    return hmac.digest(key, b"".join(chunks), "sha256").hex()
+
+
+_LENGTH = struct.Struct(">I")
 
 
 def plain_digest(text: str) -> str:

@@ -95,9 +95,11 @@ class ValueCodec:
         return _seal(self.keys, subject, value_text.encode("utf-8"), fact_id, work_started, now,
                      erased_at)
 
-    def open(self, fact_id: str, subject_ref: str, blob: bytes | None) -> str | None:
-        """The canonical value text; None when erased or its key is gone. Raises on tampering."""
-        data = _open(self.keys, subject_ref, blob, fact_id)
+    def open(self, fact_id: str, subject_ref: str, blob: bytes | None,
+             ciphers: crypto.Ciphers | None = None) -> str | None:
+        """The canonical value text; None when erased or its key is gone. Raises on tampering.
+        `ciphers`: a walk's cipher cache (a sweep's group)."""
+        data = _open(self.keys, subject_ref, blob, fact_id, ciphers)
         return None if data is None else data.decode("utf-8")
 
     def opener(self, row: EventRow, body: dict[str, Any]) -> str | None:
