@@ -31,8 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import custody_app.recall.search as recall_mod  # noqa: E402
-from bench.bench_recall import FUSION_WEIGHTS, fresh_ledger  # noqa: E402
+from bench.bench_recall import FUSION_WEIGHTS, fresh_ledger, vector_weight  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "dialogue_set.json"
@@ -69,19 +68,13 @@ def score(ledger: Any, ids: dict[str, str], questions: list[dict[str, Any]],
 
 def sweep(ledger: Any, ids: dict[str, str], questions: list[dict[str, Any]]) -> list[str]:
     """Hybrid at each of FUSION_WEIGHTS (the embedder's own marked *)."""
-    orig, rows = recall_mod.fused, []
-    try:
-        for w in FUSION_WEIGHTS:
-            def weighted(lexical: list[int], vector: list[int], _own: float = 1.0,
-                         w: float = w) -> list[tuple[int, float]]:
-                return orig(lexical, vector, w)
-            recall_mod.fused = weighted
+    rows = []
+    for w in FUSION_WEIGHTS:
+        with vector_weight(w):
             r = score(ledger, ids, questions, "hybrid")
-            mine = " *" if w == ledger.embedder.fusion_weight else ""
-            rows.append(f"| {ledger.embedder.name} | {w:g}{mine} | {r['all']['r@10']:.3f} | "
-                        f"{r['all']['mrr']:.3f} | {r['paraphrase']['r@10']:.3f} |")
-    finally:
-        recall_mod.fused = orig
+        mine = " *" if w == ledger.embedder.fusion_weight else ""
+        rows.append(f"| {ledger.embedder.name} | {w:g}{mine} | {r['all']['r@10']:.3f} | "
+                    f"{r['all']['mrr']:.3f} | {r['paraphrase']['r@10']:.3f} |")
     return rows
 
 

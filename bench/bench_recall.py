@@ -39,7 +39,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -127,19 +128,28 @@ FUSION_WEIGHTS = (0.5, 1.0, 2.0, 3.0)
 SWEEPS: list[tuple[str, float, float, dict[str, float]]] = []
 
 
-def fusion_sweep(ledger: Ledger, ids: dict[str, str], queries: list[dict[str, Any]]) -> None:
-    """Hybrid quality at several vector weights in the fusion (the embedder's own marked)."""
+@contextmanager
+def vector_weight(weight: float) -> Iterator[None]:
+    """Hybrid recall fuses the vector ranks at `weight` instead of the embedder's own."""
     orig = recall_mod.fused
+
+    def weighted(lexical: list[int], vector: list[int],
+                 _own: float = 1.0) -> list[tuple[int, float]]:
+        return orig(lexical, vector, weight)
+
+    recall_mod.fused = weighted
     try:
-        for w in FUSION_WEIGHTS:
-            def weighted(lexical: list[int], vector: list[int], _own: float = 1.0,
-                         w: float = w) -> list[tuple[int, float]]:
-                return orig(lexical, vector, w)
-            recall_mod.fused = weighted
-            SWEEPS.append((ledger.embedder.name, w, ledger.embedder.fusion_weight,
-                           score(ledger, ids, queries, "hybrid")["all"]))
+        yield
     finally:
         recall_mod.fused = orig
+
+
+def fusion_sweep(ledger: Ledger, ids: dict[str, str], queries: list[dict[str, Any]]) -> None:
+    """Hybrid quality at several vector weights in the fusion (the embedder's own marked)."""
+    for w in FUSION_WEIGHTS:
+        with vector_weight(w):
+            SWEEPS.append((ledger.embedder.name, w, ledger.embedder.fusion_weight,
+                           score(ledger, ids, queries, "hybrid")["all"]))
 
 
 def render_sweeps() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -86,6 +87,15 @@ def make_env(tmp_path: Path) -> Iterator[Callable[..., Env]]:
     yield make
     for e in made:
         e.ledger.close()
+
+
+def fixture_copy(fixture: Path, into: Path) -> Path:
+    """A copy of the fixture ledger in `fixture` (tests/fixtures/vN) and its key files, in
+    `into`; returns the ledger's path there."""
+    for item in fixture.iterdir():
+        if item.name.startswith("ledger.db"):
+            shutil.copyfile(item, into / item.name)
+    return into / "ledger.db"
 
 
 def ledger_bytes(path: Path) -> bytes:

@@ -276,15 +276,21 @@ def test_verify_reports_a_dead_fact_left_in_the_index(env: Env) -> None:
     assert a not in found(env, "violet umbrella")
 
 
+def _indexed(env: Env, count: int) -> list[int]:
+    """The assert seqs of `count` new indexed facts."""
+    seqs = []
+    for n in range(count):
+        fact = env.ledger.db.facts.get(env.put(f"acct:{n}", "note", f"violet umbrella {n}"))
+        assert fact is not None
+        seqs.append(fact.assert_seq)
+    return seqs
+
+
 def test_which_indexed_finds_a_fact_left_in_either_index_alone(env: Env) -> None:
     # The erasure proof asks which erased facts are still indexed: a fact whose row survives
     # in one index only (a crash or a hand edit) must be reported, and one in neither not.
     ledger = env.ledger
-    seqs = []
-    for n in range(4):
-        fact = ledger.db.facts.get(env.put(f"acct:{n}", "note", f"violet umbrella {n}"))
-        assert fact is not None
-        seqs.append(fact.assert_seq)
+    seqs = _indexed(env, 4)
     both, fts_only, vec_only, neither = seqs
     conn = ledger.db.conn
     with ledger.db.write():
@@ -303,11 +309,7 @@ def test_remove_many_deletes_every_vector_in_the_order_sqlite_vec_stores_them(
     # table); a seq that table does not list, a repeated one, or no such table at all (another
     # sqlite-vec) still has every vector deleted.
     ledger = env.ledger
-    seqs = []
-    for n in range(12):
-        fact = ledger.db.facts.get(env.put(f"acct:{n}", "note", f"violet umbrella {n}"))
-        assert fact is not None
-        seqs.append(fact.assert_seq)
+    seqs = _indexed(env, 12)
     recall = ledger.db.recall
     conn = ledger.db.conn
     stored = [int(r[0]) for r in conn.execute(

@@ -7,7 +7,6 @@ lexical rows without the status token, answering lexical recall as it did before
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from custody_app import Ledger
 from store import open_ledger
 from store.schema import SCHEMA_VERSION
+from tests.conftest import fixture_copy
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v5"
 MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text())
@@ -27,10 +27,7 @@ FTS_SHADOWS = ("recall_fts_data", "recall_fts_idx", "recall_fts_content", "recal
 @pytest.fixture
 def old(tmp_path: Path) -> Path:
     """A copy of the schema-5 ledger and its key files."""
-    for item in FIXTURE.iterdir():
-        if item.name.startswith("ledger.db"):
-            shutil.copyfile(item, tmp_path / item.name)
-    return tmp_path / "ledger.db"
+    return fixture_copy(FIXTURE, tmp_path)
 
 
 def _raw(path: Path) -> apsw.Connection:

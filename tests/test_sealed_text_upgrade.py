@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -23,6 +22,7 @@ from custody_app.domain.canonical import canonical
 from custody_app.domain.sealed_text import ERASED_TEXT
 from custody_app.evidence.offline import verify_export
 from store.schema import SCHEMA_VERSION
+from tests.conftest import fixture_copy
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v4"
 MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text())
@@ -33,10 +33,7 @@ FACTS: dict[str, str] = MANIFEST["facts"]
 @pytest.fixture
 def old(tmp_path: Path) -> Path:
     """A copy of the schema-4 ledger and its key files."""
-    for item in FIXTURE.iterdir():
-        if item.name.startswith("ledger.db"):
-            shutil.copyfile(item, tmp_path / item.name)
-    return tmp_path / "ledger.db"
+    return fixture_copy(FIXTURE, tmp_path)
 
 
 def user_version(path: Path) -> int:
