@@ -1,6 +1,7 @@
 """Everything that touches APSW: the connection, schema, migrations and every SQL statement."""
 
-from store.connection import LedgerFile, open_ledger
+from store.connection import LedgerFile
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError
+from store.opening import open_ledger
 
 __all__ = ["LedgerFile", "LedgerTooNew", "NotALedger", "StoreBusy", "StoreError", "open_ledger"]

@@ -11,11 +11,11 @@ from urllib.parse import quote
 
 import apsw
 
-from store.connection import configure_pragmas, load_sqlite_vec
 from store.erasure import ErasureStore
 from store.errors import NotALedger, StoreError
 from store.keystore import _MIGRATIONS as KEYSTORE_MIGRATIONS
 from store.keystore import GET_META, KEYSTORE_APPLICATION_ID
+from store.opening import configure_pragmas, load_sqlite_vec
 from store.recall import RecallStore
 from store.schema import APPLICATION_ID, MIGRATIONS
 from store.scrub import wal_path

@@ -262,7 +262,7 @@ SELECT 'free_text_sealed', 'at creation' WHERE NOT EXISTS (SELECT 1 FROM events)
 # a confirm (or any move between live and quarantined) does not rewrite a fact's FTS5 row; the
 # live-only filter reads the facts table. No table changes here: the rows of an existing index
 # are rewritten by `store.recall_upgrade.drop_status_scope`, which the migration runs in the same
-# transaction right after this script (store.connection, POST_MIGRATION).
+# transaction right after this script (store.opening, POST_MIGRATION).
 V6 = """
 UPDATE ledger_meta SET value = value WHERE 0;
 """
