@@ -1,5 +1,5 @@
-"""The ledger's core: opening a ledger under a policy, write transactions, the one append that
-every event goes through, and the rebuild of the projection from the events."""
+"""The ledger's core: opening a ledger under a policy, write transactions, and the one append
+that every event goes through (the rebuild of the projection from the events: `rebuild`)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import Any, Self
 
 from pydantic import ValidationError
 
-from custody_app.core import batch, sessions, texts
+from custody_app.core import batch, rebuild, sessions, texts
 from custody_app.core.faults import crash_point
-from custody_app.core.projector import MemoryProjection, apply_event
+from custody_app.core.projector import apply_event
 from custody_app.core.rollback import check_high_water
 from custody_app.domain.chain import GENESIS, canonical, event_hash
 from custody_app.domain.commands import refusal
@@ -282,58 +282,4 @@ class LedgerCore:
 
     def rebuild(self, *, repair: bool = False) -> RebuildResult:
         """Recompute the projection from the events and report where the stored one differs."""
-        memory = MemoryProjection()
-        with self.db.read():
-            for e in self.db.events.iter_all():
-                apply_event(memory, e.kind, e.seq, e.tx_at, e.fact_id, json.loads(e.body),
-                            e.subject)
-            stored = self.db.facts.dump()
-            index = sessions.rebuilt_index(self.db.events.iter_all())
-            stored_index = self.db.sessions.dump()
-            actions = sessions.rebuilt_actions(self.db.events.iter_all())
-            stored_actions = self.db.actions.dump()
-        rebuilt = memory.dump()
-        # The recall indexes are derived too; compared before anything is repaired.
-        with self.db.read():
-            recall_differences = self.index.differences() if self.db.recall.exists() else []
-        differences = _compare(stored, rebuilt)
-        index_differences = _compare(stored_index, index,
-                                     names=("served fact", "session event", "session"))
-        if repair and differences:
-            with self.transaction():
-                self.db.facts.replace_all(*rebuilt)
-        if repair and index_differences:
-            with self.transaction():
-                self.db.sessions.replace_all(*index)
-        action_differences = _compare(([*map(tuple, stored_actions)], [], []),
-                                      ([*map(tuple, actions)], [], []),
-                                      names=("action", "-", "-"))
-        if repair and action_differences:
-            with self.transaction():
-                self.db.actions.replace_all(actions)
-        differences += index_differences + action_differences
-        if repair and differences and not recall_differences:
-            # The projection was repaired: the indexes must follow the repaired beliefs.
-            with self.db.read():
-                stale = self.index.differences() if self.db.recall.exists() else []
-            if stale:
-                with self.transaction():
-                    self.index.rebuild()
-        if repair and recall_differences:
-            with self.transaction():
-                self.index.rebuild()
-        differences += [f"recall index: {d}" for d in recall_differences]
-        return RebuildResult(facts=len(rebuilt[0]), states=len(rebuilt[1]),
-                             differences=differences, repaired=repair and bool(differences))
-
-
-
-def _compare(stored: tuple[list[Any], list[Any], list[Any]],
-             rebuilt: tuple[list[Any], list[Any], list[Any]], limit: int = 50,
-             names: tuple[str, str, str] = ("fact", "state", "source link")) -> list[str]:
-    out: list[str] = []
-    for name, mine, theirs in zip(names, stored, rebuilt, strict=True):
-        have, want = set(map(repr, mine)), set(map(repr, theirs))
-        out += [f"{name} only in the stored projection: {r}" for r in sorted(have - want)]
-        out += [f"{name} missing from the stored projection: {r}" for r in sorted(want - have)]
-    return out[:limit]
+        return rebuild.rebuild(self, repair=repair)
