@@ -91,6 +91,8 @@ def test_needles_no_space_leads_are_led_by_bytes_picked_from_the_file_and_all_fo
             assert all(distinct[i][at:at + len(fragment)] == fragment for i, at in frs)
     if not any(kind == scan_many.ahocorasick_rs.Implementation.DFA for _, kind in plan):
         assert len(plan) <= 1 + scan_many.OTHER_AUTOMATA
+    rest = [n for n in distinct if scan_many._many_fragment(n, {}) is None]
+    assert all(b < 0x80 for b in scan_many._leads(rest, counts) or [])
     with patch.object(scan_many, "MANY_BLOCK_BYTES", block):
         found = find_in_file(str(path), needles)
     for i, needle in enumerate(needles):
