@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import apsw
@@ -62,6 +62,10 @@ class LedgerFile:
         self._aborted: str | None = None
         # WAL checkpoints in a thread of their own instead of inside a COMMIT (a writer's).
         self.checkpointer: Checkpointer | None = None
+        # `timer()` when the latest write transaction's COMMIT returned (the write lock is free
+        # from then on, before any wait for a checkpoint); a test may give it a clock of its own.
+        self.timer: Callable[[], float] = time.perf_counter
+        self.committed_at = 0.0
 
     def checkpoint_in_background(self) -> None:
         """Take the automatic WAL checkpoint off this connection's commits (store.checkpointer)."""
@@ -140,6 +144,7 @@ class LedgerFile:
             if self._aborted is not None or not self.conn.in_transaction:
                 raise self._aborted_error()
             self.conn.execute("COMMIT")
+            self.committed_at = self.timer()
         except apsw.Error as exc:
             self._rollback()
             if _is_full(exc):

@@ -132,6 +132,16 @@ class RecallStore(RecallMeta, RecallHits):
                 out.append(seq)
         return out
 
+    def vector_seqs_by_cell(self, below: int) -> tuple[array[int], array[int]]:
+        """(fact seqs, cells) of the vectors in a cell below `below`, two parallel arrays of 8
+        bytes an entry (the caller orders them: the scan gives them in rowid order)."""
+        seqs, cells = array("q"), array("q")
+        for seq, cell in self._conn.execute(VEC_CELLS):
+            if cell < below:
+                seqs.append(seq)
+                cells.append(cell)
+        return seqs, cells
+
     def vectors_of(self, fact_seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         """(fact_seq, vector) of those of `fact_seqs` indexed (a fact's vector never changes
         while its table lives, so these may be read before the write that moves them)."""
@@ -139,21 +149,26 @@ class RecallStore(RecallMeta, RecallHits):
         return [(seq, bytes(row[0])) for seq, row in rows if row is not None]
 
     def move(self, vectors: list[tuple[int, bytes]], cell_of: Callable[[bytes], int],
-             below: int) -> int:
+             below: int, enough: Callable[[], bool] | None = None) -> int:
         """Move those of `vectors` whose row is still in a cell below `below` into the cell
         `cell_of` gives (inside the caller's transaction; status and the other columns are
         read afresh here). A vec0 DELETE zeroes the old slot in place, so no copy of a moved
         vector stays behind. Only the cell changes, so the version token is kept (an
-        in-process copy of the vectors stays valid). Returns how many moved."""
-        rows = []
+        in-process copy of the vectors stays valid). `enough`, asked after each row, ends the
+        move there (the first row is always gone through). Returns how many of `vectors` it
+        went through, moved or found gone; the rest are left for the next call."""
+        used = 0
         for seq, vector in vectors:
+            used += 1
             row = self._conn.execute(VEC_META_ONE, (seq,)).fetchone()
             if row is not None and int(row[0]) < below:
                 self._conn.execute(VEC_DELETE, (seq,))
-                rows.append((seq, cell_of(vector), vector, str(row[1]), str(row[2]),
-                             str(row[3]), str(row[4])))
-        self._insert_vectors(rows)
-        return len(rows)
+                # Row by row, so `enough` sees what each costs in all.
+                self._insert_vectors([(seq, cell_of(vector), vector, str(row[1]), str(row[2]),
+                                       str(row[3]), str(row[4]))])
+            if enough is not None and enough():
+                break
+        return used
 
     def _create_vec(self, dimensions: int) -> None:
         self._bump()

@@ -55,7 +55,9 @@ def test_a_second_writer_commits_between_every_batch(make_env: Callable[..., Env
 
     other = open_ledger(env.path)
     try:
-        cells = rc.recluster(other, env.ledger.policy, batch=100, progress=between_batches)
+        # No time budget: batches of exactly 100 (the budget has a test of its own).
+        cells = rc.recluster(other, env.ledger.policy, batch=100, budget_s=None,
+                             progress=between_batches)
     finally:
         other.close()
     assert len(written) == 13  # 1,300 vectors in batches of 100
@@ -64,6 +66,86 @@ def test_a_second_writer_commits_between_every_batch(make_env: Callable[..., Env
     assert env.ledger.db.recall.clustered_on() == 1300 + len(written)
     for n, fact in enumerate(written):
         assert ids(env.ledger.recall(f"writer {n} zephyr orchid", k=1, strategy="vector")) == [fact]
+    index_clean(env)
+
+
+class SlowRows:
+    """On a clock of its own (the one the re-clustering's budget reads), each vec0 DELETE of the
+    connection it traces costs `cost(n)` (n counts the deletes) and a write transaction's COMMIT
+    `commit` a row deleted in it; notes each write transaction's costs."""
+
+    def __init__(self, cost: Callable[[int], float], commit: float = 0.0) -> None:
+        self.cost = cost
+        self.commit = commit
+        self.now = 0.0
+        self.deleted: list[int] = []  # fact seqs, in the order deleted
+        self.transactions: list[list[float]] = []  # each delete's cost and the commit's
+        self._writing = False
+
+    def __call__(self, cursor: Any, sql: str, bindings: Any) -> bool:
+        if sql.startswith("BEGIN IMMEDIATE"):
+            self._writing = True
+            self.transactions.append([])
+        elif sql.startswith("DELETE FROM recall_vec"):
+            cost = self.cost(len(self.deleted))
+            self.now += cost
+            self.deleted.append(int(bindings[0]))
+            self.transactions[-1].append(cost)
+        elif sql == "COMMIT" and self._writing:  # not a read transaction's end
+            self._writing = False
+            self.now += self.commit * len(self.transactions[-1])
+        return True
+
+
+def test_each_write_transaction_ends_once_past_its_time_budget(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows made slow on the budget's clock: most cost 4 ms and 2 ms more in the COMMIT, every
+    6th 100 ms (four budgets). Once the COMMIT's cost is known (after the first transaction),
+    no transaction goes past the budget by more than the row in hand, and a row that alone
+    outlasts it still moves (alone): the move ends."""
+    env = _grown(make_env, monkeypatch)
+    slow = SlowRows(lambda n: 0.1 if n % 6 == 5 else 0.004, commit=0.002)
+    rests: list[float] = []
+    monkeypatch.setattr(rc, "_rest", lambda seconds, stop: rests.append(seconds))
+    other = open_ledger(env.path)
+    other.timer = lambda: slow.now
+    other.conn.exec_trace = slow
+    try:
+        cells = rc.recluster(other, env.ledger.policy, budget_s=0.025)
+    finally:
+        other.close()
+    moves = [t for t in slow.transactions if t]  # not the ones that begin and end the move
+    assert sum(len(t) for t in moves) == 1300
+    for costs in moves[1:]:  # within budget, its COMMIT included, until its last row
+        assert sum(costs[:-1]) + 0.002 * (len(costs) - 1) < 0.025, costs
+    # 6 ms rows: the 5th passes 25 ms (24 ms of deletes without the COMMIT), not 50 a batch.
+    assert max(len(t) for t in moves[1:]) == 5
+    assert [0.1] in moves  # one slow row, alone
+    # After each, the lock is left free longer than it was held (a waiting writer gets in).
+    assert len(rests) == len(moves)
+    for costs, rest in zip(moves, rests, strict=True):
+        assert rest > sum(costs) + 0.002 * len(costs)
+    assert cells == round(np.sqrt(1300))
+    assert env.ledger.db.recall.moving_below() == 0
+    index_clean(env)
+
+
+def test_vectors_move_in_old_cell_order(make_env: Callable[..., Env],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deletes go cell by cell, in fact order within a cell, so each transaction's fall in
+    the same few vec0 chunks (in fact order they spread over one chunk a row)."""
+    env = _grown(make_env, monkeypatch)
+    before = dict(env.ledger.db.recall.vector_cells())
+    assert len(set(before.values())) > 1
+    slow = SlowRows(lambda n: 0.0)
+    other = open_ledger(env.path)
+    other.conn.exec_trace = slow
+    try:
+        rc.recluster(other, env.ledger.policy)
+    finally:
+        other.close()
+    order = [(before[seq], seq) for seq in slow.deleted]
+    assert len(order) == 1300 and order == sorted(order)
     index_clean(env)
 
 
@@ -261,7 +343,8 @@ def test_writes_while_a_reclustering_is_due_or_running_do_not_count_the_index(
 
     other = open_ledger(env.path)
     try:
-        rc.recluster(other, env.ledger.policy, batch=100, progress=between_batches)
+        rc.recluster(other, env.ledger.policy, batch=100, budget_s=None,
+                     progress=between_batches)
     finally:
         other.close()
     assert written == 20 + 14  # 1,320 vectors in batches of 100, one write after each

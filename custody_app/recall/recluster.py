@@ -1,6 +1,7 @@
 """Re-clustering the vector cells off the write path: on a connection of its own, k-means on a
-sample read outside any transaction, then the vectors moved to their new cells a batch per short
-write transaction, so a writer never waits behind more than one batch."""
+sample read outside any transaction, then the vectors moved to their new cells, old cell by old
+cell, in write transactions bounded in rows and in time, with the lock left free after each, so a
+writer never waits behind more than one of them."""
 
 from __future__ import annotations
 
@@ -18,23 +19,35 @@ from custody_app.domain.policy import LoadedPolicy
 from custody_app.recall.cells import MIN_CELLS, SAMPLE, Matrix, kmeans
 from store import LedgerFile, open_ledger
 
-# Vectors moved per write transaction, the only time the re-clustering holds the write lock
-# (their vectors are read before it): at 100k facts under a load of 8 on this 2-core machine,
-# batches of 500 that also read the vectors inside held it ~4 s; ~50 keeps a batch near one
-# ordinary group commit.
+# Most vectors moved per write transaction, the only time the re-clustering holds the write
+# lock (their vectors are read before it): at 100k facts under a load of 8 on this 2-core machine,
+# batches of 500 that also read the vectors inside held it ~4 s.
 BATCH = 50
-
+# And at most this long, its COMMIT included: a transaction stops after the row that takes it
+# past BUDGET_S with the COMMIT the rows so far will cost (at least one row a transaction). A
+# batch of 50 held it up to 3.7 s at 100k under load; this keeps it under one ordinary write.
+# Most of a move's cost is in the COMMIT (the WAL pages of the vec0 chunks it touched: 0.18-0.34
+# ms of a row's 0.3-0.5 ms in a 100k-vector index here), so that is estimated from the
+# transactions before.
+BUDGET_S = 0.025
+# After each commit the lock is left free a little longer than the transaction held it: a
+# writer waiting in SQLite's busy handler retries only after 1, 3, 8, 18, 33, 53 ms... of waiting,
+# and transactions back to back, however short each, kept one out up to its 5 s busy timeout here.
+PAUSE_EXTRA_S = 0.002
 Progress = Callable[[int, int], None]
 
 
 def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
+              budget_s: float | None = BUDGET_S,
               progress: Progress | None = None,
               stop: threading.Event | None = None,
               held_ms: list[float] | None = None) -> int:
     """Re-cluster the cells of the ledger open as `db` (a connection no one else writes
-    through), reporting (moved, total); resumes a re-clustering that was interrupted. Returns
-    the number of cells, or 0 when stopped before the end (it resumes next time). `held_ms`
-    collects how long each of its write transactions held the write lock."""
+    through), reporting (moved, total) after each write transaction; resumes a re-clustering
+    that was interrupted. Each transaction moves up to `batch` vectors and stops after the row
+    that takes it past `budget_s` (None: no time limit). Returns the number of cells, or 0 when
+    stopped before the end (it resumes next time). `held_ms` collects how long each of its
+    write transactions held the write lock."""
     moving = db.recall.moving_below()
     if not moving:
         with db.read():
@@ -64,7 +77,12 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     with db.read():
         rows = db.recall.cells()
         # Every vector in an old cell now; later writes already go to the new cells.
-        todo = db.recall.vector_seqs(below=moving)
+        seqs, olds = db.recall.vector_seqs_by_cell(moving)
+    # In (old cell, seq) order: the deletes of a transaction then fall in one cell's chunks,
+    # mostly the same few, instead of one chunk per row all over the table.
+    order = np.asarray(seqs, dtype=np.int64)
+    todo = order[np.lexsort((order, np.asarray(olds, dtype=np.int64)))]
+    del seqs, olds, order
     new = [(c, np.frombuffer(b, dtype=np.float32)) for c, b in rows if c >= moving]
     ids = np.asarray([c for c, _ in new], dtype=np.int64)
     matrix: Matrix = np.stack([v for _, v in new])
@@ -72,25 +90,62 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     def cell_of(vector: bytes) -> int:
         return int(ids[int(np.argmax(matrix @ np.frombuffer(vector, dtype=np.float32)))])
 
-    for done in range(0, len(todo), batch):
+    commit_per_row = 0.0  # what a COMMIT took lately for each row its transaction went through
+    window: list[tuple[int, bytes]] = []  # read, not yet moved
+    taken = 0  # entries of todo read so far
+    while taken < len(todo) or window:
         if stop is not None and stop.is_set():
             return 0
-        with db.read():  # outside the write lock: a fact's vector does not change
-            vectors = db.recall.vectors_of(todo[done:done + batch])
+        if len(window) < batch and taken < len(todo):
+            take = todo[taken:taken + batch - len(window)].tolist()
+            with db.read():  # outside the write lock: a fact's vector does not change
+                window += db.recall.vectors_of(take)
+            taken += len(take)
+        if not window:
+            continue  # all of those were removed meanwhile (forgotten, superseded)
         with db.write():
-            began = time.perf_counter()  # the lock is held from here (not while waiting for it)
+            began = db.timer()  # the lock is held from here (not while waiting for it)
+            enough = (None if budget_s is None else
+                      _within(db.timer, began + budget_s, commit_per_row))
             if db.recall.moving_below() != moving:
                 return 0  # the index was rebuilt meanwhile (a reindex): nothing left to move
-            db.recall.move(vectors, cell_of, moving)
+            used = db.recall.move(window, cell_of, moving, enough)
+            moved = db.timer()
+        held = db.committed_at - began
+        commit = max(0.0, db.committed_at - moved) / used
+        # Up at once to a dearer COMMIT, down by halves: the estimate errs on the long side.
+        commit_per_row = max(commit, (commit_per_row + commit) / 2)
         if held_ms is not None:  # through COMMIT
-            held_ms.append((time.perf_counter() - began) * 1000)
+            held_ms.append(held * 1000)
+        window = window[used:]
         if progress is not None:
-            progress(min(done + batch, len(todo)), len(todo))
+            progress(taken - len(window), len(todo))
+        _rest(held + PAUSE_EXTRA_S, stop)  # the lock free for a waiting writer's next retry
     with db.write():
         if db.recall.moving_below() != moving:
             return 0  # another connection finished this re-clustering (or a reindex ran)
         db.recall.end_moving(db.recall.vector_count())
     return len(new)
+
+
+def _rest(seconds: float, stop: threading.Event | None) -> None:
+    """Sleep (the lock and the GIL free for others), or until stopped."""
+    if stop is not None:
+        stop.wait(seconds)
+    else:
+        time.sleep(seconds)
+
+
+def _within(timer: Callable[[], float], deadline: float,
+            commit_per_row: float) -> Callable[[], bool]:
+    """Asked after each row: true once now and the COMMIT of the rows so far reach `deadline`."""
+    rows = 0
+
+    def enough() -> bool:
+        nonlocal rows
+        rows += 1
+        return timer() + rows * commit_per_row >= deadline
+    return enough
 
 
 class Maintenance:
@@ -122,6 +177,9 @@ class Maintenance:
         try:
             db = open_ledger(self.path)
             db.limit_mmap(0)  # it reads every vector once: mapped, they would all stay in RSS
+            # Its commits hand the WAL checkpoint to a thread too, instead of running it
+            # themselves (after the lock is free, but before the next batch could begin).
+            db.checkpoint_in_background()
             try:
                 recluster(db, self.policy, progress=self._note, stop=self._stop,
                           held_ms=self.held_ms)
