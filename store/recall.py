@@ -12,6 +12,7 @@ import apsw
 from store.errors import StoreFull
 from store.recall_hits import RecallHits
 from store.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
+from store.recall_search import RecallSearch
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
 # for the space and subject tokens (which never change for a fact) so those filters act inside
@@ -27,9 +28,6 @@ INSERT INTO recall_fts(recall_fts, rank) VALUES('secure-delete', 1);
 {VOCAB};
 """
 # Documents containing a term (fts5vocab 'row'): used to drop near-universal query terms.
-DOC_FREQ = "SELECT doc FROM recall_vocab WHERE term = ?"
-DATA_VERSION = "PRAGMA data_version"
-VOCAB_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vocab'"
 FTS_INSERT = "INSERT INTO recall_fts(rowid, terms, scope) VALUES (?, ?, ?)"
 # Which of a JSON array of fact seqs either index holds: a point lookup per seq (an IN list
 # would scan the vector table).
@@ -46,18 +44,6 @@ FTS_ROWS = "SELECT count(*) FROM recall_fts_docsize"
 # this ratio of rows removed to rows indexed, plain deletes and one merge cost less.
 BULK_REMOVE_RATIO = 1 / 200
 BULK_REMOVE_MIN = 16
-# The scope column is a filter only: weight 0, so a rare status, space or subject token does not
-# lift its facts' bm25 (with include_claimed, a lone live fact outranked better quarantined ones).
-FTS_SEARCH = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHERE recall_fts MATCH ? "
-              "ORDER BY bm25(recall_fts, 1.0, 0.0) LIMIT ?")
-# The same, live facts only: each matching row's status is read from the facts table by its
-# assert seq (the facts table is the truth; the index holds believed facts only, so this
-# drops the quarantined ones).
-FTS_SEARCH_LIVE = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHERE recall_fts "
-                   "MATCH ? AND EXISTS (SELECT 1 FROM facts f WHERE f.assert_seq = recall_fts.rowid "
-                   "AND f.status = 'active') ORDER BY bm25(recall_fts, 1.0, 0.0) LIMIT ?")
-# FTS5's averages record (id 1 of the data table) starts with the number of rows as a varint.
-FTS_AVERAGES = "SELECT block FROM recall_fts_data WHERE id = 1"
 FTS_COUNT = "SELECT count(*) FROM recall_fts"
 FTS_ROWIDS = "SELECT rowid FROM recall_fts ORDER BY rowid"
 VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, cell, embedding, status, space, subject_ref, "
@@ -81,7 +67,7 @@ VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
 
 
-class RecallStore(RecallMeta, RecallHits):
+class RecallStore(RecallMeta, RecallHits, RecallSearch):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
     def __init__(self, conn: apsw.Connection) -> None:
@@ -306,77 +292,6 @@ class RecallStore(RecallMeta, RecallHits):
         holds no status)."""
         self._conn.execute(VEC_STATUS, (status, fact_seq))
         return self._bump()
-
-    def doc_freq(self, terms: list[str]) -> dict[str, int] | None:
-        """How many indexed facts contain each term (None when the vocabulary is missing).
-        fts5vocab counts by walking a term's doclist, so counts are kept until this or another
-        connection changes the database."""
-        if self._conn.execute(VOCAB_EXISTS).fetchone() is None:
-            return None
-        row = self._conn.execute(DATA_VERSION).fetchone()
-        version = (int(row[0]) if row else 0, self._conn.total_changes())
-        if version != self._freq_version:
-            self._freq.clear()
-            self._freq_version = version
-        out = {}
-        for term in terms:
-            if term not in self._freq:
-                row = self._conn.execute(DOC_FREQ, (term,)).fetchone()
-                if len(self._freq) > 50_000:
-                    self._freq.clear()
-                self._freq[term] = int(row[0]) if row else 0
-            out[term] = self._freq[term]
-        return out
-
-    def lexical(self, match: str, limit: int, *, live_only: bool = False) -> list[tuple[int, float]]:
-        """The `limit` best bm25 matches; `live_only`: of active facts only (their status read
-        from the facts table inside the query, so quarantined rows take no place)."""
-        sql = FTS_SEARCH_LIVE if live_only else FTS_SEARCH
-        try:
-            return [(int(r), float(s)) for r, s in self._conn.execute(sql, (match, limit))]
-        except apsw.SQLError:
-            return []
-
-    def lexical_rows_count(self) -> int:
-        """How many rows the lexical index holds, from FTS5's averages record (no scan)."""
-        try:
-            row = self._conn.execute(FTS_AVERAGES).fetchone()
-        except apsw.SQLError:
-            return 0
-        if row is None or not row[0]:
-            return 0
-        # An SQLite varint: 7 bits a byte, most significant first, the 9th byte whole.
-        value = 0
-        for i, byte in enumerate(bytes(row[0])[:9]):
-            if i == 8:
-                return (value << 8) | byte
-            value = (value << 7) | (byte & 0x7F)
-            if byte < 0x80:
-                break
-        return value
-
-    def vector(self, query: bytes, limit: int, statuses: tuple[str, ...], space: str | None,
-               subject_ref: str | None, cells: list[int] | None = None) -> list[tuple[int, float]]:
-        """KNN with the filters inside the search, so no filtered-out row takes a slot; with
-        `cells`, only those partitions are read (each gives up to `limit`; the nearest
-        `limit` of them all are returned)."""
-        where = [f"status IN ({', '.join('?' * len(statuses))})"]
-        params: list[object] = [query, limit, *statuses]
-        if cells is not None:
-            where.append(f"cell IN ({', '.join('?' * len(cells))})")
-            params.extend(cells)
-        if space is not None:
-            where.append("space = ?")
-            params.append(space)
-        if subject_ref is not None:
-            where.append("subject_ref = ?")
-            params.append(subject_ref)
-        sql = ("SELECT fact_seq, distance FROM recall_vec WHERE embedding MATCH ? AND k = ? AND "
-               + " AND ".join(where))
-        # Each cell yields its own k nearest: SQLite merges them and keeps the nearest `limit`.
-        sql = (f"WITH hits AS MATERIALIZED ({sql}) "
-               f"SELECT fact_seq, distance FROM hits ORDER BY distance LIMIT {int(limit)}")
-        return [(int(r), float(d)) for r, d in self._conn.execute(sql, params)]
 
     def counts(self) -> tuple[int, int]:
         """Rows of the lexical and of the vector index (each a scan of its table)."""
