@@ -4,17 +4,26 @@ with what is stored, and repaired on request; the recall indexes follow the repa
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from custody_app.core import sessions
 from custody_app.core.projector import MemoryProjection, apply_event
 from custody_app.domain.readmodels import RebuildResult
+from custody_app.recall.index import RecallIndex
+from store import LedgerFile
 
-if TYPE_CHECKING:
-    from custody_app.core.ledger_core import LedgerCore
+
+class Core(Protocol):
+    """What the rebuild needs of the ledger core (`LedgerCore`)."""
+
+    db: LedgerFile
+    index: RecallIndex
+
+    def transaction(self) -> AbstractContextManager[None]: ...
 
 
-def rebuild(core: LedgerCore, *, repair: bool = False) -> RebuildResult:
+def rebuild(core: Core, *, repair: bool = False) -> RebuildResult:
     """Recompute the projection from the events and report where the stored one differs."""
     memory = MemoryProjection()
     with core.db.read():
