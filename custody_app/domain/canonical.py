@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import rfc8785
@@ -22,6 +23,20 @@ _INT_LIMIT = 2**53 - 1
 # holds a character at or above U+D800 (surrogates, astral planes, U+E000..U+FFFF all mix there).
 _KEY_SAFE = "\ud800"
 _SORT = orjson.OPT_SORT_KEYS if orjson is not None else 0
+
+
+def parse(text: str | bytes) -> Any:
+    """json.loads for reading the strings of stored JSON (a value's leaves, a body's
+    subject_ref, sealed text), by orjson where it is installed: the same structure, keys and
+    strings; an integer past 64 bits comes back as the float json.loads would not give, so
+    nothing that needs its numbers exact reads through this. json.loads is kept for what
+    orjson refuses, such as an escaped lone surrogate."""
+    if orjson is not None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def pure(obj: Any) -> str:

@@ -3,10 +3,10 @@ its sealed text, record the digests, append the expire events), with each table 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from custody_app.domain.canonical import parse
 from custody_app.erasure.certificate import ErasedFact
 from custody_app.erasure.forget import digest_of, previously_forgotten_digest
 from custody_app.erasure.work import ErasureWork, add_needles, add_text_needles
@@ -44,7 +44,7 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
     ciphers = crypto.Ciphers()  # one cipher per key for the group, dropped with it
     for fact, root, extra in members:
         event = events[fact.assert_seq]
-        ref = json.loads(event.body)["subject_ref"]
+        ref = parse(event.body)["subject_ref"]
         text = ledger.values.open(fact.fact_id, ref, event.value, ciphers)
         digest_kind, digest = digest_of(ledger, text)
         if text is not None and policy.digest != "none" and ledger.keys is not None:

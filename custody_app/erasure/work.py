@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from custody_app.domain.canonical import parse
 from custody_app.erasure.certificate import ErasedFact, PlaceCheck
 
 # A value this short could match bytes by chance, so a byte scan cannot prove it absent.
@@ -60,7 +60,7 @@ def add_needles(sealed: bytes | None, text: str | None, work: ErasureWork,
     else:
         work.short_values += 1
     leaves: list[tuple[str, str]] = []
-    _leaves(json.loads(text), "value", leaves)
+    _leaves(parse(text), "value", leaves)
     seen: set[str] = {text}
     for path, leaf in leaves:
         raw = leaf.encode("utf-8")

@@ -6,11 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-try:
-    import orjson
-except ImportError:  # pragma: no cover - json.loads is the fallback
-    orjson = None  # type: ignore[assignment]
-
+from custody_app.domain.canonical import parse
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.sealed_text import Texts
 from custody_app.keys import crypto
@@ -39,18 +35,6 @@ def _open(keys: KeyRing | None, subject_ref: str, blob: bytes | None, bind: str,
     return None if key is None else crypto.open_sealed(key, bytes(blob), bind)
 
 
-def _loads(data: bytes) -> Any:
-    """json.loads of sealed text (UTF-8 JSON that json.dumps wrote), parsed by orjson where it
-    is installed: the same dict for such text (json.loads is kept for anything orjson refuses,
-    such as an escaped lone surrogate)."""
-    if orjson is not None:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(data.decode("utf-8"))
-
-
 def _bind(fact_id: str) -> str:
     # Associated data: a sealed text cannot move to another fact, nor pass for a sealed value.
     return f"text:{fact_id}"
@@ -74,7 +58,7 @@ class TextCodec:
         data = _open(self.keys, subject_ref, blob, _bind(fact_id), ciphers)
         if data is None:
             return None
-        opened = _loads(data)
+        opened = parse(data)
         if not isinstance(opened, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in opened.items()):
             raise crypto.DecryptError("sealed free text is not a map of field to text")
