@@ -707,6 +707,8 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)  # the folder it was told to use
     tmp = Path(tempfile.mkdtemp(prefix="custody-bench-", dir=args.tmp))
     results: list[Result] = []
     try:

@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     head_seq, head_at, base_facts = _head(base)
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)  # the folder it was told to use
     tmp = Path(tempfile.mkdtemp(prefix="custody-ontop-", dir=args.tmp))
     try:
         path = tmp / "ontop.db"
