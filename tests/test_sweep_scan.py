@@ -139,3 +139,19 @@ def test_a_plan_built_ahead_answers_what_a_plan_built_at_the_scan_answers(tmp_pa
     assert wrong is not None and find_in_file(str(path), needles, plan=wrong) == fresh
     assert scrub.plan_many(str(path), needles[:scrub.MANY_NEEDLES]) is None  # too few
     assert scrub.plan_many(str(tmp_path / "absent.db"), needles) is None
+
+
+def test_only_ascii_bytes_lead_the_other_needles(tmp_path) -> None:
+    """A high byte (0xE6 starts CJK in UTF-8) would be the rarest lead here, but the automaton
+    takes it for common and keys its search on other bytes of the fragments, which can be
+    common in the file: the picked leads are ASCII, and every needle is still found."""
+    needles = [b"Q" + bytes([0xE6, 0x80 + n]) + bytes([0xF4]) * 9 for n in range(20)]
+    text = b"Q" * 4000 + b"\x00" * 4000 + b"|".join(needles[::3])
+    path = tmp_path / "blob.bin"
+    path.write_bytes(text)
+    with open(path, "rb", buffering=0) as handle:
+        counts = scan_many._sample_counts(handle)
+    assert counts[0xE6] < counts[ord("Q")]  # the high byte is the rarer one here
+    assert scan_many._leads(needles, counts) == [ord("Q")]
+    found = find_in_file(str(path), needles)
+    assert sorted(found) == list(range(0, 20, 3))
