@@ -36,7 +36,6 @@ import bench_ledger as B  # noqa: E402
 
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from store import open_ledger  # noqa: E402
-from store.events import INSERT  # noqa: E402
 from store.recall import FTS_INSERT, VEC_INSERT  # noqa: E402
 from store.rows import EVENT_COLUMNS  # noqa: E402
 
@@ -75,19 +74,9 @@ def _floor(base: Path, dst: Path, rows: list, fts: list, vec: list, tx: int,
     t0 = time.perf_counter()
     db = open_ledger(dst)  # migrates an older base (untimed below)
     upgrade = time.perf_counter() - t0
-    conn = db.conn
-    fts_by = {r[0]: r for r in fts}
-    vec_by = {r[0]: r for r in vec}
-    t0, c0 = time.perf_counter(), time.process_time()
-    for lo in range(0, len(rows), tx):
-        chunk = rows[lo:lo + tx]
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(INSERT, chunk)
-        if with_recall:
-            conn.executemany(FTS_INSERT, [fts_by[r[0]] for r in chunk if r[0] in fts_by])
-            conn.executemany(VEC_INSERT, [vec_by[r[0]] for r in chunk if r[0] in vec_by])
-        conn.execute("COMMIT")
-    out = (time.perf_counter() - t0, time.process_time() - c0, upgrade)
+    extras = ((FTS_INSERT, {r[0]: [r] for r in fts}), (VEC_INSERT, {r[0]: [r] for r in vec}))
+    wall, cpu = B.timed_inserts(db.conn, rows, tx, extras if with_recall else ())
+    out = (wall, cpu, upgrade)
     db.close()
     _remove(dst)
     return out
