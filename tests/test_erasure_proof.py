@@ -200,3 +200,41 @@ def test_the_scan_searches_for_the_erased_facts_sealed_free_text(make_env) -> No
     assert {h.classification for h in hits(cert)} == {"shared"} and cert.complete
     texts = [p for p in cert.places if p.place.startswith("event_texts")]
     assert [p.outcome for p in texts] == ["clean"]
+
+
+def test_a_swept_short_string_planted_after_the_plan_is_still_a_leak(make_env) -> None:
+    """A sweep's strings with no space to lead them ("owner-6572") are searched by bytes picked
+    from a sample of the file, taken before the proof's checkpoint. An attacker who plants one
+    of them in a free page after that sample (so the sample never saw it) is still found, as a
+    leak, and every other string is still absent."""
+    from store import scan_many
+
+    env: Env = make_env()
+    strings = [f"owner-{6500 + n}" for n in range(30)]
+    for n, text in enumerate(strings):
+        env.put(f"acct:{n}", "owner", text)
+    env.at("2026-09-05T00:00:00Z")
+    result = env.ledger.sweep(before="2026-09-04T00:00:00Z", actor=DPO)
+    assert len(result.expired) == 30 and result.certificate is not None
+    assert result.certificate.complete
+    work = ErasureWork()
+    for text in strings:
+        work.add(text.encode(), "string value")
+    plan = env.ledger.db.locate.plan(work.needles)  # sampled now, before the plant
+    assert plan is not None
+    with open(env.path, "rb", buffering=0) as handle:
+        kinds = [kind for _, kind in scan_many._plan(plan.distinct,
+                                                     scan_many._sample_counts(handle))]
+    assert scan_many.ahocorasick_rs.Implementation.DFA not in kinds  # the led path
+    raw = apsw.Connection(str(env.path))
+    raw.execute("PRAGMA secure_delete = OFF")
+    raw.execute("CREATE TABLE planted(x BLOB)")
+    raw.execute("INSERT INTO planted VALUES (?)", (b"\xe6" * 50 + strings[17].encode() * 3,))
+    raw.execute("DROP TABLE planted")
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw.close()
+    checks = scan_places(env.ledger, work, checkpoint_done=True, plan=plan)
+    [scan] = [p for p in checks if p.place == f"byte scan of {env.path}"]
+    assert scan.outcome == "found"
+    assert [h.classification for h in scan.hits] == ["leak"]
+    assert digest_of(strings[17]) in scan.hits[0].string
