@@ -225,7 +225,9 @@ def distinct_needles(needles: list[bytes]) -> list[bytes]:
 
 def plan_many(path: str, needles: list[bytes]) -> ManyPlan | None:
     """The many-needle search of `find_in_file` for these needles, prepared ahead from a
-    sample of the file at `path`; None when they are too few for it or the file is empty."""
+    sample of the file at `path`; None when they are too few for it or the file is missing.
+    The sample only makes the search faster or slower, so a file that changes afterwards (the
+    checkpoint that follows) is still searched exactly."""
     distinct = distinct_needles(needles)
     if len(distinct) <= MANY_NEEDLES:
         return None

@@ -98,6 +98,9 @@ class Ciphers:
             raise DecryptError("a stored value does not open: wrong key or tampered") from None
 
 
+_LENGTH = struct.Struct(">I")  # a keyed digest's length prefix
+
+
 def keyed_digest(key: bytes, *parts: str) -> str:
     """HMAC-SHA256 over length-prefixed parts (so ("ab","c") and ("a","bc") differ), in one
     call of the C one-shot (`hmac.digest`: a sweep takes two per fact; the same bytes as
@@ -107,9 +110,6 @@ def keyed_digest(key: bytes, *parts: str) -> str:
         data = part.encode("utf-8")
         chunks += (_LENGTH.pack(len(data)), data)
     return hmac.digest(key, b"".join(chunks), "sha256").hex()
-
-
-_LENGTH = struct.Struct(">I")
 
 
 def plain_digest(text: str) -> str:
