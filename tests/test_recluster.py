@@ -237,6 +237,53 @@ def test_an_interrupted_reclustering_is_searchable_and_resumes(
     index_clean(env)
 
 
+def _recluster_on_another_connection(env: Env) -> int:
+    other = open_ledger(env.path)
+    try:
+        return rc.recluster(other, env.ledger.policy, batch=500, budget_s=None)
+    finally:
+        other.close()
+
+
+def test_a_second_process_whose_due_is_stale_does_not_recluster_again(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two writing processes both saw the index due; one re-clustered it. The other's run must
+    not begin a third set of cells (stopped by its close, it left the index half moved)."""
+    env = _grown(make_env, monkeypatch)
+    assert _recluster_on_another_connection(env) == round(np.sqrt(1300))
+    env.ledger.db.wal_checkpoint()
+    before = ledger_bytes(env.path)
+    assert _recluster_on_another_connection(env) == 0
+    assert ledger_bytes(env.path) == before
+    assert env.ledger.db.recall.clustered_on() == 1300
+
+
+def test_a_reclustering_finished_elsewhere_during_kmeans_is_not_begun_again(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _grown(make_env, monkeypatch)
+    kmeans = rc.kmeans
+    finished: list[int] = []
+
+    def meanwhile(*args: Any, **kwargs: Any) -> Any:
+        out = kmeans(*args, **kwargs)
+        if not finished:  # the first run's k-means: a second connection does all of it now
+            monkeypatch.setattr(rc, "kmeans", kmeans)
+            finished.append(_recluster_on_another_connection(env))
+        return out
+
+    monkeypatch.setattr(rc, "kmeans", meanwhile)
+    cells = env.ledger.db.recall.cells()
+    other = open_ledger(env.path)
+    try:
+        assert rc.recluster(other, env.ledger.policy, batch=500, budget_s=None) == 0
+    finally:
+        other.close()
+    assert finished == [round(np.sqrt(1300))]
+    assert env.ledger.db.recall.moving_below() == 0
+    assert len(env.ledger.db.recall.cells()) == finished[0] != len(cells)
+    index_clean(env)
+
+
 def test_a_reindex_while_vectors_move_ends_the_move(make_env: Callable[..., Env],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     env = _grown(make_env, monkeypatch)

@@ -28,6 +28,12 @@ ITERATIONS = 10
 MIN_CELLS = 16
 
 
+def regrow_due(count: int, clustered: int, floor: int) -> bool:
+    """Whether an index of `count` vectors, last clustered on `clustered` (0: never), is due a
+    re-clustering under the policy's `floor` (ann_min_facts)."""
+    return count >= floor and (clustered == 0 or count >= REGROW * clustered)
+
+
 def unit(vector: Matrix) -> Matrix:
     """The vector scaled to length 1 (L2 distance then ranks as cosine)."""
     norm = float(np.linalg.norm(vector))
@@ -176,9 +182,8 @@ class CellIndex:
     def _due(self, count: int) -> bool:
         if self.db.recall.moving_below():
             return True  # an interrupted re-clustering resumes
-        floor = self.policy.policy.recall.ann_min_facts
-        clustered = self.db.recall.clustered_on()
-        return count >= floor and (clustered == 0 or count >= REGROW * clustered)
+        return regrow_due(count, self.db.recall.clustered_on(),
+                          self.policy.policy.recall.ann_min_facts)
 
     def repartition(self) -> int:
         """Cluster every vector anew and store each in its nearest cell, in the caller's

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from custody_app.domain.policy import LoadedPolicy
-from custody_app.recall.cells import MIN_CELLS, SAMPLE, Matrix, kmeans
+from custody_app.recall.cells import MIN_CELLS, SAMPLE, Matrix, kmeans, regrow_due
 from store import LedgerFile, open_ledger
 
 # Most vectors moved per write transaction, the only time the re-clustering holds the write
@@ -52,7 +52,10 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     if not moving:
         with db.read():
             where = db.recall.vector_seqs()
-        if len(where) < policy.policy.recall.ann_min_facts:
+            clustered = db.recall.clustered_on()
+        # Checked here, not only by the caller: a second process's `due` is stale once another
+        # connection has re-clustered (it would begin a needless third set of cells).
+        if not regrow_due(len(where), clustered, policy.policy.recall.ann_min_facts):
             return 0
         rng = random.Random(len(where))
         picked = rng.sample(where, min(SAMPLE, len(where)))
@@ -71,6 +74,8 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
             # Another connection may have begun its own meanwhile: resume that one instead of
             # layering a second set of cells over it (each would think the other a rebuild).
             moving = db.recall.moving_below()
+            if not moving and db.recall.clustered_on() != clustered:
+                return 0  # another connection re-clustered meanwhile: not due any more
             if not moving:
                 moving = max((c for c, _ in db.recall.cells()), default=0) + 1
                 db.recall.begin_moving(moving, [c.tobytes() for c in centroids])
