@@ -21,22 +21,32 @@ _bytes = st.lists(st.sampled_from([b"{", b'"', b"a", b"Q", b"7", b"\x00", b"\xf3
        st.lists(_bytes | st.binary(min_size=1, max_size=40), min_size=scrub.MANY_NEEDLES + 1,
                 max_size=60, unique=True),
        st.integers(min_value=0, max_value=5),
-       st.sampled_from([1, 7, 64, 500, scan_many.MANY_BLOCK_BYTES]))
+       st.sampled_from([1, 7, 64, 500, scan_many.MANY_BLOCK_BYTES]),
+       st.sampled_from([1, 2, 3, 7]))
 def test_many_needles_are_found_wherever_a_plain_search_finds_them(
-        tmp_path_factory, data: bytes, needles: list[bytes], repeat: int, block: int) -> None:
+        tmp_path_factory, data: bytes, needles: list[bytes], repeat: int, block: int,
+        threads: int) -> None:
     """Equal needles, needles sharing a head (as values' JSON do), needles inside others,
-    overlapping copies, and blocks shorter than a fragment or a needle (a match across a
-    block boundary, a needle that starts in an earlier block): every offset a plain search
-    finds, in order, and no other."""
+    overlapping copies, blocks shorter than a fragment or a needle (a match across a block
+    boundary, a needle that starts in an earlier block), and the file searched in ranges by
+    several threads (a needle across two ranges): every offset a plain search finds, in
+    order, and no other."""
     needles = needles + needles[:repeat] + [b'{"confidence":0.' + n for n in needles[:repeat]]
     path = tmp_path_factory.mktemp("many") / "blob.bin"
     planted = data + b"".join(needles[::3]) + data[:40] + b"".join(needles[1::5]) * 2
     path.write_bytes(planted)
     assert len(set(needles)) > scrub.MANY_NEEDLES
-    with patch.object(scan_many, "MANY_BLOCK_BYTES", block):
+    with (patch.object(scan_many, "MANY_BLOCK_BYTES", block),
+          patch.object(scan_many, "SPLIT_MIN_BYTES", 0),
+          patch.object(scan_many, "SCAN_THREADS", threads)):
         found = find_in_file(str(path), needles)
         assert scan_files([str(path)], needles)[str(path)] == sorted(
             i for i, n in enumerate(needles) if n in planted)
+        distinct = scrub.distinct_needles(needles)
+        with open(path, "rb", buffering=0) as handle:
+            single = scan_many.find_many(handle, distinct, scrub.MAX_OFFSETS, threads=1)
+            split = scan_many.find_many(handle, distinct, scrub.MAX_OFFSETS)
+        assert list(split.items()) == list(single.items())  # the same answer, in its order
     for i, needle in enumerate(needles):
         every = [o for o in range(len(planted)) if planted.startswith(needle, o)]
         assert found.get(i, []) == every[:scrub.MAX_OFFSETS], (i, needle)
@@ -155,3 +165,17 @@ def test_only_ascii_bytes_lead_the_other_needles(tmp_path) -> None:
     assert scan_many._leads(needles, counts) == [ord("Q")]
     found = find_in_file(str(path), needles)
     assert sorted(found) == list(range(0, 20, 3))
+
+
+def test_a_file_searched_in_ranges_keeps_the_first_offsets_up_to_the_limit(tmp_path) -> None:
+    """Copies in every range: the limit keeps the first ones in file order, as one pass does."""
+    needles = [f"needle {n:03d} of a split scan".encode() for n in range(40)]
+    text = (b"\x00" * 50 + needles[5]) * 60 + b"".join(needles[::9])
+    path = tmp_path / "blob.bin"
+    path.write_bytes(text)
+    every = [o for o in range(len(text)) if text.startswith(needles[5], o)]
+    with patch.object(scan_many, "MANY_BLOCK_BYTES", 64), open(path, "rb", buffering=0) as handle:
+        for threads in (1, 2, 3, 16):
+            found = scan_many.find_many(handle, needles, 7, threads=threads)
+            assert found[5] == every[:7], threads
+            assert sorted(found) == [0, 5, 9, 18, 27, 36]
