@@ -29,6 +29,11 @@ PENDING_RETRACTION_OF = (f"SELECT r.seq, r.fact_id, r.actor, r.tx_at, r.body FRO
                          f"WHERE r.fact_id = ? AND r.kind = 'retract' AND {_UNSETTLED} "
                          f"ORDER BY r.seq DESC LIMIT 1")
 BY_SEQS = f"SELECT {_COLS} FROM events WHERE seq IN (SELECT value FROM json_each(?)) ORDER BY seq"
+# The proof's row checks, over tens of thousands of seqs in one statement each.
+MISSING = ("SELECT j.value FROM json_each(?) j "
+           "WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.seq = j.value)")
+HOLDING_VALUE = ("SELECT seq FROM events WHERE seq IN (SELECT value FROM json_each(?)) "
+                 "AND (length(value) > 0 OR length(salt) > 0)")
 ERASE_VALUE = "UPDATE events SET value = NULL, salt = NULL WHERE seq = ? AND kind = 'assert'"
 ERASE_SUBJECT = "UPDATE events SET subject = NULL WHERE seq = ? AND kind = 'assert'"
 
@@ -78,6 +83,14 @@ class EventStore:
                 row = _row(r)
                 out[row.seq] = row
         return out
+
+    def missing(self, seqs: list[int]) -> list[int]:
+        """Those of `seqs` no event has."""
+        return [int(r[0]) for r in self._conn.execute(MISSING, (json.dumps(seqs),))]
+
+    def holding_value(self, seqs: list[int]) -> set[int]:
+        """Those of `seqs` whose event still holds a non-empty value or salt."""
+        return {int(r[0]) for r in self._conn.execute(HOLDING_VALUE, (json.dumps(seqs),))}
 
     def for_fact(self, fact_id: str) -> list[EventRow]:
         return [_row(r) for r in self._conn.execute(FOR_FACTS, (fact_id,))]

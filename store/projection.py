@@ -41,6 +41,8 @@ ALL_SOURCES = "SELECT fact_id, source_id FROM fact_sources ORDER BY fact_id, sou
 CLEAR = "DELETE FROM fact_sources; DELETE FROM fact_states; DELETE FROM facts;"
 FACTS_BY_IDS = (f"SELECT {_FCOLS} FROM facts WHERE fact_id IN (SELECT value FROM json_each(?)) "
                 "ORDER BY assert_seq")
+ENDS_BY_IDS = ("SELECT fact_id, assert_seq, ended FROM facts "
+               "WHERE fact_id IN (SELECT value FROM json_each(?))")
 DERIVED_FROM_MANY = ("SELECT fact_id, source_id FROM fact_sources "
                      "WHERE source_id IN (SELECT value FROM json_each(?)) ORDER BY fact_id")
 COUNT_BY_STATUS = "SELECT status, count(*) FROM facts GROUP BY status"
@@ -143,6 +145,11 @@ class FactStore:
         if not fact_ids:
             return []
         return [FactRow(*r) for r in self._conn.execute(FACTS_BY_IDS, (json.dumps(fact_ids),))]
+
+    def ends_of(self, fact_ids: list[str]) -> dict[str, tuple[int, str | None]]:
+        """fact_id -> (assert seq, how it ended or None) for those of `fact_ids` that exist."""
+        return {str(f): (int(s), None if e is None else str(e))
+                for f, s, e in self._conn.execute(ENDS_BY_IDS, (json.dumps(fact_ids),))}
 
     def derived_from_many(self, fact_ids: list[str]) -> list[tuple[str, str]]:
         """(derived fact, its source) for every fact naming one of `fact_ids` in its sources."""

@@ -18,6 +18,8 @@ ERASE_FACT = ("UPDATE event_texts SET sealed = NULL, salt = NULL "
               "WHERE fact_id = ? AND sealed IS NOT NULL")
 FOR_FACTS = ("SELECT fact_id, seq, sealed FROM event_texts "
              "WHERE fact_id IN (SELECT value FROM json_each(?)) ORDER BY seq")
+SEALED_OF = ("SELECT fact_id, seq FROM event_texts WHERE fact_id IN (SELECT value FROM json_each(?)) "
+             "AND sealed IS NOT NULL ORDER BY seq")
 ALL_SEQS = "SELECT seq FROM event_texts ORDER BY seq"
 # verify's walk: every row in seq order, a page at a time (no cursor stays half-read for long).
 _TEXT_COLS = "seq, fact_id, subject_ref, sealed, salt"
@@ -85,6 +87,14 @@ class TextStore:
         for at in range(0, len(fact_ids), chunk):
             for f, s, b in self._conn.execute(FOR_FACTS, (json.dumps(fact_ids[at:at + chunk]),)):
                 out[str(f)].append((int(s), None if b is None else bytes(b)))
+        return out
+
+    def still_sealed(self, fact_ids: list[str]) -> dict[str, list[int]]:
+        """The seqs, in order, of the rows of `fact_ids` that still hold sealed text (only
+        the facts that have any)."""
+        out: dict[str, list[int]] = {}
+        for f, s in self._conn.execute(SEALED_OF, (json.dumps(fact_ids),)):
+            out.setdefault(str(f), []).append(int(s))
         return out
 
     def erase_facts(self, fact_ids: list[str]) -> None:

@@ -41,36 +41,34 @@ def row_places(ledger: LedgerCore, work: ErasureWork, *,
     """The rows of the erased facts (value, sealed text, projection, recall), the key store
     and the operation's own checks: what needs no byte of the erased values."""
     checks: list[PlaceCheck] = []
-    # Read in bulk: a sweep erases tens of thousands of facts.
-    events = ledger.db.events.get_many([e.seq for e in work.erased])
-    rows = [events.get(e.seq) for e in work.erased]
+    # One statement a check: a sweep erases tens of thousands of facts.
+    missing = ledger.db.events.missing([e.seq for e in work.erased])
     ids = [e.fact_id for e in work.erased]
-    by_id = {f.fact_id: f for f in ledger.db.facts.get_many(ids)}
-    asserts = [by_id.get(fact_id) for fact_id in ids]
-    stored = ledger.db.events.get_many([f.assert_seq for f in asserts if f is not None])
-    left = sum(1 for f in asserts if f is not None and (
-        (ev := stored.get(f.assert_seq)) is not None and (ev.value or ev.salt)))
+    ends = ledger.db.facts.ends_of(ids)
+    asserts = [ends[fact_id] for fact_id in ids if fact_id in ends]  # (assert seq, ended)
+    holding = ledger.db.events.holding_value([seq for seq, _ in asserts])
+    left = sum(1 for seq, _ in asserts if seq in holding)
     checks.append(PlaceCheck(
         place="events table: value and salt of each assert",
-        outcome="clean" if left == 0 and all(rows) else "found",
+        outcome="clean" if left == 0 and not missing else "found",
         detail=f"{len(work.erased)} assert(s) hold no value and no salt" if left == 0
         else f"{left} assert(s) still hold a value"))
-    texts = ledger.db.texts.of_facts(list(dict.fromkeys(ids)))
-    kept = [f"seq {seq}" for fact_id in ids for seq, blob in texts[fact_id] if blob is not None]
+    sealed = ledger.db.texts.still_sealed(list(dict.fromkeys(ids)))
+    kept = [f"seq {seq}" for fact_id in ids for seq in sealed.get(fact_id, ())]
     checks.append(PlaceCheck(
         place="event_texts: sealed free text (cause, reasons) of each erased fact",
         outcome="found" if kept else "clean",
         detail="none holds sealed text any more" if not kept else f"still sealed: {', '.join(kept)}"))
-    bad = [f.fact_id for f in asserts if f is not None and f.ended not in ERASED]
+    bad = [fact_id for fact_id in ids if fact_id in ends and ends[fact_id][1] not in ERASED]
     checks.append(PlaceCheck(
         place="facts projection", outcome="found" if bad else "clean",
         detail="every erased fact is forgotten or expired; no value is kept there" if not bad
         else f"still live: {', '.join(bad)}"))
     if ledger.db.recall.exists():
-        indexed = ledger.db.recall.which_indexed([f.assert_seq for f in asserts if f is not None])
+        indexed = ledger.db.recall.which_indexed([seq for seq, _ in asserts])
         # The in-process copy of the vectors too: it must have dropped them in the erasure.
-        stale = [f.fact_id for f in asserts if f is not None and (
-            f.assert_seq in indexed or ledger.index.matrix.holds(f.assert_seq))]
+        stale = [fact_id for fact_id in ids if fact_id in ends and (
+            (seq := ends[fact_id][0]) in indexed or ledger.index.matrix.holds(seq))]
         checks.append(PlaceCheck(
             place="recall indexes (FTS5, sqlite-vec, its in-process copy)",
             outcome="found" if stale else "clean",
