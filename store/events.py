@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import apsw
 
 from store.errors import StoreIntegrityError
-from store.rows import EVENT_COLUMNS, EventRow
+from store.rows import EVENT_COLUMNS, EventRow, event_values
 
 _COLS = ", ".join(EVENT_COLUMNS)
 INSERT = f"INSERT INTO events({_COLS}) VALUES ({', '.join('?' * len(EVENT_COLUMNS))})"
@@ -50,15 +50,14 @@ class EventStore:
 
     def append(self, row: EventRow) -> None:
         try:
-            self._conn.execute(INSERT, tuple(getattr(row, c) for c in EVENT_COLUMNS))
+            self._conn.execute(INSERT, event_values(row))
         except apsw.ConstraintError as exc:
             raise StoreIntegrityError(f"event {row.seq} refused: {exc}") from exc
 
     def append_many(self, rows: list[EventRow]) -> None:
         """Several events in one statement, in order (the same rows as `append` for each)."""
         try:
-            self._conn.executemany(INSERT, [tuple(getattr(r, c) for c in EVENT_COLUMNS)
-                                            for r in rows])
+            self._conn.executemany(INSERT, [event_values(r) for r in rows])
         except apsw.ConstraintError as exc:
             raise StoreIntegrityError(f"events {rows[0].seq}-{rows[-1].seq} refused: {exc}") from exc
 

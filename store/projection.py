@@ -10,7 +10,16 @@ from typing import Any
 import apsw
 
 from store.errors import StoreIntegrityError
-from store.rows import FACT_COLUMNS, STATE_COLUMNS, AsOfRow, FactRow, StateRow
+from store.rows import (
+    FACT_COLUMNS,
+    STATE_COLUMNS,
+    AsOfRow,
+    FactRow,
+    StateRow,
+    fact_update_values,
+    fact_values,
+    state_values,
+)
 
 _FCOLS = ", ".join(FACT_COLUMNS)
 _SCOLS = ", ".join(STATE_COLUMNS)
@@ -96,20 +105,19 @@ class FactStore:
 
     def insert(self, fact: FactRow) -> None:
         try:
-            self._conn.execute(INSERT_FACT, tuple(getattr(fact, c) for c in FACT_COLUMNS))
+            self._conn.execute(INSERT_FACT, fact_values(fact))
         except apsw.ConstraintError as exc:
             raise StoreIntegrityError(f"fact {fact.fact_id} refused: {exc}") from exc
 
     def update(self, fact: FactRow) -> None:
-        values = [getattr(fact, c) for c in FACT_COLUMNS if c != "assert_seq"]
-        self._conn.execute(UPDATE_FACT, (*values, fact.assert_seq))
+        self._conn.execute(UPDATE_FACT, fact_update_values(fact))
 
     def latest_state(self, fact_seq: int) -> StateRow | None:
         row = self._conn.execute(LATEST_STATE, (fact_seq,)).fetchone()
         return None if row is None else StateRow(*row)
 
     def push_state(self, state: StateRow) -> None:
-        self._conn.execute(INSERT_STATE, tuple(getattr(state, c) for c in STATE_COLUMNS))
+        self._conn.execute(INSERT_STATE, state_values(state))
 
     def latest_states(self, fact_seqs: list[int], chunk: int = 5000) -> dict[int, StateRow]:
         """`latest_state` of several facts, a query per `chunk` of them (none: left out)."""
@@ -122,14 +130,11 @@ class FactStore:
 
     def update_many(self, facts: list[FactRow]) -> None:
         """`update` for each fact, in order."""
-        self._conn.executemany(UPDATE_FACT, [
-            (*[getattr(f, c) for c in FACT_COLUMNS if c != "assert_seq"], f.assert_seq)
-            for f in facts])
+        self._conn.executemany(UPDATE_FACT, [fact_update_values(f) for f in facts])
 
     def push_states(self, states: list[StateRow]) -> None:
         """`push_state` for each state, in order."""
-        self._conn.executemany(INSERT_STATE, [tuple(getattr(s, c) for c in STATE_COLUMNS)
-                                              for s in states])
+        self._conn.executemany(INSERT_STATE, [state_values(s) for s in states])
 
     def add_sources(self, fact_id: str, sources: list[str]) -> None:
         self._conn.executemany(INSERT_SOURCE, [(fact_id, s) for s in sources])
@@ -218,8 +223,6 @@ class FactStore:
     ) -> None:
         """Swap the projection for a rebuilt one (inside the caller's write transaction)."""
         self._conn.execute(CLEAR)
-        self._conn.executemany(INSERT_FACT, [tuple(getattr(f, c) for c in FACT_COLUMNS)
-                                             for f in facts])
-        self._conn.executemany(INSERT_STATE, [tuple(getattr(s, c) for c in STATE_COLUMNS)
-                                              for s in states])
+        self._conn.executemany(INSERT_FACT, [fact_values(f) for f in facts])
+        self._conn.executemany(INSERT_STATE, [state_values(s) for s in states])
         self._conn.executemany(INSERT_SOURCE, sources)

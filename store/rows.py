@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 
 @dataclass(slots=True)
@@ -82,3 +83,9 @@ class AsOfRow:
 FACT_COLUMNS: tuple[str, ...] = tuple(FactRow.__slots__)
 EVENT_COLUMNS: tuple[str, ...] = tuple(EventRow.__slots__)
 STATE_COLUMNS: tuple[str, ...] = tuple(StateRow.__slots__)
+# A row's values in column order, as one C call (the bulk writes bind tens of thousands).
+event_values = attrgetter(*EVENT_COLUMNS)
+fact_values = attrgetter(*FACT_COLUMNS)
+state_values = attrgetter(*STATE_COLUMNS)
+# An UPDATE's: every column but the key, then the key (its WHERE).
+fact_update_values = attrgetter(*(c for c in FACT_COLUMNS if c != "assert_seq"), "assert_seq")

@@ -145,3 +145,20 @@ def test_parse_falls_back_where_orjson_refuses() -> None:
     escaped = '{"a": "\\ud800 lone", "b": [1, 2.5]}'
     assert jcs.parse(escaped) == json.loads(escaped) and jcs.parse(escaped.encode()) == {
         "a": "\ud800 lone", "b": [1, 2.5]}
+
+
+def test_row_values_bind_each_column_in_order() -> None:
+    """The bulk writes' attrgetters give what a getattr per column gives (an UPDATE's key
+    last), for rows whose every field differs."""
+    from dataclasses import fields
+
+    from store import rows
+
+    for cls, columns, values in ((rows.EventRow, rows.EVENT_COLUMNS, rows.event_values),
+                                 (rows.FactRow, rows.FACT_COLUMNS, rows.fact_values),
+                                 (rows.StateRow, rows.STATE_COLUMNS, rows.state_values)):
+        row = cls(*(f"{f.name}-{n}" for n, f in enumerate(fields(cls))))  # type: ignore[arg-type]
+        assert values(row) == tuple(getattr(row, c) for c in columns)
+    fact = rows.FactRow(*(f"v{n}" for n in range(len(rows.FACT_COLUMNS))))  # type: ignore[arg-type]
+    assert rows.fact_update_values(fact) == (
+        *[getattr(fact, c) for c in rows.FACT_COLUMNS if c != "assert_seq"], fact.assert_seq)
