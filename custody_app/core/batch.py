@@ -73,14 +73,17 @@ class BufferedProjection:
 
 def append_group(db: LedgerFile, index: RecallIndex, policy_hash: str, kind: str, actor: str,
                  tx_at: str, items: list[tuple[str, dict[str, Any]]],
-                 head: tuple[int, str, str] | None) -> tuple[list[EventRow], tuple[int, str, str] | None]:
+                 head: tuple[int, str, str] | None, known: list[FactRow] | None = None,
+                 ) -> tuple[list[EventRow], tuple[int, str, str] | None]:
     """Events (fact_id, fields) of `kind` after `head`, inside a write transaction: validated,
     hashed onto the chain and folded one by one in a tight loop, then stored together.
+    `known`: the facts' rows as they stand, if the caller holds them (else read here).
     Returns the rows and the new head."""
     if kind not in GROUP_KINDS or kind in SEALED_FIELDS:
         raise ValueError(f"events of kind {kind!r} cannot be appended as a group")
     model = EVENT_MODELS[kind]
-    port = BufferedProjection(db.facts, db.facts.get_many([f for f, _ in items]))
+    port = BufferedProjection(db.facts, db.facts.get_many([f for f, _ in items])
+                              if known is None else known)
     rows: list[EventRow] = []
     all_changes: list[Changes] = []
     seq = head[0] if head else 0

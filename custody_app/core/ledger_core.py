@@ -32,7 +32,7 @@ from custody_app.keys.values import ValueCodec
 from custody_app.recall.embedders import Embedder
 from custody_app.recall.index import RecallIndex
 from store import LedgerFile, StoreError, open_ledger
-from store.rows import EventRow
+from store.rows import EventRow, FactRow
 
 SYSTEM_ACTOR = "system:custody"
 
@@ -240,16 +240,18 @@ class LedgerCore:
         return row
 
     def append_group(self, kind: str, actor: str, tx_at: str,
-                     items: list[tuple[str, dict[str, Any]]]) -> list[EventRow]:
+                     items: list[tuple[str, dict[str, Any]]],
+                     known: list[FactRow] | None = None) -> list[EventRow]:
         """`append` of one `kind` for each (fact_id, fields), in order, inside a write
         transaction: the rows, chain and projection each append would leave, with each table
-        written once for the group (`batch.GROUP_KINDS`: a sweep's expire events)."""
+        written once for the group (`batch.GROUP_KINDS`: a sweep's expire events). `known`:
+        the facts' rows as they stand, if the caller read them in this transaction."""
         if not items:
             return []
         if self._recorded_policy != self.policy.hash:
             self._record_policy(tx_at)
         rows, self._head = batch.append_group(self.db, self.index, self.policy.hash, kind, actor,
-                                              tx_at, items, self._head)
+                                              tx_at, items, self._head, known)
         return rows
 
     def _record_policy(self, tx_at: str) -> None:

@@ -64,7 +64,8 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
     db.events.erase_values([fact.assert_seq for fact, _, _ in members])
     db.texts.erase_facts([fact.fact_id for fact, _, _ in members])
     db.erasure.add_pending([fact.fact_id for fact, _, _ in members], tx_at)
-    rows = ledger.append_group(kind, actor, tx_at, items)
+    # The members' rows as the cascades read them: nothing above writes the facts table.
+    rows = ledger.append_group(kind, actor, tx_at, items, [fact for fact, _, _ in members])
     for (fact, root, _), row, (digest_kind, digest) in zip(members, rows, kinds, strict=True):
         work.erased.append(ErasedFact(
             fact_id=fact.fact_id, kind=kind, status_before=fact.status, seq=row.seq,

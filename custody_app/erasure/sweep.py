@@ -10,7 +10,7 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Sweep
 from custody_app.domain.retention import cutoff_for, window_for
 from custody_app.domain.timeutil import parse_time
-from custody_app.erasure.cascade import cascade
+from custody_app.erasure.cascade import Descendants, cascade
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.erasure.forget import erase
 from custody_app.erasure.group import Member, erase_group
@@ -53,10 +53,12 @@ def _expire(ledger: LedgerCore, cmd: Sweep, cutoffs: dict[str, str], windows: di
         candidates = (ledger.db.erasure.sweep_candidates_all(cutoff) if space == "*"
                       else ledger.db.erasure.sweep_candidates(space, cutoff))
         learned = ledger.db.erasure.learned_before(None if space == "*" else space, cutoff)
+        # Nothing is written until the group at the end: the descendants can be read ahead.
+        known = Descendants(ledger.db, candidates) if grouped else None
         for root in candidates:
             if root.fact_id in done:
                 continue
-            facts, root_of = cascade(ledger.db, [root])
+            facts, root_of = cascade(ledger.db, [root], known)
             facts = [f for f in facts if f.fact_id not in done]
             blockers = [f.fact_id for f in facts if f.held]
             if blockers:
