@@ -57,6 +57,18 @@ VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
 # Bumped when the index layout changes: an older layout is rebuilt at open like an embedder change.
 LAYOUT = "ivf-l2-1"
 VEC_DELETE = "DELETE FROM recall_vec WHERE fact_seq = ?"
+# Many deletes as one statement each (a caller may run them on a thread of its own: apsw
+# releases the GIL for a statement's whole run, not between the rows of an executemany). FTS5
+# takes the seqs in any order; the vectors go in the order given (stored order), through a
+# trigger on a temporary table, one row at a time as VEC_DELETE would.
+FTS_DELETE_MANY = "DELETE FROM recall_fts WHERE rowid IN (SELECT value FROM json_each(?))"
+VEC_GONE = (
+    "CREATE TEMP TABLE IF NOT EXISTS recall_vec_gone(fact_seq INTEGER);"
+    "CREATE TEMP TRIGGER IF NOT EXISTS recall_vec_gone_delete AFTER INSERT ON recall_vec_gone "
+    "BEGIN DELETE FROM main.recall_vec WHERE fact_seq = NEW.fact_seq; END;")
+VEC_DELETE_IN_ORDER = ("INSERT INTO temp.recall_vec_gone(fact_seq) "
+                       "SELECT value FROM json_each(?) ORDER BY key")
+VEC_GONE_CLEAR = "DELETE FROM temp.recall_vec_gone"
 # A JSON array of fact seqs in the order sqlite-vec stores their vectors (chunk, then slot),
 # from its rowids table (an integer primary key is that table's rowid).
 VEC_STORED_ORDER = ("SELECT r.rowid FROM json_each(?) j JOIN recall_vec_rowids r "
@@ -248,10 +260,11 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
         return self._bump()
 
     def remove_many(self, fact_seqs: list[int]) -> tuple[str, str]:
-        """Remove several facts from both indexes (inside the caller's transaction). Many at
-        once: plain FTS5 deletes (delete markers) and then an 'optimize', which merges every
-        segment into one without the deleted rows, so no token of them stays in the index, as
-        with secure-delete; the old segment rows are freed, and secure_delete zeroes them."""
+        """Remove several facts from both indexes (inside the caller's transaction), a
+        statement for each index. Many at once: plain FTS5 deletes (delete markers) and then an
+        'optimize', which merges every segment into one without the deleted rows, so no token
+        of them stays in the index, as with secure-delete; the old segment rows are freed, and
+        secure_delete zeroes them."""
         rows = [(seq,) for seq in fact_seqs]
         if not rows:
             version = self.vec_version()
@@ -262,12 +275,14 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
             bulk = len(rows) >= BULK_REMOVE_RATIO * int(indexed[0] if indexed else 0)
         if bulk:
             self._conn.execute(FTS_SECURE, (0,))
-            self._conn.executemany(FTS_DELETE, rows)
+            self._conn.execute(FTS_DELETE_MANY, (_json_ints(fact_seqs),))
             self._conn.execute(FTS_OPTIMIZE)
             self._conn.execute(FTS_SECURE, (1,))
         else:
-            self._conn.executemany(FTS_DELETE, rows)
-        self._conn.executemany(VEC_DELETE, [(seq,) for seq in self._stored_order(fact_seqs)])
+            self._conn.execute(FTS_DELETE_MANY, (_json_ints(fact_seqs),))
+        self._conn.execute(VEC_GONE)
+        self._conn.execute(VEC_DELETE_IN_ORDER, (_json_ints(self._stored_order(fact_seqs)),))
+        self._conn.execute(VEC_GONE_CLEAR)
         self._freq.clear()
         return self._bump()
 

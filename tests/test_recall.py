@@ -332,6 +332,49 @@ def test_remove_many_deletes_every_vector_in_the_order_sqlite_vec_stores_them(
     assert recall.which_indexed(seqs) == {seqs[0], seqs[2], seqs[3], seqs[4]}
 
 
+@pytest.mark.parametrize("count", [3, 40])  # a few (secure-delete on), many (bulk, optimize)
+def test_remove_many_in_one_statement_per_index_leaves_what_row_by_row_deletes_leave(
+        env: Env, tmp_path: Path, count: int) -> None:
+    # The reference: a DELETE per row in each index (FTS5 with secure-delete off and an
+    # optimize after, for many) in stored order; both copies end with the same rows in every
+    # shadow table of both indexes.
+    from tests.test_sweep_group import _tables
+
+    seqs = _indexed(env, 60)[5:5 + count]
+    env.ledger.close()
+    copies = []
+    for name in ("statement", "rows"):
+        (tmp_path / name).mkdir()
+        for f in env.path.parent.glob(env.path.name + "*"):
+            (tmp_path / name / f.name).write_bytes(f.read_bytes())
+        copies.append(tmp_path / name / env.path.name)
+    from store import open_ledger
+
+    db = open_ledger(copies[0])
+    with db.write():
+        db.recall.remove_many(seqs)
+    db.close()
+    db = open_ledger(copies[1])
+    conn = db.conn
+    bulk = count >= recall_store.BULK_REMOVE_MIN
+    with db.write():
+        order = db.recall._stored_order(seqs)
+        if bulk:
+            conn.execute(recall_store.FTS_SECURE, (0,))
+        conn.executemany(recall_store.FTS_DELETE, [(s,) for s in seqs])
+        if bulk:
+            conn.execute(recall_store.FTS_OPTIMIZE)
+            conn.execute(recall_store.FTS_SECURE, (1,))
+        conn.executemany(recall_store.VEC_DELETE, [(s,) for s in order])
+        db.recall._bump()
+    db.close()
+    statement, rows = (_tables(c) for c in copies)
+    shadow = [t for t in rows if t.startswith("recall_") and t != "recall_meta"]
+    assert len(shadow) > 5
+    for table in shadow:
+        assert statement[table] == rows[table], table
+
+
 # ---- the default embedder, strategies and notes ---------------------------------------------------
 def test_default_install_recalls_and_says_how(env: Env) -> None:
     ledger = env.ledger
