@@ -9,9 +9,11 @@ from pathlib import Path
 from unittest.mock import patch
 
 import apsw
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from custody_app.domain.errors import LedgerError
 from custody_app.recall import text
 from store import recall as store_recall
 from store import scrub
@@ -166,3 +168,80 @@ def test_long_needles_are_found_wherever_a_plain_search_finds_them(
         every = [o for o in range(len(planted)) if planted.startswith(needle, o)]
         assert found.get(i, []) == every[:64]
 
+
+
+def _big_groups(monkeypatch) -> None:
+    """Every group counts as big: its index rows go on a thread of their own, ahead."""
+    from custody_app.erasure import group
+
+    monkeypatch.setattr(group, "NAMES_READ_AT", 1)
+
+
+def test_the_removal_ahead_runs_beside_a_loop_that_never_uses_the_ledgers_connection(
+        make_env, monkeypatch) -> None:
+    """The removal holds the connection on its thread for as long as it runs (made long
+    here); every statement run meanwhile is its own, none from the erasure's loop, and the
+    loop went on meanwhile (its value opens)."""
+    import threading
+    import time
+
+    from custody_app.keys.values import ValueCodec
+
+    env: Env = make_env()
+    swept, kept = _populate(env)
+    _big_groups(monkeypatch)
+    removing = threading.Event()
+    opened_meanwhile: list[str] = []
+    foreign: list[str] = []
+    original = store_recall.RecallStore.remove_many
+
+    def slow(self: store_recall.RecallStore, seqs: list[int]) -> tuple[str, str]:
+        removing.set()
+        try:
+            time.sleep(0.5)  # the loop runs its course meanwhile
+            return original(self, seqs)
+        finally:
+            removing.clear()
+
+    def trace(cursor: apsw.Cursor, sql: str, bindings: object) -> bool:
+        if removing.is_set() and threading.current_thread().name != "custody-index-removal":
+            foreign.append(sql)
+        return True
+
+    open_value = ValueCodec.open
+
+    def noted(self: ValueCodec, fact_id: str, *args: object, **kw: object) -> str | None:
+        if removing.is_set():
+            opened_meanwhile.append(fact_id)
+        return open_value(self, fact_id, *args, **kw)  # type: ignore[arg-type]
+
+    env.ledger.db.conn.exec_trace = trace
+    with (patch.object(store_recall.RecallStore, "remove_many", slow),
+          patch.object(ValueCodec, "open", noted)):
+        res = env.ledger.sweep(before="2026-09-02T00:00:00Z", actor=DPO)
+    env.ledger.db.conn.exec_trace = None
+    assert sorted(res.expired) == sorted(swept) and res.certificate.complete
+    assert foreign == []
+    assert sorted(opened_meanwhile) == sorted(swept)
+    assert env.ledger.db.recall.which_indexed(
+        [env.ledger.db.facts.get(f).assert_seq for f in swept]) == set()
+    assert env.ledger.verify().valid
+
+
+def test_a_removal_ahead_that_fails_leaves_the_ledger_as_it_was(make_env, monkeypatch) -> None:
+    env: Env = make_env()
+    _populate(env)
+    _big_groups(monkeypatch)
+    before = env.snapshot()
+
+    def boom(self: store_recall.RecallStore, seqs: list[int]) -> None:
+        raise apsw.FullError("database or disk is full")
+
+    with (patch.object(store_recall.RecallStore, "remove_many", boom),
+          pytest.raises(LedgerError) as refused):
+        env.ledger.sweep(before="2026-09-02T00:00:00Z", actor=DPO)
+    assert refused.value.code == "disk_full", refused.value
+    assert env.snapshot() == before
+    res = env.ledger.sweep(before="2026-09-02T00:00:00Z", actor=DPO)
+    assert res.certificate is not None and res.certificate.complete
+    assert env.ledger.verify().valid

@@ -4,6 +4,7 @@ its sealed text, record the digests, append the expire events), with each table 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Literal
 
 from custody_app.domain.canonical import parse
@@ -42,24 +43,29 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
         is_name = db.erasure.is_name
 
     ciphers = crypto.Ciphers()  # one cipher per key for the group, dropped with it
-    for fact, root, extra in members:
-        event = events[fact.assert_seq]
-        ref = parse(event.body)["subject_ref"]
-        text = ledger.values.open(fact.fact_id, ref, event.value, ciphers)
-        digest_kind, digest = digest_of(ledger, text)
-        if text is not None and policy.digest != "none" and ledger.keys is not None:
-            digests.append((ref, fact.predicate, previously_forgotten_digest(
-                ledger, ref, fact.predicate, text)))
-        add_needles(event.value, text, work, is_name, fact.fact_id, fact.predicate)
-        for seq, blob in texts[fact.fact_id]:
-            try:
-                opened = ledger.texts.open(fact.fact_id, ref, blob, ciphers)
-            except crypto.DecryptError:
-                opened = None  # tampered: still erased, and its bytes still scanned for
-            add_text_needles(blob, opened, work, is_name, fact.fact_id, seq)
-        items.append((fact.fact_id, {"reason": reason, "digest_kind": digest_kind,
-                                     "digest": digest, "root": root, **extra}))
-        kinds.append((digest_kind, digest))
+    # A big group's index rows go on another thread while the loop below opens, digests and
+    # collects (it reads only the key store's connection, and the names read above).
+    ahead = (ledger.index.removing_ahead([fact.assert_seq for fact, _, _ in members])
+             if len(members) >= NAMES_READ_AT else nullcontext())
+    with ahead:
+        for fact, root, extra in members:
+            event = events[fact.assert_seq]
+            ref = parse(event.body)["subject_ref"]
+            text = ledger.values.open(fact.fact_id, ref, event.value, ciphers)
+            digest_kind, digest = digest_of(ledger, text)
+            if text is not None and policy.digest != "none" and ledger.keys is not None:
+                digests.append((ref, fact.predicate, previously_forgotten_digest(
+                    ledger, ref, fact.predicate, text)))
+            add_needles(event.value, text, work, is_name, fact.fact_id, fact.predicate)
+            for seq, blob in texts[fact.fact_id]:
+                try:
+                    opened = ledger.texts.open(fact.fact_id, ref, blob, ciphers)
+                except crypto.DecryptError:
+                    opened = None  # tampered: still erased, and its bytes still scanned for
+                add_text_needles(blob, opened, work, is_name, fact.fact_id, seq)
+            items.append((fact.fact_id, {"reason": reason, "digest_kind": digest_kind,
+                                         "digest": digest, "root": root, **extra}))
+            kinds.append((digest_kind, digest))
     db.erasure.add_digests(digests)
     db.events.erase_values([fact.assert_seq for fact, _, _ in members])
     db.texts.erase_facts([fact.fact_id for fact, _, _ in members])

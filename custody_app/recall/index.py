@@ -4,6 +4,7 @@ kept equal to the believed facts in the transaction of each event that changes b
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -68,8 +69,10 @@ class RecallIndex:
         # cheaper when a transaction's deletes do not come between its inserts).
         self._removed: set[int] = set()
         self._moved: dict[int, str] = {}
-        # Inside `removals_batched`: removals wait for its end, not for MOVE_AT.
+        # Inside `removals_batched`: removals wait for its end, not for MOVE_AT; the facts
+        # `removing_ahead` already took out of both indexes.
         self._batching = False
+        self._gone: set[int] = set()
         # Set by `use_recorded_embedder` when no embedder here can read the stored vectors.
         self.foreign: str | None = None
 
@@ -86,13 +89,49 @@ class RecallIndex:
         try:
             yield
             removed, self._removed = sorted(self._removed), set()
-            if removed:
+            rest = [seq for seq in removed if seq not in self._gone]
+            if rest:
                 self.cells.count_before_writing()
-                old, new = self.db.recall.remove_many(removed)
-                self.matrix.changed(old, new, removed=removed)
+                old, new = self.db.recall.remove_many(rest)
+                self.matrix.changed(old, new, removed=rest)
+            if removed:
                 self.cells.added(-len(removed))
         finally:
             self._batching = False
+            self._gone = set()
+
+    @contextmanager
+    def removing_ahead(self, fact_seqs: list[int]) -> Iterator[None]:
+        """Inside `removals_batched`, for facts the transaction ends (a sweep's expiries):
+        whichever of them are indexed leave both indexes while the block runs, on a thread of
+        their own (a statement per index, during which apsw releases the GIL), so the block's
+        Python runs beside them on another core; the block must not use the ledger's
+        connection meanwhile (apsw refuses a second user of it). Their removals that `sync`
+        defers afterwards find them gone. Elsewhere, a plain block."""
+        if not self._batching or not self.db.recall.exists():
+            yield
+            return
+        self.cells.count_before_writing()
+        seqs = sorted(self.db.recall.which_indexed(fact_seqs))
+        done: list[tuple[str, str] | BaseException] = []
+
+        def remove() -> None:
+            try:
+                done.append(self.db.recall.remove_many(seqs))
+            except BaseException as exc:  # raised on the caller's thread below
+                done.append(exc)
+
+        thread = threading.Thread(target=remove, name="custody-index-removal")
+        thread.start()
+        try:
+            yield
+        finally:
+            thread.join()
+        if isinstance(done[0], BaseException):
+            raise done[0]
+        old, new = done[0]
+        self.matrix.changed(old, new, removed=seqs)  # in the order the versions moved
+        self._gone.update(seqs)
 
     def key(self) -> bytes:
         """The key of the lexical index's word hashes."""
