@@ -251,3 +251,49 @@ def test_another_connections_new_fact_is_found_by_the_next_search(
     assert ids(env.ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [new]
     assert len(env.ledger.index.matrix) == loaded + 1
     assert env.ledger.index.matrix.quantized == (mode == "int8")
+
+
+def test_loading_the_matrix_gives_the_freed_heap_back(env: Env,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each load ends by returning the C heap its streamed vectors freed (56 MB at 1M facts:
+    bench/results.md's memory table)."""
+    fill(env, 30)
+    calls: list[int] = []
+    monkeypatch.setattr(matrix_mod, "give_back_freed_heap", lambda: calls.append(1) or True)
+    ledger = env.ledger
+    ledger.recall("amber basalt", strategy="vector")
+    assert calls == [1]
+    ledger.recall("amber basalt", strategy="vector")
+    assert calls == [1]  # no reload, no trim
+
+
+TRIMMED = """
+import sys
+from custody_app.recall.heap import give_back_freed_heap
+def anon():
+    return next(int(l.split()[1]) for l in open("/proc/self/smaps_rollup") if l.startswith("Anonymous:"))
+blobs = [bytes([n % 251]) * 1000 for n in range(100_000)]  # 100 MB in 1 kB pieces, as vectors
+pinned = bytes(2000)  # allocated after them: the heap's top stays in use
+del blobs
+before = anon()
+asked = give_back_freed_heap()
+print(asked, before - anon())
+"""
+
+
+def test_giving_back_the_freed_heap_returns_freed_memory_to_the_system() -> None:
+    """In a process of its own: 100 MB freed in 1 kB pieces below a live allocation stays
+    resident until the heap is trimmed (glibc); where there is no malloc_trim it says so."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from custody_app.recall import heap
+
+    if heap._MALLOC_TRIM is None:
+        assert heap.give_back_freed_heap() is False
+        pytest.skip("no malloc_trim in this C library")
+    out = subprocess.run([sys.executable, "-c", TRIMMED], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parent.parent).stdout.split()
+    assert out[0] == "True"
+    assert int(out[1]) > 50_000  # kB given back

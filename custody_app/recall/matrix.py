@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from custody_app.recall import codes as codes_mod
+from custody_app.recall.heap import give_back_freed_heap
 from store import LedgerFile
 
 Matrix = npt.NDArray[np.float32]
@@ -147,6 +148,7 @@ class VectorMatrix:
         self._sorted, self._sorted_row = self._seqs[order].copy(), order.astype(np.int64)
         self._extra = {}
         self._version = version
+        give_back_freed_heap()  # what the streamed vectors passed through
         return True
 
     def _reserve(self, rows: int) -> None:
