@@ -245,3 +245,37 @@ def test_a_removal_ahead_that_fails_leaves_the_ledger_as_it_was(make_env, monkey
     res = env.ledger.sweep(before="2026-09-02T00:00:00Z", actor=DPO)
     assert res.certificate is not None and res.certificate.complete
     assert env.ledger.verify().valid
+
+
+def test_a_value_that_will_not_open_mid_loop_stops_the_sweep_after_the_removal_is_joined(
+        make_env, monkeypatch) -> None:
+    """The loop fails (a sealed value that does not decrypt: tampered) while the removal runs
+    on its thread: the sweep is refused with nothing of it stored, the thread is done before
+    the refusal returns, and the connection is usable at once."""
+    import threading
+
+    from custody_app.keys import crypto
+    from custody_app.keys.values import ValueCodec
+    from tests.test_sweep_group import _tables
+
+    env: Env = make_env()
+    swept, _ = _populate(env)
+    _big_groups(monkeypatch)
+    env.ledger.db.wal_checkpoint()
+    before = _tables(env.path)
+    open_value = ValueCodec.open
+
+    def tampered(self: ValueCodec, fact_id: str, *args: object, **kw: object) -> str | None:
+        if fact_id == swept[len(swept) // 2]:
+            raise crypto.DecryptError("the sealed value does not decrypt")
+        return open_value(self, fact_id, *args, **kw)  # type: ignore[arg-type]
+
+    with patch.object(ValueCodec, "open", tampered), pytest.raises(Exception) as refused:
+        env.ledger.sweep(before="2026-09-02T00:00:00Z", actor=DPO)
+    assert "does not decrypt" in str(refused.value), refused.value
+    assert [t for t in threading.enumerate() if t.name == "custody-index-removal"] == []
+    env.ledger.db.wal_checkpoint()
+    assert _tables(env.path) == before
+    assert env.ledger.recall(_word(3, "old"), k=5).results  # still indexed, still searchable
+    res = env.ledger.sweep(before="2026-09-02T00:00:00Z", actor=DPO)
+    assert sorted(res.expired) == sorted(swept) and res.certificate.complete

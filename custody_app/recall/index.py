@@ -106,8 +106,9 @@ class RecallIndex:
         whichever of them are indexed leave both indexes while the block runs, on a thread of
         their own (a statement per index, during which apsw releases the GIL), so the block's
         Python runs beside them on another core; the block must not use the ledger's
-        connection meanwhile (apsw refuses a second user of it). Their removals that `sync`
-        defers afterwards find them gone. Elsewhere, a plain block."""
+        connection meanwhile (its statement would wait behind the removal's, or apsw would
+        refuse it). Their removals that `sync` defers afterwards find them gone. Elsewhere, a
+        plain block."""
         if not self._batching or not self.db.recall.exists():
             yield
             return
