@@ -4,6 +4,7 @@ can no longer have candidate words tested against its index with the current key
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING
 
@@ -11,9 +12,12 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
 from custody_app.erasure.certificate import PlaceCheck
 from custody_app.keys import crypto
+from custody_app.recall import text
+from custody_app.recall.index import INDEXED
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
+    from custody_app.recall.index import RecallIndex
 
 
 class RotateResult(ReadModel):
@@ -35,7 +39,7 @@ def rotate_index_key(core: LedgerCore) -> RotateResult:
     started = time.perf_counter()
     with core.transaction():
         new = crypto.new_key()
-        rows = core.index.lexical_rows(new)
+        rows = lexical_rows(core.index, new)
         core.db.recall.recreate_lexical(rows)
         core.keys.rotate_index_key_to(new)
     outcome = core.db.wal_checkpoint()
@@ -47,6 +51,20 @@ def rotate_index_key(core: LedgerCore) -> RotateResult:
         "with this key store" + ("" if outcome.complete else
                                  f"; {outcome.detail}: the old index pages stay in the WAL "
                                  "until then"))
+
+
+def lexical_rows(index: RecallIndex, key: bytes) -> list[tuple[int, str, str]]:
+    """The lexical index's rows for every believed fact, hashed under `key`."""
+    rows = []
+    for status in INDEXED:
+        for fact in index.db.facts.with_status(status):
+            value_text = index.stored_text(fact)
+            if value_text is None:
+                continue
+            body = text.fact_text(fact.subject, fact.predicate, json.loads(value_text))
+            terms = " ".join(text.term(key, w) for w in text.words(body))
+            rows.append((fact.assert_seq, terms, index.scope(fact.space, fact.subject, key)))
+    return sorted(rows)
 
 
 def index_key_place(rotated: RotateResult | None) -> PlaceCheck:

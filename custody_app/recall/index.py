@@ -4,9 +4,7 @@ kept equal to the believed facts in the transaction of each event that changes b
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,6 +17,7 @@ from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, embedder_for, make_embedder
 from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
+from custody_app.recall.removals import BatchedRemovals
 from store import LedgerFile
 from store.rows import FactRow
 
@@ -44,7 +43,7 @@ Pending = tuple[FactRow, str, str]
 Deferred = tuple[dict[int, Pending], set[int], dict[int, str]]
 
 
-class RecallIndex:
+class RecallIndex(BatchedRemovals):
     """What recall keeps for one open ledger: the file, the keys its word hashes and values
     need, the policy's embedder and the vector cells. The core calls `sync` after projecting
     each event; searches read through it."""
@@ -75,64 +74,6 @@ class RecallIndex:
         self._gone: set[int] = set()
         # Set by `use_recorded_embedder` when no embedder here can read the stored vectors.
         self.foreign: str | None = None
-
-    @contextmanager
-    def removals_batched(self) -> Iterator[None]:
-        """Removals from the indexes inside this block are written together when it ends (an
-        erasure of many facts: one statement per table, not a secure delete per fact). Used
-        inside one write transaction; on an error nothing is written here and the caller's
-        transaction restores what was deferred."""
-        if self._batching:
-            yield
-            return
-        self._batching = True
-        try:
-            yield
-            removed, self._removed = sorted(self._removed), set()
-            rest = [seq for seq in removed if seq not in self._gone]
-            if rest:
-                self.cells.count_before_writing()
-                old, new = self.db.recall.remove_many(rest)
-                self.matrix.changed(old, new, removed=rest)
-            if removed:
-                self.cells.added(-len(removed))
-        finally:
-            self._batching = False
-            self._gone = set()
-
-    @contextmanager
-    def removing_ahead(self, fact_seqs: list[int]) -> Iterator[None]:
-        """Inside `removals_batched`, for facts the transaction ends (a sweep's expiries):
-        whichever of them are indexed leave both indexes while the block runs, on a thread of
-        their own (a statement per index, during which apsw releases the GIL), so the block's
-        Python runs beside them on another core; the block must not use the ledger's
-        connection meanwhile (its statement would wait behind the removal's, or apsw would
-        refuse it). Their removals that `sync` defers afterwards find them gone. Elsewhere, a
-        plain block."""
-        if not self._batching or not self.db.recall.exists():
-            yield
-            return
-        self.cells.count_before_writing()
-        seqs = sorted(self.db.recall.which_indexed(fact_seqs))
-        done: list[tuple[str, str] | BaseException] = []
-
-        def remove() -> None:
-            try:
-                done.append(self.db.recall.remove_many(seqs))
-            except BaseException as exc:  # raised on the caller's thread below
-                done.append(exc)
-
-        thread = threading.Thread(target=remove, name="custody-index-removal")
-        thread.start()
-        try:
-            yield
-        finally:
-            thread.join()
-        if isinstance(done[0], BaseException):
-            raise done[0]
-        old, new = done[0]
-        self.matrix.changed(old, new, removed=seqs)  # in the order the versions moved
-        self._gone.update(seqs)
 
     def key(self) -> bytes:
         """The key of the lexical index's word hashes."""
@@ -169,19 +110,6 @@ class RecallIndex:
         either), hashed like its words."""
         key = key or self.key()
         return text.term(key, "space:" + space) + " " + text.term(key, "subject:" + subject)
-
-    def lexical_rows(self, key: bytes) -> list[tuple[int, str, str]]:
-        """The lexical index's rows for every believed fact, hashed under `key`."""
-        rows = []
-        for status in INDEXED:
-            for fact in self.db.facts.with_status(status):
-                value_text = self.stored_text(fact)
-                if value_text is None:
-                    continue
-                body = text.fact_text(fact.subject, fact.predicate, json.loads(value_text))
-                terms = " ".join(text.term(key, w) for w in text.words(body))
-                rows.append((fact.assert_seq, terms, self.scope(fact.space, fact.subject, key)))
-        return sorted(rows)
 
     def _index_many(self, pending: list[Pending], removed: list[int] | None = None,
                     moved: list[tuple[int, str]] | None = None) -> None:
