@@ -6,10 +6,12 @@ GIL while SQLite copies pages), started by the commit that passes PAGES.
 
 A background pass copies the frames of the transactions committed before it starts, but the
 WAL only starts over when a write begins after a pass that copied everything; with writes back
-to back that never happens by itself, so once a commit leaves CAP pages the writer waits for
-one pass (by then only its own newest frames are left to copy) and the next write starts the
-WAL again. The truncating checkpoint of an erasure and the file rewrite take `lock` first, so
-they never meet a pass half way."""
+to back that never happens by itself, so once a commit leaves CAP pages the writer's next write
+waits, before it begins, for the pass that commit started (by then only that commit's frames
+are left to copy; a pass here took 50-70 ms, its fsyncs most of it), and then starts the WAL
+again. The wait is not in the commit: a caller that does anything between two writes overlaps
+it, and a write's own time stays its own. The truncating checkpoint of an erasure and the file
+rewrite take `lock` first, so they never meet a pass half way."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import apsw
 
 # A pass starts once a commit leaves this many pages in the WAL (SQLite's own threshold).
 PAGES = 1000
-# Past this, the commit waits for a pass so the next write can start the WAL over (~32 MB).
+# Past this, the next write waits for a pass first, so it can start the WAL over (~32 MB).
 CAP = 8000
 WAIT_S = 10.0
 
@@ -62,8 +64,9 @@ class Checkpointer:
                 self._thread.start()
             self._cond.notify_all()
 
-    def after_commit(self) -> None:
-        """Called by the writer after its COMMIT: past CAP, wait for the pass it started."""
+    def before_write(self) -> None:
+        """Called by the writer before it begins a write transaction: when its last commit
+        left CAP pages or more, wait for the pass that commit started."""
         if self.frames >= CAP:
             self.wait()
             self.frames = 0

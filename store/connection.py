@@ -97,13 +97,13 @@ class LedgerFile:
         return None if row is None else str(row[0])
 
     @contextmanager
-    def write(self, *, checkpoint_next: bool = False) -> Iterator[None]:
+    def write(self) -> Iterator[None]:
         """One write transaction (BEGIN IMMEDIATE), or a savepoint when already inside one.
         A full disk is a StoreFull (`disk_full`), and what the block wrote is rolled back. When
         SQLite rolls back the whole transaction under a savepoint (it can, on a full disk),
         every later savepoint of it and its end raise too, so nothing claims to be stored.
-        `checkpoint_next`: the caller runs `wal_checkpoint` next (it waits for a background
-        pass itself), so a commit past the checkpointer's CAP does not wait for one here."""
+        Before it begins, a background pass over a WAL of CAP pages or more is waited for
+        (`Checkpointer.before_write`): the commit never waits for one."""
         if self._depth:
             if self._aborted is not None:
                 raise self._aborted_error()
@@ -128,6 +128,8 @@ class LedgerFile:
             finally:
                 self._depth -= 1
             return
+        if self.checkpointer is not None:
+            self.checkpointer.before_write()
         begin_immediate(self.conn)
         self._depth = 1
         self._aborted = None
@@ -153,8 +155,6 @@ class LedgerFile:
         finally:
             self._depth = 0
             self._aborted = None
-        if self.checkpointer is not None and not checkpoint_next:
-            self.checkpointer.after_commit()
 
     def _undo_savepoint(self, name: str, full: bool) -> None:
         """Roll a failed savepoint back; if SQLite already rolled back the whole transaction,
@@ -201,8 +201,11 @@ class LedgerFile:
         """A truncating WAL checkpoint (outside any transaction), retried while readers block
         it unless `wait` is false (one attempt)."""
         with self._no_pass():
-            return checkpoint_truncate(self.conn, self.path,
-                                       CHECKPOINT_DELAYS if wait else (0.0,))
+            outcome = checkpoint_truncate(self.conn, self.path,
+                                          CHECKPOINT_DELAYS if wait else (0.0,))
+        if outcome.complete and self.checkpointer is not None:
+            self.checkpointer.frames = 0  # the WAL is empty: the next write has nothing to wait for
+        return outcome
 
     def rewrite(self, *, wait: bool = True, during: Hook | None = None,
                 vacuumed: Hook | None = None) -> RewriteOutcome:

@@ -64,8 +64,9 @@ def test_the_checkpoint_runs_in_a_thread_after_the_commit_that_passes_the_thresh
 
 def test_back_to_back_writes_still_start_the_wal_over(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A pass copies only what was committed before it began; past CAP the commit waits for
-    one, so the next write starts the WAL from its beginning instead of growing it forever."""
+    """A pass copies only what was committed before it began; past CAP the next write waits
+    for one before it begins, so it starts the WAL from its beginning instead of growing it
+    forever."""
     monkeypatch.setattr(ckpt, "PAGES", 20)
     monkeypatch.setattr(ckpt, "CAP", 200)
     path = tmp_path / "l.db"
@@ -76,12 +77,13 @@ def test_back_to_back_writes_still_start_the_wal_over(tmp_path: Path,
         assert wal < 400 * 4096, f"the WAL grew to {wal} bytes"
 
 
-def test_an_erasures_commit_leaves_the_pass_to_its_proofs_checkpoint(
+def test_no_commit_waits_for_the_pass_the_next_write_does_and_an_erasure_leaves_none(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sweep past CAP does not wait for the background pass in its commit: its proof's
-    truncating checkpoint, which waits for that pass itself, comes next (the wait of a 20k-fact
-    sweep, ~0.65 s, overlaps the proof's row checks and the scan's set-up). The proof still
-    ends with the WAL empty; any other write past CAP still waits."""
+    """A commit past CAP returns without waiting for the background pass it started; the next
+    write waits for it before it begins (so it starts the WAL over). A sweep's commit does not
+    wait either: its proof's truncating checkpoint, which waits for that pass itself, comes
+    next (the wait of a 20k-fact sweep overlaps the proof's row checks and the scan's set-up),
+    ends with the WAL empty and leaves the next write nothing to wait for."""
     monkeypatch.setattr(ckpt, "PAGES", 20)
     monkeypatch.setattr(ckpt, "CAP", 40)
     path = tmp_path / "l.db"
@@ -99,16 +101,21 @@ def test_an_erasures_commit_leaves_the_pass_to_its_proofs_checkpoint(
             waits.append(checkpointer.frames)
             return original(timeout)
 
-        monkeypatch.setattr(checkpointer, "wait", counted)
         last = led.assert_fact("acct:last", "note", "kept", actor="agent:bot",
                                cause={"kind": "message", "ref": "m"}, provenance="attested")
-        _write(led, 5, "plain")  # ~75 pages: a plain write past CAP still goes through it
-        assert len(waits) == 1 and waits[0] >= 40
+        monkeypatch.setattr(checkpointer, "wait", counted)
+        _write(led, 5, "plain")  # ~75 pages, past CAP: its commit returns without waiting
+        assert waits == [] and checkpointer.frames >= 40
         result = led.sweep(before=last.tx_at, actor="user:dpo")
+        # One wait: the sweep's, before it began, for the pass of the plain write's commit.
+        assert len(waits) == 1 and waits[0] >= 40
         assert sorted(result.expired) == sorted(facts)
-        assert len(waits) == 1, "the sweep's commit waited for the background pass"
         assert result.certificate is not None and result.certificate.complete
         wal = [p for p in result.certificate.places if p.place.startswith("WAL checkpoint")]
         assert [p.outcome for p in wal] == ["clean"]
         assert os.path.getsize(f"{path}-wal") == 0
+        assert original(0.0), "a pass is still due or running after the proof's checkpoint"
+        led.assert_fact("acct:after", "note", "next", actor="agent:bot",
+                        cause={"kind": "message", "ref": "m"}, provenance="attested")
+        assert len(waits) == 1  # the WAL was empty: nothing to wait for
         assert led.verify().valid

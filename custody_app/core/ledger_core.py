@@ -140,11 +140,9 @@ class LedgerCore:
 
     # ---- transactions -------------------------------------------------------------------
     @contextmanager
-    def transaction(self, *, checkpoint_next: bool = False) -> Iterator[None]:
+    def transaction(self) -> Iterator[None]:
         """A write transaction over the ledger and its key store (nested ones are savepoints, so
-        each operation in a group still fails alone). `checkpoint_next`: the caller checkpoints
-        the WAL itself once this commits (an erasure's proof), so the commit does not wait for
-        a background pass over a large WAL (`LedgerFile.write`)."""
+        each operation in a group still fails alone)."""
         if self.readonly:
             raise LedgerError("read_only", "this ledger was opened read-only")
         keys = self.keys.store.write() if self.keys is not None else nullcontext()
@@ -152,7 +150,7 @@ class LedgerCore:
         changes = self.keys.store.conn.total_changes() if outermost and self.keys else 0
         try:
             # The key store commits first (inner), so no committed value ever lacks its key.
-            with self.db.write(checkpoint_next=checkpoint_next):
+            with self.db.write():
                 with keys:
                     if self.db.depth == 1:
                         self._head = self.db.events.head()

@@ -129,7 +129,7 @@ def head_mark(ledger: LedgerCore) -> Iterator[None]:
 
 def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
     work = ErasureWork()
-    with ledger.transaction(checkpoint_next=True):  # the proof checkpoints
+    with ledger.transaction():
         fact = ledger.db.facts.get(cmd.fact_id)
         if fact is None:
             raise LedgerError("unknown_fact", f"fact {cmd.fact_id} does not exist in this ledger")
@@ -172,7 +172,7 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     if ledger.keys is None:
         raise LedgerError("keystore_missing", "the key store is not available")
     work = ErasureWork()
-    with ledger.transaction(checkpoint_next=True):
+    with ledger.transaction():
         own = ledger.db.erasure.facts_of_subject(cmd.subject)
         facts, root_of = cascade(ledger.db, own)
         refuse_held(facts, f"erasure of subject {cmd.subject}")

@@ -23,8 +23,8 @@ ERASED = ("forgotten", "expired")
 def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
     """Check every place the values could be, after the transaction committed."""
     checks = row_places(ledger, work, keys_place=keys_place)
-    # Built while the background pass over the erasure's WAL may still run (its commit did not
-    # wait for it: `transaction(checkpoint_next=True)`); the checkpoint below waits for it.
+    # Built while the background pass over the erasure's WAL may still run (no commit waits for
+    # one: `Checkpointer.before_write`); the checkpoint below waits for it.
     plan = ledger.db.locate.plan(work.needles)
     outcome = ledger.db.wal_checkpoint()
     crash_point("erasure.checkpointed")

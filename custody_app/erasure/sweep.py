@@ -94,7 +94,7 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep, *, grouped: bool = Tru
     expired: list[str] = []
     held: set[str] = set()
     reasons: dict[str, ExpiryReason] = {}
-    with (ledger.db.read() if cmd.dry_run else ledger.transaction(checkpoint_next=True)):
+    with (ledger.db.read() if cmd.dry_run else ledger.transaction()):
         tx_at = ledger.tx_at() if not cmd.dry_run else ledger.now()
         batched = nullcontext() if cmd.dry_run else ledger.index.removals_batched()
         with batched:

@@ -216,10 +216,10 @@ class Ledger(EvidenceViews, TimelineReads):
         return ledger
 
     @contextmanager
-    def transaction(self, *, checkpoint_next: bool = False) -> Iterator[None]:
+    def transaction(self) -> Iterator[None]:
         """Group several operations in one write transaction; each still fails alone. After
         the outermost one commits, a scrub a reader blocked earlier is tried again."""
-        with super().transaction(checkpoint_next=checkpoint_next):
+        with super().transaction():
             yield
         if self.scrubs.due and self.db.depth == 0 and not self.scrubs.finishing:
             self.scrubs.finish(self, wait=False)
