@@ -575,8 +575,9 @@ def render(results: list[Result], args: argparse.Namespace) -> str:
         [(f"{len(r.recluster_ms)} batches: {_pct(r.recluster_ms, 0.5):.1f} / "
           f"{_pct(r.recluster_ms, 0.99):.1f} / {max(r.recluster_ms):,.1f}"
           if r.recluster_ms else "none ran") for r in results])
-    row("(diagnostic) a group's wait for the write lock (its BEGIN IMMEDIATE: behind a "
-        "re-clustering batch, a checkpoint's wait), p50 / p99 / max (ms)",
+    row("a group's wait to begin: for the background checkpoint pass its previous commit "
+        "started when that left the WAL past CAP pages, then for the write lock (behind a "
+        "re-clustering batch); p50 / p99 / max (ms)",
         [" / ".join(f"{_pct(r.begin_ms, q):.1f}" for q in (0.5, 0.99)) + f" / {max(r.begin_ms):,.1f}"
          if r.begin_ms else "-" for r in results])
     row("(info) wait for the background re-clustering after ingest (s)",

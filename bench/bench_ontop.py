@@ -163,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         "| group end (deferred recall rows + COMMIT), p50 / p99 / max (ms) | "
         + " / ".join(f"{pct(res.commit_ms, q):.1f}" for q in (0.5, 0.99))
         + f" / {max(res.commit_ms):.1f} | |",
+        "| a group's wait to begin (the background checkpoint pass a commit past CAP "
+        "started, then the write lock), p50 / p99 / max (ms) | "
+        + " / ".join(f"{pct(res.begin_ms, q):.1f}" for q in (0.5, 0.99))
+        + f" / {max(res.begin_ms):.1f} | < busy timeout (5 s) |",
         f"| background re-clustering batches during the ingest | {len(res.recluster_ms)} | |",
         f"| verify, full chain (s) | {verify_s:.1f}" + ("" if report.valid else " INVALID")
         + " | < 30 |",
