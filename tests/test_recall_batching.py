@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from custody_app.erasure.rotate import lexical_rows
 from custody_app.domain.errors import LedgerError
 from custody_app.recall.embedders import Embedder, Vectors
 from custody_app.recall.index import FLUSH_AT
@@ -184,7 +185,7 @@ def test_removals_and_moves_wait_for_the_group_end_and_stay_exact(env: Env) -> N
 
 def test_the_batched_lexical_rows_equal_the_per_fact_reference(env: Env) -> None:
     """The rows a group writes (each distinct word hashed once per batch) are the very rows
-    `lexical_rows` makes fact by fact (what a key rotation writes), byte for byte."""
+    `rotate.lexical_rows` makes fact by fact (what a key rotation writes), byte for byte."""
     ledger = env.ledger
     with ledger.transaction():
         for i in range(FLUSH_AT + 7):
@@ -196,4 +197,4 @@ def test_the_batched_lexical_rows_equal_the_per_fact_reference(env: Env) -> None
     stored = [tuple(r) for r in conn.execute(
         "SELECT rowid, terms, scope FROM recall_fts ORDER BY rowid")]
     assert len(stored) == FLUSH_AT + 7
-    assert stored == ledger.index.lexical_rows(ledger.index.key())
+    assert stored == lexical_rows(ledger.index, ledger.index.key())
