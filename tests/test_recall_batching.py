@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from custody_app.erasure.rotate import lexical_rows
 from custody_app.domain.errors import LedgerError
+from custody_app.erasure.rotate import lexical_rows
 from custody_app.recall.embedders import Embedder, Vectors
 from custody_app.recall.index import FLUSH_AT
 from tests.conftest import CAUSE, WRITER, Env
