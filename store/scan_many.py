@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Container
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from io import RawIOBase
 
 import ahocorasick_rs
 import numpy as np
+
+from store.blocks import in_ranges, windows
 
 # The fragment of each needle in that search: short keeps the automaton small (119k needles of
 # a 20k-fact sweep: built in 0.68-0.73 s at 12 bytes, 0.93-1.17 s at 16, the search as fast).
@@ -50,10 +51,6 @@ SAMPLE_PIECE_BYTES = 1 << 15
 MAX_DFA_BYTES = 256_000
 # Its blocks: larger than a forget's (its automata, not the copy, are the cost), fewer calls.
 MANY_BLOCK_BYTES = 1 << 22
-# From this size on a file is searched in SCAN_THREADS ranges at once: the automata release the
-# GIL (2 threads over 64 MB of random bytes, 20k fragments: 1.12 s against 2.41 s in one).
-SPLIT_MIN_BYTES = 1 << 26
-SCAN_THREADS = min(2, os.cpu_count() or 1)
 Pieces = dict[bytes, list[tuple[int, int]]]
 
 
@@ -218,18 +215,8 @@ def find_many(handle: RawIOBase, distinct: list[bytes], limit: int,
     if plan is None or plan.distinct != distinct:
         plan = plan_for(handle, distinct)
     fd = handle.fileno()
-    size = os.fstat(fd).st_size
-    if threads is None:
-        threads = SCAN_THREADS if size >= SPLIT_MIN_BYTES else 1
-    # Range starts on block boundaries of the single pass; the last range reads to the end.
-    blocks = -(-size // MANY_BLOCK_BYTES)
-    starts = sorted({MANY_BLOCK_BYTES * (blocks * k // threads) for k in range(max(threads, 1))})
-    bounds = list(zip(starts, [*starts[1:], None], strict=True))
-    if len(bounds) == 1:
-        parts = [_find_range(fd, 0, None, plan, limit)]
-    else:
-        with ThreadPoolExecutor(max_workers=len(bounds)) as pool:
-            parts = list(pool.map(lambda b: _find_range(fd, b[0], b[1], plan, limit), bounds))
+    parts = in_ranges(fd, MANY_BLOCK_BYTES,
+                      lambda lo, hi: _find_range(fd, lo, hi, plan, limit), threads)
     found: dict[int, list[int]] = {}
     for part in parts:  # in file order: a later range only adds offsets past an earlier one's
         for i, offsets in part.items():
@@ -247,23 +234,11 @@ def _find_range(fd: int, lo: int, hi: int | None, plan: ManyPlan,
     fragment ends in them."""
     distinct = plan.distinct
     automata = [(a, pieces, list(pieces)) for a, pieces in plan.automata]
-    overlap = MANY_FRAGMENT_BYTES - 1
-    buf = bytearray(MANY_BLOCK_BYTES + overlap)
-    view = memoryview(buf)
     found: dict[int, list[int]] = {}
-    carried = os.pread(fd, min(overlap, lo), lo - min(overlap, lo)) if lo else b""
-    keep = len(carried)  # bytes carried over
-    buf[:keep] = carried
-    base, at = lo - keep, lo  # file offsets of buf[0] and of the next byte to read
-    while hi is None or at < hi:
-        want = MANY_BLOCK_BYTES if hi is None else min(MANY_BLOCK_BYTES, hi - at)
-        n = os.preadv(fd, [view[keep:keep + want]], at)
-        if not n:
-            break
-        at += n
-        size = keep + n
+    for window, base, keep in windows(fd, lo, hi, MANY_BLOCK_BYTES, MANY_FRAGMENT_BYTES - 1):
+        size = len(window)
         for automaton, pieces, fragments in automata:
-            for k, start, end in automaton.find_matches_as_indexes(view[:size], overlapping=True):
+            for k, start, end in automaton.find_matches_as_indexes(window, overlapping=True):
                 if end <= keep:
                     continue  # wholly in the carried bytes: reported with the block before
                 for i, shift in pieces[fragments[k]]:
@@ -273,14 +248,9 @@ def _find_range(fd: int, lo: int, hi: int | None, plan: ManyPlan,
                     if len(offsets) >= limit or base + begin < 0:
                         continue
                     if begin >= 0 and begin + len(needle) <= size:
-                        there = view[begin:begin + len(needle)] == needle
+                        there = window[begin:begin + len(needle)] == needle
                     else:
                         there = os.pread(fd, len(needle), base + begin) == needle
                     if there:
                         offsets.append(base + begin)
-        carry = min(overlap, size)
-        buf[:carry] = buf[size - carry:size]
-        base += size - carry
-        keep = carry
-    view.release()
     return found

@@ -11,6 +11,7 @@ from io import RawIOBase
 import ahocorasick_rs
 import apsw
 
+from store.blocks import in_ranges, windows
 from store.scan_many import ManyPlan, find_many, plan_for
 
 # Backoff while a reader blocks the checkpoint: about 0.6 s in all, then report it pending.
@@ -166,27 +167,24 @@ BLOCK_BYTES = 1 << 19
 def _leftmost(handle: RawIOBase, fragments: list[bytes]) -> list[tuple[int, int, int]]:
     """Matches (fragment, start, end in the file) of a leftmost-longest search: every
     occurrence of every fragment starts inside one of them. One automaton for all the
-    fragments, one pass. Each block is searched with the last FRAGMENT_BYTES - 1 bytes of
-    the one before, so a fragment across a block boundary is found whole."""
+    fragments, one pass (in ranges at once for a large file: `store.blocks`). Each block is
+    searched with the last FRAGMENT_BYTES - 1 bytes of the one before, so a fragment across a
+    block boundary is found whole."""
     kind = ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST
     automaton = ahocorasick_rs.BytesAhoCorasick(fragments, matchkind=kind)
     overlap = max(len(f) for f in fragments) - 1
-    buf = bytearray(BLOCK_BYTES + overlap)
-    view = memoryview(buf)
-    out: list[tuple[int, int, int]] = []
-    keep, base = 0, 0  # bytes carried over; file offset of buf[0]
-    while n := handle.readinto(view[keep:keep + BLOCK_BYTES]):
+    fd = handle.fileno()
+
+    def search(lo: int, hi: int | None) -> list[tuple[int, int, int]]:
         # Every match, those wholly in the carried bytes too: a leftmost search started at
         # another offset can segment the same bytes differently (with several fragments), so
         # the block before may have covered an occurrence there with another match. Every
         # occurrence lies wholly inside some block's window, and inside one of its matches.
-        out += [(i, base + s, base + e) for i, s, e in
-                automaton.find_matches_as_indexes(view[:keep + n])]
-        carry = min(overlap, keep + n)
-        buf[:carry] = buf[keep + n - carry:keep + n]
-        base += keep + n - carry
-        keep = carry
-    view.release()
+        return [(i, base + s, base + e)
+                for window, base, _ in windows(fd, lo, hi, BLOCK_BYTES, overlap)
+                for i, s, e in automaton.find_matches_as_indexes(window)]
+
+    out = [m for part in in_ranges(fd, BLOCK_BYTES, search) for m in part]
     return sorted(out, key=lambda m: m[1])
 
 

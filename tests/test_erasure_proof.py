@@ -19,7 +19,7 @@ from custody_app.doctor.checks import diagnose
 from custody_app.erasure.certificate import ErasureCertificate, ScanHit
 from custody_app.erasure.proof import scan_places
 from custody_app.erasure.work import ErasureWork
-from store import scrub
+from store import blocks, scrub
 from store.scrub import find_in_file, scan_files
 from tests.conftest import Env
 
@@ -140,19 +140,28 @@ def test_cli_forget_exit_code_follows_the_classification(make_env) -> None:
        st.lists(st.binary(min_size=1, max_size=80) | st.sampled_from([b"ab", b"aba", b"a" * 70,
                                                                       b"a" * 65 + b"b"]),
                 min_size=1, max_size=12),
-       st.sampled_from([1, 7, 64, 100, scrub.BLOCK_BYTES]))
+       st.sampled_from([1, 7, 64, 100, scrub.BLOCK_BYTES]),
+       st.sampled_from([1, 2, 3, 7]))
 def test_scan_agrees_with_a_plain_search_of_the_bytes(tmp_path_factory, data: bytes,
-                                                     needles: list[bytes], block: int) -> None:
+                                                     needles: list[bytes], block: int,
+                                                     threads: int) -> None:
     """Overlapping, nested and repeated needles, needles longer than the Aho-Corasick
-    fragment, and blocks smaller than a needle (so matches cross block boundaries): the
-    leftmost prefilter must never hide one that a plain search finds."""
+    fragment, blocks smaller than a needle (so matches cross block boundaries), and the file
+    searched in ranges by several threads: the leftmost prefilter must never hide one that a
+    plain search finds, and the ranges' matches are one pass's, in its order."""
     path = tmp_path_factory.mktemp("scan") / "blob.bin"
     planted = data + b"".join(needles[: len(needles) // 2]) + data[:50]
     path.write_bytes(planted)
     expected = sorted(i for i, n in enumerate(needles) if n in planted)
-    with patch.object(scrub, "BLOCK_BYTES", block):
+    with (patch.object(scrub, "BLOCK_BYTES", block), patch.object(blocks, "SPLIT_MIN_BYTES", 0),
+          patch.object(blocks, "THREADS", threads)):
         assert scan_files([str(path)], needles)[str(path)] == expected
         found = find_in_file(str(path), needles)
+        fragments = list(scrub._pieces(list(enumerate(needles))))
+        with open(path, "rb", buffering=0) as handle:
+            split = scrub._leftmost(handle, fragments)
+            with patch.object(blocks, "THREADS", 1):
+                assert split == scrub._leftmost(handle, fragments)
     for i, needle in enumerate(needles):
         every = [o for o in range(len(planted)) if planted.startswith(needle, o)]
         assert found.get(i, []) == every[:64]

@@ -8,7 +8,7 @@ from unittest.mock import patch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import scan_many, scrub
+from store import blocks, scan_many, scrub
 from store.scrub import find_in_file, scan_files
 
 _bytes = st.lists(st.sampled_from([b"{", b'"', b"a", b"Q", b"7", b"\x00", b"\xf3", b"CV1\x00", b" ",
@@ -37,8 +37,8 @@ def test_many_needles_are_found_wherever_a_plain_search_finds_them(
     path.write_bytes(planted)
     assert len(set(needles)) > scrub.MANY_NEEDLES
     with (patch.object(scan_many, "MANY_BLOCK_BYTES", block),
-          patch.object(scan_many, "SPLIT_MIN_BYTES", 0),
-          patch.object(scan_many, "SCAN_THREADS", threads)):
+          patch.object(blocks, "SPLIT_MIN_BYTES", 0),
+          patch.object(blocks, "THREADS", threads)):
         found = find_in_file(str(path), needles)
         assert scan_files([str(path)], needles)[str(path)] == sorted(
             i for i, n in enumerate(needles) if n in planted)
