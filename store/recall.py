@@ -46,16 +46,33 @@ BULK_REMOVE_RATIO = 1 / 200
 BULK_REMOVE_MIN = 16
 FTS_COUNT = "SELECT count(*) FROM recall_fts"
 FTS_ROWIDS = "SELECT rowid FROM recall_fts ORDER BY rowid"
-VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, cell, embedding, status, space, subject_ref, "
-              "embedder) VALUES (?, ?, ?, ?, ?, ?, ?)")
-VEC_ALL = "SELECT fact_seq, embedding, status, space, subject_ref, embedder FROM recall_vec"
+VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, cell, embedding, status, space, subject_ref) "
+              "VALUES (?, ?, ?, ?, ?, ?)")
+VEC_ALL = "SELECT fact_seq, embedding, status, space, subject_ref FROM recall_vec"
 CELLS_CREATE = ("CREATE TABLE IF NOT EXISTS recall_cells(cell INTEGER PRIMARY KEY, "
                 "centroid BLOB NOT NULL)")
 VEC_CELLS = "SELECT fact_seq, cell FROM recall_vec"
-VEC_META_ONE = "SELECT cell, status, space, subject_ref, embedder FROM recall_vec WHERE fact_seq = ?"
+VEC_META_ONE = "SELECT cell, status, space, subject_ref FROM recall_vec WHERE fact_seq = ?"
 VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
-# Bumped when the index layout changes: an older layout is rebuilt at open like an embedder change.
-LAYOUT = "ivf-l2-1"
+# Bumped when the index layout changes: an older layout is rebuilt at open like an embedder change
+# (the schema-7 migration moves "ivf-l2-1" tables to "ivf-l2-2" without re-embedding).
+LAYOUT = "ivf-l2-2"
+# The vector table: no auxiliary (`+name`) column. sqlite-vec 0.1.9 leaks the SQL text of its
+# auxiliary-row INSERT on every insert into a table that has one (~120 bytes a vector, never
+# freed, even at close: 170 MB over a 1M-fact ingest with its re-clusterings); the embedder's
+# name, the same for every row, is in the index's meta row instead.
+VEC_TABLE = ("vec0(fact_seq integer primary key, "
+             # The cell (a k-means partition; 0 while the index is small and searched whole)
+             # lets a KNN read only the chunks of the cells nearest the query.
+             "cell integer partition key, "
+             # Embedders give unit vectors, so L2 ranks exactly as cosine (and is ~25% faster
+             # in sqlite-vec 0.1.9 here).
+             "embedding float[{dimensions}] distance_metric=L2, status text, space text, "
+             # Chunks of 256 vectors: every insert rewrites a chunk's blob, and at the default
+             # 1024 that cost 200 us per 1024-dim insert here.
+             "subject_ref text, chunk_size=256)")
+VecRow = tuple[int, int, bytes, str, str, str]  # fact_seq, cell, vector, status, space, subject_ref
+StoredVec = tuple[int, bytes, str, str, str]  # fact_seq, vector, status, space, subject_ref
 VEC_DELETE = "DELETE FROM recall_vec WHERE fact_seq = ?"
 # Many deletes as one statement each (a caller may run them on a thread of its own: apsw
 # releases the GIL for a statement's whole run, not between the rows of an executemany). FTS5
@@ -163,7 +180,7 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
                 self._conn.execute(VEC_DELETE, (seq,))
                 # Row by row, so `enough` sees what each costs in all.
                 self._insert_vectors([(seq, cell_of(vector), vector, str(row[1]), str(row[2]),
-                                       str(row[3]), str(row[4]))])
+                                       str(row[3]))])
             if enough is not None and enough():
                 break
         return used
@@ -173,61 +190,51 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
         self._conn.execute("DROP TABLE IF EXISTS recall_vec")
         self._conn.execute("DROP TABLE IF EXISTS recall_cells")
         self._conn.execute(CELLS_CREATE)
-        self._conn.execute(
-            "CREATE VIRTUAL TABLE recall_vec USING vec0(fact_seq integer primary key, "
-            # The cell (a k-means partition; 0 while the index is small and searched whole)
-            # lets a KNN read only the chunks of the cells nearest the query.
-            "cell integer partition key, "
-            # Embedders give unit vectors, so L2 ranks exactly as cosine (and is ~25% faster
-            # in sqlite-vec 0.1.9 here).
-            f"embedding float[{int(dimensions)}] distance_metric=L2, status text, space text, "
-            # Chunks of 256 vectors: every insert rewrites a chunk's blob, and at the default
-            # 1024 that cost 200 us per 1024-dim insert here.
-            "subject_ref text, +embedder text, chunk_size=256)")
+        self._conn.execute("CREATE VIRTUAL TABLE recall_vec USING "
+                           + VEC_TABLE.format(dimensions=int(dimensions)))
 
     def repartition(self, dimensions: int, centroids: list[bytes],
-                    rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+                    rows: list[VecRow]) -> None:
         """Replace the vector table with `rows` (fact_seq, cell, vector, status, space,
-        subject_ref, embedder) under new centroids (inside the caller's transaction). The old
+        subject_ref) under new centroids (inside the caller's transaction). The old
         table is dropped, not renamed; secure_delete zeroes its pages."""
         self._create_vec(dimensions)
         self._conn.executemany(CELLS_INSERT, enumerate(centroids))
         self._insert_vectors(rows)
         self._new_cells(len(rows))
 
-    def iter_vectors(self, chunk: int = 4096) -> Iterator[list[tuple[int, bytes, str, str, str, str]]]:
+    def iter_vectors(self, chunk: int = 4096) -> Iterator[list[StoredVec]]:
         """Every row of the vector index as `vectors` gives them, `chunk` rows at a time (a
         reader copying them elsewhere never holds them all as Python objects at once)."""
-        rows: list[tuple[int, bytes, str, str, str, str]] = []
+        rows: list[StoredVec] = []
         for r in self._conn.execute(VEC_ALL):
-            rows.append((int(r[0]), bytes(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5])))
+            rows.append((int(r[0]), bytes(r[1]), str(r[2]), str(r[3]), str(r[4])))
             if len(rows) == chunk:
                 yield rows
                 rows = []
         if rows:
             yield rows
 
-    def vectors(self) -> list[tuple[int, bytes, str, str, str, str]]:
-        """Every row of the vector index: (fact_seq, vector, status, space, subject_ref,
-        embedder)."""
-        return [(int(r[0]), bytes(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]))
+    def vectors(self) -> list[StoredVec]:
+        """Every row of the vector index: (fact_seq, vector, status, space, subject_ref)."""
+        return [(int(r[0]), bytes(r[1]), str(r[2]), str(r[3]), str(r[4]))
                 for r in self._conn.execute(VEC_ALL)]
 
     def add(self, fact_seq: int, terms: str, scope: str, cell: int, vector: bytes, status: str,
-            space: str, subject_ref: str, embedder: str) -> tuple[str, str]:
+            space: str, subject_ref: str) -> tuple[str, str]:
         self._conn.execute(FTS_INSERT, (fact_seq, terms, scope))
-        self._insert_vectors([(fact_seq, cell, vector, status, space, subject_ref, embedder)])
+        self._insert_vectors([(fact_seq, cell, vector, status, space, subject_ref)])
         return self._bump()
 
     def add_many(self, lexical: list[tuple[int, str, str]],
-                 vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> tuple[str, str]:
+                 vectors: list[VecRow]) -> tuple[str, str]:
         """Several facts at once: (fact_seq, terms, scope) and the vector rows. Returns the
         vector table's version tokens (before, after)."""
         self._conn.executemany(FTS_INSERT, lexical)
         self._insert_vectors(vectors)
         return self._bump()
 
-    def _insert_vectors(self, rows: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+    def _insert_vectors(self, rows: list[VecRow]) -> None:
         try:
             self._conn.executemany(VEC_INSERT, rows)
         except apsw.SQLError as exc:
@@ -241,7 +248,7 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
 
     def apply(self, removed: list[int], restatus: list[tuple[int, str]],
               lexical: list[tuple[int, str, str]],
-              vectors: list[tuple[int, int, bytes, str, str, str, str]]) -> tuple[str, str]:
+              vectors: list[VecRow]) -> tuple[str, str]:
         """A batch of index changes: facts `removed`, facts moved to a status (the vector row's
         status column only: the lexical row holds no status), and new rows of facts removed in
         the same batch. The deletes go first, the inserts after them in rowid order (FTS5 writes

@@ -267,6 +267,14 @@ V6 = """
 UPDATE ledger_meta SET value = value WHERE 0;
 """
 
+# Issue 17. The vector table loses its auxiliary `embedder` column (sqlite-vec 0.1.9 leaks memory
+# on every insert into a table with an auxiliary column; the name is in ledger_meta already). The
+# vectors are copied into a table made anew by `store.recall_upgrade.drop_vec_auxiliary`, run in
+# the same transaction right after this script (store.opening, POST_MIGRATION): no re-embedding.
+V7 = """
+UPDATE ledger_meta SET value = value WHERE 0;
+"""
+
 # Index i holds the script that upgrades user_version i to i+1.
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6)
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7)
 SCHEMA_VERSION = len(MIGRATIONS)

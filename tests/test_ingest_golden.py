@@ -100,16 +100,24 @@ def workload(n: int = 240) -> list[dict[str, Any]]:
 def digest(ledger: Ledger) -> str:
     """The digest the goldens were recorded with. Schema 6 took the status token ("zslive",
     "zsquarantined") out of each lexical row's scope; it is put back here from the vector row's
-    status, so matching the goldens shows that nothing else of any row changed."""
+    status, so matching the goldens shows that nothing else of any row changed. Schema 7 took
+    the embedder's name out of each vector row (an auxiliary column: sqlite-vec leaks memory on
+    every insert into a table that has one); it is put back from the index's meta row."""
     h = hashlib.sha256()
     conn = ledger.db.conn
     status = {int(s): str(t) for s, t in conn.execute("SELECT fact_seq, status FROM recall_vec")}
+    recorded = ledger.db.recall.embedder()
+    assert recorded is not None
+    embedder = recorded[0]
     for table in ("events", "facts", "fact_states", "recall_fts", "recall_vec"):
         cols = "rowid, *" if table == "recall_fts" else "*"
         for row in conn.execute(f"SELECT {cols} FROM {table} ORDER BY 1, 2"):
             if table == "recall_fts":
                 assert not str(row[2]).startswith("zs")  # schema 6: no status in the row
                 row = (row[0], row[1], f"zs{status[int(row[0])]} {row[2]}")
+            if table == "recall_vec":
+                assert len(row) == 6  # schema 7: no embedder column
+                row = (*row, embedder)
             h.update(repr(tuple(bytes(v) if isinstance(v, memoryview) else v
                                 for v in row)).encode())
     return h.hexdigest()

@@ -268,7 +268,7 @@ def test_verify_reports_a_dead_fact_left_in_the_index(env: Env) -> None:
     assert ledger.keys is not None
     with ledger.db.write():
         ledger.db.recall.add(fact.assert_seq, "hdeadbeef", "zslive", 0, vector.tobytes(), "live",
-                             "org", ledger.keys.subject_ref("acct:1"), ledger.embedder.name)
+                             "org", ledger.keys.subject_ref("acct:1"))
     report = ledger.verify()
     assert not report.valid and report.index_problems
     ledger.reindex()

@@ -69,7 +69,7 @@ def test_the_upgrade_rewrites_every_lexical_row_without_its_status_and_keeps_the
         old: Path) -> None:
     before = _scopes(old)
     with Ledger.open(old) as led:
-        assert led.db.conn.pragma("user_version") == SCHEMA_VERSION == 6
+        assert led.db.conn.pragma("user_version") == SCHEMA_VERSION >= 6
         after = _scopes(old)
         # The same rows, the same terms; the scope lost its first (status) token only.
         assert after.keys() == before.keys()

@@ -197,7 +197,7 @@ class CellIndex:
         where = nearest_cells(matrix, centroids)
         self.db.recall.repartition(
             self.dimensions, [c.tobytes() for c in centroids],
-            [(seq, int(cell), vec, status, space, ref, emb)
-             for (seq, vec, status, space, ref, emb), cell in zip(rows, where, strict=True)])
+            [(seq, int(cell), vec, status, space, ref)
+             for (seq, vec, status, space, ref), cell in zip(rows, where, strict=True)])
         self._count = len(rows)
         return cells

