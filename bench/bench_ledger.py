@@ -373,8 +373,8 @@ def floor(src: Path, dst: Path, tx: int, res: Result) -> None:
     states = db.conn.execute(f"SELECT {_SCOLS} FROM fact_states ORDER BY fact_seq, from_seq"
                              ).fetchall()
     fts_rows = db.conn.execute("SELECT rowid, terms, scope FROM recall_fts").fetchall()
-    vec_rows = db.conn.execute("SELECT fact_seq, cell, embedding, status, space, subject_ref, "
-                               "embedder FROM recall_vec").fetchall()
+    vec_rows = db.conn.execute("SELECT fact_seq, cell, embedding, status, space, subject_ref "
+                               "FROM recall_vec").fetchall()
     fts_vec_meta = db.recall.embedder() or ("hashed-ngram-v1-256", 256)
     db.close()
     gc.collect()

@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                                (head_seq,)).fetchall()
         fts = db.conn.execute("SELECT rowid, terms, scope FROM recall_fts WHERE rowid > ?",
                               (head_seq,)).fetchall()
-        vec = db.conn.execute("SELECT fact_seq, cell, embedding, status, space, subject_ref, "
-                              "embedder FROM recall_vec WHERE fact_seq > ?", (head_seq,)).fetchall()
+        vec = db.conn.execute("SELECT fact_seq, cell, embedding, status, space, subject_ref "
+                              "FROM recall_vec WHERE fact_seq > ?", (head_seq,)).fetchall()
         facts_after = db.conn.execute("SELECT count(*) FROM facts").fetchone()[0]
         db.close()
         log("floors")
