@@ -59,8 +59,8 @@ VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
 LAYOUT = "ivf-l2-2"
 # The vector table: no auxiliary (`+name`) column. sqlite-vec 0.1.9 leaks the SQL text of its
 # auxiliary-row INSERT on every insert into a table that has one (80-120 bytes a vector here,
-# still allocated after the close; a 1M-fact ingest's peak anonymous memory fell by 109 MB
-# without it); the embedder's name, the same for every row, is in the index's meta row instead.
+# still allocated after the close: ~0.1 GB over a 1M-fact ingest and its re-clusterings); the
+# embedder's name, the same for every row, is in the index's meta row instead.
 VEC_TABLE = ("vec0(fact_seq integer primary key, "
              # The cell (a k-means partition; 0 while the index is small and searched whole)
              # lets a KNN read only the chunks of the cells nearest the query.
