@@ -11,10 +11,12 @@ from pathlib import Path
 
 import apsw
 import numpy as np
+import pytest
 import sqlite_vec
 
 from custody_app import Ledger
-from store import open_ledger
+from custody_app.domain.errors import LedgerError
+from store import open_ledger, recall_upgrade
 from store.recall import VEC_TABLE, RecallStore
 from store.schema import SCHEMA_VERSION
 from tests.conftest import Env, fixture_copy
@@ -144,3 +146,49 @@ def test_a_real_schema_5_ledger_keeps_its_vectors_through_the_upgrade(tmp_path: 
         assert led.db.conn.execute(ROWS).fetchall() == before
         assert led.db.recall.embedder() == ("hashed-ngram-v1-256", 256)
         assert led.verify().valid
+
+
+def _file_bytes(path: Path) -> dict[str, bytes]:
+    return {s: Path(f"{path}{s}").read_bytes() for s in ("", "-wal")
+            if Path(f"{path}{s}").exists()}
+
+
+def test_an_upgrade_that_fails_half_way_leaves_the_file_as_it_was(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy runs in the open's one transaction: when making the new table fails after the
+    old one was dropped (here a broken definition), nothing of it is kept, the refusal is the
+    store's own error, and the next open upgrades the file whole."""
+    env.put("acct:1", "note", "violet umbrella stand")
+    before_rows = env.ledger.db.conn.execute(ROWS).fetchall()
+    env.ledger.close()
+    _to_layout_1(env.path)
+    before = _file_bytes(env.path)
+    monkeypatch.setattr(recall_upgrade, "VEC_TABLE", "vec0(broken")
+    with pytest.raises(LedgerError):
+        Ledger.open(env.path, clock=env.clock)
+    assert _file_bytes(env.path) == before
+    monkeypatch.undo()
+    env.ledger = Ledger.open(env.path, clock=env.clock)
+    assert env.ledger.db.conn.execute(ROWS).fetchall() == before_rows
+    assert env.ledger.verify().valid
+
+
+def test_a_hand_made_table_of_another_shape_is_refused_with_a_code(env: Env) -> None:
+    """A file whose meta says layout 1 but whose vector table is something else (a hand edit)
+    is refused by the upgrade with a coded error, and the file is left as it was."""
+    env.put("acct:1", "note", "violet umbrella stand")
+    env.ledger.close()
+    _to_layout_1(env.path)
+    conn = apsw.Connection(str(env.path))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    with conn:
+        conn.execute("DROP TABLE recall_vec")
+        conn.execute("CREATE TABLE recall_vec(x)")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    before = _file_bytes(env.path)
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(env.path, clock=env.clock)
+    assert refused.value.code
+    assert _file_bytes(env.path) == before
