@@ -56,7 +56,7 @@ from store.projection import (  # noqa: E402
     REPLACEMENTS,
     _as_of_sql,
 )
-from store.recall import FTS_INSERT, VEC_INSERT  # noqa: E402
+from store.recall import FTS_INSERT, VEC_COLUMNS, VEC_INSERT  # noqa: E402
 from store.rows import EVENT_COLUMNS  # noqa: E402
 
 # Targets (from the brief), checked at every size and judged at the largest one.
@@ -373,7 +373,7 @@ def floor(src: Path, dst: Path, tx: int, res: Result) -> None:
     states = db.conn.execute(f"SELECT {_SCOLS} FROM fact_states ORDER BY fact_seq, from_seq"
                              ).fetchall()
     fts_rows = db.conn.execute("SELECT rowid, terms, scope FROM recall_fts").fetchall()
-    vec_rows = db.conn.execute("SELECT fact_seq, cell, embedding, status, space, subject_ref "
+    vec_rows = db.conn.execute(f"SELECT {VEC_COLUMNS} "
                                "FROM recall_vec").fetchall()
     fts_vec_meta = db.recall.embedder() or ("hashed-ngram-v1-256", 256)
     db.close()

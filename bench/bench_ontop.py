@@ -36,7 +36,7 @@ import bench_ledger as B  # noqa: E402
 
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from store import open_ledger  # noqa: E402
-from store.recall import FTS_INSERT, VEC_INSERT  # noqa: E402
+from store.recall import FTS_INSERT, VEC_COLUMNS, VEC_INSERT  # noqa: E402
 from store.rows import EVENT_COLUMNS  # noqa: E402
 
 SUFFIXES = ("", ".keys", ".keys.master")
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                                (head_seq,)).fetchall()
         fts = db.conn.execute("SELECT rowid, terms, scope FROM recall_fts WHERE rowid > ?",
                               (head_seq,)).fetchall()
-        vec = db.conn.execute("SELECT fact_seq, cell, embedding, status, space, subject_ref "
+        vec = db.conn.execute(f"SELECT {VEC_COLUMNS} "
                               "FROM recall_vec WHERE fact_seq > ?", (head_seq,)).fetchall()
         facts_after = db.conn.execute("SELECT count(*) FROM facts").fetchone()[0]
         db.close()

@@ -13,7 +13,7 @@ import sqlite_vec
 
 from store.connection import LedgerFile, begin_immediate
 from store.errors import LedgerTooNew, NotALedger, StoreError
-from store.recall_upgrade import drop_status_scope, drop_vec_auxiliary
+from store.recall_upgrade import drop_status_scope, recode_vec_table
 from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5000
@@ -86,8 +86,8 @@ def configure_pragmas(conn: apsw.Connection) -> None:
 
 # Row rewrites a migration needs that SQL alone cannot make (its table may not exist yet): run
 # right after the script that takes user_version to the key, in the same transaction.
-POST_MIGRATION: dict[int, Callable[[apsw.Connection], object]] = {6: drop_status_scope,
-                                                               7: drop_vec_auxiliary}
+POST_MIGRATION: dict[int, Callable[[apsw.Connection], object]] = {
+    6: drop_status_scope, 7: recode_vec_table, 8: recode_vec_table}
 
 
 def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:

@@ -12,7 +12,7 @@ import apsw
 from store.errors import StoreFull
 from store.recall_hits import RecallHits
 from store.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
-from store.recall_search import RecallSearch
+from store.recall_search import RecallSearch, filter_code
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
 # for the space and subject tokens (which never change for a fact) so those filters act inside
@@ -46,33 +46,49 @@ BULK_REMOVE_RATIO = 1 / 200
 BULK_REMOVE_MIN = 16
 FTS_COUNT = "SELECT count(*) FROM recall_fts"
 FTS_ROWIDS = "SELECT rowid FROM recall_fts ORDER BY rowid"
-VEC_INSERT = ("INSERT INTO recall_vec(fact_seq, cell, embedding, status, space, subject_ref) "
-              "VALUES (?, ?, ?, ?, ?, ?)")
-VEC_ALL = "SELECT fact_seq, embedding, status, space, subject_ref FROM recall_vec"
+VEC_COLUMNS = "fact_seq, cell, embedding, status, space_code, subject_code"
+VEC_INSERT = f"INSERT INTO recall_vec({VEC_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+VEC_ALL = "SELECT fact_seq, embedding, status, space_code, subject_code FROM recall_vec"
 CELLS_CREATE = ("CREATE TABLE IF NOT EXISTS recall_cells(cell INTEGER PRIMARY KEY, "
                 "centroid BLOB NOT NULL)")
 VEC_CELLS = "SELECT fact_seq, cell FROM recall_vec"
-VEC_META_ONE = "SELECT cell, status, space, subject_ref FROM recall_vec WHERE fact_seq = ?"
+VEC_META_ONE = ("SELECT cell, status, space_code, subject_code FROM recall_vec "
+                "WHERE fact_seq = ?")
 VEC_SAMPLE = "SELECT embedding FROM recall_vec WHERE fact_seq = ?"
 # Bumped when the index layout changes: an older layout is rebuilt at open like an embedder change
-# (the schema-7 migration moves "ivf-l2-1" tables to "ivf-l2-2" without re-embedding).
-LAYOUT = "ivf-l2-2"
-# The vector table: no auxiliary (`+name`) column. sqlite-vec 0.1.9 leaks the SQL text of its
-# auxiliary-row INSERT on every insert into a table that has one (80-120 bytes a vector here,
-# still allocated after the close: ~0.1 GB over a 1M-fact ingest and its re-clusterings); the
-# embedder's name, the same for every row, is in the index's meta row instead.
+# (the schema-7 and schema-8 migrations move "ivf-l2-1" and "ivf-l2-2" tables to "ivf-l2-3"
+# without re-embedding).
+LAYOUT = "ivf-l2-3"
+# The vector table. sqlite-vec 0.1.9 leaks memory on two of its write paths, and this layout
+# keeps off both (each leak still allocated after the connection closes, so a long ingest grew
+# with the ledger):
+# - an auxiliary (`+name`) column: the SQL text of its row's INSERT, 80-120 bytes a vector
+#   (the embedder's name, the same for every row, is in the index's meta row instead);
+# - a text metadata value over 12 bytes (stored in a shadow table through SQL that is never
+#   freed), ~40-70 bytes a row: the space and the subject are filter codes (`filter_code`), 64-bit
+#   integers kept in the chunk itself; status ("live", "quarantined") stays text.
 VEC_TABLE = ("vec0(fact_seq integer primary key, "
              # The cell (a k-means partition; 0 while the index is small and searched whole)
              # lets a KNN read only the chunks of the cells nearest the query.
              "cell integer partition key, "
              # Embedders give unit vectors, so L2 ranks exactly as cosine (and is ~25% faster
              # in sqlite-vec 0.1.9 here).
-             "embedding float[{dimensions}] distance_metric=L2, status text, space text, "
+             "embedding float[{dimensions}] distance_metric=L2, status text, "
+             "space_code integer, subject_code integer, "
              # Chunks of 256 vectors: every insert rewrites a chunk's blob, and at the default
              # 1024 that cost 200 us per 1024-dim insert here.
-             "subject_ref text, chunk_size=256)")
-VecRow = tuple[int, int, bytes, str, str, str]  # fact_seq, cell, vector, status, space, subject_ref
-StoredVec = tuple[int, bytes, str, str, str]  # fact_seq, vector, status, space, subject_ref
+             "chunk_size=256)")
+VecRow = tuple[int, int, bytes, str, int, int]  # fact_seq, cell, vector, status, space/subject codes
+StoredVec = tuple[int, bytes, str, int, int]  # fact_seq, vector, status, space/subject codes
+
+
+def vec_row(fact_seq: int, cell: int, vector: bytes, status: str, space: str,
+            subject_ref: str) -> VecRow:
+    """The vector table's row of a fact."""
+    return (fact_seq, cell, vector, status, filter_code("space", space),
+            filter_code("subject", subject_ref))
+
+
 VEC_DELETE = "DELETE FROM recall_vec WHERE fact_seq = ?"
 # Many deletes as one statement each (a caller may run them on a thread of its own: apsw
 # releases the GIL for a statement's whole run, not between the rows of an executemany). FTS5
@@ -179,8 +195,8 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
             if row is not None and int(row[0]) < below:
                 self._conn.execute(VEC_DELETE, (seq,))
                 # Row by row, so `enough` sees what each costs in all.
-                self._insert_vectors([(seq, cell_of(vector), vector, str(row[1]), str(row[2]),
-                                       str(row[3]))])
+                self._insert_vectors([(seq, cell_of(vector), vector, str(row[1]), int(row[2]),
+                                       int(row[3]))])
             if enough is not None and enough():
                 break
         return used
@@ -195,8 +211,8 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
 
     def repartition(self, dimensions: int, centroids: list[bytes],
                     rows: list[VecRow]) -> None:
-        """Replace the vector table with `rows` (fact_seq, cell, vector, status, space,
-        subject_ref) under new centroids (inside the caller's transaction). The old
+        """Replace the vector table with `rows` (fact_seq, cell, vector, status, space code,
+        subject code) under new centroids (inside the caller's transaction). The old
         table is dropped, not renamed; secure_delete zeroes its pages."""
         self._create_vec(dimensions)
         self._conn.executemany(CELLS_INSERT, enumerate(centroids))
@@ -208,7 +224,7 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
         reader copying them elsewhere never holds them all as Python objects at once)."""
         rows: list[StoredVec] = []
         for r in self._conn.execute(VEC_ALL):
-            rows.append((int(r[0]), bytes(r[1]), str(r[2]), str(r[3]), str(r[4])))
+            rows.append((int(r[0]), bytes(r[1]), str(r[2]), int(r[3]), int(r[4])))
             if len(rows) == chunk:
                 yield rows
                 rows = []
@@ -216,14 +232,14 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
             yield rows
 
     def vectors(self) -> list[StoredVec]:
-        """Every row of the vector index: (fact_seq, vector, status, space, subject_ref)."""
-        return [(int(r[0]), bytes(r[1]), str(r[2]), str(r[3]), str(r[4]))
+        """Every row of the vector index: (fact_seq, vector, status, space code, subject code)."""
+        return [(int(r[0]), bytes(r[1]), str(r[2]), int(r[3]), int(r[4]))
                 for r in self._conn.execute(VEC_ALL)]
 
     def add(self, fact_seq: int, terms: str, scope: str, cell: int, vector: bytes, status: str,
             space: str, subject_ref: str) -> tuple[str, str]:
         self._conn.execute(FTS_INSERT, (fact_seq, terms, scope))
-        self._insert_vectors([(fact_seq, cell, vector, status, space, subject_ref)])
+        self._insert_vectors([vec_row(fact_seq, cell, vector, status, space, subject_ref)])
         return self._bump()
 
     def add_many(self, lexical: list[tuple[int, str, str]],

@@ -3,6 +3,8 @@ by cell), and the document frequencies that weigh query terms."""
 
 from __future__ import annotations
 
+import hashlib
+
 import apsw
 
 DOC_FREQ = "SELECT doc FROM recall_vocab WHERE term = ?"
@@ -20,6 +22,15 @@ FTS_SEARCH_LIVE = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHE
                    "AND f.status = 'active') ORDER BY bm25(recall_fts, 1.0, 0.0) LIMIT ?")
 # FTS5's averages record (id 1 of the data table) starts with the number of rows as a varint.
 FTS_AVERAGES = "SELECT block FROM recall_fts_data WHERE id = 1"
+
+
+def filter_code(kind: str, value: str) -> int:
+    """The vector table's code of a filter value: `kind` "space" (a space's name) or "subject"
+    (a subject's keyed reference, never the subject itself), as a signed 64-bit integer from
+    its hash. Two values may share a code, however unlikely: a KNN filtered by code may return
+    another space's or subject's row, so the reader checks the fact itself (recall's hydrate)."""
+    digest = hashlib.blake2b(f"{kind}:{value}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 class RecallSearch:
@@ -88,11 +99,11 @@ class RecallSearch:
             where.append(f"cell IN ({', '.join('?' * len(cells))})")
             params.extend(cells)
         if space is not None:
-            where.append("space = ?")
-            params.append(space)
+            where.append("space_code = ?")
+            params.append(filter_code("space", space))
         if subject_ref is not None:
-            where.append("subject_ref = ?")
-            params.append(subject_ref)
+            where.append("subject_code = ?")
+            params.append(filter_code("subject", subject_ref))
         sql = ("SELECT fact_seq, distance FROM recall_vec WHERE embedding MATCH ? AND k = ? AND "
                + " AND ".join(where))
         # Each cell yields its own k nearest: SQLite merges them and keeps the nearest `limit`.

@@ -269,12 +269,20 @@ UPDATE ledger_meta SET value = value WHERE 0;
 
 # Issue 17. The vector table loses its auxiliary `embedder` column (sqlite-vec 0.1.9 leaks memory
 # on every insert into a table with an auxiliary column; the name is in ledger_meta already). The
-# vectors are copied into a table made anew by `store.recall_upgrade.drop_vec_auxiliary`, run in
+# vectors are copied into a table made anew by `store.recall_upgrade.recode_vec_table`, run in
 # the same transaction right after this script (store.opening, POST_MIGRATION): no re-embedding.
 V7 = """
 UPDATE ledger_meta SET value = value WHERE 0;
 """
 
+# Issue 17. The vector table's space and subject filters become 64-bit integer codes
+# (`store.recall.filter_code`): sqlite-vec 0.1.9 leaks the SQL of every text metadata value over
+# 12 bytes it writes, and a subject reference is 64 characters. The same copy as schema 7 (which
+# already writes this layout; this step then finds the table current).
+V8 = """
+UPDATE ledger_meta SET value = value WHERE 0;
+"""
+
 # Index i holds the script that upgrades user_version i to i+1.
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7)
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7, V8)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -24,6 +24,7 @@ from custody_app.interfaces.batch import run_batch
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import index as recall_index
 from store import recall_meta
+from store.recall_search import filter_code
 from tests.conftest import T0
 
 # sha256 over every event row, the projection and both recall indexes, at fa8660f.
@@ -102,13 +103,18 @@ def digest(ledger: Ledger) -> str:
     "zsquarantined") out of each lexical row's scope; it is put back here from the vector row's
     status, so matching the goldens shows that nothing else of any row changed. Schema 7 took
     the embedder's name out of each vector row (an auxiliary column: sqlite-vec leaks memory on
-    every insert into a table that has one); it is put back from the index's meta row."""
+    every insert into a table that has one); it is put back from the index's meta row. Schema 8
+    holds the space and the subject reference as filter codes (sqlite-vec leaks memory on a text
+    value over 12 bytes); each code is checked against the fact's own space and subject and the
+    text put back."""
     h = hashlib.sha256()
     conn = ledger.db.conn
     status = {int(s): str(t) for s, t in conn.execute("SELECT fact_seq, status FROM recall_vec")}
     recorded = ledger.db.recall.embedder()
     assert recorded is not None
     embedder = recorded[0]
+    texts = {int(seq): (str(space), ledger.index.subject_ref(str(subject)))
+             for seq, space, subject in conn.execute("SELECT assert_seq, space, subject FROM facts")}
     for table in ("events", "facts", "fact_states", "recall_fts", "recall_vec"):
         cols = "rowid, *" if table == "recall_fts" else "*"
         for row in conn.execute(f"SELECT {cols} FROM {table} ORDER BY 1, 2"):
@@ -117,7 +123,9 @@ def digest(ledger: Ledger) -> str:
                 row = (row[0], row[1], f"zs{status[int(row[0])]} {row[2]}")
             if table == "recall_vec":
                 assert len(row) == 6  # schema 7: no embedder column
-                row = (*row, embedder)
+                space, ref = texts[int(row[0])]
+                assert row[4:] == (filter_code("space", space), filter_code("subject", ref))
+                row = (*row[:4], space, ref, embedder)
             h.update(repr(tuple(bytes(v) if isinstance(v, memoryview) else v
                                 for v in row)).encode())
     return h.hexdigest()

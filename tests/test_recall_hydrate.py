@@ -12,6 +12,7 @@ from datetime import datetime
 
 import pytest
 
+from custody_app.domain.commands import Recall
 from custody_app.domain.lifecycle import effective_rank
 from custody_app.domain.models import PROVENANCES
 from custody_app.domain.readmodels import FactView, RecallHit
@@ -25,8 +26,8 @@ WORDS = ("amber basalt cobalt dune ember fjord glacier harbor iris juniper kelp 
          "nebula orchid prairie quartz reef").split()
 
 
-def reference(index: RecallIndex, chosen: list[tuple[int, float]], statuses: tuple[str, ...],
-              now: datetime, k: int, lex_rank: dict[int, int],
+def reference(index: RecallIndex, chosen: list[tuple[int, float]], cmd: Recall,
+              statuses: tuple[str, ...], now: datetime, lex_rank: dict[int, int],
               vec_rank: dict[int, int]) -> list[RecallHit]:
     """The hydration recall ran before: a facts read, an event read + decrypt and the fact's
     events for salience, per hit, every read model validated."""
@@ -48,7 +49,7 @@ def reference(index: RecallIndex, chosen: list[tuple[int, float]], statuses: tup
             salience=b if math.isfinite(b) else -99.0,
             salience_class=salience_class(index.policy, b)))
     hits.sort(key=lambda h: (-h.score, -h.salience))
-    return hits[:k]
+    return hits[:cmd.k]
 
 
 def test_hits_equal_the_per_hit_reads_field_for_field(

@@ -52,10 +52,13 @@ def in_mode(ledger: Ledger, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def exact(ledger: Ledger, query: str, k: int, statuses: tuple[str, ...],
           space: str | None = None, subject: str | None = None) -> list[int]:
-    """numpy over the vectors stored in sqlite-vec, filtered as recall filters."""
-    ref = ledger.index.subject_ref(subject) if subject else None
+    """numpy over the vectors stored in sqlite-vec, filtered as recall filters (the space and
+    subject read from the facts table, not from the index's filter codes)."""
+    of = {int(seq): (str(sp), str(sub)) for seq, sp, sub in ledger.db.conn.execute(
+        "SELECT assert_seq, space, subject FROM facts")}
     rows = [r for r in ledger.db.recall.vectors() if r[2] in statuses
-            and (space is None or r[3] == space) and (ref is None or r[4] == ref)]
+            and (space is None or of[r[0]][0] == space)
+            and (subject is None or of[r[0]][1] == subject)]
     vectors = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
     scores = vectors @ unit(ledger.embedder.embed_query(query))
     order = sorted(range(len(rows)), key=lambda i: (-scores[i], -rows[i][0]))

@@ -1,12 +1,18 @@
-"""Schema 7: the vector table has no auxiliary column. sqlite-vec 0.1.9 leaks the SQL text of its
-auxiliary-row INSERT on every insert into a vec0 table that has one (about 120 bytes a vector,
-still allocated after the connection closes), so a long ingest's memory grew with the ledger.
-The embedder's name, the same for every row, is in ledger_meta. A ledger whose table had the
-column (layout "ivf-l2-1") is upgraded by copying its vectors into a table made anew: nothing
-re-embedded, the same rows in the same cells, and no second copy of a vector left in the file."""
+"""Schemas 7 and 8: the vector table keeps off sqlite-vec 0.1.9's two memory leaks. It leaks the
+SQL text of its auxiliary-row INSERT on every insert into a vec0 table that has an auxiliary
+column (about 120 bytes a vector), and the SQL of every text metadata value over 12 bytes it
+writes (a subject reference is 64 characters): both still allocated after the connection
+closes, so a long ingest's memory grew with the ledger. Today's table has no auxiliary column
+(the embedder's name is in ledger_meta) and holds the space and the subject as 64-bit filter
+codes. A ledger whose table had the column (layout "ivf-l2-1") or the text filters ("ivf-l2-2")
+is upgraded by copying its vectors into a table made anew: nothing re-embedded, the same rows in
+the same cells, and no second copy of a vector left in the file. The codes are hashes: a recall
+filtered by space or subject checks each hit's fact, so two values sharing a code never let
+the other's facts through."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -16,54 +22,82 @@ import sqlite_vec
 
 from custody_app import Ledger
 from custody_app.domain.errors import LedgerError
-from store import open_ledger, recall_upgrade
-from store.recall import VEC_TABLE, RecallStore
+from custody_app.recall import matrix as matrix_mod
+from store import open_ledger, recall, recall_search, recall_upgrade
+from store.recall import VEC_COLUMNS, VEC_TABLE, RecallStore
+from store.recall_search import filter_code
 from store.schema import SCHEMA_VERSION
 from tests.conftest import Env, fixture_copy
 
-OLD_TABLE = VEC_TABLE.replace("subject_ref text, ", "subject_ref text, +embedder text, ")
-ROWS = "SELECT fact_seq, cell, embedding, status, space, subject_ref FROM recall_vec ORDER BY 1"
+# What schemas 6 and 7 made.
+LAYOUT_2_TABLE = ("vec0(fact_seq integer primary key, cell integer partition key, "
+                  "embedding float[{dimensions}] distance_metric=L2, status text, space text, "
+                  "subject_ref text, chunk_size=256)")
+LAYOUT_1_TABLE = LAYOUT_2_TABLE.replace("subject_ref text, ", "subject_ref text, +embedder text, ")
+OLD_LAYOUTS = {1: (LAYOUT_1_TABLE, "ivf-l2-1", 6), 2: (LAYOUT_2_TABLE, "ivf-l2-2", 7)}
+ROWS = f"SELECT {VEC_COLUMNS} FROM recall_vec ORDER BY 1"
+OLD_ROWS = "SELECT fact_seq, cell, embedding, status, space, subject_ref FROM recall_vec ORDER BY 1"
+Row = Callable[[int], tuple[object, ...]]
 
 
-def _inserts_leave(path: Path, table: str, count: int) -> int:
-    """Bytes SQLite still holds after `count` vector inserts into a vec0 table made by `table`
-    and the connection closed (process-wide: SQLite's own allocation counter)."""
+def _inserts_leave(path: Path, table: str, row: Row, count: int = 4000) -> int:
+    """Bytes SQLite still holds after `count` vector inserts (fact_seq, cell, embedding, then
+    what `row` gives) into a vec0 table made by `table` and the connection closed (process-wide:
+    SQLite's own allocation counter)."""
     before = apsw.memory_used()
     db = open_ledger(path)
     rng = np.random.default_rng(7)
     with db.write():
         db.conn.execute("CREATE VIRTUAL TABLE leak_probe USING " + table.format(dimensions=64))
-        columns = "fact_seq, cell, embedding, status, space, subject_ref"
-        values = "?, ?, ?, ?, ?, ?"
-        if "+embedder" in table:
-            columns, values = columns + ", embedder", values + ", ?"
-        rows = [(i, 0, rng.standard_normal(64).astype(np.float32).tobytes(), "live", "org",
-                 f"s{i}") + (("hashed-ngram-v1-256",) if "+embedder" in table else ())
+        rows = [(i, 0, rng.standard_normal(64).astype(np.float32).tobytes(), *row(i))
                 for i in range(1, count + 1)]
-        db.conn.executemany(f"INSERT INTO leak_probe({columns}) VALUES ({values})", rows)
+        values = ", ".join("?" * len(rows[0]))
+        db.conn.executemany(f"INSERT INTO leak_probe VALUES ({values})", rows)
     db.close()
     return apsw.memory_used() - before
 
 
 def test_vector_inserts_leave_no_memory_behind(tmp_path: Path) -> None:
-    # The table the store makes: nothing left once closed. The same table with the auxiliary
-    # column leaves ~120 bytes a row (the control: it shows the probe can see the leak).
-    assert _inserts_leave(tmp_path / "a.db", VEC_TABLE, 4000) < 64 * 1024
-    assert _inserts_leave(tmp_path / "b.db", OLD_TABLE, 4000) > 4000 * 60
+    # The table the store makes, with a quarantined status (the longest): nothing left once
+    # closed.
+    assert _inserts_leave(tmp_path / "a.db", VEC_TABLE, lambda i: (
+        "quarantined", filter_code("space", "team:engineering"), filter_code("subject", "f" * 64))
+    ) < 64 * 1024
+    # The controls, showing the probe sees each leak: the auxiliary column leaves ~120 bytes a
+    # row; a 64-character text filter ~40 bytes a row, and the same text of 6 characters none.
+    assert _inserts_leave(tmp_path / "b.db", LAYOUT_1_TABLE,
+                          lambda i: ("live", "org", f"s{i}", "hashed-ngram-v1-256")) > 4000 * 60
+    assert _inserts_leave(tmp_path / "c.db", LAYOUT_2_TABLE,
+                          lambda i: ("live", "org", f"{i:064x}")) > 4000 * 25
+    assert _inserts_leave(tmp_path / "d.db", LAYOUT_2_TABLE,
+                          lambda i: ("live", "org", f"{i:06x}")) < 64 * 1024
 
 
-def test_the_store_makes_no_auxiliary_column(env: Env) -> None:
-    env.put("acct:1", "note", "violet umbrella stand")
-    names = {str(n) for (n,) in env.ledger.db.conn.execute(
+def test_the_store_keeps_no_text_filter_nor_auxiliary_column(env: Env) -> None:
+    env.put("acct:1", "note", "violet umbrella stand", space="team:a")
+    conn = env.ledger.db.conn
+    names = {str(n) for (n,) in conn.execute(
         "SELECT name FROM sqlite_schema WHERE name LIKE 'recall_vec%'")}
     assert "recall_vec_auxiliary" not in names and "recall_vec" in names
+    ref = env.ledger.index.subject_ref("acct:1")
+    assert conn.execute("SELECT status, space_code, subject_code FROM recall_vec").fetchall() == [
+        ("live", filter_code("space", "team:a"), filter_code("subject", ref))]
     assert env.ledger.db.recall.embedder() == (env.ledger.embedder.name,
                                                env.ledger.embedder.dimensions)
 
 
-def _to_layout_1(path: Path) -> None:
-    """Turn a schema-7 ledger into what schema 6 wrote: the vector table with the auxiliary
-    column (its rows and cells as they were) and user_version 6."""
+def _texts(led: Ledger) -> dict[int, tuple[str, str]]:
+    """The space and subject reference of each indexed fact, as the older layouts held them."""
+    return {int(seq): (str(space), led.index.subject_ref(str(subject)))
+            for seq, space, subject in led.db.conn.execute(
+                "SELECT assert_seq, space, subject FROM facts")}
+
+
+def _to_layout(path: Path, layout: int, texts: dict[int, tuple[str, str]]) -> None:
+    """Turn a current ledger into what schema 6 (layout 1) or schema 7 (layout 2) wrote: the
+    vector table of that layout (its rows and cells as they were, the space and subject as
+    text) and that user_version."""
+    table, name_of_layout, version = OLD_LAYOUTS[layout]
     conn = apsw.Connection(str(path))
     conn.enable_load_extension(True)
     conn.load_extension(sqlite_vec.loadable_path())
@@ -71,39 +105,47 @@ def _to_layout_1(path: Path) -> None:
     dims = int(conn.execute("SELECT value FROM ledger_meta WHERE key = 'embedder_dims'").get)
     name = str(conn.execute("SELECT value FROM ledger_meta WHERE key = 'embedder'").get)
     with conn:
-        rows = conn.execute(ROWS).fetchall()
+        rows = [(seq, cell, vec, status, *texts[int(seq)]) + ((name,) if layout == 1 else ())
+                for seq, cell, vec, status, _, _ in conn.execute(ROWS).fetchall()]
         conn.execute("DROP TABLE recall_vec")
-        conn.execute("CREATE VIRTUAL TABLE recall_vec USING " + OLD_TABLE.format(dimensions=dims))
-        conn.executemany("INSERT INTO recall_vec(fact_seq, cell, embedding, status, space, "
-                         "subject_ref, embedder) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         [(*r, name) for r in rows])
-        conn.execute("UPDATE ledger_meta SET value = 'ivf-l2-1' WHERE key = 'recall_layout'")
-        conn.pragma("user_version", 6)
+        conn.execute("CREATE VIRTUAL TABLE recall_vec USING " + table.format(dimensions=dims))
+        conn.executemany(f"INSERT INTO recall_vec VALUES ({', '.join('?' * len(rows[0]))})",
+                         rows)
+        conn.execute("UPDATE ledger_meta SET value = ? WHERE key = 'recall_layout'",
+                     (name_of_layout,))
+        conn.pragma("user_version", version)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
 
 
-def test_a_schema_6_vector_table_is_copied_without_re_embedding(env: Env) -> None:
-    ids = [env.put(f"acct:{n}", "note", f"violet umbrella {n} stand near the {n}th door")
-           for n in range(30)]
+@pytest.mark.parametrize("layout", [1, 2])
+def test_an_older_vector_table_is_copied_without_re_embedding(env: Env, layout: int) -> None:
+    ids = [env.put(f"acct:{n % 7}", "note", f"violet umbrella {n} stand near the {n}th door",
+                   space="org" if n % 3 else "team:a") for n in range(30)]
     led = env.ledger
     before = led.db.conn.execute(ROWS).fetchall()
     cells = led.db.conn.execute("SELECT * FROM recall_cells ORDER BY 1").fetchall()
     found = [h.fact.fact_id for h in led.recall("umbrella door 7", k=10).results]
+    narrowed = [h.fact.fact_id for h in led.recall("umbrella door 7", k=10, space="team:a",
+                                                   subject="acct:3").results]
+    assert narrowed
+    texts = _texts(led)
     led.close()
-    _to_layout_1(env.path)
+    _to_layout(env.path, layout, texts)
     calls: list[int] = []
     reopened = Ledger.open(env.path, clock=env.clock,
                            reindex_progress=lambda done, total: calls.append(done))
     env.ledger = reopened
     conn = reopened.db.conn
-    assert conn.pragma("user_version") == SCHEMA_VERSION == 7
+    assert conn.pragma("user_version") == SCHEMA_VERSION == 8
     assert calls == []  # nothing re-embedded: the index was current after the upgrade
     assert conn.execute("SELECT 1 FROM sqlite_schema WHERE name IN "
-                        "('recall_vec_auxiliary', 'recall_vec_v7')").fetchone() is None
+                        "('recall_vec_auxiliary', 'recall_vec_copy')").fetchone() is None
     assert conn.execute(ROWS).fetchall() == before
     assert conn.execute("SELECT * FROM recall_cells ORDER BY 1").fetchall() == cells
     assert [h.fact.fact_id for h in reopened.recall("umbrella door 7", k=10).results] == found
+    assert [h.fact.fact_id for h in reopened.recall(
+        "umbrella door 7", k=10, space="team:a", subject="acct:3").results] == narrowed
     assert reopened.verify().valid
     # The copy left nothing: a forgotten fact's vector is nowhere in the file afterwards.
     seq = reopened.db.facts.get(ids[3]).assert_seq  # type: ignore[union-attr]
@@ -115,27 +157,32 @@ def test_a_schema_6_vector_table_is_copied_without_re_embedding(env: Env) -> Non
         assert not file.exists() or vector not in file.read_bytes()
 
 
-def test_a_store_without_the_upgrade_reads_the_layout_as_stale(tmp_path: Path) -> None:
-    """Read through the store alone, a table of layout 1 is not current (a rebuild would follow),
+@pytest.mark.parametrize("layout", ["ivf-l2-1", "ivf-l2-2"])
+def test_a_store_without_the_upgrade_reads_the_layout_as_stale(tmp_path: Path,
+                                                               layout: str) -> None:
+    """Read through the store alone, a table of an older layout is not current (a rebuild would follow),
     so no reader ever takes the old table for the new one."""
     with Ledger.open(tmp_path / "l.db") as led:
         led.assert_fact("acct:1", "note", "violet", actor="agent:bot",
                         cause={"kind": "message", "ref": "m"}, provenance="attested")
     conn = apsw.Connection(str(tmp_path / "l.db"))
     with conn:
-        conn.execute("UPDATE ledger_meta SET value = 'ivf-l2-1' WHERE key = 'recall_layout'")
+        conn.execute("UPDATE ledger_meta SET value = ? WHERE key = 'recall_layout'", (layout,))
     assert RecallStore(conn).embedder() is None
     conn.close()
 
 
 def test_a_real_schema_5_ledger_keeps_its_vectors_through_the_upgrade(tmp_path: Path) -> None:
-    """tests/fixtures/v5 was written by main at 3c4500f, with the auxiliary column: every row
-    (but the dropped name) and every cell comes through, and nothing is re-embedded."""
+    """tests/fixtures/v5 was written by main at 3c4500f, with the auxiliary column and text
+    filters: every row (but the dropped name, the space and subject turned into their codes) and
+    every cell comes through, and nothing is re-embedded."""
     old = fixture_copy(Path(__file__).parent / "fixtures" / "v5", tmp_path)
     raw = apsw.Connection(str(old), flags=apsw.SQLITE_OPEN_READONLY)
     raw.enable_load_extension(True)
     raw.load_extension(sqlite_vec.loadable_path())
-    before = raw.execute(ROWS).fetchall()
+    before = [(seq, cell, vec, status, filter_code("space", str(space)),
+               filter_code("subject", str(ref)))
+              for seq, cell, vec, status, space, ref in raw.execute(OLD_ROWS).fetchall()]
     names = {str(n) for (n,) in raw.execute(
         "SELECT embedder FROM recall_vec")}
     raw.close()
@@ -153,15 +200,17 @@ def _file_bytes(path: Path) -> dict[str, bytes]:
             if Path(f"{path}{s}").exists()}
 
 
+@pytest.mark.parametrize("layout", [1, 2])
 def test_an_upgrade_that_fails_half_way_leaves_the_file_as_it_was(
-        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: Env, monkeypatch: pytest.MonkeyPatch, layout: int) -> None:
     """The copy runs in the open's one transaction: when making the new table fails after the
     old one was dropped (here a broken definition), nothing of it is kept, the refusal is the
     store's own error, and the next open upgrades the file whole."""
     env.put("acct:1", "note", "violet umbrella stand")
     before_rows = env.ledger.db.conn.execute(ROWS).fetchall()
+    texts = _texts(env.ledger)
     env.ledger.close()
-    _to_layout_1(env.path)
+    _to_layout(env.path, layout, texts)
     before = _file_bytes(env.path)
     monkeypatch.setattr(recall_upgrade, "VEC_TABLE", "vec0(broken")
     with pytest.raises(LedgerError):
@@ -177,8 +226,9 @@ def test_a_hand_made_table_of_another_shape_is_refused_with_a_code(env: Env) -> 
     """A file whose meta says layout 1 but whose vector table is something else (a hand edit)
     is refused by the upgrade with a coded error, and the file is left as it was."""
     env.put("acct:1", "note", "violet umbrella stand")
+    texts = _texts(env.ledger)
     env.ledger.close()
-    _to_layout_1(env.path)
+    _to_layout(env.path, 1, texts)
     conn = apsw.Connection(str(env.path))
     conn.enable_load_extension(True)
     conn.load_extension(sqlite_vec.loadable_path())
@@ -192,3 +242,29 @@ def test_a_hand_made_table_of_another_shape_is_refused_with_a_code(env: Env) -> 
         Ledger.open(env.path, clock=env.clock)
     assert refused.value.code
     assert _file_bytes(env.path) == before
+
+
+@pytest.mark.parametrize("path", ["matrix", "sqlite-vec"])
+def test_filter_codes_that_collide_never_let_another_subject_or_space_through(
+        env: Env, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """The attack: every space and subject given one code (as if two of them hashed alike),
+    through the in-process copy of the vectors and through sqlite-vec's KNN. A recall filtered
+    by subject or space still returns only that subject's or space's facts, checked on the
+    facts themselves."""
+    for module in (recall, recall_search, matrix_mod):
+        monkeypatch.setattr(module, "filter_code", lambda kind, value: 7)
+    for n in range(40):
+        env.put(f"acct:{n % 4}", "note", f"violet umbrella stand {n}",
+                space="org" if n % 2 else "team:a")
+    led = env.ledger
+    if path == "sqlite-vec":
+        led.index.matrix.max_bytes = 0  # nothing kept in process: sqlite-vec serves
+    codes = set(led.db.conn.execute("SELECT space_code, subject_code FROM recall_vec"))
+    assert codes == {(7, 7)}  # the collision is real: the index cannot tell them apart
+    for strategy in ("vector", "hybrid", "lexical"):
+        by_subject = led.recall("violet umbrella", k=20, subject="acct:1", strategy=strategy)
+        assert by_subject.results
+        assert {h.fact.subject for h in by_subject.results} == {"acct:1"}
+        by_space = led.recall("violet umbrella", k=20, space="team:a", strategy=strategy)
+        assert by_space.results
+        assert {h.fact.space for h in by_space.results} == {"team:a"}

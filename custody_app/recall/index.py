@@ -19,7 +19,7 @@ from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from custody_app.recall.removals import BatchedRemovals
 from store import LedgerFile
-from store.recall import VecRow
+from store.recall import VecRow, vec_row
 from store.rows import FactRow
 
 # Status in the indexes for each fact status; a fact in any other status is not indexed. The
@@ -149,8 +149,8 @@ class RecallIndex(BatchedRemovals):
             lexical[late].append((fact.assert_seq, " ".join(map(term, text.words(body))),
                                   term("space:" + fact.space) + " "
                                   + term("subject:" + fact.subject)))
-            vector[late].append((fact.assert_seq, int(cell), vec.tobytes(), status, fact.space,
-                                 self.subject_ref(fact.subject)))
+            vector[late].append(vec_row(fact.assert_seq, int(cell), vec.tobytes(), status,
+                                        fact.space, self.subject_ref(fact.subject)))
         old, new = self.db.recall.add_many(lexical[0], vector[0])
         self.matrix.changed(old, new, added=vector[0])
         if removed or moved or lexical[1]:

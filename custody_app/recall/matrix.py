@@ -28,6 +28,7 @@ from custody_app.recall import codes as codes_mod
 from custody_app.recall.heap import give_back_freed_heap
 from store import LedgerFile
 from store.recall import VecRow
+from store.recall_search import filter_code
 
 Matrix = npt.NDArray[np.float32]
 Row = VecRow  # the vector table's insert row
@@ -62,14 +63,14 @@ class VectorMatrix:
         self._factor: Matrix = np.zeros(0, dtype=np.float32)  # int8 code -> float scale
         self._seqs: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._status: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
-        self._space: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
-        self._subject: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        # The vector table's filter codes (store.recall.filter_code), as it holds them.
+        self._space: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._subject: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         # Row of a seq: the rows loaded, sorted by seq (two arrays, not a dict of 1M Python
         # ints: ~100 MB at 1M), and a dict of the rows added in process since.
         self._sorted: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._sorted_row: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._extra: dict[int, int] = {}
-        self._codes: dict[str, int] = {}
         self._used = 0
         self._count = 0
         # The last filter mask, kept while no row changes (most searches repeat one filter).
@@ -115,9 +116,6 @@ class VectorMatrix:
     @property
     def nbytes(self) -> int:
         return int(self._rows.nbytes + self._codes8.nbytes)
-
-    def _code(self, value: str) -> int:
-        return self._codes.setdefault(value, len(self._codes))
 
     def _capacity(self) -> int:
         """Rows the budget allows in the current mode."""
@@ -183,7 +181,7 @@ class VectorMatrix:
         self._codes8[at:need], self._factor[at:need] = codes_mod.encode(block)
         if not self.quantized:
             self._rows[at:need] = block
-        for i, (seq, _, _, status, space, ref) in enumerate(rows, start=at):
+        for i, (seq, _, _, status, space_code, subject_code) in enumerate(rows, start=at):
             if not loading:
                 old_row = self._row_of(seq)
                 if old_row is not None:
@@ -191,8 +189,8 @@ class VectorMatrix:
                 self._extra[seq] = i
             self._seqs[i] = seq
             self._status[i] = STATUS_CODE.get(status, FREE)
-            self._space[i] = self._code("space:" + space)
-            self._subject[i] = self._code("subject:" + ref)
+            self._space[i] = space_code
+            self._subject[i] = subject_code
         self._used = need
         self._count += len(rows)
         self._masked = None
@@ -266,11 +264,10 @@ class VectorMatrix:
         allowed = np.zeros(len(STATUS_CODE) + 1, dtype=bool)  # indexed by status code + 1
         allowed[[STATUS_CODE[s] + 1 for s in statuses]] = True
         mask = allowed[self._status[:n] + 1]
-        for column, value in ((self._space, space and "space:" + space),
-                              (self._subject, subject_ref and "subject:" + subject_ref)):
-            if value:
-                code = self._codes.get(value)
-                mask &= column[:n] == (code if code is not None else -1)
+        for column, kind, value in ((self._space, "space", space),
+                                    (self._subject, "subject", subject_ref)):
+            if value is not None:
+                mask &= column[:n] == filter_code(kind, value)
         kept = int(np.count_nonzero(mask))
         self._masked = (key, mask, kept)
         return mask, kept

@@ -106,8 +106,8 @@ def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
     return [seq for seq, _ in found], cells
 
 
-def _hydrate(index: RecallIndex, chosen: list[tuple[int, float]], statuses: tuple[str, ...],
-             now: datetime, k: int, lex_rank: dict[int, int],
+def _hydrate(index: RecallIndex, chosen: list[tuple[int, float]], cmd: Recall,
+             statuses: tuple[str, ...], now: datetime, lex_rank: dict[int, int],
              vec_rank: dict[int, int]) -> list[RecallHit]:
     """The hits shown: the facts, values and salience of `chosen` read in one statement,
     ordered by score with salience breaking ties, and only the k returned decrypted. (The
@@ -121,12 +121,17 @@ def _hydrate(index: RecallIndex, chosen: list[tuple[int, float]], statuses: tupl
         # of the vectors without replacing its version token) never serves a fact not believed.
         if row is None or INDEXED.get(row[0].status) not in statuses:
             continue
+        # The indexes filter the space and the subject by hashes (a keyed word hash, a 64-bit
+        # vector filter code): two values sharing one must never let the other's fact through.
+        if ((cmd.space is not None and row[0].space != cmd.space)
+                or (cmd.subject is not None and row[0].subject != cmd.subject)):
+            continue
         b = salience_of(index.policy, row[0].space, [t for _, t in row[3]], now)
         found.append((score, b if math.isfinite(b) else -99.0, b, seq, row))
     # Salience only breaks ties between equal fused scores (a stable sort: the fused order else).
     found.sort(key=lambda h: (-h[0], -h[1]))
     hits = []
-    for score, shown, b, seq, (fact, ref, sealed, _) in found[:k]:
+    for score, shown, b, seq, (fact, ref, sealed, _) in found[:cmd.k]:
         value_text = (None if sealed is None or ref is None
                       else index.values.open(fact.fact_id, ref, sealed))
         view = FactView(
@@ -162,7 +167,7 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     ranked = fused(lexical, vector, index.embedder.fusion_weight)
     lex_rank = {seq: i for i, seq in enumerate(lexical, start=1)}
     vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
-    hits = _hydrate(index, top_with_ties(ranked, cmd.k, lexical), statuses, now, cmd.k,
+    hits = _hydrate(index, top_with_ties(ranked, cmd.k, lexical), cmd, statuses, now,
                     lex_rank, vec_rank)
     parts = []
     if strategy != "vector":
