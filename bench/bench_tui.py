@@ -280,15 +280,27 @@ async def measure_floor(tables: list[tuple[tuple[str, ...], list[list[Any]]]]
 
 def floor_tables(path: Path) -> list[tuple[tuple[str, ...], list[list[Any]]]]:
     """The first page of the beliefs and review screens, as those screens render it."""
-    from screens import beliefs, review
+    from rich.style import Style
 
+    from screens import beliefs
+    from screens.belief_rows import belief_cells
+    from screens.labels import Labels
+    from screens.review_rows import queue_cells
+
+    class PlainLabels(Labels):
+        """The label words without a screen's stylesheet (there is no app here)."""
+
+        def style(self, kind: str, word: str) -> Style:
+            return Style()
+
+    labels = PlainLabels(None)  # type: ignore[arg-type]
     with Ledger.open(path, readonly=True) as led:
         page = led.beliefs(limit=50)
         queue = led.review_queue(limit=50)
     review_columns = ("✓", "fact", "learned", "writer", "cause", "subject", "predicate",
-                      "value", "would supersede", "marks")
-    return [(beliefs.COLUMNS, [beliefs._cells(v) for v in page.facts]),
-            (review_columns, [review._cells(i, False) for i in queue.items])]
+                      "value", "state", "would supersede", "marks")
+    return [(beliefs.COLUMNS, [belief_cells(v, labels) for v in page.facts]),
+            (review_columns, [cells for _, cells in queue_cells(queue, set(), labels)])]
 
 
 def measure_floor_reads(path: Path) -> dict[str, float]:
