@@ -186,6 +186,13 @@ def test_one_nesting_limit_stated_in_the_readme_and_the_error(tmp_path: Path) ->
     ('[recall]\nann_min_facts = 0\n', "recall.ann_min_facts"),
     ('[recall]\ndecay = -1.0\n', "recall.decay"),
     ('[recall]\nhot = nan\n', "recall.hot"),
+    # Past what the policy's canonical JSON holds (found by bench/bench_fuzz.py: it raised
+    # rfc8785's own error, a traceback, instead of this refusal).
+    ('[recall]\nann_min_facts = 9007199254740993\n', "recall.ann_min_facts"),
+    ('[quarantine]\ncorroborate = -9223372036854775808\n', "quarantine.corroborate"),
+    ('[recall]\ndecay_by_space = {"org" = 9007199254740992}\n', "recall.decay_by_space.org"),
+    ('[recall]\nann_probe = inf\n', "recall.ann_probe"),
+    ('[recall]\ndecay_by_space = {"org" = -inf}\n', "recall.decay_by_space.org"),
     ('[provenance]\nallow_declared = 1\n', "provenance.allow_declared"),
     ('default_space = 1979-05-27\n', "default_space"),
     ('default_space = true\n', "default_space"),
@@ -195,9 +202,12 @@ def test_every_policy_defect_is_policy_invalid_naming_file_and_key(tmp_path: Pat
     policy = tmp_path / "p.toml"
     policy.write_text(text)
     assert run("init", "--ledger", str(tmp_path / "l.db")).returncode == 0
+    files = sorted(tmp_path.glob("l.db*"))
+    before = {f.name: f.read_bytes() for f in files}
     done = run("verify", "--ledger", str(tmp_path / "l.db"), "--policy", str(policy))
     assert done.returncode == 3 and "policy_invalid" in done.stderr and key in done.stderr
     assert str(policy) in done.stderr and "Traceback" not in done.stderr
+    assert {f.name: f.read_bytes() for f in sorted(tmp_path.glob("l.db*"))} == before
 
 
 def test_a_policy_that_is_not_utf8_is_policy_invalid(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tomllib
 from dataclasses import dataclass
 from datetime import timedelta
@@ -221,17 +222,30 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
     return LoadedPolicy(policy, digest, canonical, source, path)
 
 
+# The policy's hash is of its RFC 8785 canonical JSON, which holds integers of at most 2^53 - 1
+# in magnitude (I-JSON) and finite floats only.
+MAX_SAFE_INTEGER = (1 << 53) - 1
+
+
 def _only_json_types(data: object, where: tuple[str, ...], path: str) -> None:
-    """TOML dates and times fit no policy key: name the first one found."""
+    """TOML dates and times fit no policy key, nor integers past 2^53 - 1 or a non-finite float
+    (the policy's canonical JSON cannot hold them): name the first one found."""
     if isinstance(data, dict):
         for key, value in data.items():
             _only_json_types(value, (*where, str(key)), path)
-    elif isinstance(data, list):
+        return
+    if isinstance(data, list):
         for n, value in enumerate(data):
             _only_json_types(value, (*where, str(n)), path)
-    elif not isinstance(data, str | int | float | bool):
-        key = ".".join(where)
+        return
+    key = ".".join(where)
+    if not isinstance(data, str | int | float | bool):
         raise PolicyError(f"{path}: key '{key}': a date or time is not valid here", file=path, key=key)
+    if isinstance(data, int) and not isinstance(data, bool) and abs(data) > MAX_SAFE_INTEGER:
+        raise PolicyError(f"{path}: key '{key}': integer out of range (at most 2^53 - 1 = "
+                          f"{MAX_SAFE_INTEGER:,} either way)", file=path, key=key)
+    if isinstance(data, float) and not math.isfinite(data):
+        raise PolicyError(f"{path}: key '{key}': {data} is not a finite number", file=path, key=key)
 
 
 MAX_POLICY_BYTES = 1 << 20
