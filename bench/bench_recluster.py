@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from custody_app.recall import recluster as rc  # noqa: E402
 from store import LedgerFile, open_ledger  # noqa: E402
-from store.recall import VEC_DELETE, VEC_INSERT, VEC_META_ONE  # noqa: E402
+from store.recall import VEC_DELETE, VEC_INSERT, VEC_META_ONE, vec_row  # noqa: E402
 
 DIMS = 256
 
@@ -47,8 +47,9 @@ def build(path: Path, n: int) -> None:
         v = rng.standard_normal((size, DIMS)).astype(np.float32)
         v /= np.linalg.norm(v, axis=1)[:, None]
         with db.write():
-            db.recall._insert_vectors([(lo + i + 1, int(rng.integers(cells)), v[i].tobytes(),
-                                        "active", "org", f"s{(lo + i) % 5000}", "hashed-ngram")
+            db.recall._insert_vectors([vec_row(lo + i + 1, int(rng.integers(cells)),
+                                               v[i].tobytes(), "active", "org",
+                                               f"s{(lo + i) % 5000}")
                                        for i in range(size)])
     centroids = rng.standard_normal((cells, DIMS)).astype(np.float32)
     centroids /= np.linalg.norm(centroids, axis=1)[:, None]

@@ -2,7 +2,7 @@
 an erasure does when its byte scan finds erased bytes no live row explains (SQLite's residue in
 rebuilt pages), and the schema-5 upgrade does once after sealing.
 
-    .venv/bin/python bench/bench_rewrite.py --ledger CACHED.db [--forgets 5] [--out FILE]
+    .venv/bin/python bench/bench_rewrite.py --ledger CACHED.db [--forgets 5] [--out FILE] [--tmp DIR]
 
 Every measurement runs in a fresh child process on its own COPY of the cached ledger (the
 cache is never written), so its peak RSS (ru_maxrss) is its own:
@@ -146,8 +146,8 @@ def child(mode: str, path: Path, forgets: int) -> dict[str, Any]:
     return out
 
 
-def run(mode: str, ledger: Path, forgets: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="rewrite-", dir="/tmp") as scratch:
+def run(mode: str, ledger: Path, forgets: int, tmp: Path) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rewrite-", dir=tmp) as scratch:
         path = _copy(ledger, Path(scratch))
         proc = subprocess.run([sys.executable, __file__, "--child", mode, "--ledger", str(path),
                                "--forgets", str(forgets)], capture_output=True, text=True,
@@ -198,12 +198,15 @@ def main() -> None:
     ap.add_argument("--ledger", type=Path, required=True)
     ap.add_argument("--forgets", type=int, default=5)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--tmp", type=Path, default=Path("/tmp"),
+                    help="where each measurement's copy of the ledger goes (removed after)")
     ap.add_argument("--child")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.ledger, args.forgets)))
         return
-    results = [run(mode, args.ledger, args.forgets)
+    args.tmp.mkdir(parents=True, exist_ok=True)
+    results = [run(mode, args.ledger, args.forgets, args.tmp)
                for mode in ("rewrite", "vacuum-mapped", "forgets", "sweep")]
     text = report(args.ledger, results)
     print(text)

@@ -64,8 +64,8 @@ for line in sys.stdin:
 
 
 class Worker:
-    def __init__(self, root: str) -> None:
-        self.proc = subprocess.Popen([f"{root}/.venv/bin/python", "-c", WORKER, root],
+    def __init__(self, root: str, python: str | None = None) -> None:
+        self.proc = subprocess.Popen([python or f"{root}/.venv/bin/python", "-c", WORKER, root],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      cwd=root)
 
@@ -95,8 +95,10 @@ def main() -> None:
     p.add_argument("--native", help="copy of a ledger created at schema 5 (optional)")
     p.add_argument("--no-floor", action="store_true", help="verify only, no bench floors")
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--python", help="interpreter for both trees' workers (default: each "
+                   "root's .venv/bin/python); the worker puts its root first on sys.path")
     a = p.parse_args()
-    up = Worker(a.new_root)
+    up = Worker(a.new_root, a.python)
     print(json.dumps({"upgrade": a.upgraded, **up.ask(op="upgrade", path=a.upgraded)}), flush=True)
     up.close()
     plan = [("a old verify", a.old_root, "verify", a.old_ledger),
@@ -105,7 +107,7 @@ def main() -> None:
             ("d floor upgraded", a.new_root, "floor", a.upgraded),
             ("d floor native", a.new_root, "floor", a.native),
             ("e old bench floor (1734f62) on the old file", a.old_root, "floor", a.old_ledger)]
-    plan = [(name, Worker(root), op, path) for name, root, op, path in plan
+    plan = [(name, Worker(root, a.python), op, path) for name, root, op, path in plan
             if path is not None and not (a.no_floor and op == "floor")]
     start = load()
     print(json.dumps({"load_start": start, "utc": time.strftime("%H:%M:%S", time.gmtime())}), flush=True)
