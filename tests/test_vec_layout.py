@@ -268,3 +268,41 @@ def test_filter_codes_that_collide_never_let_another_subject_or_space_through(
         by_space = led.recall("violet umbrella", k=20, space="team:a", strategy=strategy)
         assert by_space.results
         assert {h.fact.space for h in by_space.results} == {"team:a"}
+
+
+def test_a_hand_edited_code_never_lists_a_fact_under_another_subject(env: Env) -> None:
+    """The attack through the file: another process gives acct:2's vector rows acct:1's subject
+    and space codes (sqlite3, no version token replaced). A recall filtered to acct:1's subject
+    or space, by the in-process copy reloaded at the next open or by sqlite-vec, still returns
+    only acct:1's facts: each hit is checked against its own fact."""
+    for n in range(12):
+        env.put(f"acct:{1 + n % 2}", "note", f"violet umbrella stand {n}",
+                space="org" if n % 2 == 0 else "team:b")
+    ref = env.ledger.index.subject_ref("acct:1")
+    victim = [int(s) for (s,) in env.ledger.db.conn.execute(
+        "SELECT assert_seq FROM facts WHERE subject = 'acct:2'")]
+    env.ledger.close()
+    conn = apsw.Connection(str(env.path))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    with conn:
+        conn.executemany("UPDATE recall_vec SET subject_code = ?, space_code = ? "
+                         "WHERE fact_seq = ?",
+                         [(filter_code("subject", ref), filter_code("space", "org"), s)
+                          for s in victim])
+    conn.close()
+    env.ledger = Ledger.open(env.path, clock=env.clock)
+    assert env.ledger.db.conn.execute(
+        "SELECT count(*) FROM recall_vec WHERE subject_code = ?",
+        (filter_code("subject", ref),)).get == 12  # the edit is there
+    for in_process in (True, False):
+        if not in_process:
+            env.ledger.index.matrix.max_bytes = 0
+            env.ledger.index.matrix.drop()
+        for strategy in ("vector", "hybrid"):
+            hits = env.ledger.recall("violet umbrella", k=20, subject="acct:1",
+                                     strategy=strategy).results
+            assert hits and {h.fact.subject for h in hits} == {"acct:1"}
+            hits = env.ledger.recall("violet umbrella", k=20, space="org",
+                                     strategy=strategy).results
+            assert hits and {h.fact.space for h in hits} == {"org"}
