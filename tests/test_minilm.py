@@ -106,3 +106,23 @@ def test_a_policy_naming_it_recalls_a_paraphrase(tmp_path: Path) -> None:
         hits = ledger.recall("what kind of dog do I have", k=1, strategy="vector").results
         assert len(hits) == 1 and "beagle" in str(hits[0].fact.value)
     assert embedder_for(("minilm-l6-v2-384", 384)) is not None
+
+
+def test_long_texts_are_embedded_in_small_batches() -> None:
+    """A hostile batch of 64 texts of 10,000 words each: cut at 256 tokens, in batches whose
+    attention stays within ATTENTION_CELLS (32 at once would hold 100 MB of scores), each
+    vector its own alone."""
+    emb = minilm.MiniLMEmbedder()
+    seen: list[tuple[int, int]] = []
+    forward = emb._forward
+
+    def spy(batch: list[list[int]]) -> np.ndarray:
+        seen.append((len(batch), max(map(len, batch))))
+        return forward(batch)
+
+    emb._forward = spy  # type: ignore[method-assign]
+    texts = [f"word{i} " * 10_000 for i in range(64)] + ["short one"] * 3
+    vectors = emb.embed(texts)
+    assert all(n * length * length <= emb.ATTENTION_CELLS for n, length in seen)
+    assert max(length for _, length in seen) == minilm.MAX_TOKENS and sum(n for n, _ in seen) == 67
+    assert np.abs(vectors[5] - emb.embed_query(texts[5])).max() < 1e-5

@@ -146,6 +146,10 @@ class MiniLMEmbedder:
     one). Texts past 256 tokens are cut there, as sentence-transformers does."""
 
     BATCH = 32  # texts sorted by length, so a batch pads little
+    # A batch's attention scores take batch x 12 heads x length^2 floats: 32 texts of 256 tokens
+    # would be 100 MB at once. Batches of long texts are cut so that batch x length^2 stays
+    # under this (12.6 MB of scores: 4 texts at 256 tokens, all 32 up to 90 tokens).
+    ATTENTION_CELLS = 4 * MAX_TOKENS * MAX_TOKENS
 
     def __init__(self) -> None:
         self._model = model()
@@ -168,12 +172,26 @@ class MiniLMEmbedder:
         tok = self._model.tokenizer
         ids = [tok.encode(t).ids for t in texts]  # [CLS] ... [SEP]
         ids = [s if len(s) <= MAX_TOKENS else s[:MAX_TOKENS - 1] + s[-1:] for s in ids]
-        order = np.argsort([len(s) for s in ids], kind="stable")
+        order = [int(j) for j in np.argsort([len(s) for s in ids], kind="stable")]
         out = np.zeros((len(texts), DIMS), dtype=np.float32)
-        for i in range(0, len(texts), self.BATCH):
-            sel = order[i:i + self.BATCH]
+        for sel in self._batches(order, [len(s) for s in ids]):
             out[sel] = self._forward([ids[j] for j in sel])
         return out
+
+    def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """`order` (shortest first) cut into batches of at most BATCH texts whose padded
+        attention (texts x longest^2) stays within ATTENTION_CELLS."""
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for j in order:
+            if current and (len(current) == self.BATCH
+                            or (len(current) + 1) * lengths[j] ** 2 > self.ATTENTION_CELLS):
+                batches.append(current)
+                current = []
+            current.append(j)
+        if current:
+            batches.append(current)
+        return batches
 
     def _forward(self, batch: list[list[int]]) -> F32:
         m = self._model
