@@ -14,7 +14,7 @@ import pytest
 
 from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
-from custody_app.recall import minilm
+from custody_app.recall import minilm, packaged
 from custody_app.recall.embedders import embedder_for, make_embedder
 from tests.conftest import CAUSE, WRITER
 
@@ -87,7 +87,7 @@ def test_damaged_files_are_refused(tmp_path: Path, damage: str,
 
 
 def test_a_missing_package_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(minilm.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(packaged.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(minilm, "_MODEL", None)
     with pytest.raises(LedgerError) as info:
         make_embedder("minilm-l6")

