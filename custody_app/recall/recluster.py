@@ -24,16 +24,13 @@ from store import LedgerFile, open_ledger
 # lock (their vectors are read before it): at 100k facts under a load of 8 on this 2-core machine,
 # batches of 500 that also read the vectors inside held it ~4 s.
 BATCH = 50
-# And at most this long, its COMMIT included: a transaction stops before a row that would take
-# it past BUDGET_S with the COMMIT the rows will cost (at least one row a transaction). A
+# And at most this long, its COMMIT included: a transaction stops after the row that takes it
+# past BUDGET_S with the COMMIT the rows so far will cost (at least one row a transaction). A
 # batch of 50 held it up to 3.7 s at 100k under load; this keeps it under one ordinary write.
 # Most of a move's cost is in the COMMIT (the WAL pages of the vec0 chunks it touched: 0.18-0.34
 # ms of a row's 0.3-0.5 ms in a 100k-vector index here), so that is estimated from the
 # transactions before.
 BUDGET_S = 0.025
-# A COMMIT's cost for each row moved, until the first one is measured: the dearest measured on
-# a 100k index here (bench/results_recluster.md, COMMIT per row in fact order under load).
-FIRST_COMMIT_PER_ROW_S = 0.0005
 # After each commit the lock is left free a little longer than the transaction held it: a
 # writer waiting in SQLite's busy handler retries only after 1, 3, 8, 18, 33, 53 ms... of waiting,
 # and transactions back to back, however short each, kept one out up to its 5 s busy timeout here.
@@ -151,21 +148,13 @@ def _rest(seconds: float, stop: threading.Event | None) -> None:
 
 def _within(timer: Callable[[], float], deadline: float,
             commit_per_row: float) -> Callable[[], bool]:
-    """Asked after each row: true once one more row (as dear as the dearest so far) and the
-    COMMIT of the rows so far and that one would reach `deadline`. Before any COMMIT was
-    measured, a row's share of it is taken as FIRST_COMMIT_PER_ROW_S."""
+    """Asked after each row: true once now and the COMMIT of the rows so far reach `deadline`."""
     rows = 0
-    last = timer()
-    dearest = 0.0
-    per_row = commit_per_row or FIRST_COMMIT_PER_ROW_S
 
     def enough() -> bool:
-        nonlocal rows, last, dearest
+        nonlocal rows
         rows += 1
-        now = timer()
-        dearest = max(dearest, now - last)
-        last = now
-        return now + dearest + (rows + 1) * per_row >= deadline
+        return timer() + rows * commit_per_row >= deadline
     return enough
 
 
