@@ -51,8 +51,8 @@ def _tensors(data: bytes) -> dict[str, F32]:
 
 def _gelu(h: F32) -> F32:
     """GELU, tanh form (in place): 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3))). The model was
-    trained with the erf form; the two differ by < 5e-4 per activation, and the tanh form costs a
-    ninth as much here (numpy's tanh is vectorised, an erf built from exp is not)."""
+    trained with the erf form; the two differ by under 5e-4 per activation, and numpy has a
+    vectorised tanh but no erf."""
     g = h * h
     g *= np.float32(0.044715)
     g += np.float32(1.0)
@@ -122,9 +122,10 @@ def model() -> _Model:
 
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 in numpy: a contextual sentence embedding (it reads the sentence, not
-    only its words). Batched, ~107 texts/s on one BLAS thread of this 2-core machine and ~167
-    on two (bench_embed.py); numpy's BLAS picks its thread count (OPENBLAS_NUM_THREADS=1 pins
-    one). Texts past 256 tokens are cut there, as sentence-transformers does."""
+    only its words). Batched, about 100 texts/s on one BLAS thread of this 2-core machine and
+    160 on two (bench/results_recall.md, section m); numpy's BLAS picks its thread count
+    (OPENBLAS_NUM_THREADS=1 pins one). Texts past 256 tokens are cut there, as
+    sentence-transformers does."""
 
     BATCH = 32  # texts sorted by length, so a batch pads little
     # A batch's attention scores take batch x 12 heads x length^2 floats: 32 texts of 256 tokens
