@@ -107,7 +107,12 @@ VEC_GONE_CLEAR = "DELETE FROM temp.recall_vec_gone"
 VEC_STORED_ORDER = ("SELECT r.rowid FROM json_each(?) j JOIN recall_vec_rowids r "
                     "ON r.rowid = j.value ORDER BY r.chunk_id, r.chunk_offset")
 VEC_STATUS = "UPDATE recall_vec SET status = ? WHERE fact_seq = ?"
-VEC_COUNT = "SELECT count(*) FROM recall_vec"
+# How many vectors: counted in sqlite-vec's own table of their rowids (one row a vector, deleted
+# with it). The vec0 table's count(*) reads every chunk: at the end of a 1M-fact ingest's
+# re-clustering it took ~0.5 s and 24 MB more anonymous memory, the ingest's peak
+# (bench/results_memory.md). VEC_COUNT_SCAN is the fallback for a vec0 without that table.
+VEC_COUNT = "SELECT count(*) FROM recall_vec_rowids"
+VEC_COUNT_SCAN = "SELECT count(*) FROM recall_vec"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
 
@@ -337,8 +342,11 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
         return (int(fts[0]) if fts else 0, self.vector_count())
 
     def vector_count(self) -> int:
-        """Rows of the vector index (a scan: 0.1-0.4 s at 100k-320k vectors)."""
-        vec = self._conn.execute(VEC_COUNT).fetchone()
+        """Rows of the vector index (from sqlite-vec's rowids table: no vector is read)."""
+        try:
+            vec = self._conn.execute(VEC_COUNT).fetchone()
+        except apsw.SQLError:  # another sqlite-vec, without that table: scan the vectors
+            vec = self._conn.execute(VEC_COUNT_SCAN).fetchone()
         return int(vec[0]) if vec else 0
 
     def indexed(self) -> tuple[list[int], list[tuple[int, str]]]:

@@ -151,3 +151,33 @@ def test_reindex_clusters_a_large_index_at_once(make_env: Callable[..., Env]) ->
     assert ledger.index.cells.count_cells() == 16
     assert ledger.db.recall.clustered_on() == 150
     index_clean(env)
+
+
+def test_the_vector_count_reads_no_vector_and_equals_a_scan_of_the_table(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`vector_count` counts sqlite-vec's rowids table (a full count of the vec0 table read
+    every chunk: the 1M ingest's memory peak): it equals a count of the vec0 table itself after
+    inserts, a re-clustering's moves, supersessions, retractions and a forget, and falls back
+    to that scan where the rowids table is missing."""
+    from store import recall as store_recall
+
+    env = make_env(LOW)
+    facts = fill(env, 300)
+    ledger = env.ledger
+    assert ledger.index.cells.count_cells() > 1  # the moves of a re-clustering ran
+    with ledger.transaction():
+        for i, fact in enumerate(facts[:20]):
+            ledger.assert_fact(f"acct:{i}", "note", f"replaced {i}", actor=WRITER, cause=CAUSE,
+                               provenance="attested", supersedes=fact)
+        for fact in facts[20:30]:
+            ledger.retract(fact, actor=WRITER, reason="wrong")
+    ledger.forget_subject("acct:40", actor=WRITER, reason="subject_request")
+
+    def scanned() -> int:
+        return int(ledger.db.conn.execute("SELECT count(*) FROM recall_vec").fetchone()[0])
+
+    store = ledger.db.recall
+    assert store.vector_count() == scanned() == len(store.indexed()[1]) == 300 - 10 - 1
+    monkeypatch.setattr(store_recall, "VEC_COUNT", "SELECT count(*) FROM no_such_rowids")
+    assert store.vector_count() == scanned()
+    index_clean(env)
