@@ -181,3 +181,30 @@ def test_the_vector_count_reads_no_vector_and_equals_a_scan_of_the_table(
     monkeypatch.setattr(store_recall, "VEC_COUNT", "SELECT count(*) FROM no_such_rowids")
     assert store.vector_count() == scanned()
     index_clean(env)
+
+
+def test_after_a_hand_edit_of_the_rowids_table_the_count_still_equals_what_a_scan_reads(
+        make_env: Callable[..., Env]) -> None:
+    """sqlite-vec reads a vec0 table's rows through its rowids table, so the count taken from
+    that table agrees with what the in-process copy streams in, even after another process
+    deletes or forges rows of it (a count that overstated or understated the rows would size
+    the copy wrongly)."""
+    import apsw
+
+    from store.opening import configure_pragmas, load_sqlite_vec
+
+    env = make_env()
+    fill(env, 40)
+    other = apsw.Connection(str(env.path))
+    configure_pragmas(other)
+    load_sqlite_vec(other)
+    seqs = [r[0] for r in other.execute("SELECT rowid FROM recall_vec_rowids LIMIT 3")]
+    with other:
+        other.execute("DELETE FROM recall_vec_rowids WHERE rowid IN (?, ?)", seqs[:2])
+        other.execute("INSERT INTO recall_vec_rowids(rowid, chunk_id, chunk_offset) "
+                      "VALUES (999999, 1, 255)")
+    other.close()
+    store = env.ledger.db.recall
+    streamed = sum(len(rows) for rows in store.iter_vectors())
+    scanned = int(env.ledger.db.conn.execute("SELECT count(*) FROM recall_vec").fetchone()[0])
+    assert store.vector_count() == scanned == streamed == 40 - 2 + 1
