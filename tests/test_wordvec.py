@@ -22,6 +22,7 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import wordvec
 from custody_app.recall.embedders import make_embedder
 from tests.conftest import CAUSE, WRITER, ledger_bytes
+from tests.embedder_refusals import open_is_refused_unchanged, read_only_refuses_its_vectors
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("wordllama") is None,
                                 reason="wordllama is not installed")
@@ -149,24 +150,14 @@ def test_damaged_files_are_refused_naming_the_file(tmp_path: Path, damage: str,
     assert str(root) in info.value.message and "reinstall" in info.value.message
 
 
-def test_a_missing_package_is_refused_and_the_ledger_is_unchanged(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "l.db"
-    hashed = tmp_path / "hashed.toml"
-    hashed.write_text('[recall]\nembedder = "hashed-ngram"\n')
-    with Ledger.open(path, policy=hashed) as ledger:
-        ledger.assert_fact("acct:1", "pet", "a beagle named Biscuit", actor=WRITER,
-                           cause=CAUSE)
-    before, keys_before = ledger_bytes(path), Path(f"{path}.keys").read_bytes()
+def _uninstalled(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wordllama", None)  # as if it were not installed
     monkeypatch.setattr(wordvec, "_MODEL", None)
-    policy = tmp_path / "p.toml"
-    policy.write_text('[recall]\nembedder = "wordllama"\n')
-    with pytest.raises(LedgerError) as info:
-        Ledger.open(path, policy=policy)
-    assert info.value.code == "embedder_unavailable"
-    assert "wordllama" in info.value.message and "pip install" in info.value.message
-    assert ledger_bytes(path) == before and Path(f"{path}.keys").read_bytes() == keys_before
+
+
+def test_a_missing_package_is_refused_and_the_ledger_is_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    open_is_refused_unchanged(tmp_path, "wordllama", lambda: _uninstalled(monkeypatch))
 
 
 def test_a_read_only_open_never_compares_vectors_of_another_embedder(tmp_path: Path) -> None:
@@ -196,25 +187,9 @@ def test_a_read_only_open_never_compares_vectors_of_another_embedder(tmp_path: P
 
 def test_a_read_only_open_refuses_vector_recall_when_no_embedder_here_made_the_vectors(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "l.db"
-    wl, hashed = tmp_path / "wl.toml", tmp_path / "hashed.toml"
-    wl.write_text('[recall]\nembedder = "wordllama"\n')
-    hashed.write_text('[recall]\nembedder = "hashed-ngram"\n')
-    with Ledger.open(path, policy=wl) as ledger:
-        fact = ledger.assert_fact("acct:1", "pet", "a beagle named Biscuit", actor=WRITER,
-                                  cause=CAUSE, provenance="attested").fact_id
-    monkeypatch.setitem(sys.modules, "wordllama", None)  # uninstalled since
-    monkeypatch.setattr(wordvec, "_MODEL", None)
-    before = ledger_bytes(path)
-    with Ledger.open(path, policy=hashed, readonly=True) as ro:
-        for strategy in ("vector", "hybrid"):
-            with pytest.raises(LedgerError) as info:
-                ro.recall("beagle", strategy=strategy)
-            assert info.value.code == "embedder_unavailable"
-            assert "wordllama-l2-supercat-256" in info.value.message
-        assert [h.fact.fact_id for h in ro.recall("beagle", strategy="lexical").results] == [fact]
-        assert ro.verify().valid
-    assert ledger_bytes(path) == before
+    read_only_refuses_its_vectors(tmp_path, "wordllama", "wordllama-l2-supercat-256",
+                                  "a beagle named Biscuit", "beagle",
+                                  lambda: _uninstalled(monkeypatch))
 
 
 def test_a_ledger_indexed_by_hashed_ngram_re_embeds_at_open_with_progress(tmp_path: Path) -> None:
