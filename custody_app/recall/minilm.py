@@ -154,9 +154,10 @@ class MiniLMEmbedder:
         tok = self._model.tokenizer
         ids = [tok.encode(t).ids for t in texts]  # [CLS] ... [SEP]
         ids = [s if len(s) <= MAX_TOKENS else s[:MAX_TOKENS - 1] + s[-1:] for s in ids]
-        order = [int(j) for j in np.argsort([len(s) for s in ids], kind="stable")]
+        lengths = [len(s) for s in ids]
+        order = [int(j) for j in np.argsort(lengths, kind="stable")]
         out = np.zeros((len(texts), DIMS), dtype=np.float32)
-        for sel in self._batches(order, [len(s) for s in ids]):
+        for sel in self._batches(order, lengths):
             out[sel] = self._forward([ids[j] for j in sel])
         return out
 
