@@ -113,6 +113,9 @@ VEC_STATUS = "UPDATE recall_vec SET status = ? WHERE fact_seq = ?"
 # (bench/results_memory.md). VEC_COUNT_SCAN is the fallback for a vec0 without that table.
 VEC_COUNT = "SELECT count(*) FROM recall_vec_rowids"
 VEC_COUNT_SCAN = "SELECT count(*) FROM recall_vec"
+# sqlite-vec numbers its chunks in the order it makes them: a new chunk (256 vectors' worth of
+# pages, written out by the COMMIT) shows as a larger max(rowid).
+VEC_LAST_CHUNK = "SELECT max(rowid) FROM recall_vec_chunks"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
 
@@ -185,15 +188,19 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
         return [(seq, bytes(row[0])) for seq, row in rows if row is not None]
 
     def move(self, vectors: list[tuple[int, bytes]], cell_of: Callable[[bytes], int],
-             below: int, enough: Callable[[], bool] | None = None) -> int:
+             below: int, enough: Callable[[int], bool] | None = None) -> tuple[int, int]:
         """Move those of `vectors` whose row is still in a cell below `below` into the cell
         `cell_of` gives (inside the caller's transaction; status and the other columns are
         read afresh here). A vec0 DELETE zeroes the old slot in place, so no copy of a moved
         vector stays behind. Only the cell changes, so the version token is kept (an
-        in-process copy of the vectors stays valid). `enough`, asked after each row, ends the
-        move there (the first row is always gone through). Returns how many of `vectors` it
-        went through, moved or found gone; the rest are left for the next call."""
+        in-process copy of the vectors stays valid). `enough`, asked after each row with the
+        number of chunks sqlite-vec has made so far in this call, ends the move there (the
+        first row is always gone through). Returns how many of `vectors` it went through,
+        moved or found gone (the rest are left for the next call), and how many chunks it
+        made."""
         used = 0
+        first = self._last_chunk()
+        made = 0
         for seq, vector in vectors:
             used += 1
             row = self._conn.execute(VEC_META_ONE, (seq,)).fetchone()
@@ -202,9 +209,19 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
                 # Row by row, so `enough` sees what each costs in all.
                 self._insert_vectors([(seq, cell_of(vector), vector, str(row[1]), int(row[2]),
                                        int(row[3]))])
-            if enough is not None and enough():
+                made = self._last_chunk() - first
+            if enough is not None and enough(made):
                 break
-        return used
+        return used, made
+
+    def _last_chunk(self) -> int:
+        """The newest chunk's number (0 when there is none, or sqlite-vec keeps no such
+        table: then no chunk is ever counted as made)."""
+        try:
+            row = self._conn.execute(VEC_LAST_CHUNK).fetchone()
+        except apsw.SQLError:
+            return 0
+        return int(row[0]) if row and row[0] is not None else 0
 
     def _create_vec(self, dimensions: int) -> None:
         self._bump()

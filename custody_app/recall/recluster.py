@@ -24,13 +24,19 @@ from store import LedgerFile, open_ledger
 # lock (their vectors are read before it): at 100k facts under a load of 8 on this 2-core machine,
 # batches of 500 that also read the vectors inside held it ~4 s.
 BATCH = 50
-# And at most this long, its COMMIT included: a transaction stops after the row that takes it
-# past BUDGET_S with the COMMIT the rows so far will cost (at least one row a transaction). A
-# batch of 50 held it up to 3.7 s at 100k under load; this keeps it under one ordinary write.
-# Most of a move's cost is in the COMMIT (the WAL pages of the vec0 chunks it touched: 0.18-0.34
-# ms of a row's 0.3-0.5 ms in a 100k-vector index here), so that is estimated from the
-# transactions before.
+# And at most this long, its COMMIT included: a transaction stops before the row that would
+# take it past BUDGET_S, counting the rows so far, the next row at their mean cost and the
+# COMMIT estimated for them (at least one row a transaction). A batch of 50 held it up to 3.7 s
+# at 100k under load; this keeps it under one ordinary write. A COMMIT writes out two kinds of
+# pages: those of the chunks the moved rows were taken from and put in (about 0.01-0.04 ms a
+# row), and the whole of every chunk sqlite-vec made for a cell with no room left (256 vectors,
+# about 0.5 ms each here). The first transactions make a chunk for most new cells, which an
+# estimate by the row alone missed (holds up to 34 ms): the two are learnt apart.
 BUDGET_S = 0.025
+# What a COMMIT is taken to cost until measured: a row (0.011-0.045 ms here) and a new chunk
+# (0.1-0.5 ms).
+FIRST_ROW_COMMIT_S = 0.00005
+FIRST_CHUNK_COMMIT_S = 0.0005
 # After each commit the lock is left free a little longer than the transaction held it: a
 # writer waiting in SQLite's busy handler retries only after 1, 3, 8, 18, 33, 53 ms... of waiting,
 # and transactions back to back, however short each, kept one out up to its 5 s busy timeout here.
@@ -45,8 +51,8 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
               held_ms: list[float] | None = None) -> int:
     """Re-cluster the cells of the ledger open as `db` (a connection no one else writes
     through), reporting (moved, total) after each write transaction; resumes a re-clustering
-    that was interrupted. Each transaction moves up to `batch` vectors and stops after the row
-    that takes it past `budget_s` (None: no time limit). Returns the number of cells, or 0 when
+    that was interrupted. Each transaction moves up to `batch` vectors and stops before the row
+    it expects to take it past `budget_s` (None: no time limit). Returns the number of cells, or 0 when
     stopped before the end (it resumes next time). `held_ms` collects how long each of its
     write transactions held the write lock."""
     moving = db.recall.moving_below()
@@ -100,7 +106,7 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     def cell_of(vector: bytes) -> int:
         return int(ids[int(np.argmax(matrix @ np.frombuffer(vector, dtype=np.float32)))])
 
-    commit_per_row = 0.0  # what a COMMIT took lately for each row its transaction went through
+    commit = _CommitCost()
     window: list[tuple[int, bytes]] = []  # read, not yet moved
     taken = 0  # entries of todo read so far
     while taken < len(todo) or window:
@@ -116,15 +122,13 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
         with db.write():
             began = db.timer()  # the lock is held from here (not while waiting for it)
             enough = (None if budget_s is None else
-                      _within(db.timer, began + budget_s, commit_per_row))
+                      _within(db.timer, began, began + budget_s, commit))
             if db.recall.moving_below() != moving:
                 return 0  # the index was rebuilt meanwhile (a reindex): nothing left to move
-            used = db.recall.move(window, cell_of, moving, enough)
+            used, made = db.recall.move(window, cell_of, moving, enough)
             moved = db.timer()
         held = db.committed_at - began
-        commit = max(0.0, db.committed_at - moved) / used
-        # Up at once to a dearer COMMIT, down by halves: the estimate errs on the long side.
-        commit_per_row = max(commit, (commit_per_row + commit) / 2)
+        commit.learn(used, made, max(0.0, db.committed_at - moved))
         if held_ms is not None:  # through COMMIT
             held_ms.append(held * 1000)
         window = window[used:]
@@ -146,15 +150,43 @@ def _rest(seconds: float, stop: threading.Event | None) -> None:
         time.sleep(seconds)
 
 
-def _within(timer: Callable[[], float], deadline: float,
-            commit_per_row: float) -> Callable[[], bool]:
-    """Asked after each row: true once now and the COMMIT of the rows so far reach `deadline`."""
+class _CommitCost:
+    """What a COMMIT of the re-clustering costs: so much a row gone through, so much more a
+    chunk made. A transaction that made no chunk measures the first; one that made chunks
+    scales both by how far the estimate of it was off. Up at once to a dearer figure, down by
+    halves: the estimate errs on the long side."""
+
+    def __init__(self) -> None:
+        self.per_row = FIRST_ROW_COMMIT_S
+        self.per_chunk = FIRST_CHUNK_COMMIT_S
+
+    def learn(self, rows: int, chunks: int, seconds: float) -> None:
+        if chunks == 0:
+            self.per_row = _lean_long(self.per_row, seconds / rows)
+            return
+        off = seconds / self.of(rows, chunks)
+        self.per_row = _lean_long(self.per_row, self.per_row * off)
+        self.per_chunk = _lean_long(self.per_chunk, self.per_chunk * off)
+
+    def of(self, rows: int, chunks: int) -> float:
+        return rows * self.per_row + chunks * self.per_chunk
+
+
+def _lean_long(estimate: float, seen: float) -> float:
+    return max(seen, (estimate + seen) / 2)
+
+
+def _within(timer: Callable[[], float], began: float, deadline: float,
+            commit: _CommitCost) -> Callable[[int], bool]:
+    """Asked after each row with the chunks made so far: true once now, one more row at the
+    mean cost of those so far and the COMMIT of them all would reach `deadline`."""
     rows = 0
 
-    def enough() -> bool:
+    def enough(chunks: int) -> bool:
         nonlocal rows
         rows += 1
-        return timer() + rows * commit_per_row >= deadline
+        now = timer()
+        return now + (now - began) / rows + commit.of(rows + 1, chunks) >= deadline
     return enough
 
 
