@@ -300,3 +300,23 @@ def test_giving_back_the_freed_heap_returns_freed_memory_to_the_system() -> None
                          check=True, cwd=Path(__file__).resolve().parent.parent).stdout.split()
     assert out[0] == "True"
     assert int(out[1]) > 50_000  # kB given back
+
+
+def test_a_table_holding_more_vectors_than_counted_is_served_by_sqlite_vec_not_in_part(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy is sized by the vector count; if the table streams more rows than that count
+    said (a count read apart from the stream), past the budget, the copy is not kept in part
+    (a search would miss the rest as if they were not there): sqlite-vec answers, exactly."""
+    env = make_env()
+    seqs = fill(env, 60)
+    ledger = env.ledger
+    ledger.index.matrix.drop()
+    ledger.index.matrix.max_bytes = 40 * 256 * 5  # room for 40 float32 rows, 200 int8 codes
+    monkeypatch.setattr(type(ledger.db.recall), "vector_count", lambda self: 30)
+    result = ledger.recall("amber basalt", k=10, strategy="vector")
+    assert "inside SQLite" in result.note and "in-process" not in result.note
+    assert len(ledger.index.matrix) == 0 and ledger.index.matrix.nbytes == 0
+    seq_of = dict(ledger.db.conn.execute("SELECT fact_id, assert_seq FROM facts"))
+    assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
+    assert len(ids(result)) == 10 and set(seq_of[f] for f in ids(result)) <= set(seqs.values())
+

@@ -140,8 +140,12 @@ class VectorMatrix:
         # Streamed in chunks into the buffer sized for them: loading 100k vectors as one list
         # of rows first held ~200 MB more anonymous memory after the load than the matrix.
         for rows in self.db.recall.iter_vectors():
-            self._append([(seq, 0, vec, status, space, ref)
-                          for seq, vec, status, space, ref in rows], loading=True)
+            if not self._append([(seq, 0, vec, status, space, ref)
+                                 for seq, vec, status, space, ref in rows], loading=True):
+                # More vectors than counted, past the budget: a partial copy would answer
+                # as if the rest were not there. sqlite-vec serves instead.
+                self.drop()
+                return False
         order = np.argsort(self._seqs[:self._used], kind="stable")
         self._sorted, self._sorted_row = self._seqs[order].copy(), order.astype(np.int64)
         self._extra = {}
