@@ -40,8 +40,6 @@ import bench_ontop as O  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from store import open_ledger  # noqa: E402
-from store.recall import VEC_COLUMNS  # noqa: E402
-from store.rows import EVENT_COLUMNS  # noqa: E402
 
 TOP = 15
 
@@ -96,13 +94,7 @@ def recall_floor(path: Path, base: Path, head_seq: int, dst: Path) -> float:
     `path` after `head_seq` (its event rows, FTS5 rows and sqlite-vec rows) into a copy of
     `base`, 1,000 events a transaction, as bench_ontop measures it."""
     db = open_ledger(path, readonly=True)
-    cols = ", ".join(EVENT_COLUMNS)
-    rows = db.conn.execute(f"SELECT {cols} FROM events WHERE seq > ? ORDER BY seq",
-                           (head_seq,)).fetchall()
-    fts = db.conn.execute("SELECT rowid, terms, scope FROM recall_fts WHERE rowid > ?",
-                          (head_seq,)).fetchall()
-    vec = db.conn.execute(f"SELECT {VEC_COLUMNS} FROM recall_vec WHERE fact_seq > ?",
-                          (head_seq,)).fetchall()
+    rows, fts, vec = O.written_after(db, head_seq)
     db.close()
     if not head_seq:  # a fresh ledger: its recall tables as the service made them
         made = open_ledger(base)

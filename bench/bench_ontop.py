@@ -35,7 +35,7 @@ import apsw  # noqa: E402
 import bench_ledger as B  # noqa: E402
 
 from custody_app.ledger.facade import Ledger  # noqa: E402
-from store import open_ledger  # noqa: E402
+from store import LedgerFile, open_ledger  # noqa: E402
 from store.recall import FTS_INSERT, VEC_COLUMNS, VEC_INSERT  # noqa: E402
 from store.rows import EVENT_COLUMNS  # noqa: E402
 
@@ -65,6 +65,19 @@ def _head(path: Path) -> tuple[int, str, int]:
         return int(seq), str(tx_at), int(facts)
     finally:
         con.close()
+
+
+def written_after(db: LedgerFile, head_seq: int) -> tuple[list, list, list]:
+    """The event rows, FTS5 rows and sqlite-vec rows written after `head_seq`: what the floors
+    insert."""
+    cols = ", ".join(EVENT_COLUMNS)
+    rows = db.conn.execute(f"SELECT {cols} FROM events WHERE seq > ? ORDER BY seq",
+                           (head_seq,)).fetchall()
+    fts = db.conn.execute("SELECT rowid, terms, scope FROM recall_fts WHERE rowid > ?",
+                          (head_seq,)).fetchall()
+    vec = db.conn.execute(f"SELECT {VEC_COLUMNS} FROM recall_vec WHERE fact_seq > ?",
+                          (head_seq,)).fetchall()
+    return rows, fts, vec
 
 
 def _floor(base: Path, dst: Path, rows: list, fts: list, vec: list, tx: int,
@@ -117,13 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.unfreeze()
         del work
         db = open_ledger(path, readonly=True)
-        cols = ", ".join(EVENT_COLUMNS)
-        rows = db.conn.execute(f"SELECT {cols} FROM events WHERE seq > ? ORDER BY seq",
-                               (head_seq,)).fetchall()
-        fts = db.conn.execute("SELECT rowid, terms, scope FROM recall_fts WHERE rowid > ?",
-                              (head_seq,)).fetchall()
-        vec = db.conn.execute(f"SELECT {VEC_COLUMNS} "
-                              "FROM recall_vec WHERE fact_seq > ?", (head_seq,)).fetchall()
+        rows, fts, vec = written_after(db, head_seq)
         facts_after = db.conn.execute("SELECT count(*) FROM facts").fetchone()[0]
         db.close()
         log("floors")
