@@ -3,8 +3,14 @@ profile hook) during bench_ledger's workload written through the service, on a f
 on top of a copy of a cached one.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_ingest_profile.py --ops 5000 --tmp DIR [--out FILE]
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_ingest_profile.py --ops 3000 --tmp DIR \
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_ingest_profile.py --ops 10000 --tmp DIR \
         --base /work/bench-cache/erasure/erasure-1000000-s20260901-r100000.db [--out FILE]
+    ... --removals-at 100000   # the same with every removal deferred to its group's end
+
+Then the floor that also writes each fact's FTS5 and sqlite-vec rows inserts the rows this
+ingest wrote into a copy of the ledger as it was before (as bench_ontop does), and the target's
+budget an event (three times the floor's time) is set beside SQLite's own time an event in the
+service.
 
 A statement's time is SQLite's, from its first step to its reset, so it holds the work a virtual
 table does for it, including what FTS5 does when that statement opens a statement transaction:
@@ -39,6 +45,7 @@ import bench_ontop as O  # noqa: E402
 
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
+from custody_app.recall import index as recall_index  # noqa: E402
 from store import open_ledger  # noqa: E402
 
 TOP = 15
@@ -140,7 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20260907)
     ap.add_argument("--tmp", required=True, help="directory for the ledgers (removed at the end)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--removals-at", type=int, default=None,
+                    help="write deferred removals once this many wait (the product: "
+                         f"{recall_index.MOVE_AT}; a large number defers them to the group's end)")
     args = ap.parse_args(argv)
+    if args.removals_at is not None:
+        recall_index.MOVE_AT = args.removals_at
     Path(args.tmp).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="custody-ingest-profile-", dir=args.tmp))
     notes = [f"load at start {machine_note()}"]
@@ -162,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             open_ledger(base).close()
         work = B.make_workload(args.ops, args.seed, start)
         res, stats, wall = profile(path, work, args.seed)
+        if args.removals_at is not None:
+            label += f", removals written {args.removals_at} at a time"
+        label += (f"; single op p99.9 {B._pct(res.op_ms, 0.999):.1f} ms, max "
+                  f"{max(res.op_ms):.1f}; group end max {max(res.commit_ms):.1f} ms")
         floor_s = recall_floor(path, base, head_seq, tmp / "floor.db")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
