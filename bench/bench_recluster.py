@@ -9,7 +9,10 @@ of centroids being moved to (a re-clustering begun); then, each on a fresh copy:
 - 500 rows moved by hand in transactions of 50, timing the point read, the vec0 DELETE, the
   INSERT and the COMMIT of each, in fact order and in old-cell order;
 - `recluster` itself moving `--rows` rows, with the time budget and without, reporting what
-  its transactions held the write lock. Not a test: prints a markdown table.
+  its transactions held the write lock.
+With `--longest N`, instead: the N longest transactions of each of those two runs, with their
+rows, the chunks sqlite-vec made in them and their COMMIT against its estimate. Not a test:
+prints markdown tables.
 """
 
 from __future__ import annotations
@@ -123,11 +126,48 @@ def moves(db: LedgerFile, rows: int, budget: float | None) -> str:
             f"{sum(held) / done[0]:.2f} ms held a row, {wall:.1f} s wall")
 
 
+def longest(db: LedgerFile, rows: int, budget: float | None, n: int) -> str:
+    """The `n` longest write transactions of `recluster` moving `rows` rows: what each held,
+    its rows, the chunks sqlite-vec made in it, and its COMMIT against the estimate made
+    before it (a table)."""
+    seen: list[tuple[int, int, float, float]] = []  # rows, chunks, COMMIT s, estimate s
+    learn = rc._CommitCost.learn
+
+    def noting(self: rc._CommitCost, used: int, chunks: int, seconds: float) -> None:
+        seen.append((used, chunks, seconds, self.of(used, chunks)))
+        learn(self, used, chunks, seconds)
+    rc._CommitCost.learn = noting  # type: ignore[method-assign]
+    held: list[float] = []
+    stop = threading.Event()
+
+    def progress(moved: int, total: int) -> None:
+        if moved >= rows:
+            stop.set()
+    try:
+        rc.recluster(db, None, budget_s=budget, progress=progress, stop=stop,  # type: ignore[arg-type]
+                     held_ms=held)
+    finally:
+        rc._CommitCost.learn = learn  # type: ignore[method-assign]
+    label = "no time budget" if budget is None else f"{budget * 1000:.0f} ms budget"
+    out = [f"The {n} longest of {len(held)} transactions, {label}:", "",
+           "| held (ms) | rows | chunks made | COMMIT (ms) | COMMIT estimated before it (ms) |",
+           "|---:|---:|---:|---:|---:|"]
+    for i in sorted(range(len(held)), key=lambda i: -held[i])[:n]:
+        used, chunks, commit, estimate = seen[i]
+        out.append(f"| {held[i]:.1f} | {used} | {chunks} | {commit * 1000:.2f} | "
+                   f"{estimate * 1000:.2f} |")
+    made = sum(1 for _, c, _, _ in seen if c)
+    out.append(f"\n{made} of {len(seen)} transactions made a chunk.")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vectors", type=int, default=100_000)
     ap.add_argument("--rows", type=int, default=8000)
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--longest", type=int, default=0,
+                    help="instead: list the N longest transactions of each recluster run")
     args = ap.parse_args()
     tmp = Path(args.tmp or tempfile.mkdtemp(prefix="bench-recluster-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -136,6 +176,12 @@ def main() -> int:
         build(tmp / "building.db", args.vectors)
         os.rename(tmp / "building.db", base)
     work = tmp / "work.db"
+    if args.longest:
+        for budget in (None, rc.BUDGET_S):
+            db = fresh(base, work)
+            print(longest(db, args.rows, budget, args.longest) + "\n")
+            db.close()
+        return 0
     print(f"{args.vectors:,} vectors of {DIMS} dimensions in {round(args.vectors ** 0.5)} cells; "
           f"load average {os.getloadavg()[0]:.2f}\n")
     print("| a move, ms per row | " + " | ".join(
