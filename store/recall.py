@@ -209,7 +209,7 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
                 # Row by row, so `enough` sees what each costs in all.
                 self._insert_vectors([(seq, cell_of(vector), vector, str(row[1]), int(row[2]),
                                        int(row[3]))])
-                made = self._last_chunk() - first
+                made = max(0, self._last_chunk() - first)
             if enough is not None and enough(made):
                 break
         return used, made

@@ -211,6 +211,47 @@ def test_a_sqlite_vec_without_its_chunks_table_counts_no_chunk_and_the_move_ends
     index_clean(env)
 
 
+def test_the_commit_estimate_learns_by_the_row_and_by_the_chunk() -> None:
+    """A transaction that made no chunk measures the COMMIT a row; one that made chunks scales
+    both figures by how far it was off; dearer at once, cheaper by halves; and an estimate
+    worn down to nothing by COMMITs that took no time learns again instead of dividing by
+    zero (which would end the re-clustering thread)."""
+    cost = rc._CommitCost()
+    assert cost.of(10, 0) == pytest.approx(10 * rc.FIRST_ROW_COMMIT_S)
+    cost.learn(10, 0, 0.001)  # 0.1 ms a row: dearer, taken at once
+    assert cost.per_row == pytest.approx(0.0001)
+    cost.learn(10, 0, 0.0)  # cheaper: down by half only
+    assert cost.per_row == pytest.approx(0.00005)
+    cost.learn(10, 4, 2 * cost.of(10, 4))  # twice the estimate: both figures doubled
+    assert (cost.per_row, cost.per_chunk) == pytest.approx((0.0001, 2 * rc.FIRST_CHUNK_COMMIT_S))
+    worn = rc._CommitCost()
+    worn.per_row = worn.per_chunk = 0.0
+    worn.learn(5, 2, 0.002)
+    assert worn.per_chunk == pytest.approx(0.001)
+    assert worn.of(5, 2) == pytest.approx(0.002)
+
+
+def test_a_chunk_number_that_goes_down_counts_no_chunk_made(
+        make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chunks a move made are read as the newest chunk's number now less before; a number
+    that went down (a hand edit, another sqlite-vec's numbering) counts as none made, never
+    as fewer than none (which would lower the COMMIT estimate below what the rows cost)."""
+    from store.recall import RecallStore
+
+    env = _grown(make_env, monkeypatch)
+    numbers = iter(range(10**6, 0, -1))
+    monkeypatch.setattr(RecallStore, "_last_chunk", lambda self: next(numbers))
+    monkeypatch.setattr(rc, "_rest", lambda seconds, stop: None)
+    other = open_ledger(env.path)
+    counted = _chunks_counted(other)
+    try:
+        assert rc.recluster(other, env.ledger.policy) == round(np.sqrt(1300))
+    finally:
+        other.close()
+    assert counted and set(counted) == {0}
+    index_clean(env)
+
+
 def test_vectors_move_in_old_cell_order(make_env: Callable[..., Env],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The deletes go cell by cell, in fact order within a cell, so each transaction's fall in

@@ -167,7 +167,11 @@ class _CommitCost:
         if chunks == 0:
             self.per_row = _lean_long(self.per_row, seconds / rows)
             return
-        off = seconds / self.of(rows, chunks)
+        estimate = self.of(rows, chunks)
+        if estimate <= 0.0:  # nothing to scale: every COMMIT so far took no time at all
+            self.per_chunk = max(0.0, seconds - rows * self.per_row) / chunks
+            return
+        off = seconds / estimate
         self.per_row = _lean_long(self.per_row, self.per_row * off)
         self.per_chunk = _lean_long(self.per_chunk, self.per_chunk * off)
 
