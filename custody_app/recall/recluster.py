@@ -30,11 +30,12 @@ BATCH = 50
 # at 100k under load; this keeps it under one ordinary write. A COMMIT writes out two kinds of
 # pages: those of the chunks the moved rows were taken from and put in (about 0.01-0.04 ms a
 # row), and the whole of every chunk sqlite-vec made for a cell with no room left (256 vectors,
-# about 0.5 ms each here). The first transactions make a chunk for most new cells, which an
-# estimate by the row alone missed (holds up to 34 ms): the two are learnt apart.
+# 0.1-0.5 ms each here). The first transactions make a chunk for most new cells, which an
+# estimate by the row alone missed (holds up to 29-30 ms against this budget in session 13's
+# bench_recluster runs): the two are learnt apart (bench/results_recluster.md).
 BUDGET_S = 0.025
-# The estimate's error seen here (a row or a COMMIT dearer than foreseen: up to 0.9 ms over the
-# budget in five runs of bench_recluster without it), kept free under the budget.
+# The estimate's error seen here (COMMITs up to 1.3 ms dearer than estimated, a row dearer than
+# the mean: `bench_recluster.py --longest`), kept free under the budget.
 LEEWAY_S = 0.002
 # What a COMMIT is taken to cost until measured: a row (0.011-0.045 ms here) and a new chunk
 # (0.1-0.5 ms).
