@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from custody_app.domain.errors import LedgerError
+from custody_app.recall.norms import unit_rows
 from custody_app.recall.text import fold, words
 
 Vectors = npt.NDArray[np.float32]
@@ -109,10 +110,7 @@ class HashedNgramEmbedder:
         out = np.bincount(index, weights=sign, minlength=len(texts) * self._dims).reshape(
             len(texts), self._dims).astype(np.float32)
         out = np.sign(out) * np.log1p(np.abs(out))
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        result: Vectors = (out / norms).astype(np.float32)
-        return result
+        return unit_rows(out)
 
     def embed_query(self, text: str) -> Vectors:
         row: Vectors = self.embed([text])[0]

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from custody_app.domain.errors import LedgerError
 from custody_app.recall import packaged
+from custody_app.recall.norms import unit_rows
 
 Vectors = npt.NDArray[np.float32]
 F32 = npt.NDArray[np.float32]
@@ -200,10 +201,7 @@ class MiniLMEmbedder:
             h = x.reshape(-1, DIMS) @ iw + ib
             x = _layer_norm((_gelu(h) @ o2w + o2b).reshape(n, length, DIMS) + x, l2w, l2b)
         pooled = (x * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        result: F32 = (pooled / norms).astype(np.float32)
-        return result
+        return unit_rows(pooled)
 
     def embed_query(self, text: str) -> Vectors:
         row: Vectors = self.embed([text])[0]

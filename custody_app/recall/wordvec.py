@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from custody_app.domain.errors import LedgerError
 from custody_app.recall import packaged
+from custody_app.recall.norms import unit_rows
 
 Vectors = npt.NDArray[np.float32]
 
@@ -117,10 +118,7 @@ class WordLlamaEmbedder:
             # One text at a time through the tokenizer: its batch call would start a thread
             # pool on two shared cores; the ids are the same.
             out[row] = self._mean(self._model.tokenizer.encode(text, add_special_tokens=False).ids)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0  # a text with no tokens: the zero vector, not NaN
-        result: Vectors = out / norms
-        return result
+        return unit_rows(out)  # a text with no tokens: the zero vector, not NaN
 
     def _mean(self, ids: list[int]) -> npt.NDArray[np.float32]:
         """wordllama's avg_pool of one text: the float32 sum of its token rows in token order
