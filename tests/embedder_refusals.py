@@ -2,10 +2,13 @@
 `wordllama` and `minilm-l6`): a writable open under a policy naming it is refused with the
 ledger and key store byte for byte as they were, and a ledger it indexed, opened read-only,
 refuses vector and hybrid recall naming the recorded embedder while lexical recall and verify
-work and nothing is written. `uninstall` makes the package look absent."""
+work and nothing is written. `uninstall` makes the package look absent. And what loading one
+may not do: `imported_by_embedding` lists the forbidden modules a fresh process imported."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +17,21 @@ import pytest
 from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
 from tests.conftest import CAUSE, WRITER, ledger_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def imported_by_embedding(embedder: str, forbidden: tuple[str, ...]) -> str:
+    """In a fresh process, make `embedder` and embed one text; the top-level packages of
+    `forbidden` it imported, as a printed sorted list ("[]" when none)."""
+    code = ("import sys\n"
+            "from custody_app.recall.embedders import make_embedder\n"
+            f"make_embedder({embedder!r}).embed(['a beagle named Biscuit'])\n"
+            f"bad = {forbidden!r}\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in bad))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, check=True)
+    return out.stdout.strip()
 
 
 def _policy(tmp_path: Path, embedder: str) -> Path:

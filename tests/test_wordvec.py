@@ -22,7 +22,11 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import wordvec
 from custody_app.recall.embedders import make_embedder
 from tests.conftest import CAUSE, WRITER, ledger_bytes
-from tests.embedder_refusals import open_is_refused_unchanged, read_only_refuses_its_vectors
+from tests.embedder_refusals import (
+    imported_by_embedding,
+    open_is_refused_unchanged,
+    read_only_refuses_its_vectors,
+)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("wordllama") is None,
                                 reason="wordllama is not installed")
@@ -101,14 +105,8 @@ def test_it_matches_meaning_the_hashed_default_does_not() -> None:
 def test_loading_imports_no_wordllama_and_no_network_code() -> None:
     """In a fresh process: the embedder loads and embeds without importing wordllama's
     package (its loader downloads), requests, urllib3, httpx or huggingface_hub."""
-    code = ("import sys\n"
-            "from custody_app.recall.embedders import make_embedder\n"
-            "make_embedder('wordllama').embed(['a beagle named Biscuit'])\n"
-            "net = ('wordllama', 'requests', 'urllib3', 'httpx', 'huggingface_hub')\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in net))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert imported_by_embedding("wordllama", (
+        "wordllama", "requests", "urllib3", "httpx", "huggingface_hub")) == "[]"
 
 
 def test_the_model_is_loaded_once_per_process() -> None:
