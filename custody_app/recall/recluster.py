@@ -34,8 +34,8 @@ BATCH = 50
 # estimate by the row alone missed (holds up to 29-30 ms against this budget in session 13's
 # bench_recluster runs): the two are learnt apart (bench/results_recluster.md).
 BUDGET_S = 0.025
-# The estimate's error seen here (COMMITs up to 1.3 ms dearer than estimated, a row dearer than
-# the mean: `bench_recluster.py --longest`), kept free under the budget.
+# The estimate's error seen here (a COMMIT dearer than estimated by up to a millisecond or so,
+# a row dearer than the mean: `bench_recluster.py --longest`), kept free under the budget.
 LEEWAY_S = 0.002
 # What a COMMIT is taken to cost until measured: a row (0.011-0.045 ms here) and a new chunk
 # (0.1-0.5 ms).
