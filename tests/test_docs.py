@@ -188,3 +188,13 @@ def test_the_code_map_names_only_modules_that_exist() -> None:
     assert code_map_problems(readme) == []
     assert code_map_problems(readme.replace("`corroborate`", "`corroboration`", 1)) == [
         "`ledger/`: corroboration"]
+
+
+def test_the_readme_gives_the_two_commands_ci_runs() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    demo = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/custody-app --demo"
+    suite = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/pytest -q -n 2"
+    assert f"```sh\n{demo}\n```" in readme
+    assert f"```sh\n{suite}\n```" in readme
+    assert suite in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "mkdocs==" in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
