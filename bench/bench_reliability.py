@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{'none' if led.perfect else 'ledger below perfect'} | "
                     f"{time.monotonic() - t:.0f} s |")
     notes += ["not in the table: the limits of tampering detection (a cut-off tail, and a "
-              "rewrite after the last signed checkpoint, go unnoticed; see README)",
+              "rewrite after the last signed checkpoint, go unnoticed; see docs/limits.md)",
               f"other load at end: {machine_note()}",
               "the machine is shared with other agents' test runs: seconds are context only"]
     table = "\n".join(["| check | figures | problems found | time |", "|---|---|---|---|", *rows])

@@ -312,7 +312,7 @@ def tamper_cases(base: Path, work: Path) -> list[TamperCase]:
             blob = bytearray(r.value)
             blob[len(blob) // 2] ^= 0x01
             plans.append(("changed byte: value", r.seq, ("value", bytes(blob))))
-        if r.seq < last:  # a cut-off tail is not detectable: see the README's limits
+        if r.seq < last:  # a cut-off tail is not detectable: see docs/limits.md
             plans.append(("deleted event", r.seq, None))
             plans.append(("reordered events", r.seq, None))
         if r.seq <= checkpointed[-1] and r.kind == "assert":

@@ -24,7 +24,7 @@ from custody_app.domain.escaping import escape_text, escaped
 from custody_app.interfaces.mcp.tools import MemoryTools
 
 CLI = str(Path(sys.executable).parent / "custody-app")
-README = Path(__file__).resolve().parent.parent / "README.md"
+BATCH_DOC = Path(__file__).resolve().parent.parent / "docs" / "batch.md"
 CAUSE = {"kind": "tool", "ref": "r"}
 ESC = "\x1b]0;pwned\x07\x1b[2J"
 HOSTILE = ["\x1b[31m", "\x00", "\x7f", "\x9b", "\u202e", "\u2066", "a\nb", "\u2028"]
@@ -161,7 +161,7 @@ def _nested(levels: int) -> Any:
     return value
 
 
-def test_one_nesting_limit_stated_in_the_readme_and_the_error(tmp_path: Path) -> None:
+def test_one_nesting_limit_stated_in_the_batch_docs_and_the_error(tmp_path: Path) -> None:
     lines = [line(value=_nested(MAX_NESTING), actor="user:a", subject="acct:ok"),
              line(value=_nested(MAX_NESTING + 1), actor="user:a"),
              json.dumps({"op": "recall", "query": "x", "space": _nested(MAX_NESTING + 1)})]
@@ -171,7 +171,7 @@ def test_one_nesting_limit_stated_in_the_readme_and_the_error(tmp_path: Path) ->
     message = "nests deeper than 64 levels of lists and objects"
     assert MAX_NESTING == 64 and message in deep["error"]["message"] and deep["error"]["field"] == "value"
     assert message in other["error"]["message"] and other["error"]["field"] == "space"
-    assert f"field 'value' {message}" in " ".join(README.read_text().split())
+    assert f"field 'value' {message}" in " ".join(BATCH_DOC.read_text().split())
     with Ledger.open(tmp_path / "l.db") as ledger, pytest.raises(LedgerError) as caught:
         ledger.assert_fact("acct:1", "p", _nested(MAX_NESTING + 1), actor="user:a", cause=CAUSE)
     assert message in caught.value.message

@@ -1,4 +1,4 @@
-"""The README walkthrough with the real TUI: an agent writes through the MCP server, the write
+"""The walkthrough of docs/mcp.md with the real TUI: an agent writes through the MCP server, the write
 appears on the open quarantine screen, a reviewer approves it there, the agent recalls it."""
 
 from __future__ import annotations

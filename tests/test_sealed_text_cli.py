@@ -1,5 +1,5 @@
-"""Issue 15 in real subprocesses on a fresh demo ledger: the README's sweep run literally
-completes (exit 0, nothing leaks, what remains listed as shared with where it lives), and the
+"""Issue 15 in real subprocesses on a fresh demo ledger: the sweep docs/erasure.md cites, run
+literally, completes (exit 0, nothing leaks, what remains listed as shared with where it lives), and the
 reading subcommands say that an erased fact's free text was erased."""
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     done = cli(*SWEEP.split(), "--ledger", "custody-demo.db", cwd=folder)
     assert done.returncode == 0, done.stdout + done.stderr
     return folder / "custody-demo.db", done.stdout
+
+
+def test_the_erasure_docs_cite_this_very_sweep() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "erasure.md").read_text()
+    assert f"`custody-app {SWEEP}` exits 0" in " ".join(text.split())
 
 
 def test_the_demo_sweep_completes_and_lists_what_remains_as_shared(swept: tuple[Path, str]) -> None:

@@ -59,7 +59,7 @@ class AssertFact(Command):
         return value
 
 
-# The one nesting limit (README "Batch"): a field's value may nest lists and objects this deep;
+# The one nesting limit (docs/batch.md): a field's value may nest lists and objects this deep;
 # the batch runner checks whole lines against it before parsing ops, the API checks values.
 MAX_NESTING = 64
 
