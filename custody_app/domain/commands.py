@@ -46,6 +46,9 @@ class AssertFact(Command):
     tool_output: Any = None
     """The tool's output, when `cause.pointer` names the value inside it: checked against the
     receipt's output digest at the door, never stored."""
+    tool_arguments: Any = None
+    """The tool call's arguments, when `cause.subject_pointer` names the subject inside them:
+    checked against the receipt's arguments digest at the door, never stored."""
 
     @field_validator("value")
     @classmethod
