@@ -15,6 +15,7 @@ from custody_app.domain.models import (
     Cause,
     FactId,
     Frozen,
+    Hash,
     Ident,
     LlmBlock,
     Provenance,
@@ -116,6 +117,9 @@ class Confirm(Command):
     session: Ident | None = None
     # True: confirm the fact's pending retraction instead of the fact itself.
     retraction: bool = False
+    # The event id of the pending retraction the reviewer read (implies `retraction`): the
+    # review is refused unless that very retraction is the one waiting (DESIGN 14).
+    retraction_event: Hash | None = None
 
 
 class Reject(Command):
@@ -125,6 +129,8 @@ class Reject(Command):
     session: Ident | None = None
     # True: discard the fact's pending retraction (the fact stays as it is).
     retraction: bool = False
+    # The event id of the pending retraction the reviewer read (implies `retraction`).
+    retraction_event: Hash | None = None
 
 
 class Affirm(Command):
