@@ -14,4 +14,4 @@ def identity_of(event_body: dict[str, Any]) -> str | None:
     process wrote it, else None (an unkeyed writer proves no identity: its name and session
     are claims anyone can make)."""
     signer = event_body.get("signer")
-    return signer if isinstance(signer, str) and _SIGNER.match(signer) else None
+    return signer if isinstance(signer, str) and _SIGNER.fullmatch(signer) else None

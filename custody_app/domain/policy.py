@@ -65,8 +65,10 @@ class ProvenancePolicy(_Section):
 
 class QuarantinePolicy(_Section):
     corroborate: Annotated[int, Field(ge=0, le=1000)] = 0
-    """Confirm a claimed fact (as `system:custody`) once its value has been asserted
-    independently in this many distinct sessions, matched by digest; 0 turns it off."""
+    """Confirm a claimed fact (as `system:custody`) once its value has been asserted by this
+    many distinct identities (writer keys, or receipts of distinct issuers covering the
+    value; never sessions or unkeyed writers), matched by digest; 0 turns it off. It never
+    displaces a trusted fact or a reviewer's decision."""
 
 
 class ReviewPolicy(_Section):
