@@ -305,3 +305,17 @@ def test_explain_answers_for_each_action_with_a_reused_ref_trusted_first(tmp_pat
     assert [a["answers"][0]["answer"].split()[0] for a in doc["actions"]] == \
         ["agent:support-bot", "agent:evil"]
     assert doc["seq"] == doc["actions"][0]["seq"] and doc["same_ref"] == [doc["actions"][1]["seq"]]
+
+
+def test_hostile_tool_arguments_are_refused_by_name(make_env: Any) -> None:
+    """The arguments a write gives to name its subject are hashed whole: bounded like a value."""
+    env = make_env(policy())
+    deep: Any = "acct:42"
+    for _ in range(3000):
+        deep = [deep]
+    cause = {"kind": "tool", "ref": "call-1", "receipt": crm(), "pointer": "/billed_seats",
+             "subject_pointer": "/account"}
+    err = refused_unchanged(env, lambda: env.ledger.assert_fact(
+        "acct:42", "billed_seats", 120, actor="agent:bot", cause=cause, session=SESSION,
+        tool_output=CRM_OUT, tool_arguments=deep))
+    assert err.code == "bad_request" and "tool_arguments" in err.message

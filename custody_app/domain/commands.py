@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from custody_app.domain.errors import LedgerError, suggest
 from custody_app.domain.models import (
@@ -60,6 +60,17 @@ class AssertFact(Command):
             raise ValueError(nesting_message("value"))
         if json_size(value) > MAX_VALUE_CHARS:
             raise ValueError(f"value is larger than {MAX_VALUE_CHARS:,} characters of JSON")
+        return value
+
+    @field_validator("tool_output", "tool_arguments")
+    @classmethod
+    def _bounded(cls, value: Any, info: ValidationInfo) -> Any:
+        # Hashed whole at the door: bounded like a value (depth and size).
+        if value is not None and depth_of(value) > MAX_NESTING:
+            raise ValueError(nesting_message(str(info.field_name)))
+        if value is not None and json_size(value) > MAX_VALUE_CHARS:
+            raise ValueError(f"{info.field_name} is larger than {MAX_VALUE_CHARS:,} characters "
+                             "of JSON")
         return value
 
 
