@@ -319,3 +319,39 @@ def test_hostile_tool_arguments_are_refused_by_name(make_env: Any) -> None:
         "acct:42", "billed_seats", 120, actor="agent:bot", cause=cause, session=SESSION,
         tool_output=CRM_OUT, tool_arguments=deep))
     assert err.code == "bad_request" and "tool_arguments" in err.message
+
+
+def test_an_action_whose_receipt_does_not_match_is_named_by_verify_explain_and_the_pack(
+        make_env: Any) -> None:
+    """Someone with the ledger file (or an action recorded before receipts were bound) swaps a
+    receipted refund's arguments and re-hashes the chain: explain said 'receipt: ok' and the
+    signed action pack verified. Now verify, explain and the pack's offline check name it."""
+    from custody_app.domain.chain import canonical
+    from custody_app.evidence.actionpack import action_pack_text, verify_action_pack
+    from tests.reliability import _raw, _recompute_from
+
+    env = make_env(policy())
+    args = {"amount_eur": 1840}
+    rc = sign(KEY, issuer=ISSUER, receipt_id="rc-rf", tool="billing.issue_refund",
+              session=SESSION, arguments=args, output={"ok": True}, issued_at=AT)
+    done = env.ledger.act(SESSION, "billing.issue_refund", "RF-1", "issued: EUR 1,840",
+                          actor="agent:bot", receipt=rc, args_digest="sha256:" + json_sha256(args))
+    env.ledger.close()
+    con = _raw(env.path)
+    body = json.loads(con.execute("SELECT body FROM events WHERE seq = ?", (done.seq,)).fetchone()[0])
+    body["args_digest"] = "sha256:" + json_sha256({"amount_eur": 25000})
+    body["outcome"] = "issued: EUR 25,000"
+    con.execute("UPDATE events SET body = ? WHERE seq = ?", (canonical(body), done.seq))
+    _recompute_from(con, done.seq)
+    con.commit()
+    con.close()
+    ledger = env.reopen()
+    report = ledger.verify()
+    assert not report.valid and report.first_bad_seq == done.seq
+    assert "arguments" in (report.problem or "")
+    answers = {a.question: a.answer for a in ledger.explain_full("RF-1").answers}
+    assert not answers["can it be verified"].startswith("receipt: ok")
+    assert "arguments" in answers["can it be verified"]
+    pack = verify_action_pack(action_pack_text(ledger.action_pack("RF-1")),
+                              ledger.keys.public_pem())  # type: ignore[union-attr]
+    assert not pack.valid and any("does not match" in p for p in pack.problems), pack.problems
