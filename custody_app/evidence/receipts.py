@@ -18,7 +18,7 @@ from custody_app.domain.receipts import Receipt, action_gap, predicate_gap
 from custody_app.domain.sealed_text import BODY_KEY, merge
 from custody_app.domain.timeutil import parse_duration
 from custody_app.keys.crypto import DecryptError
-from custody_app.keys.receipts import Bounds, receipt_problem
+from custody_app.keys.receipts import CLOCK_SKEW, Bounds, receipt_problem
 from store.rows import EventRow
 
 if TYPE_CHECKING:
@@ -134,6 +134,8 @@ def bounds(ledger: LedgerCore, at: str, policy: dict[str, Any] | None = None) ->
     of the policy in force (or of `policy`, a stored policy's parsed JSON, for verify)."""
     if policy is None:
         age = ledger.policy.policy.provenance.max_receipt_age
-    else:
-        age = str(policy.get("provenance", {}).get("max_receipt_age", DEFAULT_MAX_AGE))
-    return Bounds(ledger.ledger_id, at, parse_duration(age))
+        return Bounds(ledger.ledger_id, at, parse_duration(age))
+    age = str(policy.get("provenance", {}).get("max_receipt_age", DEFAULT_MAX_AGE))
+    # The door checked against its clock a moment before the event's tx_at: verify allows
+    # that moment (the skew a receipt may be early by), never a refund months later.
+    return Bounds(ledger.ledger_id, at, parse_duration(age) + CLOCK_SKEW)
