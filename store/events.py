@@ -23,8 +23,11 @@ _UNSETTLED = (
     "json_extract(r.body, '$.pending') = 1 AND NOT EXISTS (SELECT 1 FROM events d "
     "WHERE d.fact_id = r.fact_id AND d.seq > r.seq AND d.kind IN ('confirm', 'reject') "
     "AND json_extract(d.body, '$.retraction') = r.seq)")
-PENDING_RETRACTIONS = (f"SELECT r.seq, r.fact_id, r.actor, r.tx_at, r.body FROM events r "
+PENDING_RETRACTIONS = (f"SELECT r.seq, r.fact_id, r.actor, r.tx_at, r.body, r.hash FROM events r "
                        f"WHERE r.kind = 'retract' AND {_UNSETTLED} ORDER BY r.seq")
+PENDING_RETRACTIONS_OF = (f"SELECT r.seq, r.hash, r.actor FROM events r WHERE r.fact_id = ? "
+                          f"AND r.kind = 'retract' AND {_UNSETTLED} ORDER BY r.seq")
+RETRACTION_OF = "SELECT seq FROM events WHERE fact_id = ? AND hash = ? AND kind = 'retract'"
 PENDING_RETRACTION_OF = (f"SELECT r.seq, r.fact_id, r.actor, r.tx_at, r.body FROM events r "
                          f"WHERE r.fact_id = ? AND r.kind = 'retract' AND {_UNSETTLED} "
                          f"ORDER BY r.seq DESC LIMIT 1")
@@ -112,10 +115,20 @@ class EventStore:
     def policy_changes(self) -> list[tuple[int, str, str]]:
         return [(int(s), str(t), str(h)) for s, t, h in self._conn.execute(POLICY_EVENTS)]
 
-    def pending_retractions(self) -> list[tuple[int, str, str, str, str]]:
-        """(seq, fact_id, actor, tx_at, body) of every retraction still waiting for review."""
-        return [(int(a), str(b), str(c), str(d), str(e))
-                for a, b, c, d, e in self._conn.execute(PENDING_RETRACTIONS)]
+    def pending_retractions(self) -> list[tuple[int, str, str, str, str, str]]:
+        """(seq, fact_id, actor, tx_at, body, hash) of every retraction still waiting for review."""
+        return [(int(a), str(b), str(c), str(d), str(e), str(h))
+                for a, b, c, d, e, h in self._conn.execute(PENDING_RETRACTIONS)]
+
+    def pending_retractions_of(self, fact_id: str) -> list[tuple[int, str, str]]:
+        """(seq, hash, actor) of each retraction of `fact_id` still waiting, oldest first."""
+        return [(int(a), str(b), str(c))
+                for a, b, c in self._conn.execute(PENDING_RETRACTIONS_OF, (fact_id,))]
+
+    def retraction_of(self, fact_id: str, event_id: str) -> int | None:
+        """The seq of the retraction of `fact_id` whose event id (hash) is `event_id`, if any."""
+        row = self._conn.execute(RETRACTION_OF, (fact_id, event_id)).fetchone()
+        return None if row is None else int(row[0])
 
     def pending_retraction(self, fact_id: str) -> tuple[int, str, str, str, str] | None:
         """The retraction of `fact_id` still waiting for review, if any."""

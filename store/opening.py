@@ -17,6 +17,8 @@ from store.recall_upgrade import drop_status_scope, recode_vec_table
 from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5000
+LEDGER_ID_PUT = ("INSERT OR IGNORE INTO ledger_meta(key, value) "
+                 "VALUES ('ledger_id', lower(hex(randomblob(16))))")
 
 
 def open_ledger(path: str | Path, *, readonly: bool = False,
@@ -123,6 +125,10 @@ def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
             "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES ('sqlite_vec_version', ?)",
             (vec,),
         )
+        # The ledger's stable id (what a tool receipt's `audience` names), made once, when the
+        # file is created or first upgraded; a ledger that never had one answers by its genesis
+        # event (custody_app.core.ledger_core.LedgerCore.ledger_id).
+        conn.execute(LEDGER_ID_PUT)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

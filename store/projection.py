@@ -62,6 +62,8 @@ ACTIVE_OF_KEY = ("SELECT fact_id FROM facts WHERE subject = ? AND predicate = ? 
 # can corroborate one another.
 IN_SESSIONS = (f"SELECT {_FCOLS} FROM facts WHERE subject = ? AND predicate = ? "
                "AND session IS NOT NULL AND status IN ('quarantined', 'active') ORDER BY assert_seq")
+OF_SUBJECT_PREDICATE = (f"SELECT {_FCOLS} FROM facts WHERE subject = ? AND predicate = ? "
+                        "ORDER BY assert_seq")
 
 
 @cache
@@ -196,6 +198,10 @@ class FactStore:
     def in_sessions(self, subject: str, predicate: str) -> list[FactRow]:
         """Quarantined or active facts of a subject and predicate that were written in a session."""
         return [FactRow(*r) for r in self._conn.execute(IN_SESSIONS, (subject, predicate))]
+
+    def of_subject_predicate(self, subject: str, predicate: str) -> list[FactRow]:
+        """Every fact of a subject and predicate, in any status, oldest first."""
+        return [FactRow(*r) for r in self._conn.execute(OF_SUBJECT_PREDICATE, (subject, predicate))]
 
     def with_status(self, status: str) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(WITH_STATUS, (status,))]

@@ -15,7 +15,7 @@ import pytest
 
 from custody_app.domain.errors import LedgerError
 from custody_app.keys import crypto
-from custody_app.receipts import public_hex, sign
+from custody_app.receipts import json_sha256, public_hex, sign
 from tests.conftest import Env
 
 KEY = bytes(range(32))  # test material: a fixed issuer key
@@ -35,7 +35,9 @@ def policy(*, allow_declared: bool = True, corroborate: int = 0) -> str:
 def receipt(key: bytes = KEY, **over: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {"issuer": ISSUER, "receipt_id": "rc-1", "tool": "crm.lookup",
                               "session": SESSION, "arguments": ARGS, "output": OUTPUT,
-                              "issued_at": "2026-09-01T00:00:00Z"}
+                              "issued_at": "2026-09-01T00:00:00Z",
+                              # The claims that bind it to the facts `write` asserts (DESIGN 14).
+                              "subject": "acct:42", "predicate": "plan"}
     fields.update(over)
     return sign(key, **fields)
 
@@ -70,10 +72,11 @@ def test_a_receipt_covering_the_value_makes_it_verified_and_verify_rechecks_it(
     assert env.ledger.verify().valid
 
 
-def test_a_valid_receipt_that_does_not_cover_the_value_makes_it_attested(make_env: Any) -> None:
+def test_a_valid_receipt_that_does_not_cover_the_value_changes_nothing(make_env: Any) -> None:
+    """DESIGN 14 (was: it made the fact attested): the fact keeps the writer's own standing."""
     env = make_env(policy(allow_declared=False))
     result = write(env, "a summary the agent wrote", receipt())
-    assert result.provenance == "attested" and env.status(result.fact_id) == "active"
+    assert result.provenance == "claimed" and env.status(result.fact_id) == "quarantined"
 
 
 @pytest.mark.parametrize(("case", "check"), [
@@ -119,17 +122,20 @@ def test_each_bad_receipt_is_refused_with_its_check_and_writes_nothing(
 
 def test_an_action_carries_its_receipt_checked_for_tool_and_session(make_env: Any) -> None:
     env = make_env(policy())
-    rc = receipt(tool="billing.issue_refund", receipt_id="rc-refund")
+    rc = receipt(tool="billing.issue_refund", receipt_id="rc-refund", subject=None, predicate=None)
+    digest = "sha256:" + json_sha256(ARGS)
     ok = env.ledger.act(SESSION, "billing.issue_refund", "RF-1", "issued", actor="agent:bot",
-                        receipt=rc, subject="acct:42")
+                        receipt=rc, subject="acct:42", args_digest=digest)
     body = json.loads(env.ledger.db.events.get(ok.seq).body)  # type: ignore[union-attr]
     assert body["receipt"]["receipt_id"] == "rc-refund" and "acct:42" not in json.dumps(body)
     before = env.snapshot()
-    for tool, session, check in (("billing.void", SESSION, "tool"),
-                                 ("billing.issue_refund", "sess-9", "session")):
+    for tool, session, code, check in (
+            ("billing.void", SESSION, "receipt_mismatch", "tool"),
+            ("billing.issue_refund", "sess-9", "receipt_invalid", "session")):
         with pytest.raises(LedgerError) as refused:
-            env.ledger.act(session, tool, "RF-2", "issued", actor="agent:bot", receipt=rc)
-        assert (refused.value.code, refused.value.details["check"]) == ("receipt_invalid", check)
+            env.ledger.act(session, tool, "RF-2", "issued", actor="agent:bot", receipt=rc,
+                           args_digest=digest)
+        assert (refused.value.code, refused.value.details["check"]) == (code, check)
     assert env.snapshot() == before
 
 
@@ -208,7 +214,7 @@ def test_verify_names_a_forged_receipt_in_a_hand_edited_ledger_with_its_chain_re
 
     env = make_env(policy())
     good = write(env, OUTPUT, receipt())
-    summary = write(env, "a summary", receipt(receipt_id="rc-2"))
+    summary = write(env, "a summary", receipt(receipt_id="rc-2"), provenance="attested")
     assert summary.provenance == "attested"
     env.ledger.close()
     for seq, edit in ((good.seq, "forge"), (summary.seq, "lift")):

@@ -3,6 +3,7 @@ that every event goes through (the rebuild of the projection from the events: `r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -182,6 +183,18 @@ class LedgerCore:
     def head(self) -> tuple[int, str, str] | None:
         """(seq, hash, tx_at) of the newest event, as this write transaction sees it."""
         return self._head
+
+    @property
+    def ledger_id(self) -> str | None:
+        """This ledger's stable id, what a tool receipt's `audience` names: made at creation;
+        a ledger made before ids existed answers a digest of its genesis event (None while
+        it has no event)."""
+        made = self.db.meta("ledger_id")
+        if made is not None:
+            return made
+        first = self.db.events.get(1)
+        return None if first is None else hashlib.sha256(
+            f"custody-ledger-id:{first.hash}".encode()).hexdigest()[:32]
 
     def tx_at(self) -> str:
         """The transaction time of the next event: now, never before the newest event."""

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from custody_app.domain.errors import LedgerError, suggest
 from custody_app.domain.models import (
@@ -15,6 +15,7 @@ from custody_app.domain.models import (
     Cause,
     FactId,
     Frozen,
+    Hash,
     Ident,
     LlmBlock,
     Provenance,
@@ -46,6 +47,9 @@ class AssertFact(Command):
     tool_output: Any = None
     """The tool's output, when `cause.pointer` names the value inside it: checked against the
     receipt's output digest at the door, never stored."""
+    tool_arguments: Any = None
+    """The tool call's arguments, when `cause.subject_pointer` names the subject inside them:
+    checked against the receipt's arguments digest at the door, never stored."""
 
     @field_validator("value")
     @classmethod
@@ -56,6 +60,17 @@ class AssertFact(Command):
             raise ValueError(nesting_message("value"))
         if json_size(value) > MAX_VALUE_CHARS:
             raise ValueError(f"value is larger than {MAX_VALUE_CHARS:,} characters of JSON")
+        return value
+
+    @field_validator("tool_output", "tool_arguments")
+    @classmethod
+    def _bounded(cls, value: Any, info: ValidationInfo) -> Any:
+        # Hashed whole at the door: bounded like a value (depth and size).
+        if value is not None and depth_of(value) > MAX_NESTING:
+            raise ValueError(nesting_message(str(info.field_name)))
+        if value is not None and json_size(value) > MAX_VALUE_CHARS:
+            raise ValueError(f"{info.field_name} is larger than {MAX_VALUE_CHARS:,} characters "
+                             "of JSON")
         return value
 
 
@@ -113,6 +128,9 @@ class Confirm(Command):
     session: Ident | None = None
     # True: confirm the fact's pending retraction instead of the fact itself.
     retraction: bool = False
+    # The event id of the pending retraction the reviewer read (implies `retraction`): the
+    # review is refused unless that very retraction is the one waiting (DESIGN 14).
+    retraction_event: Hash | None = None
 
 
 class Reject(Command):
@@ -122,6 +140,8 @@ class Reject(Command):
     session: Ident | None = None
     # True: discard the fact's pending retraction (the fact stays as it is).
     retraction: bool = False
+    # The event id of the pending retraction the reviewer read (implies `retraction`).
+    retraction_event: Hash | None = None
 
 
 class Affirm(Command):

@@ -96,13 +96,16 @@ class Cause(Frozen):
     """A tool gateway's signed receipt for the call the value came from (checked at the door)."""
     pointer: Pointer | None = None
     """RFC 6901 pointer to the value inside the receipt's output (absent: the whole output)."""
+    subject_pointer: Pointer | None = None
+    """RFC 6901 pointer to the fact's subject inside the receipt's signed call arguments (for a
+    receipt without a signed `subject` claim; the write gives the arguments as `tool_arguments`)."""
 
     @model_serializer(mode="wrap")
     def _without_absent_evidence(self, handler: SerializerFunctionWrapHandler) -> Any:
         # A cause without a receipt reads as it did before receipts existed.
         data = handler(self)
         if isinstance(data, dict):
-            for key in ("receipt", "pointer"):
+            for key in ("receipt", "pointer", "subject_pointer"):
                 if data.get(key) is None:
                     data.pop(key, None)
         return data

@@ -56,12 +56,19 @@ class ProvenancePolicy(_Section):
     """Tool receipt issuers: issuer name to its Ed25519 public key (64 hex digits, what
     `custody-app receipt-key` prints). A write citing a receipt from an issuer not listed here
     is refused (`receipt_invalid`)."""
+    max_receipt_age: Duration = "PT1H"
+    """How old (ISO 8601 duration) a tool receipt may be when a write or an action cites it,
+    counted from its signed `issued_at` to the event's transaction time. An older receipt is
+    refused (`receipt_invalid`, check `age`): a receipt vouches for one call, not for a value
+    months later. One issued more than five minutes after the event is refused too."""
 
 
 class QuarantinePolicy(_Section):
     corroborate: Annotated[int, Field(ge=0, le=1000)] = 0
-    """Confirm a claimed fact (as `system:custody`) once its value has been asserted
-    independently in this many distinct sessions, matched by digest; 0 turns it off."""
+    """Confirm a claimed fact (as `system:custody`) once its value has been asserted by this
+    many distinct identities (writer keys, or receipts of distinct issuers covering the
+    value; never sessions or unkeyed writers), matched by digest; 0 turns it off. It never
+    displaces a trusted fact or a reviewer's decision."""
 
 
 class ReviewPolicy(_Section):
@@ -208,6 +215,8 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
     # Likewise for the sections added later, while they are left at their defaults.
     if not data["provenance"]["receipt_issuers"]:
         del data["provenance"]["receipt_issuers"]
+    if data["provenance"]["max_receipt_age"] == "PT1H":
+        del data["provenance"]["max_receipt_age"]
     if data["quarantine"] == {"corroborate": 0}:
         del data["quarantine"]
     if policy.cardinality == CardinalityPolicy():

@@ -43,7 +43,7 @@ Signature = Annotated[str, Field(pattern=r"^[0-9a-f]{128}$")]
 Pointer = Annotated[str, Field(max_length=500, pattern=r"^(/.*)?$")]
 # The fields of a receipt the signature covers, in the order the docs list them.
 SIGNED_FIELDS = ("v", "issuer", "receipt_id", "tool", "issued_at", "session", "args_sha256",
-                 "output_sha256", "principal", "grant")
+                 "output_sha256", "principal", "grant", "subject", "predicate", "audience", "ref")
 
 
 class Receipt(BaseModel):
@@ -62,6 +62,16 @@ class Receipt(BaseModel):
     output_sha256: Hash
     principal: Text | None = None
     grant: Text | None = None
+    subject: Text | None = None
+    """The subject the call was about, as the gateway signs it: a fact citing the receipt must
+    be about this subject (else the write names it in the signed arguments, `subject_pointer`)."""
+    predicate: Text | None = None
+    """The predicate the output answers; without it, the write's pointer's last token must be
+    the fact's predicate."""
+    audience: Text | None = None
+    """The id of the one ledger this receipt is for; another ledger refuses it."""
+    ref: Text | None = None
+    """For an action's receipt: the action's ref (a refund number...), which the act must carry."""
     signature: Signature
 
     def statement(self) -> bytes:
@@ -117,4 +127,63 @@ def covers(receipt: Receipt, value: Any, pointer: str | None, output: Any) -> st
         return f"the pointer {pointer!r} names nothing in the output"
     if json_sha256(part) != json_sha256(value):
         return f"the value is not what the pointer {pointer!r} names in the output"
+    return None
+
+
+def subject_gap(receipt: Receipt, subject: str, subject_pointer: str | None,
+                arguments: Any) -> str | None:
+    """Why the receipt does not name `subject`, or None: its signed `subject` claim, or the
+    signed call arguments (given in full, hashing to `args_sha256`) at `subject_pointer`."""
+    if receipt.subject is not None:
+        if receipt.subject != subject:
+            return f"the receipt is about subject {receipt.subject!r}, not {subject!r}"
+        return None
+    if subject_pointer is None:
+        return ("the receipt names no subject: it needs a signed 'subject' claim, or the write "
+                "names the subject in the signed arguments (cause.subject_pointer, "
+                "tool_arguments)")
+    if arguments is None:
+        return "cause.subject_pointer needs the call's arguments themselves (field 'tool_arguments')"
+    if json_sha256(arguments) != receipt.args_sha256:
+        return "the tool arguments given do not match the receipt's arguments digest"
+    named = resolve_pointer(arguments, subject_pointer)
+    if named is _MISSING or named != subject:
+        return f"the arguments at {subject_pointer!r} do not name subject {subject!r}"
+    return None
+
+
+def predicate_gap(receipt: Receipt, predicate: str, pointer: str | None) -> str | None:
+    """Why the receipt does not answer `predicate`, or None: its signed `predicate` claim, or
+    (without one) the last token of the pointer the write names into the output."""
+    if receipt.predicate is not None:
+        if receipt.predicate != predicate:
+            return f"the receipt answers predicate {receipt.predicate!r}, not {predicate!r}"
+        return None
+    last = None if not pointer else pointer.rsplit("/", 1)[1].replace("~1", "/").replace("~0", "~")
+    if last != predicate:
+        return (f"the receipt names no predicate and the pointer {pointer!r} does not end in "
+                f"{predicate!r}" if pointer else
+                f"the receipt names no predicate, so the whole output cannot be {predicate!r}")
+    return None
+
+
+def digest_of(args_digest: str | None) -> str | None:
+    """The sha256 hex an act's `args_digest` names (`sha256:HEX` or bare HEX), else None."""
+    if args_digest is None:
+        return None
+    algo, _, hexpart = args_digest.rpartition(":")
+    return hexpart if algo in ("", "sha256") and len(hexpart) == 64 else None
+
+
+def action_gap(receipt: Receipt, tool: str, ref: str, args_digest: str | None) -> tuple[str, str] | None:
+    """(check, why) where an action's receipt does not match the action, or None: the same
+    tool, the same ref where the receipt signs one, the act's args digest its args_sha256."""
+    rid = receipt.receipt_id
+    if receipt.tool != tool:
+        return "tool", f"receipt {rid!r} is for tool {receipt.tool!r}, not {tool!r}"
+    if receipt.ref is not None and receipt.ref != ref:
+        return "ref", f"receipt {rid!r} is for action {receipt.ref!r}, not {ref!r}"
+    if digest_of(args_digest) != receipt.args_sha256:
+        return "arguments", (f"the action's args_digest is not receipt {rid!r}'s arguments digest "
+                             f"(sha256:{receipt.args_sha256})")
     return None

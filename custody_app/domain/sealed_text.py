@@ -9,9 +9,11 @@ from typing import Any
 from custody_app.domain.canonical import canonical, canonical_texts
 
 # The free text attached to a fact: an assert's cause ref and detail, the reason of an event
-# about it. Forget and expire reasons are fixed codes, never free text.
+# about it (and a receipt's subject claim). Forget and expire reasons are fixed codes, never free text.
 SEALED_FIELDS: dict[str, tuple[str, ...]] = {
-    "assert": ("cause.ref", "cause.detail"),
+    # A receipt's signed `subject` claim names the data principal: sealed with the fact, so an
+    # erasure takes it (verify re-checks the receipt's signature while it can be opened).
+    "assert": ("cause.ref", "cause.detail", "cause.receipt.subject"),
     "retract": ("reason",), "confirm": ("reason",), "reject": ("reason",),
     "hold": ("reason",), "release": ("reason",),
 }

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from custody_app.core.texts import text_record
 from custody_app.domain.chain import canonical
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.receipts import Receipt, action_gap
 from custody_app.evidence.explain import QUESTIONS, account
 from custody_app.evidence.offline import OfflineReport, canonical_line, events_problems
 from custody_app.evidence.packs import event_record, signed_bytes
@@ -101,12 +104,27 @@ def _verify(text: str, pem: str) -> OfflineReport:
         problems.append(f"the pack holds no acted event at seq {document.get('action_seq')}")
     elif action["event"].get("receipt") != document.get("receipt"):
         problems.append("the pack's receipt is not the one recorded with the action")
+    elif document.get("receipt") is not None:
+        problems += _receipt_problems(action["event"], document["receipt"])
     asked = [a.get("question") for a in document.get("answers") or [] if isinstance(a, dict)]
     if tuple(asked) != QUESTIONS:
         problems.append("the pack does not hold the ten answers in order")
     return OfflineReport(valid=not problems, what="action pack", events=len(events),
                          problems=problems, first_bad_seq=first_bad, key_fingerprint=fingerprint,
                          checkpoints=1 if document.get("checkpoint") else 0, signature_checked=True)
+
+
+def _receipt_problems(event: dict[str, Any], raw: Any) -> list[str]:
+    """Offline, what the pack alone shows: the action's receipt is well-formed and for this
+    action (tool, ref where it signs one, arguments digest). Its signature is checked under
+    the issuer keys the ledger's policy registers, which the pack does not hold."""
+    try:
+        receipt = Receipt.model_validate(raw)
+    except ValidationError:
+        return ["the action's receipt is not well-formed"]
+    gap = action_gap(receipt, str(event.get("tool")), str(event.get("ref")),
+                     event.get("args_digest"))
+    return [] if gap is None else [f"the action's receipt does not match it ({gap[0]}): {gap[1]}"]
 
 
 # Answers that change as the ledger does: offline, they are only what they were at packing.

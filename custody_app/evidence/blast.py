@@ -10,6 +10,7 @@ from custody_app.core.reads import require_fact
 from custody_app.core.texts import open_body
 from custody_app.domain.commands import Act
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.identity import identity_of
 from custody_app.domain.lifecycle import retraction_effect
 from custody_app.domain.text_fields import redact_fields
 from custody_app.evidence.readmodels import (
@@ -21,7 +22,8 @@ from custody_app.evidence.readmodels import (
     ExplainedFact,
     ExplainResult,
 )
-from custody_app.keys.receipts import check_receipt
+from custody_app.evidence.receipts import ReceiptAudit, bounds
+from custody_app.keys.receipts import check_action_receipt, check_receipt
 from custody_app.keys.values import TextCodec
 from store import LedgerFile
 from store.rows import FactRow
@@ -35,9 +37,25 @@ _ENDED_KIND = {"retracted": "retract", "rejected": "reject", "forgotten": "forge
 
 
 def act(ledger: LedgerCore, cmd: Act) -> ActResult:
+    # Every receipt the action carries is checked, or the action is refused: its own must be
+    # genuine, for this ledger and session, recent, and for this very action (tool, ref,
+    # arguments); one in its cause (the call it came from) genuine, for here and recent.
+    issuers, limits = ledger.policy.policy.provenance.receipt_issuers, bounds(ledger, ledger.now())
     if cmd.receipt is not None:
-        check_receipt(cmd.receipt, ledger.policy.policy.provenance.receipt_issuers, cmd.session,
-                      cmd.tool)
+        check_action_receipt(cmd.receipt, issuers, limits, session=cmd.session, tool=cmd.tool,
+                             ref=cmd.ref, args_digest=cmd.args_digest)
+    if cmd.cause is not None and cmd.cause.receipt is not None:
+        check_receipt(cmd.cause.receipt, issuers, cmd.session, None, limits)
+    for carried in (cmd.receipt, cmd.cause.receipt if cmd.cause else None):
+        if carried is not None and carried.subject is not None:
+            raise LedgerError("receipt_invalid", f"receipt {carried.receipt_id!r} names a subject "
+                              "in clear, which an action's event would keep past an erasure (it "
+                              "keeps the subject by its peppered hash only): have the gateway "
+                              "leave `subject` out of action receipts", check="subject",
+                              receipt_id=carried.receipt_id)
+    if cmd.cause is not None and (cmd.cause.pointer or cmd.cause.subject_pointer):
+        raise LedgerError("bad_request", "an action's cause takes no pointer (it records no "
+                          "value)", field="cause.pointer")
     subject_ref = None
     if cmd.subject is not None:
         if ledger.keys is None:
@@ -214,7 +232,12 @@ def blast(ledger: LedgerCore, fact_id: str) -> BlastResult:
                        incomplete_sessions=sorted(incomplete))
 
 
-def find_action(db: LedgerFile, action_ref: str) -> int:
+def find_actions(ledger: LedgerCore, action_ref: str) -> list[int]:
+    """The seqs of every recorded action with this ref (or the one `seq:N` names), newest
+    trusted first: actions whose receipt checks and matches them, then those a writer key
+    signed, then the rest; newest first within each. One agent reusing another's ref cannot
+    hide it, nor make explain refuse."""
+    db = ledger.db
     seqs = db.sessions.actions_by_ref(action_ref)
     if not seqs and action_ref.startswith("seq:") and action_ref[4:].isdigit():
         row = db.events.get(int(action_ref[4:]))
@@ -222,18 +245,33 @@ def find_action(db: LedgerFile, action_ref: str) -> int:
     if not seqs:
         raise LedgerError("unknown_action",
                           f"no recorded action has the reference {action_ref!r}")
-    if len(seqs) > 1:
-        raise LedgerError("ambiguous_action",
-                          f"{len(seqs)} recorded actions have the reference {action_ref!r} (seqs "
-                          f"{', '.join(map(str, seqs))}); name one as seq:N")
-    return seqs[0]
+    if len(seqs) == 1:
+        return seqs
+    audit = ReceiptAudit(ledger)
+
+    def rank(seq: int) -> tuple[int, int]:
+        row = db.events.get(seq)
+        assert row is not None
+        body = json.loads(row.body)
+        bound = body.get("receipt") is not None and audit.check(row, body=body) is None
+        return (0 if bound else 1 if identity_of(body) else 2, -seq)
+
+    return sorted(seqs, key=rank)
 
 
-def explain(ledger: LedgerCore, action_ref: str) -> ExplainResult:
-    """For one recorded action: every fact served to its session before it, and its fate."""
+def find_action(ledger: LedgerCore, action_ref: str) -> int:
+    """The action a ref names first (see find_actions)."""
+    return find_actions(ledger, action_ref)[0]
+
+
+def explain(ledger: LedgerCore, action_ref: str, seq: int | None = None) -> ExplainResult:
+    """For one recorded action (the first the ref names, or the one at `seq` among them):
+    every fact served to its session before it, and its fate; `same_ref` lists the other
+    actions with that ref, newest trusted first."""
     db = ledger.db
     with db.read():
-        seq = find_action(db, action_ref)
+        found = find_actions(ledger, action_ref)
+        seq = found[0] if seq is None else seq
         action = _actions(db, [seq])[seq]
         served = db.sessions.served_before(action.session, seq)
         facts = {f.fact_id: f for f in db.facts.get_many([f for f, _, _ in served])}
@@ -252,4 +290,4 @@ def explain(ledger: LedgerCore, action_ref: str) -> ExplainResult:
             ended_seq=end_seq, ended_at=events[end_seq][1] if end_seq in events else None,
             times_served=times))
     return ExplainResult(action=action, session=action.session, served=out,
-                         incomplete=not served)
+                         incomplete=not served, same_ref=[q for q in found if q != seq])

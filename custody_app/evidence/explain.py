@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from custody_app.evidence.blast import explain, find_action
+from custody_app.evidence.blast import explain, find_actions
 from custody_app.evidence.readmodels import ActionAccount, Answer, ExplainResult
 from custody_app.evidence.receipts import ReceiptAudit
 from custody_app.evidence.verify import verify
@@ -64,13 +64,16 @@ def _last_checkpoint(db: LedgerFile, seq: int) -> tuple[str, bool]:
             f"{'covers' if covers else 'does NOT cover'} this action)"), covers
 
 
-def account(ledger: LedgerCore, action_ref: str, *, run_verify: bool = True) -> ActionAccount:
-    """The ten answers for one recorded action (`run_verify`: walk the whole chain too)."""
+def account(ledger: LedgerCore, action_ref: str, *, run_verify: bool = True,
+            seq: int | None = None, chain: Any = None) -> ActionAccount:
+    """The ten answers for one recorded action: the first the ref names (newest trusted
+    first), or the one at `seq` (`run_verify`: walk the whole chain too, unless `chain`
+    gives its result already)."""
     db = ledger.db
-    base: ExplainResult = explain(ledger, action_ref)
+    base: ExplainResult = explain(ledger, action_ref, seq)
     a = base.action
+    seq = a.seq
     with db.read():
-        seq = find_action(db, action_ref)
         row = db.events.get(seq)
         assert row is not None
         body: dict[str, Any] = json.loads(row.body)
@@ -80,13 +83,23 @@ def account(ledger: LedgerCore, action_ref: str, *, run_verify: bool = True) -> 
         checkpoint, covered = _last_checkpoint(db, seq)
         receipt_check = ReceiptAudit(ledger).check(row)
     receipt = body.get("receipt")
-    chain = verify(ledger) if run_verify else None
+    if chain is None and run_verify:
+        chain = verify(ledger)
     answers = _answers(a.actor, a.session, body, receipt, base, facts, db, seq, row, checkpoint,
                        covered, receipt_check, chain, dependents,
                        [r for r in later_actions if r is not None])
     return ActionAccount(action_ref=action_ref, seq=seq, answers=answers, receipt=receipt,
                          explain=base, dependent_facts=[f.fact_id for f in dependents],
                          later_actions=later)
+
+
+def accounts(ledger: LedgerCore, action_ref: str, *, run_verify: bool = True) -> list[ActionAccount]:
+    """The ten answers for each action with this ref, newest trusted first (the chain is
+    walked once for all of them)."""
+    with ledger.db.read():
+        seqs = find_actions(ledger, action_ref)
+    chain = verify(ledger) if run_verify else None
+    return [account(ledger, action_ref, run_verify=run_verify, seq=q, chain=chain) for q in seqs]
 
 
 def _answers(actor: str, session: str, body: dict[str, Any], receipt: dict[str, Any] | None,
@@ -110,7 +123,8 @@ def _answers(actor: str, session: str, body: dict[str, Any], receipt: dict[str, 
     evidence = ", ".join([
         f"receipt {receipt['receipt_id']} from {receipt['issuer']}" if receipt else "no receipt",
         f"event seq {seq} hash {row.hash[:16]}...", checkpoint])
-    checks = [f"receipt: {'ok' if receipt_check is None else receipt_check}" if receipt
+    checks = [f"receipt: {receipt_check}" if receipt_check is not None
+              else "receipt: ok" if receipt
               else "receipt: none to check"]
     if chain is not None:
         checks.append(f"chain: {'valid' if chain.valid else 'BROKEN: ' + str(chain.problem)} "

@@ -151,6 +151,9 @@ class ExplainResult(_Model):
     session: str
     served: list[ExplainedFact]
     incomplete: bool = False
+    same_ref: list[int] = []
+    """The seqs of the other actions with the same ref, newest trusted first (`seq:N` names
+    one): a ref another agent reused is listed, never a reason to refuse."""
 
     def render(self) -> str:
         a = self.action
@@ -166,6 +169,9 @@ class ExplainResult(_Model):
         lines.append(f"  since retracted or erased: {', '.join(ended) if ended else 'none'}")
         if self.incomplete:
             lines.append("  INCOMPLETE: no read was recorded in this session before the action")
+        if self.same_ref:
+            lines.append(f"  {len(self.same_ref)} other action(s) carry the ref {a.ref}: "
+                         + ", ".join(f"seq:{q}" for q in self.same_ref))
         return "\n".join(lines)
 
 

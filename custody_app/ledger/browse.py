@@ -204,8 +204,9 @@ class BrowseReads(LedgerOverview):
             return [PendingRetraction(
                 fact=reads.fact_view(self.db, self.values, fact), seq=seq, tx_at=tx_at,
                 retractor=actor, provenance=_text(body.get("provenance")),
-                reason=_text(body.get("reason")), session=_text(body.get("session")))
-                for seq, fact, actor, tx_at, body in retractions.pending_retractions(self)]
+                reason=_text(body.get("reason")), session=_text(body.get("session")),
+                event_id=event_id)
+                for seq, fact, actor, tx_at, body, event_id in retractions.pending_retractions(self)]
 
     def holds(self, *, after_seq: int = 0, limit: int = 50) -> HoldPage:
         """Facts on legal hold, oldest first, with who placed the hold, when and why."""

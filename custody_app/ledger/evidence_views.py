@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from custody_app.domain.commands import Actions, Blast, Command, Explain, parse_command
 from custody_app.domain.errors import LedgerError
 from custody_app.evidence.actionpack import build_action_pack
-from custody_app.evidence.explain import account
+from custody_app.evidence.explain import account, accounts
 from custody_app.evidence.export import ExportResult
 from custody_app.evidence.export import export as export_events
 from custody_app.evidence.packs import EvidencePack, build_pack, pack_text
@@ -86,6 +86,11 @@ class EvidenceViews(BrowseReads):
         """The ten answers about one action, in order (who acted ... what needs reversal);
         `walk_chain=False` skips the whole-chain verify (a browsing screen on a big ledger)."""
         return account(self, action_ref, run_verify=walk_chain)
+
+    def explain_all(self, action_ref: str, *, walk_chain: bool = True) -> list[ActionAccount]:
+        """The ten answers for each action with this ref, newest trusted first (an action
+        whose receipt checks and matches it, then one a writer key signed, then the rest)."""
+        return accounts(self, action_ref, run_verify=walk_chain)
 
     def action_pack(self, action_ref: str) -> dict[str, Any]:
         """The action explained in full as a signed pack (`verify_action_pack` checks it)."""

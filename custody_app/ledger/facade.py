@@ -97,16 +97,20 @@ class Ledger(EvidenceViews, TimelineReads):
                         session=session, provenance=provenance)
 
     def confirm(self, fact_id: str, *, actor: str, reason: str | None = None,
-                session: str | None = None, retraction: bool = False) -> FactOpResult:
-        """Lift a quarantined fact; with `retraction`, confirm its pending retraction."""
+                session: str | None = None, retraction: bool = False,
+                retraction_event: str | None = None) -> FactOpResult:
+        """Lift a quarantined fact; with `retraction` (or `retraction_event`, the event id of
+        the pending retraction reviewed), confirm its pending retraction."""
         return self._do(Confirm, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
-                        session=session, retraction=retraction)
+                        session=session, retraction=retraction, retraction_event=retraction_event)
 
     def reject(self, fact_id: str, *, actor: str, reason: str,
-               session: str | None = None, retraction: bool = False) -> FactOpResult:
-        """Turn a quarantined fact down; with `retraction`, discard its pending retraction."""
+               session: str | None = None, retraction: bool = False,
+               retraction_event: str | None = None) -> FactOpResult:
+        """Turn a quarantined fact down; with `retraction` (or `retraction_event`), discard
+        its pending retraction."""
         return self._do(Reject, FactOpResult, fact_id=fact_id, actor=actor, reason=reason,
-                        session=session, retraction=retraction)
+                        session=session, retraction=retraction, retraction_event=retraction_event)
 
     def affirm(self, fact_id: str, *, actor: str, session: str | None = None) -> FactOpResult:
         return self._do(Affirm, FactOpResult, fact_id=fact_id, actor=actor, session=session)

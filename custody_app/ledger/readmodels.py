@@ -84,6 +84,9 @@ class PendingRetraction(ReadModel):
     provenance: str | None
     reason: str | None
     session: str | None
+    event_id: str = ""
+    """The retraction's event id: what a review of it names (`retraction_event`), so the
+    decision applies to this retraction and no other."""
 
 
 class ReviewPage(ReadModel):

@@ -87,7 +87,7 @@ def review(ledger: LedgerCore, cmd: Confirm | Reject) -> FactOpResult:
     with ledger.transaction():
         found = ledger.db.facts.get(cmd.fact_id)
         waiting = None
-        if cmd.retraction:
+        if cmd.retraction or cmd.retraction_event is not None:
             waiting = _check_retraction_review(ledger, found, cmd)
         else:
             lifecycle.check_review(found, cmd.fact_id, cmd.actor, ledger.policy.policy)
@@ -103,19 +103,39 @@ def review(ledger: LedgerCore, cmd: Confirm | Reject) -> FactOpResult:
 def _check_retraction_review(ledger: LedgerCore, found: FactRow | None,
                              cmd: Confirm | Reject) -> int:
     """A pending retraction of a fact still standing, reviewed by a reviewer who did not
-    ask for it; returns the pending retraction's seq."""
+    ask for it: the one the review names (`retraction_event`), or the only one waiting;
+    returns its seq. A review naming a retraction that is not waiting, or naming none while
+    several wait, is refused: a decision applies to what the reviewer read."""
     fact = lifecycle.require(found, cmd.fact_id)
-    waiting = ledger.db.events.pending_retraction(cmd.fact_id)
-    if waiting is None or fact.ended is not None:
+    waiting = ledger.db.events.pending_retractions_of(cmd.fact_id) if fact.ended is None else []
+    named = cmd.retraction_event
+    if named is not None:
+        chosen = [w for w in waiting if w[1] == named]
+        if not chosen:
+            seq = ledger.db.events.retraction_of(cmd.fact_id, named)
+            what = (f"retraction {named} (seq {seq}) of fact {cmd.fact_id} is no longer waiting "
+                    "for review" if seq is not None else
+                    f"event {named} is not a retraction of fact {cmd.fact_id}")
+            now = (f"; the one waiting now is {waiting[-1][1]} (seq {waiting[-1][0]}): read it "
+                   "before deciding" if waiting else "")
+            raise LedgerError("retraction_not_pending", what + now, fact_id=cmd.fact_id,
+                              retraction_event=named)
+        waiting = chosen
+    elif len(waiting) > 1:
+        raise LedgerError("retraction_ambiguous",
+                          f"{len(waiting)} retractions of fact {cmd.fact_id} wait for review "
+                          f"(events {', '.join(w[1] for w in waiting)}): name the one you read "
+                          "in `retraction_event`", fact_id=cmd.fact_id)
+    if not waiting:
         raise LedgerError("no_pending_retraction",
                           f"fact {cmd.fact_id} has no retraction waiting for review")
     if not ledger.policy.policy.may_review(cmd.actor):
         raise LedgerError("not_reviewer",
                           f"{cmd.actor} is not a reviewer under the policy in force")
-    if cmd.actor == waiting[2]:
+    if cmd.actor == waiting[0][2]:
         raise LedgerError("own_write", f"{cmd.actor} asked for the retraction of fact "
                           f"{cmd.fact_id} and cannot review it")
-    return waiting[0]
+    return waiting[0][0]
 
 
 def close_pending_replacement(ledger: LedgerCore, old: FactRow | None, provenance: str) -> None:
@@ -130,13 +150,14 @@ def close_pending_replacement(ledger: LedgerCore, old: FactRow | None, provenanc
                   fact_id=pending.fact_id)
 
 
-def pending_retractions(ledger: LedgerCore) -> list[tuple[int, FactRow, str, str, dict[str, object]]]:
-    """(seq, fact, retractor, tx_at, event body) of each retraction waiting for review, whose
-    fact still stands (a retraction or erasure since settles it)."""
+def pending_retractions(ledger: LedgerCore
+                        ) -> list[tuple[int, FactRow, str, str, dict[str, object], str]]:
+    """(seq, fact, retractor, tx_at, event body, event id) of each retraction waiting for
+    review, whose fact still stands (a retraction or erasure since settles it)."""
     out = []
-    for seq, fact_id, actor, tx_at, body in ledger.db.events.pending_retractions():
+    for seq, fact_id, actor, tx_at, body, event_id in ledger.db.events.pending_retractions():
         fact = ledger.db.facts.get(fact_id)
         if fact is not None and fact.ended is None:
             out.append((seq, fact, actor, tx_at,
-                        open_body(ledger.db, ledger.texts, seq, body)))
+                        open_body(ledger.db, ledger.texts, seq, body), event_id))
     return out

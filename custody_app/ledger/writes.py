@@ -17,6 +17,7 @@ from custody_app.domain.readmodels import AssertResult, ContradictingAssert, Fac
 from custody_app.domain.redaction import redact
 from custody_app.domain.text_fields import redact_fields
 from custody_app.erasure.forget import previously_forgotten_digest
+from custody_app.evidence.receipts import bounds
 from custody_app.keys import receipts
 from custody_app.ledger import retractions
 from custody_app.ledger.corroborate import corroborate
@@ -32,20 +33,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
     except Exception as exc:  # rfc8785 raises several types for non-JSON values
         raise LedgerError("bad_request", f"field 'value' is not JSON: {exc}",
                           field="value") from None
-    provenance: str = cmd.provenance
-    if cmd.cause.receipt is not None:
-        # Evidence, not a declaration: the receipt decides, whatever allow_declared says.
-        provenance = receipts.provenance_from(
-            cmd.cause.receipt, pol.provenance.receipt_issuers, session=cmd.session,
-            value=cmd.value, pointer=cmd.cause.pointer, output=cmd.tool_output,
-            declared=cmd.provenance)
-    elif cmd.cause.pointer is not None or cmd.tool_output is not None:
-        raise LedgerError("bad_request", "cause.pointer and tool_output need a cause.receipt",
-                          field="cause.pointer")
-    elif (cmd.provenance != "claimed" and not pol.provenance.allow_declared
-            and cmd.actor not in ledger.vouched_writers):
-        raise LedgerError("provenance_not_allowed",
-                          f"the policy in force does not let writers declare {cmd.provenance}")
+    provenance = _standing(ledger, cmd)
     marks = None
     with ledger.transaction():
         if previously_forgotten(ledger, cmd.subject, cmd.predicate, value_text):
@@ -100,6 +88,33 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
         warning=f"{cmd.subject} {cmd.predicate} has one value at a time under the policy, and "
                 f"{', '.join(rivals)} is already believed: name the fact this replaces in "
                 "`supersedes`, or retract one of them")
+
+
+def _standing(ledger: LedgerCore, cmd: AssertFact) -> str:
+    """The provenance a write earns: `verified` from a receipt that covers the fact (its
+    session, subject, predicate and value, within age and audience); otherwise the writer's
+    own standing, as if it cited no receipt: what it declares, above `claimed` only where
+    the policy lets it declare or it holds a registered writer key."""
+    cause, pol = cmd.cause, ledger.policy.policy.provenance
+    if cause.receipt is None and (cause.pointer is not None or cause.subject_pointer is not None
+                                  or cmd.tool_output is not None
+                                  or cmd.tool_arguments is not None):
+        raise LedgerError("bad_request", "cause.pointer, cause.subject_pointer, tool_output and "
+                          "tool_arguments need a cause.receipt", field="cause.pointer")
+    if cause.receipt is not None:
+        claim = receipts.Claim(subject=cmd.subject, predicate=cmd.predicate, value=cmd.value,
+                               pointer=cause.pointer, output=cmd.tool_output,
+                               subject_pointer=cause.subject_pointer, arguments=cmd.tool_arguments)
+        earned = receipts.provenance_from(cause.receipt, pol.receipt_issuers,
+                                          bounds(ledger, ledger.now()), session=cmd.session,
+                                          claim=claim, declared=cmd.provenance)
+        if earned is not None:
+            return earned
+    if (cmd.provenance != "claimed" and not pol.allow_declared
+            and cmd.actor not in ledger.vouched_writers):
+        raise LedgerError("provenance_not_allowed",
+                          f"the policy in force does not let writers declare {cmd.provenance}")
+    return cmd.provenance
 
 
 def _rivals(ledger: LedgerCore, cmd: AssertFact) -> list[str]:

@@ -125,13 +125,22 @@ def _explain(ledger: Ledger, args: argparse.Namespace) -> int:
                     "events": len(document["events"]),
                     "key_fingerprint": document["signature"]["key_fingerprint"]})
         return 0
-    full = ledger.explain_full(args.action_ref)
+    every = ledger.explain_all(args.action_ref)
     if args.json:
-        # The served facts stay at the top level, where `explain --json` always had them.
-        print_json({**full.explain.model_dump(mode="json"),
-                    **full.model_dump(mode="json", exclude={"explain"})})
+        # The served facts stay at the top level, where `explain --json` always had them (for
+        # the first action the ref names); `actions` holds each action with the ref, in order.
+        flat = [{**f.explain.model_dump(mode="json"), **f.model_dump(mode="json", exclude={"explain"})}
+                for f in every]
+        print_json({**flat[0], "actions": flat})
+    elif len(every) == 1:
+        show_rendered(every[0])
     else:
-        show_rendered(full)
+        print(escape_text(f"{len(every)} recorded actions have the ref {args.action_ref}, "
+                          "newest trusted first (a receipt that checks and matches, then a "
+                          "writer key, then the rest):"))
+        for n, full in enumerate(every, 1):
+            print(f"\n== {n} of {len(every)}: seq:{full.seq} ==")
+            show_rendered(full)
     return 0
 
 

@@ -67,7 +67,16 @@ def _story(ledger: Ledger, args: argparse.Namespace) -> int:
                          + (f" ({plain(why.policy.path)})" if why.policy.path else "") + "\n")
         write([plain(line) for line in why.policy.source.rstrip("\n").split("\n")])
         return int(Exit.OK)
-    write(story(why, chosen_ledger(args)))
+    lines = story(why, chosen_ledger(args))
+    at = next((n for n, line in enumerate(lines) if line.startswith("next:")), len(lines))
+    for r in ledger.pending_retractions():
+        if r.fact.fact_id == why.fact.fact_id:
+            # Said here too: the fact is still believed, but someone asked to retract it.
+            lines.insert(at, f"  RETRACTION PENDING: asked by {plain(r.retractor)} at {r.tx_at} "
+                         f"({r.provenance or 'claimed'}): {plain(r.reason or '(no reason)')}; "
+                         f"event {r.event_id}; review it with custody-app confirm|reject "
+                         f"{why.fact.fact_id} --retraction {r.event_id}")
+    write(lines)
     return int(Exit.OK)
 
 

@@ -14,7 +14,7 @@ from custody_app.interfaces.cli.text import fact_line, plain, value_text, write
 from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
 from custody_app.ledger.facade import Ledger
 from custody_app.ledger.overview import MAX_PAGE
-from custody_app.ledger.readmodels import ReviewItem
+from custody_app.ledger.readmodels import PendingRetraction, ReviewItem
 
 NAMES = ("queue", "confirm", "reject", "retract")
 READ_ONLY = ("queue",)
@@ -36,6 +36,10 @@ def add_parsers(add: AddParser) -> None:
                        help=f"who does this (default: ${REVIEWER_ENV}, the config file's "
                        "reviewer, else user:LOGIN)")
         s.add_argument("--reason", required=reason, help="why, in words (at most 500 chars)")
+        if name != "retract":
+            s.add_argument("--retraction", metavar="EVENT",
+                           help="review the fact's pending retraction with this event id (as "
+                           "`queue` and `show` print it), instead of a quarantined claim")
         s.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -50,8 +54,27 @@ def _whole_queue(ledger: Ledger) -> list[ReviewItem]:
     return items
 
 
+def _retraction_lines(waiting: list[PendingRetraction], ledger_name: str) -> list[str]:
+    """The retractions waiting for review, each marked as such, with the command that
+    reviews that very retraction (by its event id)."""
+    if not waiting:
+        return []
+    lines = [f"Retractions waiting: {len(waiting)} (the fact stays believed until one is confirmed)"]
+    for r in waiting:
+        lines.append(f"  RETRACTION PENDING of {fact_line(r.fact)}")
+        lines.append(f"      asked by {plain(r.retractor)} at {r.tx_at} ({r.provenance or 'claimed'}"
+                     f"): {plain(r.reason or '(no reason)')}; event {r.event_id}")
+        lines.append(f"      next: custody-app confirm {r.fact.fact_id} --retraction {r.event_id} "
+                     f"--ledger {ledger_name}   |   custody-app reject {r.fact.fact_id} "
+                     f"--retraction {r.event_id} --reason TEXT --ledger {ledger_name}")
+    return lines
+
+
 def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
     waiting = _whole_queue(ledger)
+    waiting_retractions = [r for r in ledger.pending_retractions()
+                           if (not args.writer or r.retractor == args.writer)
+                           and (not args.subject or r.fact.subject == args.subject)]
     chosen = [i for i in waiting if (not args.writer or i.writer == args.writer)
               and (not args.subject or i.fact.subject == args.subject)]
     by_writer = Counter(i.writer for i in chosen)
@@ -60,7 +83,8 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
     if args.json:
         print_json({"total": len(waiting), "matching": len(chosen), "by_writer": dict(by_writer),
                     "by_cause": dict(by_cause), "shown": len(shown),
-                    "items": [i.model_dump(mode="json") for i in shown]})
+                    "items": [i.model_dump(mode="json") for i in shown],
+                    "retractions": [r.model_dump(mode="json") for r in waiting_retractions]})
         return int(Exit.OK)
     filtered = len(chosen) != len(waiting)
     lines = [f"Review queue: {len(waiting)} claim(s) waiting"
@@ -76,6 +100,7 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
         lines.append(f"      by {plain(item.writer)} at {item.tx_at}, cause {item.cause.kind} "
                      f"{plain(item.cause.ref)}{marks}{replaces}")
     ledger_name = chosen_ledger(args)
+    lines += _retraction_lines(waiting_retractions, ledger_name)
     if shown:
         lines.append(f"next: custody-app confirm {shown[0].fact.fact_id} --ledger {ledger_name}"
                      f"   |   custody-app reject {shown[0].fact.fact_id} --reason TEXT "
@@ -101,8 +126,15 @@ def _review(verb: str, past: str) -> Callable[[Ledger, argparse.Namespace], int]
         actor = resolve_reviewer(args.actor)
         before = ledger.why(args.fact)
         do = getattr(ledger, verb)
-        result: FactOpResult = (do(args.fact, actor=actor, reason=args.reason) if args.reason
-                                or verb != "confirm" else do(args.fact, actor=actor))
+        named = getattr(args, "retraction", None)
+        extra = {"retraction_event": named} if named else {}
+        if not named and verb != "retract":
+            _refuse_unnamed_retraction(ledger, args.fact, verb, before)
+        result: FactOpResult = (do(args.fact, actor=actor, reason=args.reason, **extra)
+                                if args.reason or verb != "confirm"
+                                else do(args.fact, actor=actor, **extra))
+        if named:
+            return _retraction_outcome(verb, past, before, result, args.json)
         if args.json:
             print_json(result.model_dump(mode="json"))
             return int(Exit.OK)
@@ -112,6 +144,34 @@ def _review(verb: str, past: str) -> Callable[[Ledger, argparse.Namespace], int]
         write(lines)
         return int(Exit.OK)
     return run
+
+
+def _refuse_unnamed_retraction(ledger: Ledger, fact_id: str, verb: str, before: WhyResult) -> None:
+    """`confirm FACT` / `reject FACT` on a fact that is not a claim but has a retraction
+    waiting: name the retraction (its event id), so the decision applies to the one read."""
+    if before.fact.status == "quarantined":
+        return
+    waiting = [r for r in ledger.pending_retractions() if r.fact.fact_id == fact_id]
+    if waiting:
+        r = waiting[-1]
+        raise LedgerError(
+            "retraction_not_named",
+            f"fact {fact_id} is not a claim waiting for review, but a retraction of it by "
+            f"{r.retractor} is (event {r.event_id}): to {verb} that retraction, run custody-app "
+            f"{verb} {fact_id} --retraction {r.event_id}", fact_id=fact_id, retraction_event=r.event_id)
+
+
+def _retraction_outcome(verb: str, past: str, before: WhyResult, result: FactOpResult,
+                        as_json: bool) -> int:
+    if as_json:
+        print_json(result.model_dump(mode="json"))
+        return int(Exit.OK)
+    f = before.fact
+    effect = ("the fact is retracted" if verb == "confirm" else "the fact stays as it was")
+    write([f"{past} the retraction of {f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = "
+           f"{value_text(f.value)}; {effect}, now {result.status} (seq {result.seq}, "
+           f"{result.tx_at})"])
+    return int(Exit.OK)
 
 
 def _checked(run: Callable[[Ledger, argparse.Namespace], int]
