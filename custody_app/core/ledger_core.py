@@ -27,8 +27,10 @@ from custody_app.domain.policy import LoadedPolicy, load_policy
 from custody_app.domain.readmodels import RebuildResult
 from custody_app.domain.timeutil import Clock, WallClock, format_time
 from custody_app.files.output import require_regular
+from custody_app.keys import writer_keys
 from custody_app.keys.keyring import KeyRing, keystore_path_for, master_from_env
 from custody_app.keys.values import ValueCodec
+from custody_app.keys.writer_keys import WriterKey
 from custody_app.recall.embedders import Embedder
 from custody_app.recall.index import RecallIndex
 from store import LedgerFile, StoreError, open_ledger
@@ -57,8 +59,38 @@ class LedgerCore:
         self._recorded_policy: str | None = None
         # The key fence compares against when this unit of work began (see unit_of_work()).
         self.work_started = format_time(self.clock.now())
-        # Actors that presented a writer key the policy registers (see present_writer_key).
-        self.vouched_writers: set[str] = set()
+        # The writer keys this process holds, by the actor each is registered for (see
+        # hold_writer_key): every event written as one of them is signed with it.
+        self.signers: dict[str, WriterKey] = {}
+        # An agent process's one identity (`serve --agent`, `--batch --agent`), fixed when it
+        # starts; None: the local operator (CLI, terminal app, operator batch, Python API).
+        self.agent: str | None = None
+
+    @property
+    def vouched_writers(self) -> set[str]:
+        """Actors whose registered writer key this process holds."""
+        return set(self.signers)
+
+    def hold_writer_key(self, actor: str, key: WriterKey) -> bool:
+        """Hold `actor`'s writer key if the policy registers its public half for `actor`;
+        from then on every event written as `actor` is signed. A wrong key changes nothing."""
+        accepted = writer_keys.vouches(self.policy.policy, actor, key)
+        if accepted:
+            self.signers[actor] = key
+        return accepted
+
+    def signer_for(self, actor: str) -> WriterKey | None:
+        """The key an event written as `actor` is signed with; refused (`writer_key_required`)
+        when the policy registers a key for `actor` and this process does not hold it: a name
+        whose key is registered is that key, never merely claimed."""
+        key = self.signers.get(actor)
+        registered = writer_keys.registered(self.policy.policy, actor)
+        if registered is None:
+            return None
+        if key is None or key.signer != registered:
+            raise LedgerError("writer_key_required", writer_keys.required_message(actor),
+                              actor=actor)
+        return key
 
     @classmethod
     def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,
@@ -216,6 +248,9 @@ class LedgerCore:
         if fact_id is not None:
             envelope["fact_id"] = fact_id
         envelope.update({k: v for k, v in fields.items() if v is not None})
+        key = self.signer_for(actor)
+        if key is not None:
+            envelope["signer"] = key.signer
         try:
             EVENT_MODELS[kind].model_validate(envelope)
         except ValidationError as exc:
@@ -225,8 +260,9 @@ class LedgerCore:
         hashed, sealed = texts.seal_event(self.db, self.keys, self.texts, self.work_started, kind,
                                           fact_id, envelope, subject)
         body = canonical(hashed)
+        digest = event_hash(prev, body)
         row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, subject, body, value,
-                       salt, prev, event_hash(prev, body))
+                       salt, prev, digest, None if key is None else key.sign(digest))
         self.db.events.append(row)
         if sealed is not None:
             self.db.texts.put(seq, *sealed)
@@ -249,7 +285,8 @@ class LedgerCore:
         if self._recorded_policy != self.policy.hash:
             self._record_policy(tx_at)
         rows, self._head = batch.append_group(self.db, self.index, self.policy.hash, kind, actor,
-                                              tx_at, items, self._head, known)
+                                              tx_at, items, self._head, known,
+                                              signer=self.signer_for(actor))
         return rows
 
     def _record_policy(self, tx_at: str) -> None:

@@ -1,0 +1,70 @@
+"""verify's per-event writer signature check (DESIGN 14): each event is checked offline against
+the policy in force when it was written (its `policy_hash` -> the stored policy text). An event
+naming a `signer` needs that key registered for its actor and a good signature over its hash;
+an event by an actor whose key that policy registered needs a signer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from custody_app.domain.policy import SIGNER_PREFIX
+from custody_app.keys.writer_keys import signature_ok
+from store.rows import EventRow
+
+if TYPE_CHECKING:
+    from store import LedgerFile
+
+
+class SignatureAudit:
+    """Checks each event's writer signature while verify walks the chain (the registered keys
+    read once per policy)."""
+
+    def __init__(self, db: LedgerFile) -> None:
+        self.db = db
+        self._keys: dict[str, dict[str, str] | None] = {}
+        self.signed = 0
+
+    def registered(self, policy_hash: str) -> dict[str, str] | None:
+        """Actor -> `ed25519:...` key the policy registers; None when no stored text hashes to
+        `policy_hash` (missing, or replaced). Bearer-key registrations of old policies are no
+        keys: the events written under them were never signed."""
+        if policy_hash not in self._keys:
+            stored = self.db.policies.get(policy_hash)
+            found: dict[str, str] | None = None
+            if stored is not None and hashlib.sha256(stored[0].encode()).hexdigest() == policy_hash:
+                try:
+                    keys = json.loads(stored[0]).get("provenance", {}).get("writer_keys", {})
+                except (ValueError, AttributeError):
+                    keys = None
+                if isinstance(keys, dict):
+                    found = {str(a): k for a, k in keys.items()
+                             if isinstance(k, str) and k.startswith(SIGNER_PREFIX)}
+            self._keys[policy_hash] = found
+        return self._keys[policy_hash]
+
+    def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
+        """What is wrong with the event's signature, or None."""
+        signer = body.get("signer")
+        if signer is None and row.signature is None:
+            keys = self.registered(row.policy_hash)
+            if keys and row.actor in keys:
+                return (f"event {row.seq} was written as {row.actor}, whose key the policy in "
+                        "force registered, but it is not signed")
+            return None
+        if signer is None:
+            return f"event {row.seq} carries a signature but names no signer"
+        self.signed += 1
+        keys = self.registered(row.policy_hash)
+        if keys is None:
+            return (f"event {row.seq} is signed, but the policy it was written under "
+                    f"({row.policy_hash[:12]}...) is not stored intact to say whose key it is")
+        if not isinstance(signer, str) or keys.get(row.actor) != signer:
+            return (f"event {row.seq} is signed by a key the policy in force did not register "
+                    f"for {row.actor}")
+        if row.signature is None:
+            return f"event {row.seq} names a signer but its signature is missing"
+        if not signature_ok(signer, row.hash, row.signature):
+            return f"event {row.seq} has a signature that does not verify under its signer"
+        return None
