@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -40,9 +41,12 @@ class WriterKey:
         return cls(private_raw, signer_of(public.public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw)))
 
+    @cached_property
+    def _private(self) -> Ed25519PrivateKey:
+        return Ed25519PrivateKey.from_private_bytes(self.private_raw)
+
     def sign(self, event_hash: str) -> bytes:
-        return Ed25519PrivateKey.from_private_bytes(self.private_raw).sign(
-            _SIGNED + event_hash.encode("ascii"))
+        return self._private.sign(_SIGNED + event_hash.encode("ascii"))
 
     def __repr__(self) -> str:  # never print the private half
         return f"WriterKey({self.signer})"
@@ -53,11 +57,16 @@ def signature_ok(signer: str, event_hash: str, signature: bytes | None) -> bool:
     if signature is None or not signer.startswith(SIGNER_PREFIX):
         return False
     try:
-        public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(signer[len(SIGNER_PREFIX):]))
-        public.verify(signature, _SIGNED + event_hash.encode("ascii"))
+        _public(signer).verify(signature, _SIGNED + event_hash.encode("ascii"))
     except (InvalidSignature, ValueError):
         return False
     return True
+
+
+@lru_cache(maxsize=256)
+def _public(signer: str) -> Ed25519PublicKey:
+    """A signer's public key, loaded once (verify checks every event of a writer with it)."""
+    return Ed25519PublicKey.from_public_bytes(bytes.fromhex(signer[len(SIGNER_PREFIX):]))
 
 
 def parse_key(data: bytes, where: str = "the writer key") -> WriterKey:
