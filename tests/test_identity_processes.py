@@ -194,3 +194,32 @@ def test_a_reviewer_holding_the_key_that_wrote_a_claim_cannot_confirm_it(tmp_pat
         assert refused.value.code == "own_write"
         assert ledger.confirm(claim, actor="user:dana").status == "active"
         assert ledger.verify().valid
+
+
+def test_agent_and_writer_key_are_refused_outside_a_batch(tmp_path: Path) -> None:
+    """The terminal app and --demo run as the operator: an --agent given there would be
+    silently dropped, so it is a usage error instead."""
+    done = _cli("--agent", X, "--ledger", tmp_path / "l.db")
+    assert done.returncode == 2 and "--batch" in done.stderr
+    assert not (tmp_path / "l.db").exists()
+
+
+async def test_a_keyed_server_signs_what_its_agent_writes(tmp_path: Path) -> None:
+    from mcp import StdioServerParameters
+    db, policy, _ = _setup(tmp_path, "[provenance]\n" + registration((X, KEY)))
+    key = tmp_path / "x.pem"
+    key.write_bytes(KEY)
+    params = StdioServerParameters(
+        command=sys.executable, env=_env(),
+        args=["-m", "custody_app", "serve", "--ledger", str(db), "--policy", str(policy),
+              "--agent", X, "--writer-key", str(key)])
+    async with Client(params) as client:
+        result = await client.call_tool("memory_write", {
+            "subject": "acct:9", "predicate": "plan", "value": "pro", "cause": CAUSE})
+    assert not result.is_error, result.content
+    written = result.structured_content
+    assert isinstance(written, dict) and written["provenance"] == "attested"
+    with Ledger.open(db, policy=policy) as ledger:
+        row = next(e for e in ledger.events() if e.fact_id == written["fact_id"])
+        assert json.loads(row.body)["signer"] == signer(KEY) and row.signature is not None
+        assert ledger.verify().valid

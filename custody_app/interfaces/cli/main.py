@@ -270,6 +270,11 @@ def _dispatch(argv: list[str]) -> int:
         sys.stderr.write(f"custody-app: {usage}\n")
         return int(Exit.USAGE)
     args = _main_parser().parse_args(argv)
+    if (args.agent or args.writer_key) and not args.batch:
+        # One identity per process: only a batch takes one here (the MCP server: `serve`).
+        sys.stderr.write("custody-app: --agent and --writer-key go with --batch (or `custody-app "
+                         "serve`); the terminal app and --demo run as the operator\n")
+        return int(Exit.USAGE)
     if args.demo:
         return _demo(args)
     if args.batch:
