@@ -36,6 +36,7 @@ def _keyed_ledger(make_env: Any) -> tuple[Env, int]:
     assert env.ledger.present_writer_key(X, KEY) and env.ledger.present_writer_key(Y, OTHER_KEY)
     plan = env.put("acct:1", "plan", "pro", actor=X)
     env.put("acct:1", "tier", "gold", actor=Y)
+    env.put("acct:1", "note", "unsigned", actor="user:ops")
     done = env.ledger.affirm(plan, actor=X)
     assert env.ledger.verify().valid
     env.ledger.close()
@@ -132,8 +133,11 @@ def test_an_event_stripped_of_signer_and_signature_and_rehashed_fails_verify(
 def test_a_signature_added_to_an_unsigned_event_fails_verify(make_env: Any) -> None:
     env, _ = _keyed_ledger(make_env)
     with _raw(env.path) as con:
-        con.execute("INSERT INTO event_signatures(seq, signature) VALUES (1, ?)", (b"\0" * 64,))
-    _verify_fails_at(env, 1, "names no signer")
+        seq = con.execute("SELECT min(seq) FROM events WHERE seq NOT IN "
+                          "(SELECT seq FROM event_signatures)").fetchone()[0]
+        con.execute("INSERT INTO event_signatures(seq, signature) VALUES (?, ?)",
+                    (seq, b"\0" * 64))
+    _verify_fails_at(env, seq, "names no signer")
 
 
 def test_a_raw_session_cannot_change_or_remove_a_signature(make_env: Any) -> None:
@@ -217,3 +221,44 @@ def test_the_writer_key_command_refuses_an_existing_file_and_a_bad_agent(tmp_pat
     assert key.read_bytes() == key_pem(9)
     assert writer_key_main(["--agent", "nobody", "--out", str(tmp_path / "n.pem")]) == 2
     assert not (tmp_path / "n.pem").exists()
+
+
+@pytest.mark.parametrize("signed_by_forger", [False, True])
+def test_a_hand_appended_policy_registering_a_forgers_key_fails_verify(
+        make_env: Any, signed_by_forger: bool) -> None:
+    """Someone with the ledger file (not the key store) appends a correctly chained policy
+    event registering their own key for agent:x, then an event 'by agent:x' signed with it:
+    a policy that registers writer keys must be signed by the ledger's own key."""
+    env, last = _keyed_ledger(make_env)
+    forger = _writer(key_pem(7))
+    forged = policy_from_text("[provenance]\n" + registration((X, key_pem(7))), "forged.toml")
+    with apsw.Connection(str(env.path)) as con:
+        fact_id, prev, tx_at = con.execute(
+            "SELECT fact_id, hash, tx_at FROM events WHERE seq = ?", (last,)).fetchone()
+        con.execute("INSERT INTO policies(hash, canonical, source, path) VALUES (?, ?, ?, ?)",
+                    (forged.hash, forged.canonical, forged.source, None))
+        for seq, kind, actor, extra in ((last + 1, "policy", "system:custody", {}),
+                                        (last + 2, "affirm", X, {"fact_id": fact_id})):
+            body: dict[str, Any] = {"seq": seq, "kind": kind, "tx_at": tx_at, "actor": actor,
+                                    "policy_hash": forged.hash, **extra}
+            if kind == "affirm" or signed_by_forger:
+                body["signer"] = forger.signer
+            text = canonical(body)
+            digest = event_hash(prev, text)
+            con.execute("INSERT INTO events(seq, kind, tx_at, actor, policy_hash, fact_id, body, "
+                        "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (seq, kind, tx_at, actor, forged.hash, extra.get("fact_id"), text, prev,
+                         digest))
+            if "signer" in body:
+                con.execute("INSERT INTO event_signatures(seq, signature) VALUES (?, ?)",
+                            (seq, forger.sign(digest)))
+            prev = digest
+    words = "not this ledger's" if signed_by_forger else "ledger's key did not sign it"
+    _verify_fails_at(env, last + 1, words)
+    with Ledger.open(env.path, policy=env.policy, readonly=True) as ledger:
+        pub = ledger.keys.public_pem() if ledger.keys is not None else None
+    assert pub is not None
+    # The same check from the ledger's published key:
+    with Ledger.open(env.path, policy=env.policy, readonly=True) as ledger:
+        report = ledger.verify(public_key=pub)
+    assert not report.valid and report.first_bad_seq == last + 1

@@ -235,7 +235,7 @@ class LedgerCore:
     def append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
                fact_id: str | None = None, value: bytes | None = None,
                salt: str | None = None, subject: str | None = None,
-               plaintext: str | None = None) -> EventRow:
+               plaintext: str | None = None, sign_with: WriterKey | None = None) -> EventRow:
         """Record one event, inside a write transaction: validate it, hash it onto the chain,
         store it, index its session, project it, and bring the recall indexes in line with
         the facts whose belief it changed (`plaintext`: the value just sealed, if any)."""
@@ -248,7 +248,7 @@ class LedgerCore:
         if fact_id is not None:
             envelope["fact_id"] = fact_id
         envelope.update({k: v for k, v in fields.items() if v is not None})
-        key = self.signer_for(actor)
+        key = sign_with or self.signer_for(actor)
         if key is not None:
             envelope["signer"] = key.signer
         try:
@@ -293,7 +293,13 @@ class LedgerCore:
         p = self.policy
         self.db.policies.put(p.hash, p.canonical, p.source, p.path)
         self._recorded_policy = p.hash
-        self.append("policy", SYSTEM_ACTOR, tx_at, {})
+        # A policy that registers writer keys comes into force signed by the ledger's own key,
+        # so a hand-appended policy cannot register a forger's key for a writer's name.
+        ledger_key = None
+        if self.keys is not None and any(writer_keys.registered(p.policy, actor)
+                                         for actor in p.policy.provenance.writer_keys):
+            ledger_key = WriterKey.from_raw(self.keys.signing_key)
+        self.append("policy", SYSTEM_ACTOR, tx_at, {}, sign_with=ledger_key)
 
     def serve(self, session: str, fact_ids: list[str], via: str) -> None:
         """Record which facts a read handed to a session (ids only)."""

@@ -1,7 +1,9 @@
 """verify's per-event writer signature check (DESIGN 14): each event is checked offline against
 the policy in force when it was written (its `policy_hash` -> the stored policy text). An event
 naming a `signer` needs that key registered for its actor and a good signature over its hash;
-an event by an actor whose key that policy registered needs a signer."""
+an event by an actor whose key that policy registered needs a signer. A `policy` event whose
+policy registers writer keys is signed by the ledger's own key (checked where that key is
+known: the key store, or `verify --key`), so no hand-appended policy registers a forger."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from custody_app.domain.policy import SIGNER_PREFIX
-from custody_app.keys.writer_keys import signature_ok
+from custody_app.keys.writer_keys import signature_ok, signer_from_pem
 from store.rows import EventRow
 
 if TYPE_CHECKING:
@@ -21,8 +23,10 @@ class SignatureAudit:
     """Checks each event's writer signature while verify walks the chain (the registered keys
     read once per policy)."""
 
-    def __init__(self, db: LedgerFile) -> None:
+    def __init__(self, db: LedgerFile, ledger_pem: str | None = None) -> None:
         self.db = db
+        # The ledger's own key as a signer, when known: what signs a policy with writer keys.
+        self.ledger_signer = signer_from_pem(ledger_pem) if ledger_pem else None
         self._keys: dict[str, dict[str, str] | None] = {}
         self.signed = 0
 
@@ -47,6 +51,8 @@ class SignatureAudit:
     def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
         """What is wrong with the event's signature, or None."""
         signer = body.get("signer")
+        if row.kind == "policy":
+            return self._check_policy(row, signer)
         if signer is None and row.signature is None:
             keys = self.registered(row.policy_hash)
             if keys and row.actor in keys:
@@ -66,5 +72,21 @@ class SignatureAudit:
         if row.signature is None:
             return f"event {row.seq} names a signer but its signature is missing"
         if not signature_ok(signer, row.hash, row.signature):
+            return f"event {row.seq} has a signature that does not verify under its signer"
+        return None
+
+    def _check_policy(self, row: EventRow, signer: Any) -> str | None:
+        """A policy registering writer keys came into force signed by the ledger's key."""
+        if signer is None and row.signature is not None:
+            return f"event {row.seq} carries a signature but names no signer"
+        if signer is None:
+            if self.registered(row.policy_hash) and self.ledger_signer is not None:
+                return (f"event {row.seq} brings in a policy that registers writer keys, but "
+                        "the ledger's key did not sign it")
+            return None
+        if self.ledger_signer is not None and signer != self.ledger_signer:
+            return (f"event {row.seq} brings in a policy signed by a key that is not this "
+                    "ledger's")
+        if not isinstance(signer, str) or not signature_ok(signer, row.hash, row.signature):
             return f"event {row.seq} has a signature that does not verify under its signer"
         return None

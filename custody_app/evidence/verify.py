@@ -40,7 +40,7 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     events = EventAudit()
     receipts = ReceiptAudit(ledger)
     texts = TextAudit(ledger)
-    signatures = SignatureAudit(ledger.db)
+    signatures = SignatureAudit(ledger.db, pem)
 
     def extra(row: EventRow, body: dict[str, Any]) -> str | None:
         return (audit.check(row) or receipts.check(row, opened.get(row.seq), body)

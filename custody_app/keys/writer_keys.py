@@ -69,6 +69,18 @@ def _public(signer: str) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(bytes.fromhex(signer[len(SIGNER_PREFIX):]))
 
 
+def signer_from_pem(pem: str) -> str | None:
+    """An Ed25519 public key in PEM (the ledger's `.pub`) as a `signer`, or None."""
+    try:
+        public = serialization.load_pem_public_key(pem.encode())
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(public, Ed25519PublicKey):
+        return None
+    return signer_of(public.public_bytes(serialization.Encoding.Raw,
+                                         serialization.PublicFormat.Raw))
+
+
 def parse_key(data: bytes, where: str = "the writer key") -> WriterKey:
     """A private writer key from a key file's bytes (PKCS#8 PEM, what `writer-key` writes);
     refused (`key_unreadable`) otherwise: a public key, a registration line or an old bearer
