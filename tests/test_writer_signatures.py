@@ -262,3 +262,31 @@ def test_a_hand_appended_policy_registering_a_forgers_key_fails_verify(
     with Ledger.open(env.path, policy=env.policy, readonly=True) as ledger:
         report = ledger.verify(public_key=pub)
     assert not report.valid and report.first_bad_seq == last + 1
+
+
+def test_a_keyed_event_moved_under_an_older_policy_without_the_key_fails_verify(
+        make_env: Any) -> None:
+    """A re-chaining forger strips agent:x's signature and names the policy in force before
+    agent:x's key was registered: an event must name the policy in force when it was written."""
+    env = make_env()
+    env.put("acct:1", "plan", "basic", actor="user:ops")
+    before = env.ledger.verify().head
+    keyed = env.path.with_name("keyed.toml")
+    keyed.write_text(KEYED)
+    env.reopen(keyed)
+    assert env.ledger.present_writer_key(X, KEY)
+    fact = env.put("acct:1", "tier", "gold", actor="user:ops")
+    last = env.ledger.affirm(fact, actor=X).seq
+    env.ledger.close()
+    with _raw(env.path) as con:
+        old = con.execute("SELECT policy_hash FROM events WHERE seq = 1").fetchone()[0]
+
+        def move(body: dict[str, Any]) -> None:
+            body.pop("signer")
+            body["policy_hash"] = old
+
+        _rewrite(con, last, move)
+        con.execute("UPDATE events SET policy_hash = ? WHERE seq = ?", (old, last))
+        con.execute("DELETE FROM event_signatures WHERE seq = ?", (last,))
+    assert before is not None
+    _verify_fails_at(env, last, "not the one in force")

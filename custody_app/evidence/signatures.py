@@ -29,6 +29,8 @@ class SignatureAudit:
         self.ledger_signer = signer_from_pem(ledger_pem) if ledger_pem else None
         self._keys: dict[str, dict[str, str] | None] = {}
         self.signed = 0
+        # The policy the latest `policy` event brought into force: every later event names it.
+        self.in_force: str | None = None
 
     def registered(self, policy_hash: str) -> dict[str, str] | None:
         """Actor -> `ed25519:...` key the policy registers; None when no stored text hashes to
@@ -52,7 +54,12 @@ class SignatureAudit:
         """What is wrong with the event's signature, or None."""
         signer = body.get("signer")
         if row.kind == "policy":
+            self.in_force = row.policy_hash
             return self._check_policy(row, signer)
+        if self.in_force is not None and row.policy_hash != self.in_force:
+            # Else a rewrite could move a writer's event under an older policy without its key.
+            return (f"event {row.seq} names policy {row.policy_hash[:12]}..., not the one in "
+                    f"force since the policy event before it ({self.in_force[:12]}...)")
         if signer is None and row.signature is None:
             keys = self.registered(row.policy_hash)
             if keys and row.actor in keys:
