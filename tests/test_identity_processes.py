@@ -223,3 +223,12 @@ async def test_a_keyed_server_signs_what_its_agent_writes(tmp_path: Path) -> Non
         row = next(e for e in ledger.events() if e.fact_id == written["fact_id"])
         assert json.loads(row.body)["signer"] == signer(KEY) and row.signature is not None
         assert ledger.verify().valid
+
+
+@pytest.mark.parametrize("agent", ["agent:", "user:ops", "bot", "agent:\u202ex"])
+def test_a_batch_agent_must_be_an_agent_identity(tmp_path: Path, agent: str) -> None:
+    db, policy, _ = _setup(tmp_path, "")
+    before = ledger_bytes(db)
+    done = _cli("--batch", "-", "--agent", agent, "--ledger", db, "--policy", policy, stdin="")
+    assert done.returncode == 3 and "invalid_actor" in done.stderr
+    assert ledger_bytes(db) == before

@@ -5,6 +5,8 @@ operator batch, Python API) name whichever actor the operator chooses: trusted b
 
 from __future__ import annotations
 
+from pydantic_core import PydanticCustomError
+
 from custody_app.core.ledger_core import LedgerCore
 from custody_app.domain.commands import (
     Act,
@@ -22,7 +24,7 @@ from custody_app.domain.commands import (
     Sweep,
 )
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.models import actor_kind
+from custody_app.domain.models import actor_kind, check_actor
 from custody_app.keys import writer_keys
 from custody_app.keys.writer_keys import WriterKey
 
@@ -43,7 +45,11 @@ def bind_agent(ledger: LedgerCore, agent: str, key: WriterKey | None) -> None:
     given. Refused when the policy registers a key for `agent` and `key` is not it
     (`writer_key_required`), or `key` is registered for nobody of that name
     (`writer_key_unregistered`): a key that proves nothing is never silently dropped."""
-    if ":" not in agent or actor_kind(agent) not in AGENT_KINDS:
+    try:
+        valid = actor_kind(check_actor(agent)) in AGENT_KINDS
+    except PydanticCustomError:
+        valid = False
+    if not valid:
         raise LedgerError("invalid_actor", f"the process's agent '{agent}' must be "
                           "agent:NAME or llm:NAME", actor=agent)
     registered = writer_keys.registered(ledger.policy.policy, agent)
