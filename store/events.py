@@ -12,11 +12,15 @@ from store.rows import EVENT_COLUMNS, EventRow, event_values
 
 _COLS = ", ".join(EVENT_COLUMNS)
 INSERT = f"INSERT INTO events({_COLS}) VALUES ({', '.join('?' * len(EVENT_COLUMNS))})"
+INSERT_SIGNATURE = "INSERT INTO event_signatures(seq, signature) VALUES (?, ?)"
+# An event row with its writer's signature (NULL when unsigned), in EventRow's field order.
+_SELECT = (f"SELECT {', '.join('e.' + c for c in EVENT_COLUMNS)}, s.signature FROM events e "
+           "LEFT JOIN event_signatures s ON s.seq = e.seq")
 HEAD = "SELECT seq, hash, tx_at FROM events ORDER BY seq DESC LIMIT 1"
 COUNT = "SELECT count(*) FROM events"
-BY_SEQ = f"SELECT {_COLS} FROM events WHERE seq = ?"
-RANGE = f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
-FOR_FACTS = f"SELECT {_COLS} FROM events WHERE fact_id = ? ORDER BY seq"
+BY_SEQ = f"{_SELECT} WHERE e.seq = ?"
+RANGE = f"{_SELECT} WHERE e.seq > ? ORDER BY e.seq LIMIT ?"
+FOR_FACTS = f"{_SELECT} WHERE e.fact_id = ? ORDER BY e.seq"
 LAST_POLICY = "SELECT policy_hash FROM events WHERE kind = 'policy' ORDER BY seq DESC LIMIT 1"
 POLICY_EVENTS = "SELECT seq, tx_at, policy_hash FROM events WHERE kind = 'policy' ORDER BY seq"
 _UNSETTLED = (
@@ -31,7 +35,7 @@ RETRACTION_OF = "SELECT seq FROM events WHERE fact_id = ? AND hash = ? AND kind 
 PENDING_RETRACTION_OF = (f"SELECT r.seq, r.fact_id, r.actor, r.tx_at, r.body FROM events r "
                          f"WHERE r.fact_id = ? AND r.kind = 'retract' AND {_UNSETTLED} "
                          f"ORDER BY r.seq DESC LIMIT 1")
-BY_SEQS = f"SELECT {_COLS} FROM events WHERE seq IN (SELECT value FROM json_each(?)) ORDER BY seq"
+BY_SEQS = (f"{_SELECT} WHERE e.seq IN (SELECT value FROM json_each(?)) ORDER BY e.seq")
 # The proof's row checks, over tens of thousands of seqs in one statement each.
 MISSING = ("SELECT j.value FROM json_each(?) j "
            "WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.seq = j.value)")
@@ -54,6 +58,8 @@ class EventStore:
     def append(self, row: EventRow) -> None:
         try:
             self._conn.execute(INSERT, event_values(row))
+            if row.signature is not None:
+                self._conn.execute(INSERT_SIGNATURE, (row.seq, row.signature))
         except apsw.ConstraintError as exc:
             raise StoreIntegrityError(f"event {row.seq} refused: {exc}") from exc
 
@@ -61,6 +67,9 @@ class EventStore:
         """Several events in one statement, in order (the same rows as `append` for each)."""
         try:
             self._conn.executemany(INSERT, [event_values(r) for r in rows])
+            signed = [(r.seq, r.signature) for r in rows if r.signature is not None]
+            if signed:
+                self._conn.executemany(INSERT_SIGNATURE, signed)
         except apsw.ConstraintError as exc:
             raise StoreIntegrityError(f"events {rows[0].seq}-{rows[-1].seq} refused: {exc}") from exc
 

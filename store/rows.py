@@ -22,6 +22,10 @@ class EventRow:
     salt: str | None
     prev_hash: str
     hash: str
+    # The writer key's Ed25519 signature over `hash` when the body names a `signer` (not hashed:
+    # it signs the hash). Kept beside the event in `event_signatures` (append-only), so the
+    # events table and every unsigned event stay byte for byte as they were.
+    signature: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -81,7 +85,7 @@ class AsOfRow:
 
 
 FACT_COLUMNS: tuple[str, ...] = tuple(FactRow.__slots__)
-EVENT_COLUMNS: tuple[str, ...] = tuple(EventRow.__slots__)
+EVENT_COLUMNS: tuple[str, ...] = tuple(c for c in EventRow.__slots__ if c != "signature")
 STATE_COLUMNS: tuple[str, ...] = tuple(StateRow.__slots__)
 # A row's values in column order, as one C call (the bulk writes bind tens of thousands).
 event_values = attrgetter(*EVENT_COLUMNS)

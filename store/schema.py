@@ -283,6 +283,24 @@ V8 = """
 UPDATE ledger_meta SET value = value WHERE 0;
 """
 
+# Issue 31. Writer keys are Ed25519 key pairs: an event a keyed writer wrote names its `signer`
+# in the hashed body, and its signature over the event's hash is kept here, one row per signed
+# event, written with the event and never changed or removed (unsigned events have no row, so
+# the events table is as it was). `verify` checks each against the policy in force then.
+V9 = """
+CREATE TABLE IF NOT EXISTS event_signatures(
+    seq       INTEGER PRIMARY KEY REFERENCES events(seq),
+    signature BLOB NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS event_signatures_no_update BEFORE UPDATE ON event_signatures
+BEGIN SELECT RAISE(ABORT, 'custody: an event signature cannot be changed'); END;
+CREATE TRIGGER IF NOT EXISTS event_signatures_no_delete BEFORE DELETE ON event_signatures
+BEGIN SELECT RAISE(ABORT, 'custody: an event signature cannot be deleted'); END;
+CREATE TRIGGER IF NOT EXISTS event_signatures_no_replace BEFORE INSERT ON event_signatures
+WHEN EXISTS (SELECT 1 FROM event_signatures WHERE seq = NEW.seq)
+BEGIN SELECT RAISE(ABORT, 'custody: an event signature cannot be replaced'); END;
+"""
+
 # Index i holds the script that upgrades user_version i to i+1.
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7, V8)
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -18,7 +18,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from custody_app import Ledger
-from custody_app.keys.writer_keys import key_digest
+from tests.writer_keys import signer
 
 CLI = str(Path(sys.executable).parent / "custody-app")
 AGENT = "agent:bot"
@@ -156,13 +156,15 @@ async def test_http_on_loopback_needs_the_bearer_token(tmp_path: Path) -> None:
 
 def test_writer_key_command_makes_a_private_key_and_the_policy_line(tmp_path: Path) -> None:
     key = tmp_path / "bot.key"
-    done = subprocess.run([CLI, "writer-key", str(key), "--agent", AGENT], env=_env(),
+    done = subprocess.run([CLI, "writer-key", "--agent", AGENT, "--out", str(key)], env=_env(),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     line = done.stdout.strip()
-    assert line == f'writer_keys = {{"{AGENT}" = "{key_digest(key.read_bytes())}"}}'
-    again = subprocess.run([CLI, "writer-key", str(key), "--agent", AGENT], env=_env(),
+    # The PUBLIC key is registered (DESIGN 14): the policy holds no secret.
+    assert line == f'writer_keys = {{"{AGENT}" = "{signer(key.read_bytes())}"}}'
+    assert line.split('"')[3].startswith("ed25519:") and len(line.split('"')[3]) == 8 + 64
+    again = subprocess.run([CLI, "writer-key", "--agent", AGENT, "--out", str(key)], env=_env(),
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "key_exists" in again.stderr
     policy = tmp_path / "policy.toml"
@@ -170,3 +172,4 @@ def test_writer_key_command_makes_a_private_key_and_the_policy_line(tmp_path: Pa
     with Ledger.open(tmp_path / "k.db", policy=policy) as ledger:
         assert ledger.present_writer_key(AGENT, key.read_bytes())
         assert not ledger.present_writer_key(AGENT, b"guess")
+        assert not ledger.present_writer_key(AGENT, signer(key.read_bytes()).encode())

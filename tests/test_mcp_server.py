@@ -13,12 +13,11 @@ from custody_app.domain.commands import OPS
 from custody_app.domain.errors import LedgerError
 from custody_app.interfaces.mcp.server import build_server
 from custody_app.interfaces.mcp.tools import SERVER_FIXED, TOOLS, MemoryTools
-from custody_app.keys.writer_keys import key_digest
-from tests.conftest import REVIEWER, Env, day
+from tests.conftest import REVIEWER, Env, day, ledger_bytes
+from tests.writer_keys import KEY, OTHER_KEY, registration, signer
 
 AGENT = "agent:bot"
 CAUSE = {"kind": "tool", "ref": "crm.lookup#1"}
-KEY = b"0123456789abcdef0123456789abcdef\n"
 
 
 @asynccontextmanager
@@ -205,14 +204,13 @@ def test_the_server_identity_is_an_agent(env: Env) -> None:
 
 def _keyed_policy(agent: str = AGENT, *, allow_declared: bool = True) -> str:
     return (f"[provenance]\nallow_declared = {str(allow_declared).lower()}\n"
-            f'writer_keys = {{"{agent}" = "{key_digest(KEY)}"}}\n')
+            + registration((agent, KEY)))
 
 
 @pytest.mark.parametrize(("policy_agent", "key", "trusted"), [
     (AGENT, KEY, True),
-    (AGENT, None, False),
-    (AGENT, KEY + b"x", False),
     ("agent:someone-else", KEY, False),
+    ("agent:someone-else", None, False),
 ])
 async def test_writes_are_attested_only_with_the_writer_key_the_policy_registers(
         make_env: Any, policy_agent: str, key: bytes | None, trusted: bool) -> None:
@@ -230,12 +228,25 @@ async def test_writes_are_attested_only_with_the_writer_key_the_policy_registers
         assert facts == []
 
 
+@pytest.mark.parametrize("key", [None, OTHER_KEY, KEY[:40], signer(KEY).encode()])
+def test_a_registered_agent_is_never_served_without_its_key(make_env: Any,
+                                                            key: bytes | None) -> None:
+    """The name IS the key (DESIGN 14): no key, another key, a broken key file or the
+    public key alone (stolen from the policy) is refused, not served as a claimed writer."""
+    env = make_env(_keyed_policy())
+    before = ledger_bytes(env.path)
+    with pytest.raises(LedgerError) as refusal:
+        MemoryTools(env.ledger, AGENT, writer_key=key)
+    assert refusal.value.code == "writer_key_required"
+    assert ledger_bytes(env.path) == before
+
+
 async def test_a_registered_key_vouches_even_where_declared_provenance_is_refused(
         make_env: Any) -> None:
     env = make_env(_keyed_policy(allow_declared=False))
     with pytest.raises(LedgerError) as refusal:
         env.put(actor=AGENT, provenance="attested")
-    assert refusal.value.code == "provenance_not_allowed"
+    assert refusal.value.code == "writer_key_required"  # the name is the key: not without it
     async with connect(MemoryTools(env.ledger, AGENT, writer_key=KEY)) as client:
         written = await call(client, "memory_write", **write_args())
     assert written["provenance"] == "attested"
@@ -290,7 +301,7 @@ def test_a_policy_without_writer_keys_keeps_its_hash(tmp_path: Any) -> None:
     empty = policy_from_text("[provenance]\nwriter_keys = {}\n", "b.toml")
     keyed = policy_from_text(_keyed_policy(), "c.toml")
     assert plain.hash == empty.hash and "writer_keys" not in plain.canonical
-    assert keyed.hash != plain.hash and key_digest(KEY) in keyed.canonical
+    assert keyed.hash != plain.hash and signer(KEY) in keyed.canonical
 
 
 async def test_a_run_begun_before_a_subject_was_erased_cannot_write_for_it_again(

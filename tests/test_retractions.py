@@ -14,12 +14,11 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.fold import fold_as_of
 from custody_app.interfaces.mcp.server import build_server
 from custody_app.interfaces.mcp.tools import MemoryTools
-from custody_app.keys.writer_keys import key_digest
 from tests.conftest import REVIEWER, Env, day
+from tests.writer_keys import KEY, registration
 
 AGENT = "agent:bot"
 HUMAN = "user:dana"
-KEY = b"0123456789abcdef0123456789abcdef\n"
 
 
 def believed(env: Env, subject: str = "acct:42") -> list[tuple[str, Any]]:
@@ -104,7 +103,7 @@ async def test_an_agent_retracts_its_own_claims_at_once(env: Env) -> None:
 
 
 async def test_a_keyed_agent_retracts_directly(make_env: Any) -> None:
-    env = make_env(f'[provenance]\nwriter_keys = {{"{AGENT}" = "{key_digest(KEY)}"}}\n')
+    env = make_env("[provenance]\n" + registration((AGENT, KEY)))
     theirs = env.put(value="pro", actor=HUMAN)
     done = await mcp_retract(MemoryTools(env.ledger, AGENT, writer_key=KEY), theirs)
     assert (done["pending"], done["status"]) == (False, "retracted")

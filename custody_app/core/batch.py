@@ -16,6 +16,7 @@ from custody_app.domain.sealed_text import SEALED_FIELDS
 from store.rows import EventRow, FactRow, StateRow
 
 if TYPE_CHECKING:
+    from custody_app.keys.writer_keys import WriterKey
     from custody_app.recall.index import RecallIndex
     from store import LedgerFile
     from store.projection import FactStore
@@ -74,10 +75,12 @@ class BufferedProjection:
 def append_group(db: LedgerFile, index: RecallIndex, policy_hash: str, kind: str, actor: str,
                  tx_at: str, items: list[tuple[str, dict[str, Any]]],
                  head: tuple[int, str, str] | None, known: list[FactRow] | None = None,
+                 *, signer: WriterKey | None = None,
                  ) -> tuple[list[EventRow], tuple[int, str, str] | None]:
     """Events (fact_id, fields) of `kind` after `head`, inside a write transaction: validated,
     hashed onto the chain and folded one by one in a tight loop, then stored together.
     `known`: the facts' rows as they stand, if the caller holds them (else read here).
+    `signer`: the writer key every event is signed with (the actor's, if registered).
     Returns the rows and the new head."""
     if kind not in GROUP_KINDS or kind in SEALED_FIELDS:
         raise ValueError(f"events of kind {kind!r} cannot be appended as a group")
@@ -93,13 +96,16 @@ def append_group(db: LedgerFile, index: RecallIndex, policy_hash: str, kind: str
         envelope: dict[str, Any] = {"seq": seq, "kind": kind, "tx_at": tx_at, "actor": actor,
                                     "policy_hash": policy_hash, "fact_id": fact_id}
         envelope.update({k: v for k, v in fields.items() if v is not None})
+        if signer is not None:
+            envelope["signer"] = signer.signer
         try:
             model.model_validate(envelope)
         except ValidationError as exc:
             raise refusal(exc) from None
         body = canonical(envelope)
+        digest = event_hash(prev, body)
         row = EventRow(seq, kind, tx_at, actor, policy_hash, fact_id, None, body, None,
-                       None, prev, event_hash(prev, body))
+                       None, prev, digest, None if signer is None else signer.sign(digest))
         rows.append(row)
         prev = row.hash
         sessions.index_event(db, kind, seq, fact_id, envelope)

@@ -28,8 +28,10 @@ from custody_app.domain.policy import LoadedPolicy, load_policy
 from custody_app.domain.readmodels import RebuildResult
 from custody_app.domain.timeutil import Clock, WallClock, format_time
 from custody_app.files.output import require_regular
+from custody_app.keys import writer_keys
 from custody_app.keys.keyring import KeyRing, keystore_path_for, master_from_env
 from custody_app.keys.values import ValueCodec
+from custody_app.keys.writer_keys import WriterKey
 from custody_app.recall.embedders import Embedder
 from custody_app.recall.index import RecallIndex
 from store import LedgerFile, StoreError, open_ledger
@@ -58,8 +60,38 @@ class LedgerCore:
         self._recorded_policy: str | None = None
         # The key fence compares against when this unit of work began (see unit_of_work()).
         self.work_started = format_time(self.clock.now())
-        # Actors that presented a writer key the policy registers (see present_writer_key).
-        self.vouched_writers: set[str] = set()
+        # The writer keys this process holds, by the actor each is registered for (see
+        # hold_writer_key): every event written as one of them is signed with it.
+        self.signers: dict[str, WriterKey] = {}
+        # An agent process's one identity (`serve --agent`, `--batch --agent`), fixed when it
+        # starts; None: the local operator (CLI, terminal app, operator batch, Python API).
+        self.agent: str | None = None
+
+    @property
+    def vouched_writers(self) -> set[str]:
+        """Actors whose registered writer key this process holds."""
+        return set(self.signers)
+
+    def hold_writer_key(self, actor: str, key: WriterKey) -> bool:
+        """Hold `actor`'s writer key if the policy registers its public half for `actor`;
+        from then on every event written as `actor` is signed. A wrong key changes nothing."""
+        accepted = writer_keys.vouches(self.policy.policy, actor, key)
+        if accepted:
+            self.signers[actor] = key
+        return accepted
+
+    def signer_for(self, actor: str) -> WriterKey | None:
+        """The key an event written as `actor` is signed with; refused (`writer_key_required`)
+        when the policy registers a key for `actor` and this process does not hold it: a name
+        whose key is registered is that key, never merely claimed."""
+        key = self.signers.get(actor)
+        registered = writer_keys.registered(self.policy.policy, actor)
+        if registered is None:
+            return None
+        if key is None or key.signer != registered:
+            raise LedgerError("writer_key_required", writer_keys.required_message(actor),
+                              actor=actor)
+        return key
 
     @classmethod
     def open(cls, path: str | Path, *, policy: str | Path | LoadedPolicy | None = None,
@@ -216,7 +248,7 @@ class LedgerCore:
     def append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
                fact_id: str | None = None, value: bytes | None = None,
                salt: str | None = None, subject: str | None = None,
-               plaintext: str | None = None) -> EventRow:
+               plaintext: str | None = None, sign_with: WriterKey | None = None) -> EventRow:
         """Record one event, inside a write transaction: validate it, hash it onto the chain,
         store it, index its session, project it, and bring the recall indexes in line with
         the facts whose belief it changed (`plaintext`: the value just sealed, if any)."""
@@ -229,6 +261,9 @@ class LedgerCore:
         if fact_id is not None:
             envelope["fact_id"] = fact_id
         envelope.update({k: v for k, v in fields.items() if v is not None})
+        key = sign_with or self.signer_for(actor)
+        if key is not None:
+            envelope["signer"] = key.signer
         try:
             EVENT_MODELS[kind].model_validate(envelope)
         except ValidationError as exc:
@@ -238,8 +273,9 @@ class LedgerCore:
         hashed, sealed = texts.seal_event(self.db, self.keys, self.texts, self.work_started, kind,
                                           fact_id, envelope, subject)
         body = canonical(hashed)
+        digest = event_hash(prev, body)
         row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, subject, body, value,
-                       salt, prev, event_hash(prev, body))
+                       salt, prev, digest, None if key is None else key.sign(digest))
         self.db.events.append(row)
         if sealed is not None:
             self.db.texts.put(seq, *sealed)
@@ -262,14 +298,21 @@ class LedgerCore:
         if self._recorded_policy != self.policy.hash:
             self._record_policy(tx_at)
         rows, self._head = batch.append_group(self.db, self.index, self.policy.hash, kind, actor,
-                                              tx_at, items, self._head, known)
+                                              tx_at, items, self._head, known,
+                                              signer=self.signer_for(actor))
         return rows
 
     def _record_policy(self, tx_at: str) -> None:
         p = self.policy
         self.db.policies.put(p.hash, p.canonical, p.source, p.path)
         self._recorded_policy = p.hash
-        self.append("policy", SYSTEM_ACTOR, tx_at, {})
+        # A policy that registers writer keys comes into force signed by the ledger's own key,
+        # so a hand-appended policy cannot register a forger's key for a writer's name.
+        ledger_key = None
+        if self.keys is not None and any(writer_keys.registered(p.policy, actor)
+                                         for actor in p.policy.provenance.writer_keys):
+            ledger_key = WriterKey.from_raw(self.keys.signing_key)
+        self.append("policy", SYSTEM_ACTOR, tx_at, {}, sign_with=ledger_key)
 
     def serve(self, session: str, fact_ids: list[str], via: str) -> None:
         """Record which facts a read handed to a session (ids only)."""

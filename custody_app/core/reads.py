@@ -157,7 +157,7 @@ def why(db: LedgerFile, codec: ValueCodec, fact_id: str) -> WhyResult:
 def policy_matches(policy_hash: str, canonical: str, source: str) -> bool:
     """Does a stored policy text (source and canonical form) still hash to its key?"""
     try:
-        loaded = policy_from_text(source, "(stored policy)")
+        loaded = policy_from_text(source, "(stored policy)", stored=True)
     except LedgerError:
         return False
     return loaded.hash == policy_hash and loaded.canonical == canonical

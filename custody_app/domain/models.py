@@ -77,6 +77,7 @@ Time = Annotated[str, BeforeValidator(_check_time)]
 Text = Annotated[str, Field(min_length=1, max_length=500)]
 FactId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(check_identifier)]
 Hash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Signer = Annotated[str, Field(pattern=r"^ed25519:[0-9a-f]{64}$")]
 
 
 class Frozen(BaseModel):
@@ -129,6 +130,9 @@ class Event(Frozen):
     tx_at: Time
     actor: Actor
     policy_hash: Hash
+    signer: Signer | None = None
+    """The writer key that signed the event (`ed25519:<64 hex>`, registered for `actor` by the
+    policy in force); absent on an unsigned event, so older events hash as they did."""
 
 
 class PolicyAdopted(Event):

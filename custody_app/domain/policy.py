@@ -43,13 +43,22 @@ class _Section(BaseModel):
                               allow_inf_nan=False)
 
 
+# How a writer's Ed25519 public key is written in the policy and in an event's `signer`.
+SIGNER_PREFIX = "ed25519:"
+# A registration: `ed25519:<64 hex>`, or the sha256 of a bearer key file that policies written
+# before writer key pairs held (read in stored policies only; refused in a policy put to use).
+_REGISTRATION = r"^(ed25519:)?[0-9a-f]{64}$"
+
+
 class ProvenancePolicy(_Section):
     allow_declared: StrictBool = True
     """May a batch or Python API writer declare `attested` or `verified` itself?"""
-    writer_keys: dict[Actor, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+    writer_keys: dict[Actor, Annotated[str, Field(pattern=_REGISTRATION)]] = Field(
         default_factory=dict)
-    """Registered writer keys: actor (`kind:id`) to the sha256 (hex) of that writer's key file.
-    A writer that presents the key (`custody-app serve --writer-key FILE`) writes `attested`."""
+    """Registered writer keys: actor (`kind:id`) to that writer's Ed25519 public key,
+    `"ed25519:<64 hex>"` (what `custody-app writer-key` prints). The name IS the key: a process
+    that writes as it must hold the private key (`--writer-key FILE`), signs every event, and
+    writes `attested`; one without it is refused (`writer_key_required`)."""
     receipt_issuers: dict[Annotated[str, Field(min_length=1, max_length=500)],
                           Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
         default_factory=dict)
@@ -192,8 +201,10 @@ class LoadedPolicy:
     path: str | None
 
 
-def policy_from_text(source: str, path: str) -> LoadedPolicy:
-    """Parse and check policy TOML; errors name the file, the key and the reason."""
+def policy_from_text(source: str, path: str, *, stored: bool = False) -> LoadedPolicy:
+    """Parse and check policy TOML; errors name the file, the key and the reason. A policy put
+    to use may not register a writer by the sha256 of a bearer key (writer keys are key pairs
+    now); a `stored` one (the text an old event was written under) still reads."""
     try:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
@@ -207,6 +218,8 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         raise PolicyError(f"{path}: key '{key}': {reason}", file=path, key=key) from None
+    if not stored:
+        _check_writer_keys(policy, path)
     data = policy.model_dump(mode="json")
     if not data["provenance"]["writer_keys"]:
         # A policy without writer keys hashes as it did before they existed, so upgrading
@@ -229,6 +242,28 @@ def policy_from_text(source: str, path: str) -> LoadedPolicy:
     canonical = rfc8785.dumps(data).decode()
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     return LoadedPolicy(policy, digest, canonical, source, path)
+
+
+def _check_writer_keys(policy: Policy, path: str) -> None:
+    """Writer registrations a policy put to use may hold: key pairs only, one key per writer,
+    none for a system actor (the ledger's own, never a writer's)."""
+    seen: dict[str, str] = {}
+    for actor, key in policy.provenance.writer_keys.items():
+        where = f"provenance.writer_keys.{actor}"
+        if actor.startswith("system:"):
+            raise PolicyError(f"{path}: key '{where}': {actor} is the ledger's own actor and "
+                              "takes no writer key", file=path, key=where)
+        if key in seen:
+            raise PolicyError(f"{path}: key '{where}': {actor} and {seen[key]} are registered "
+                              "with the same key; a key is one writer's identity: make each "
+                              "its own with `custody-app writer-key`", file=path, key=where)
+        seen[key] = actor
+        if not key.startswith(SIGNER_PREFIX):
+            raise PolicyError(
+                f"{path}: key '{where}': a writer registered by the sha256 of a key file (a "
+                "bearer secret) is no longer accepted: make a key pair with `custody-app "
+                f"writer-key --agent {actor} --out FILE`, replace this entry with the line it "
+                "prints, and start the writer with --writer-key FILE", file=path, key=where)
 
 
 # The policy's hash is of its RFC 8785 canonical JSON, which holds integers of at most 2^53 - 1

@@ -12,6 +12,7 @@ from custody_app.domain.readmodels import VerifyResult
 from custody_app.evidence.checkpoints import CheckpointAudit
 from custody_app.evidence.integrity import EventAudit
 from custody_app.evidence.receipts import ReceiptAudit
+from custody_app.evidence.signatures import SignatureAudit
 from custody_app.evidence.textaudit import TextAudit
 from store.rows import EventRow
 
@@ -39,10 +40,12 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     events = EventAudit()
     receipts = ReceiptAudit(ledger)
     texts = TextAudit(ledger)
+    signatures = SignatureAudit(ledger.db, pem)
 
     def extra(row: EventRow, body: dict[str, Any]) -> str | None:
         return (audit.check(row) or receipts.check(row, opened.get(row.seq), body)
-                or texts.check(row, body) or events.check(row, body))
+                or texts.check(row, body) or events.check(row, body)
+                or signatures.check(row, body))
 
     # The fold keeps a row per fact alive for the whole walk: the cyclic collector would
     # rescan them all again and again (none of them forms a cycle), so it waits until the end.

@@ -13,13 +13,32 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from custody_app.domain.errors import LedgerError
+from custody_app.keys.writer_keys import WriterKey
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.identity import bind_agent
 from custody_app.ledger.ops import MAX_LINE_CHARS, Aliases, result_line, run_op
 
 # Ops per write transaction: results are printed only once their transaction has committed.
 CHUNK = 500
 # Seconds without a new input line after which a held-open batch commits its open group.
 PAUSE = 0.005
+
+
+def bind_identity(ledger: Ledger, agent: str | None, key: WriterKey | None) -> None:
+    """The batch process's one identity (DESIGN 14): with `agent`, that agent only (`--batch
+    --agent NAME [--writer-key K]`: no other actor, no operator op, a registered name only with
+    its key); without, the operator, who names any actor and, with `key`, writes as the actor
+    the policy registers that key for."""
+    if agent is not None:
+        bind_agent(ledger, agent, key)
+        return
+    if key is None:
+        return
+    for actor in ledger.policy.policy.provenance.writer_keys:
+        if ledger.present_writer_key(actor, key):
+            return
+    raise LedgerError("writer_key_unregistered", f"the policy in force registers the writer "
+                      f"key given ({key.signer}) for no actor")
 
 
 @dataclass

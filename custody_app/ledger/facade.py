@@ -35,6 +35,7 @@ from custody_app.domain.commands import (
     Sweep,
     Verify,
     Why,
+    parse_command,
 )
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import (
@@ -69,8 +70,10 @@ from custody_app.evidence.checkpoints import sign_checkpoint
 from custody_app.evidence.readmodels import ActResult
 from custody_app.evidence.verify import verify as verify_ledger
 from custody_app.keys import writer_keys
+from custody_app.keys.writer_keys import WriterKey
 from custody_app.ledger import queries, retractions, writes
 from custody_app.ledger.evidence_views import EvidenceViews
+from custody_app.ledger.identity import check_identity
 from custody_app.ledger.timeline import TimelineReads
 
 
@@ -79,7 +82,8 @@ class Ledger(EvidenceViews, TimelineReads):
 
     # ---- commands ----------------------------------------------------------------------
     def execute(self, command: Command) -> BaseModel:
-        """Run one validated command (what --batch calls)."""
+        """Run one validated command (what --batch calls), as this process's identity."""
+        check_identity(self, command)
         return _HANDLERS[type(command)](self, command)
 
     def assert_fact(self, subject: str, predicate: str, value: Any, *, actor: str,
@@ -145,8 +149,11 @@ class Ledger(EvidenceViews, TimelineReads):
         return self._do(Sweep, SweepResult, **options)
 
     def checkpoint(self, *, actor: str = SYSTEM_ACTOR) -> CheckpointResult:
-        """Sign the chain head with the ledger key, as a `checkpoint` event."""
-        return self._do(Checkpoint, CheckpointResult, actor=actor)
+        """Sign the chain head with the ledger key, as a `checkpoint` event (the Python API's,
+        and the closing one of every batch run, an agent's included: not an agent's op)."""
+        checked = parse_command(Checkpoint, {"actor": actor})
+        assert isinstance(checked, Checkpoint)
+        return sign_checkpoint(self, checked.actor)
 
     def as_of(self, valid_at: str | None = None, tx_at: str | None = None,
               **filters: Any) -> AsOfResult:
@@ -165,14 +172,18 @@ class Ledger(EvidenceViews, TimelineReads):
     def set_clock(self, moment: str) -> ClockResult:
         return self._do(SetClock, ClockResult, set=moment)
 
-    def present_writer_key(self, actor: str, key: bytes) -> bool:
-        """Prove that `actor` holds a writer key the policy registers; from then on its writes
-        may declare provenance above `claimed` even where the policy refuses declared
-        provenance. Returns whether the key was accepted (a wrong key changes nothing)."""
-        accepted = writer_keys.vouches(self.policy.policy, actor, key)
-        if accepted:
-            self.vouched_writers.add(actor)
-        return accepted
+    def present_writer_key(self, actor: str, key: bytes | WriterKey) -> bool:
+        """Hold `actor`'s writer key (the private key file's bytes, what `writer-key` wrote) if
+        the policy registers its public half for `actor`: from then on every event written as
+        `actor` is signed with it, and its writes may declare provenance above `claimed` even
+        where the policy refuses declared provenance. Returns whether the key was accepted (a
+        wrong key, or a public key, changes nothing)."""
+        if not isinstance(key, WriterKey):
+            try:
+                key = writer_keys.parse_key(key)
+            except LedgerError:
+                return False
+        return self.hold_writer_key(actor, key)
 
     def act(self, session: str, tool: str, ref: str, outcome: str, *, actor: str,
             args_digest: str | None = None, subject: str | None = None,

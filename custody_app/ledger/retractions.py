@@ -5,6 +5,7 @@ replacement instead of being blocked by it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -50,10 +51,41 @@ def standing(ledger: LedgerCore, actor: str, declared: str | None) -> str:
     return declared
 
 
+def fact_signer(ledger: LedgerCore, fact: FactRow) -> str | None:
+    """The writer key that signed the fact's assert (`ed25519:...`), or None if unsigned."""
+    created = ledger.db.events.get(fact.assert_seq)
+    if created is None:
+        return None
+    signer = json.loads(created.body).get("signer")
+    return signer if isinstance(signer, str) else None
+
+
+def own_fact(ledger: LedgerCore, fact: FactRow, actor: str) -> bool:
+    """Is the fact `actor`'s own to this process (DESIGN 14)? The same name, and, for a fact
+    written under a key, the same proof: this process holds that very key for `actor`."""
+    if actor != fact.actor:
+        return False
+    signer = fact_signer(ledger, fact)
+    held = ledger.signers.get(actor)
+    return signer is None or (held is not None and held.signer == signer)
+
+
+def check_not_own_claim(ledger: LedgerCore, fact: FactRow | None, actor: str) -> None:
+    """A writer may not review its own claim: by name (lifecycle.check_review), and by key
+    (a reviewer signing with the key that signed the claim is its writer, whatever its name)."""
+    if fact is None:
+        return
+    signer = fact_signer(ledger, fact)
+    held = ledger.signers.get(actor)
+    if signer is not None and held is not None and held.signer == signer:
+        raise LedgerError("own_write", f"{actor} holds the key that wrote fact {fact.fact_id} "
+                          "and cannot review it")
+
+
 def retracts_directly(ledger: LedgerCore, fact: FactRow, actor: str, provenance: str) -> bool:
     """Does this retraction take effect at once (else it waits for a reviewer)?"""
     review = ledger.policy.policy.review
-    if actor == fact.actor or actor in review.direct_retractors:
+    if own_fact(ledger, fact, actor) or actor in review.direct_retractors:
         return True
     if review.retract_directly == "anyone":
         return True
@@ -91,6 +123,7 @@ def review(ledger: LedgerCore, cmd: Confirm | Reject) -> FactOpResult:
             waiting = _check_retraction_review(ledger, found, cmd)
         else:
             lifecycle.check_review(found, cmd.fact_id, cmd.actor, ledger.policy.policy)
+            check_not_own_claim(ledger, found, cmd.actor)
         tx_at = ledger.tx_at()
         row = ledger.append(kind, cmd.actor, tx_at, redact_reason(ledger, {
             "reason": cmd.reason, "session": cmd.session, "retraction": waiting}),

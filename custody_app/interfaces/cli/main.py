@@ -18,12 +18,13 @@ from custody_app.domain.errors import Exit, LedgerError, Parser
 from custody_app.domain.policy import load_policy
 from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
 from custody_app.files.output import require_regular
-from custody_app.interfaces.batch import run_batch
+from custody_app.interfaces.batch import bind_identity, run_batch
 from custody_app.interfaces.cli import erasure, evidence, reading, review
 from custody_app.interfaces.cli import ledger as ledger_commands
 from custody_app.interfaces.cli.common import add_common, chosen_ledger, fail, open_ledger
 from custody_app.interfaces.cli.naming import CREATES, confirm_create, missing_ledger, unknown_subcommand
 from custody_app.interfaces.tui.access import resolve_reviewer
+from custody_app.keys.writer_keys import read_key
 from custody_app.ledger.facade import Ledger
 
 
@@ -47,6 +48,13 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--manual-clock", action="store_true",
                    help="allow {\"op\": \"clock\", \"set\": ISO} to set transaction time")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed op")
+    p.add_argument("--agent", metavar="KIND:ID",
+                   help="with --batch: run as this agent only (agent:NAME or llm:NAME): every "
+                   "op must name it, and no operator op (forget, sweep, hold...) runs")
+    p.add_argument("--writer-key", metavar="FILE",
+                   help="with --batch: the writer key (custody-app writer-key) the policy "
+                   "registers for --agent (or, without --agent, for the actor it names): "
+                   "every event written as it is signed")
     p.add_argument("--version", action="version", version=f"custody-app {_version()}")
     add_common(p)
     return p
@@ -120,7 +128,13 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
         sys.stderr.write(f"custody-app: cannot read batch file {source}: {exc.strerror}\n")
         return int(Exit.USAGE)
     try:
+        key = read_key(args.writer_key) if args.writer_key else None
         ledger = open_ledger(args, manual_clock=manual_clock)
+        try:
+            bind_identity(ledger, args.agent, key)
+        except BaseException:
+            ledger.close()
+            raise
     except LedgerError as exc:
         if source != "-":
             stream.close()
@@ -256,6 +270,11 @@ def _dispatch(argv: list[str]) -> int:
         sys.stderr.write(f"custody-app: {usage}\n")
         return int(Exit.USAGE)
     args = _main_parser().parse_args(argv)
+    if (args.agent or args.writer_key) and not args.batch:
+        # One identity per process: only a batch takes one here (the MCP server: `serve`).
+        sys.stderr.write("custody-app: --agent and --writer-key go with --batch (or `custody-app "
+                         "serve`); the terminal app and --demo run as the operator\n")
+        return int(Exit.USAGE)
     if args.demo:
         return _demo(args)
     if args.batch:

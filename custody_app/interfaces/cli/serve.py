@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
 import anyio
+from pydantic_core import PydanticCustomError
 
 from custody_app.domain.errors import LedgerError, Parser
 from custody_app.domain.escaping import escape_text
+from custody_app.domain.models import check_actor
 from custody_app.domain.resources import ledger_path, policy_path
 from custody_app.interfaces.cli.common import add_common
 from custody_app.interfaces.mcp.tools import MemoryTools
 from custody_app.keys.writer_keys import new_key, read_key
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.identity import bind_agent
 
 AGENT_ENV = "CUSTODY_AGENT"
 TOKEN_ENV = "CUSTODY_MCP_TOKEN"
@@ -28,14 +32,15 @@ def _serve_parser() -> argparse.ArgumentParser:
         "127.0.0.1 with --http). Every connection is one session: its reads are recorded as "
         "served and its writes carry the session. Writes are claimed (quarantined until a "
         "reviewer confirms them) unless --writer-key holds the key the policy registers for "
-        "--agent.")
+        "--agent; an agent whose key the policy registers is refused without it.")
     add_common(p)
     p.add_argument("--agent", default=os.environ.get(AGENT_ENV),
                    help=f"the agent identity every write is made as, agent:NAME (default: "
                    f"${AGENT_ENV}); never taken from the client")
     p.add_argument("--writer-key", metavar="FILE",
-                   help="writer key file; its sha256 must be registered for --agent in the "
-                   "policy's [provenance] writer_keys for writes to be attested")
+                   help="writer key file (custody-app writer-key); its public key must be "
+                   "registered for --agent in the policy's [provenance] writer_keys: every "
+                   "event is then signed with it, and writes are attested")
     p.add_argument("--http", action="store_true",
                    help="Streamable HTTP on 127.0.0.1 instead of stdio; needs a bearer token")
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
@@ -72,12 +77,11 @@ def serve_main(argv: list[str]) -> int:
         return _fail(f"{exc.message} ({exc.code})", 3)
     with ledger:
         try:
-            tools = MemoryTools(ledger, args.agent, writer_key=key)
+            # One identity per process (DESIGN 14), fixed here, with the key if given.
+            bind_agent(ledger, args.agent, key)
+            tools = MemoryTools(ledger, args.agent)
         except LedgerError as exc:
             return _fail(f"{exc.message} ({exc.code})", 2)
-        if key is not None and not tools.trusted:
-            sys.stderr.write(f"custody-app serve: the writer key is not the one the policy "
-                             f"registers for {args.agent}; every write will be claimed\n")
         sys.stderr.write(f"custody-app serve: {args.agent} on {ledger.db.path}, writes "
                          f"{tools.provenance}\n")
         if token is not None:
@@ -92,16 +96,26 @@ def serve_main(argv: list[str]) -> int:
 def writer_key_main(argv: list[str]) -> int:
     p = Parser(
         prog="custody-app writer-key",
-        description="Create a writer key file (mode 0600) and print the policy line that "
-        "registers it, for [provenance] writer_keys.")
-    p.add_argument("file", metavar="FILE", help="where to write the new key (never overwritten)")
+        description="Create an Ed25519 writer key pair: the private key goes to --out (mode "
+        "0600, never over an existing file); the policy line that registers its public key, "
+        "for [provenance] writer_keys, goes to stdout.")
+    p.add_argument("file", metavar="FILE", nargs="?", help=argparse.SUPPRESS)
+    p.add_argument("--out", metavar="PATH", help="where to write the new private key")
     p.add_argument("--agent", required=True, help="the actor the key is for, agent:NAME")
     args = p.parse_args(argv)
+    out = args.out or args.file
+    if out is None or (args.out and args.file):
+        return _fail("give the key file's path once, as --out PATH", 2, "custody-app writer-key")
     try:
-        digest = new_key(args.file)
+        check_actor(args.agent)
+    except PydanticCustomError:
+        return _fail(f"--agent {args.agent!r} is not kind:id", 2, "custody-app writer-key")
+    try:
+        public = new_key(out)
     except LedgerError as exc:
         return _fail(f"{exc.message} ({exc.code})", 1, "custody-app writer-key")
-    sys.stdout.write(f'writer_keys = {{"{args.agent}" = "{digest}"}}\n')
-    sys.stderr.write(f"custody-app: put that line under [provenance] in the policy, then "
-                     f"serve with --agent {args.agent} --writer-key {args.file}\n")
+    sys.stdout.write(f'writer_keys = {{{json.dumps(args.agent)} = "{public}"}}\n')
+    sys.stderr.write(escape_text(
+        f"custody-app: put that line under [provenance] in the policy, then start the writer "
+        f"with --agent {args.agent} --writer-key {out}") + "\n")
     return 0

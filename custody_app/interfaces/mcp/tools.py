@@ -19,6 +19,7 @@ from custody_app.interfaces.mcp.pending import (
     QuarantinedWrite,
     pending_writes,
 )
+from custody_app.keys.writer_keys import WriterKey
 from custody_app.ledger.facade import Ledger
 
 # Fields the server sets itself and an agent can never pass: who writes (the configured agent),
@@ -93,7 +94,8 @@ PENDING = ToolSpec("memory_pending", None,
 class MemoryTools:
     """The tools bound to a ledger and one configured agent identity."""
 
-    def __init__(self, ledger: Ledger, agent: str, *, writer_key: bytes | None = None) -> None:
+    def __init__(self, ledger: Ledger, agent: str, *,
+                 writer_key: bytes | WriterKey | None = None) -> None:
         try:
             check_actor(agent)
             valid = actor_kind(agent) in AGENT_KINDS
@@ -104,7 +106,11 @@ class MemoryTools:
                               "agent:NAME or llm:NAME")
         self.ledger = ledger
         self.agent = agent
-        self.trusted = writer_key is not None and ledger.present_writer_key(agent, writer_key)
+        if writer_key is not None:
+            ledger.present_writer_key(agent, writer_key)
+        # A name whose key the policy registers is that key: never served without it.
+        ledger.signer_for(agent)
+        self.trusted = agent in ledger.signers
         self.provenance = "attested" if self.trusted else "claimed"
 
     def specs(self) -> list[ToolSpec]:
