@@ -36,11 +36,13 @@ class Loaded(Message):
 class Failed(Message):
     """A worker's operation was refused (or failed): the error's code and words."""
 
-    def __init__(self, code: str, message: str, title: str = "Refused") -> None:
+    def __init__(self, code: str, message: str, title: str = "Refused",
+                 what: str | None = None) -> None:
         super().__init__()
         self.code = code
         self.message = message
         self.title = title
+        self.what = what  # the read that failed (None: a write)
 
 
 class Succeeded(Message):
@@ -129,7 +131,11 @@ class LedgerScreen(Screen[None]):
             with self.access.open(readonly=True) as ledger:
                 data = read(ledger)
         except (LedgerError, PolicyError) as exc:
-            self.post_message(Failed(exc.code, exc.message, "Cannot read"))
+            self.post_message(Failed(exc.code, exc.message, "Cannot read", what=what))
+            return
+        except Exception as exc:  # noqa: BLE001 - a defect must be said, never a blank screen
+            self.post_message(Failed("internal_error", f"reading {what} failed: "
+                                     f"{type(exc).__name__}: {exc}", "Cannot read", what=what))
             return
         if not get_current_worker().is_cancelled:
             # Every stored string a screen shows is escaped here, once: nothing an agent wrote
