@@ -23,8 +23,8 @@ from screens.base import (
     cursor_key,
     fill,
     focus_now,
-    short,
     forget_rows,
+    short,
     show,
     turn_page,
 )
