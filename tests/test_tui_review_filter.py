@@ -144,7 +144,8 @@ async def test_a_filter_matching_nothing_disables_approve_and_a_hostile_one_is_t
         await pilot.pause(0.5)
         await idle(pilot)
         assert keys(table) == [], screen_text(app, "#pager")
-        assert screen_text(app, "#pager").startswith(f"✓ 0 marked · 0 shown of {HELPERS + 2} waiting (filter [/]")
+        assert screen_text(app, "#pager").startswith(
+            f"✓ 0 marked · 0 shown of {HELPERS + 2} waiting (filter [/]")
         await pilot.press("escape")
         assert app.screen.check_action("review", ("confirm",)) is None
         await pilot.press("a")
