@@ -80,14 +80,14 @@ def why_waiting(i: ReviewItem) -> str:
         return ",".join(i.marks).replace("_", " ")
     if i.supersedes:
         return f"would replace {i.supersedes.status}"
-    return f"{i.fact.provenance} ({i.cause.kind})"
+    return f"{i.cause.kind} claim" if i.fact.provenance == "claimed" else i.fact.provenance
 
 
 # Narrow (below 120 columns): what a reviewer judges a claim by, fitting 80 columns.
 NARROW_COLUMNS = ("✓", "subject", "predicate", "value", "writer", "why it waits")
 # Each column's width at 80 (79 inside the scrollbar, 2 of padding per cell) and its share
 # of the width beyond 80.
-NARROW_WIDTHS = ((1, 0.0), (13, 0.2), (13, 0.2), (14, 0.3), (14, 0.15), (12, 0.15))
+NARROW_WIDTHS = ((1, 0.0), (12, 0.2), (12, 0.2), (14, 0.3), (14, 0.15), (14, 0.15))
 
 
 def narrow_cells(key: str, cells: list[str | Text], why: str, width: int) -> list[str | Text]:

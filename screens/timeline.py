@@ -36,7 +36,7 @@ COLUMNS = ("seq", "time", "kind", "actor", "subject", "predicate", "status", "su
 # Below this many columns the table keeps what a reader scans by (the time and actor of the
 # row under the cursor are in the line below the table).
 NARROW = 120
-PRIORITY = (0, 2, 4, 5, 6, 7)
+PRIORITY = (0, 2, 4, 5, 7)  # seq, kind, subject, predicate, summary
 
 
 class TimelineScreen(LedgerScreen):
@@ -80,7 +80,7 @@ class TimelineScreen(LedgerScreen):
     def on_resize(self) -> None:
         """The column set follows the terminal's width, not the width it was first drawn at."""
         narrow = self.app.size.width < NARROW
-        if narrow != self.narrow:
+        if narrow != self.narrow or narrow:
             self.narrow = narrow
             table = self.query_one("#events", DataTable)
             table.clear(columns=True)
@@ -117,10 +117,14 @@ class TimelineScreen(LedgerScreen):
         if page is None:
             return
         labels = self.labels()
-        width = 18 if self.narrow else 40
+        width = 14 if self.narrow else 40
         rows = [(str(e.seq), _cells(e, labels, width)) for e in page.events]
         if self.narrow:
-            rows = [(key, [cells[i] for i in PRIORITY]) for key, cells in rows]
+            # The summary takes what is left of the width (79 inside the scrollbar at 80,
+            # 2 of padding per cell, seq 5, kind 10, subject and predicate 14 each).
+            rest = max(12, self.app.size.width - 1 - 10 - 5 - 10 - 14 - 14)
+            rows = [(key, [*(cells[i] for i in PRIORITY[:-1]), short(str(cells[7]), rest)])
+                    for key, cells in rows]
         fill(self.query_one("#events", DataTable), rows)
         self._detail()
         live = "live: newest first" if len(self.pages) == 1 else "older events (PgUp: newer)"
