@@ -220,6 +220,23 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]
                 break
 
 
+def pick_cells(cells: Sequence[str | Text], picks: Sequence[tuple[int, int]]) -> list[str | Text]:
+    """The cells at the `picks` (index, width) in that order, each cut to its width with an
+    ellipsis (width 0: whole): a narrow terminal's column set from a wide row."""
+    out: list[str | Text] = []
+    for index, width in picks:
+        cell = cells[index]
+        if width and len(cell) > width:
+            if isinstance(cell, Text):
+                cut = cell[: width - 1]
+                cut.append("…")
+                cell = cut
+            else:
+                cell = cell[: width - 1] + "…"
+        out.append(cell)
+    return out
+
+
 def forget_rows(table: DataTable[Any]) -> None:
     """The table was cleared: the next fill must add every row again."""
     _SHOWN.pop(table, None)

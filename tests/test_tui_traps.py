@@ -174,7 +174,8 @@ async def test_help_names_keys_as_people_do_and_covers_every_screen(story: Story
         grid = app.screen.query_one(DataTable)
         rows = [tuple(str(c) for c in grid.get_row_at(i)) for i in range(grid.row_count)]
         assert rows[0][0] == "Review"  # the open screen first
-        assert ("everywhere", "?", "Help") in rows and ("everywhere", "^q", "Quit") in rows
+        assert ("everywhere", "f1, ?", "Help") in rows and ("everywhere", "^q", "Quit") in rows
+        assert ("everywhere", "q", "Quit") in rows
         wheres = {r[0] for r in rows}
         assert {"Beliefs", "Review", "Holds", "Retention", "Integrity", "Blast radius",
                 "Fact detail", "everywhere"} <= wheres

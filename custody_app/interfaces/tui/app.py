@@ -267,7 +267,8 @@ class CustodyApp(App[None]):
                 if isinstance(b, Binding) and b.description:
                     keys = ", ".join(self.get_key_display(Binding(k.strip(), b.action))
                                      for k in b.key.split(","))
-                    rows.append((where, b.key_display or keys, b.description))
+                    shown = keys if "," in b.key else (b.key_display or keys)  # F1 and ?
+                    rows.append((where, shown, b.description))
         return rows
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
