@@ -78,6 +78,13 @@ async def test_review_at_80x24_shows_what_a_claim_is_judged_by(story: Story) -> 
 
 
 async def test_beliefs_at_80x24_shows_subject_predicate_value_and_status(story: Story) -> None:
+    from custody_app.domain.timeutil import ManualClock
+    from tests.tuikit import CAUSE, FROZEN
+
+    with Ledger.open(story.path, clock=ManualClock(FROZEN)) as led:  # long names and values
+        led.assert_fact("order:ORD-77812-EU-WEST", "max_refund_without_approval_eur",
+                        {"amount_eur": 245, "invoice": "INV-2026-0099", "note": "x" * 80},
+                        actor="agent:support-bot", cause=CAUSE, provenance="attested")
     app = app_on(story.path)
     async with app.run_test(size=SMALL) as pilot:
         await idle(pilot)
