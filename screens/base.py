@@ -209,7 +209,7 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]
     if _SHOWN.get(table) == wanted:
         return
     _SHOWN[table] = wanted
-    keep = cursor_key(table)
+    keep, at = cursor_key(table), table.cursor_row
     table.clear()
     for key, cells in rows:
         table.add_row(*cells, key=key)
@@ -218,6 +218,11 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]
             if key == keep:
                 table.move_cursor(row=index, animate=False)
                 break
+        else:
+            # The row is gone (approved, rejected, expired): the cursor stays where it was,
+            # on the row that took its place, as a reviewer working down a list expects.
+            if rows and at > 0:
+                table.move_cursor(row=min(at, len(rows) - 1), animate=False)
 
 
 def pick_cells(cells: Sequence[str | Text], picks: Sequence[tuple[int, int]]) -> list[str | Text]:

@@ -21,7 +21,7 @@ def queue_cells(page: ReviewPage, marked: set[str], labels: Labels,
     rows: list[tuple[str, list[str | Text], str]] = [
         (RETRACTION + r.fact.fact_id,
          _retraction_cells(r, RETRACTION + r.fact.fact_id in marked, labels),
-         "retraction pending") for r in page.retractions]
+         "retraction") for r in page.retractions]
     rows += [(i.fact.fact_id, _cells(i, i.fact.fact_id in marked, labels), why_waiting(i))
              for i in page.items]
     if narrow is None:
