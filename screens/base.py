@@ -242,6 +242,40 @@ def pick_cells(cells: Sequence[str | Text], picks: Sequence[tuple[int, int]]) ->
     return out
 
 
+# Below this many columns a table shows its narrow column set (what a reader needs first).
+NARROW = 120
+
+
+class ColumnSets:
+    """A table's wide columns and, below NARROW columns, the picked ones (pick_cells) in the
+    order a reader needs them; the set follows the terminal's width as it is resized."""
+
+    def __init__(self, screen: Screen[Any], table: DataTable[Any], wide: Sequence[str],
+                 picks: Sequence[tuple[int, int]]) -> None:
+        self.screen, self.table, self.wide, self.picks = screen, table, tuple(wide), tuple(picks)
+        self.narrow = screen.app.size.width < NARROW
+        self.rows: list[tuple[str, list[str | Text]]] = []
+        table.add_columns(*self.columns())
+
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.wide[i] for i, _ in self.picks) if self.narrow else self.wide
+
+    def fill(self, rows: Sequence[tuple[str, Sequence[str | Text]]]) -> None:
+        """Fill the table from wide rows (kept, to refill after a resize)."""
+        self.rows = [(key, list(cells)) for key, cells in rows]
+        fill(self.table, [(key, pick_cells(cells, self.picks)) for key, cells in self.rows]
+             if self.narrow else self.rows)
+
+    def resized(self) -> None:
+        narrow = self.screen.app.size.width < NARROW
+        if narrow != self.narrow:
+            self.narrow = narrow
+            self.table.clear(columns=True)
+            forget_rows(self.table)
+            self.table.add_columns(*self.columns())
+            self.fill(self.rows)
+
+
 def forget_rows(table: DataTable[Any]) -> None:
     """The table was cleared: the next fill must add every row again."""
     _SHOWN.pop(table, None)

@@ -271,3 +271,47 @@ async def test_blast_dims_the_keys_that_cannot_apply(story: Story) -> None:
         await idle(pilot)
         states = key_states(app)
         assert states["Export pack"] == "on" and states["Expand all"] == "on"
+
+
+async def test_a_hostile_value_cut_to_a_narrow_cell_stays_inert(tmp_path: Path) -> None:
+    """A claim's value built to drive the terminal or the markup, cut to the narrow column:
+    what shows is its escaped text (cutting never makes a tag or an escape sequence)."""
+    from custody_app.domain.timeutil import ManualClock
+    from tests.tuikit import CAUSE, FROZEN
+
+    story = build_story(tmp_path / "t.db")
+    hostile = "[link=https://evil.example]ok[/link]\x1b[2J\u202e[b]x[/b]\x07" * 3
+    with Ledger.open(story.path, clock=ManualClock(FROZEN)) as led:
+        fact = led.assert_fact("acct:666", "note", hostile, actor="agent:evil", cause=CAUSE,
+                               provenance="claimed").fact_id
+    app = app_on(story.path)
+    async with app.run_test(size=SMALL) as pilot:
+        await open_screen(pilot, "2")
+        table = app.screen.query_one("#queue", DataTable)
+        from rich.text import Text
+        from textual.widgets._data_table import default_cell_formatter
+
+        value = table.get_row(fact)[3]
+        shown = default_cell_formatter(value)  # as the table renders the cell
+        assert isinstance(shown, Text)
+        assert shown.plain.endswith("…") and len(shown.plain) <= 14, shown.plain
+        assert shown.plain.startswith("[link=https:")  # the tag shown as text...
+        assert not any("link" in str(span.style) for span in shown.spans)  # ...never a link
+        for raw in ("\x1b", "\u202e", "\x07"):
+            assert raw not in shown.plain
+        assert fits(table)
+
+
+@pytest.mark.parametrize(("key", "table_id", "first"), [
+    ("3", "#holds", ["subject", "predicate", "value", "status", "held by"]),
+    ("7", "#actions", ["seq", "tool", "ref", "outcome", "actor"])])
+async def test_holds_and_actions_lead_with_what_a_reader_needs_at_80x24(
+        story: Story, key: str, table_id: str, first: list[str]) -> None:
+    app = app_on(story.path)
+    async with app.run_test(size=SMALL) as pilot:
+        await open_screen(pilot, key)
+        table = app.screen.query_one(table_id, DataTable)
+        assert labels(table)[:len(first)] == first
+        await pilot.resize_terminal(160, 48)
+        await idle(pilot)
+        assert labels(table)[0] in ("fact", "seq") and labels(table)[1] in ("subject", "time")
