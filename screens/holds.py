@@ -75,6 +75,7 @@ class HoldsScreen(LedgerScreen):
         if message.what != "holds":
             return
         self.page = page = message.data
+        self.call_after_refresh(self.refresh_bindings)  # release follows the rows
         self.sets.fill([
             (i.fact.fact_id, [i.fact.fact_id, i.fact.subject, i.fact.predicate,
                               "(erased)" if i.fact.erased else short(i.fact.value, 30),
@@ -101,6 +102,12 @@ class HoldsScreen(LedgerScreen):
     def _typed(self, event: Input.Submitted) -> None:
         if event.value.strip():
             self._ask("hold", event.value.strip())
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # "Release" is dimmed while no held fact is listed.
+        if action == "release":
+            return True if self.query_one("#holds", DataTable).row_count else None
+        return True
 
     def action_release(self) -> None:
         key = cursor_key(self.query_one("#holds", DataTable))

@@ -165,8 +165,15 @@ class RetentionScreen(LedgerScreen):
 
         self.run_read("preview", read)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # "Run sweep" is dimmed until a preview found something to expire.
+        if action == "sweep":
+            return True if self.preview is not None and self.preview[0].expired else None
+        return True
+
     def _show_preview(self, data: tuple[SweepResult, list[FactRef], list[FactRef]]) -> None:
         self.preview = data
+        self.refresh_bindings()
         result, expire, held = data
         rows = [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status,
                              _why(f.fact_id, result.reasons.get(f.fact_id)), "expire"])
@@ -242,6 +249,7 @@ class RetentionScreen(LedgerScreen):
         show(self.query_one("#certificate", Static), "\n".join(lines))
         self.notify(f"sweep expired {expired} fact(s)", title="Sweep")
         self.preview = None
+        self.refresh_bindings()
         show(self.query_one("#summary", Static), "p: preview what a sweep would expire")
         fill(self.query_one("#preview", DataTable), [])
         self.reload()

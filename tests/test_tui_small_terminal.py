@@ -315,3 +315,24 @@ async def test_holds_and_actions_lead_with_what_a_reader_needs_at_80x24(
         await pilot.resize_terminal(160, 48)
         await idle(pilot)
         assert labels(table)[0] in ("fact", "seq") and labels(table)[1] in ("subject", "time")
+
+
+async def test_run_sweep_and_release_are_dimmed_until_they_can_apply(story: Story) -> None:
+    app = app_on(story.path)
+    async with app.run_test(size=SMALL) as pilot:
+        await open_screen(pilot, "4")
+        assert key_states(app)["Run sweep"] == "off"  # nothing previewed yet
+        await pilot.press("c", *"2026-03-02T10:30:00Z", "enter")
+        await idle(pilot)
+        await pilot.press("p")
+        await idle(pilot)
+        assert key_states(app)["Run sweep"] == "on"
+        await open_screen(pilot, "3")
+        assert key_states(app)["Release"] == "on"  # the story's hold is listed
+    empty = build_story(story.path.parent / "other.db")
+    with Ledger.open(empty.path) as led:
+        led.release(empty["name"], actor="user:counsel", reason="case closed")
+    app = app_on(empty.path)
+    async with app.run_test(size=SMALL) as pilot:
+        await open_screen(pilot, "3")
+        assert key_states(app)["Release"] == "off"
