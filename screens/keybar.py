@@ -51,7 +51,7 @@ class KeyBar(Static):
         app_keys = [b for b in self.app.BINDINGS if isinstance(b, Binding)]
         screens = [b for b in app_keys if parse(b.action)[1] == "show"]
         for b in app_keys:
-            if parse(b.action)[1] in ("help", "quit") and b.show:
+            if parse(b.action)[1] in ("help", "quit", "quit_app") and b.show:
                 self._key(text, b.key_display or self.app.get_key_display(b),
                           b.description.lower(), True)
                 if parse(b.action)[1] == "help":

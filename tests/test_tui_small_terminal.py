@@ -336,3 +336,17 @@ async def test_run_sweep_and_release_are_dimmed_until_they_can_apply(story: Stor
     async with app.run_test(size=SMALL) as pilot:
         await open_screen(pilot, "3")
         assert key_states(app)["Release"] == "off"
+
+
+async def test_q_in_a_dialog_does_not_quit(story: Story) -> None:
+    app = app_on(story.path)
+    async with app.run_test(size=SMALL) as pilot:
+        await idle(pilot)
+        app.push_screen(FactScreen(app.access, story["region"]))
+        await idle(pilot)
+        await pilot.press("f")  # the forget confirmation: its focus is on Cancel
+        await idle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("q")
+        await pilot.pause()
+        assert app.is_running and isinstance(app.screen, ConfirmDialog)

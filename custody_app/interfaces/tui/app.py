@@ -93,7 +93,7 @@ class CustodyApp(App[None]):
         Binding("f1,question_mark", "help", "Help", key_display="F1"),
         # q quits as in lazygit and most terminal tools (not while typing in a box: a box
         # takes its letters first); ctrl+q quits from anywhere.
-        Binding("q", "quit", "Quit"),
+        Binding("q", "quit_app", "Quit"),
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
     ]
 
@@ -238,6 +238,17 @@ class CustodyApp(App[None]):
                     title="Policy refused", severity="error", timeout=10)
 
     # ---- actions -----------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # q does not quit from inside a dialog (a q pressed there meant something else);
+        # ctrl+q still does.
+        if action == "quit_app" and isinstance(self.screen, ModalScreen):
+            return None
+        return True
+
+    async def action_quit_app(self) -> None:
+        if not isinstance(self.screen, ModalScreen):
+            await self.action_quit()
+
     def action_show(self, name: str) -> None:
         """Open a screen's list: the screen itself, never the fact last opened over it (a
         fact or blast screen pushed in that mode is closed)."""
