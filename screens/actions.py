@@ -18,12 +18,12 @@ from custody_app.files.output import write_output
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import (
     PAGE_KEYS,
+    ColumnSets,
     LedgerScreen,
     Loaded,
     Table,
     box_key,
     cursor_key,
-    fill,
     focus_now,
     short,
     show,
@@ -72,7 +72,11 @@ class ActionsScreen(LedgerScreen):
         yield Input(placeholder="filter: tool=T actor=A session=S subject=X since=ISO until=ISO "
                     "(enter)", id="query")
         table: DataTable[Any] = Table(id="actions", cursor_type="row", zebra_stripes=True)
-        table.add_columns("seq", "time", "tool", "ref", "outcome", "actor", "session", "receipt")
+        # At 80 columns: what was done, to what, with what outcome, by whom; the rest after.
+        self.sets = ColumnSets(self, table, ("seq", "time", "tool", "ref", "outcome", "actor",
+                                             "session", "receipt"),
+                               ((0, 5), (2, 16), (3, 12), (4, 16), (5, 14), (1, 0), (6, 0),
+                                (7, 0)))
         yield table
         yield Static(id="pager")
         yield Static(id="answers")
@@ -80,6 +84,9 @@ class ActionsScreen(LedgerScreen):
 
     def on_mount(self) -> None:
         focus_now(self.query_one("#actions", DataTable))
+
+    def on_resize(self) -> None:
+        self.sets.resized()
 
     def reload(self) -> None:
         self.load(dict(self.filters), self.pages[-1])
@@ -92,7 +99,7 @@ class ActionsScreen(LedgerScreen):
     def on_loaded(self, message: Loaded) -> None:
         if message.what == "actions":
             self.page = page = message.data
-            fill(self.query_one("#actions", DataTable), [
+            self.sets.fill([
                 (f"seq:{a.seq}", [str(a.seq), a.tx_at[:19], a.tool, short(a.ref, 24),
                                   short(a.outcome, 30), a.actor, short(a.session, 24),
                                   a.receipt_id or ""]) for a in page.actions])

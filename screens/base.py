@@ -36,11 +36,13 @@ class Loaded(Message):
 class Failed(Message):
     """A worker's operation was refused (or failed): the error's code and words."""
 
-    def __init__(self, code: str, message: str, title: str = "Refused") -> None:
+    def __init__(self, code: str, message: str, title: str = "Refused",
+                 what: str | None = None) -> None:
         super().__init__()
         self.code = code
         self.message = message
         self.title = title
+        self.what = what  # the read that failed (None: a write)
 
 
 class Succeeded(Message):
@@ -129,7 +131,11 @@ class LedgerScreen(Screen[None]):
             with self.access.open(readonly=True) as ledger:
                 data = read(ledger)
         except (LedgerError, PolicyError) as exc:
-            self.post_message(Failed(exc.code, exc.message, "Cannot read"))
+            self.post_message(Failed(exc.code, exc.message, "Cannot read", what=what))
+            return
+        except Exception as exc:  # noqa: BLE001 - a defect must be said, never a blank screen
+            self.post_message(Failed("internal_error", f"reading {what} failed: "
+                                     f"{type(exc).__name__}: {exc}", "Cannot read", what=what))
             return
         if not get_current_worker().is_cancelled:
             # Every stored string a screen shows is escaped here, once: nothing an agent wrote
@@ -203,7 +209,7 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]
     if _SHOWN.get(table) == wanted:
         return
     _SHOWN[table] = wanted
-    keep = cursor_key(table)
+    keep, at = cursor_key(table), table.cursor_row
     table.clear()
     for key, cells in rows:
         table.add_row(*cells, key=key)
@@ -212,6 +218,62 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]
             if key == keep:
                 table.move_cursor(row=index, animate=False)
                 break
+        else:
+            # The row is gone (approved, rejected, expired): the cursor stays where it was,
+            # on the row that took its place, as a reviewer working down a list expects.
+            if rows and at > 0:
+                table.move_cursor(row=min(at, len(rows) - 1), animate=False)
+
+
+def pick_cells(cells: Sequence[str | Text], picks: Sequence[tuple[int, int]]) -> list[str | Text]:
+    """The cells at the `picks` (index, width) in that order, each cut to its width with an
+    ellipsis (width 0: whole): a narrow terminal's column set from a wide row."""
+    out: list[str | Text] = []
+    for index, width in picks:
+        cell = cells[index]
+        if width and len(cell) > width:
+            if isinstance(cell, Text):
+                cut = cell[: width - 1]
+                cut.append("…")
+                cell = cut
+            else:
+                cell = cell[: width - 1] + "…"
+        out.append(cell)
+    return out
+
+
+# Below this many columns a table shows its narrow column set (what a reader needs first).
+NARROW = 120
+
+
+class ColumnSets:
+    """A table's wide columns and, below NARROW columns, the picked ones (pick_cells) in the
+    order a reader needs them; the set follows the terminal's width as it is resized."""
+
+    def __init__(self, screen: Screen[Any], table: DataTable[Any], wide: Sequence[str],
+                 picks: Sequence[tuple[int, int]]) -> None:
+        self.screen, self.table, self.wide, self.picks = screen, table, tuple(wide), tuple(picks)
+        self.narrow = screen.app.size.width < NARROW
+        self.rows: list[tuple[str, list[str | Text]]] = []
+        table.add_columns(*self.columns())
+
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.wide[i] for i, _ in self.picks) if self.narrow else self.wide
+
+    def fill(self, rows: Sequence[tuple[str, Sequence[str | Text]]]) -> None:
+        """Fill the table from wide rows (kept, to refill after a resize)."""
+        self.rows = [(key, list(cells)) for key, cells in rows]
+        fill(self.table, [(key, pick_cells(cells, self.picks)) for key, cells in self.rows]
+             if self.narrow else self.rows)
+
+    def resized(self) -> None:
+        narrow = self.screen.app.size.width < NARROW
+        if narrow != self.narrow:
+            self.narrow = narrow
+            self.table.clear(columns=True)
+            forget_rows(self.table)
+            self.table.add_columns(*self.columns())
+            self.fill(self.rows)
 
 
 def forget_rows(table: DataTable[Any]) -> None:

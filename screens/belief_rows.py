@@ -40,3 +40,36 @@ def belief_cells(v: BeliefView, labels: Labels, contested: bool = False,
     if not style:
         return cells  # the other cells plain: styled Text costs more to lay out
     return styled(cells, style)
+
+
+# At a narrow width (below 120 columns) the table keeps what a reader judges a belief by, each
+# cut to a share of the width: Δ, subject, predicate, value, status, provenance. At 80 columns
+# they fit without scrolling; the fact id and the rest are one enter away.
+# (cell index, width at 80 columns, share of each column beyond 80). At 80: 79 columns inside
+# the scrollbar, 2 of padding per cell, Δ 1, status 11 ("quarantined"), provenance 8.
+NARROW_SHARES = ((0, 1, 0.0), (2, 14, 0.3), (3, 16, 0.3), (4, 17, 0.4), (6, 11, 0.0),
+                 (8, 8, 0.0))
+
+
+def narrow_cells(cells: list[str | Text], width: int) -> list[str | Text]:
+    """The narrow columns of a row at a terminal `width`: fixed ones (Δ, status, provenance)
+    at their width, the others sharing what is left; a status with a mark keeps its word."""
+    out: list[str | Text] = []
+    spare = max(0, width - 80)
+    for index, least, share in NARROW_SHARES:
+        cell = cells[index]
+        limit = least + int(spare * share) if share else 0
+        if index == 6 and isinstance(cell, Text) and "contradiction" in cell.plain:
+            cell = cell[: len(cell.plain) - len(" ⚠contradiction")] + Text("⚠")
+        out.append(_cut(cell, limit) if limit else cell)
+    return out
+
+
+def _cut(cell: str | Text, limit: int) -> str | Text:
+    if len(cell) <= limit:
+        return cell
+    if isinstance(cell, Text):
+        cut = cell[: limit - 1]
+        cut.append("…")
+        return cut
+    return cell[: limit - 1] + "…"

@@ -29,7 +29,7 @@ from screens.base import (
     show,
     turn_page,
 )
-from screens.belief_rows import belief_cells, contested_of
+from screens.belief_rows import belief_cells, contested_of, narrow_cells
 from screens.keybar import KeyBar
 
 PAGE = 50
@@ -38,7 +38,7 @@ FILTER_PAUSE_S = 0.3
 # Below this many columns the table shows the columns a reader needs first (the fact id and
 # the rest are on the fact screen, one enter away).
 NARROW = 120
-PRIORITY = (0, 2, 3, 4, 6, 8)  # Δ, subject, predicate, value, status, prov
+PRIORITY = (0, 2, 3, 4, 6, 8)  # Δ, subject, predicate, value, status, prov (belief_rows)
 COLUMNS = ("Δ", "fact", "subject", "predicate", "value", "space", "status", "now", "prov",
            "valid from", "valid to", "actor", "salience")
 
@@ -53,11 +53,12 @@ class BeliefsScreen(LedgerScreen):
         box_key("g", "#jump", "Go to instant"),
         Binding("n", "now", "Now"),
         Binding("d", "diff", "Diff vs now"),
-        Binding("q", "show_status('quarantined')", "±quarantined"),
+        # c: claims (quarantined); q is the app's quit everywhere.
+        Binding("c", "show_status('quarantined')", "±quarantined"),
         Binding("r", "show_status('retracted')", "±retracted"),
         Binding("s", "show_status('superseded')", "±superseded"),
         Binding("f", "show_status('forgotten')", "±forgotten"),
-        box_key("slash", "#space", "Filter", key_display="/"),
+        box_key("slash", "#subject", "Subject", key_display="/"),
         *PAGE_KEYS,
         Binding("enter", "open_fact", "Why", show=False),
     ]
@@ -130,15 +131,15 @@ class BeliefsScreen(LedgerScreen):
             return
         contested = contested_of(self.page.facts, self.access.policy.policy.cardinality)
         labels = self.labels()
-        rows = [(v.fact_id, belief_cells(v, labels, v.fact_id in contested,
-                                   width=60 if self.narrow else 40)) for v in self.page.facts]
+        rows = [(v.fact_id, belief_cells(v, labels, v.fact_id in contested, width=40))
+                for v in self.page.facts]
         if self.narrow:
-            rows = [(key, [cells[i] for i in PRIORITY]) for key, cells in rows]
+            rows = [(key, narrow_cells(cells, self.app.size.width)) for key, cells in rows]
         fill(self.query_one("#facts", DataTable), rows)
 
     def on_resize(self) -> None:
         narrow = self.app.size.width < NARROW
-        if narrow != getattr(self, "narrow", narrow):
+        if narrow != getattr(self, "narrow", narrow) or narrow:
             self.narrow = narrow
             table = self.query_one("#facts", DataTable)
             table.clear(columns=True)

@@ -78,6 +78,7 @@ class BlastScreen(LedgerScreen):
         if self.result == result:
             return  # a reload with nothing new keeps the tree as the user unfolded it
         self.result = result
+        self.refresh_bindings()  # export and expand apply now
         self._show(result)
 
     def _show(self, r: BlastResult) -> None:
@@ -150,12 +151,24 @@ class BlastScreen(LedgerScreen):
         show(self.query_one("#detail", Static),
              label.copy() if isinstance(label, Text) else Text(str(label)))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Shown dimmed (and doing nothing) where they cannot apply: no fact traced yet, or
+        # "back" on the Blast screen opened from the number key (nothing under it).
+        if action in ("export", "expand"):
+            return True if self.fact_id is not None and self.result is not None else None
+        if action == "back":
+            return True if self._can_go_back() else None
+        return True
+
+    def _can_go_back(self) -> bool:
+        stack = self.app.screen_stack
+        return len(stack) > 1 and stack[0] is not self
+
     def action_expand(self) -> None:
         self.query_one("#tree", Tree).root.expand_all()
 
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 1 and self.app.screen is self and \
-                self.app.screen_stack[0] is not self:
+        if self.app.screen is self and self._can_go_back():
             self.app.pop_screen()
 
     def action_export(self) -> None:

@@ -42,14 +42,21 @@ class ConfirmDialog(ModalScreen[str | None]):
                 yield Label(self.warning, id="warning")
             if self.reason_codes and not self.blocked:
                 yield Select([(c, c) for c in REASON_CODES], value=self.default_code,
-                             allow_blank=False, id="code")
+                             allow_blank=False, id="code", compact=True)
             with Horizontal(id="buttons"):
                 yield Button(f"{self.verb} (y)" if not self.blocked else f"{self.verb}: blocked",
-                             variant="error", id="ok", disabled=self.blocked)
-                yield Button("Cancel (esc)", id="cancel")
+                             variant="error", id="ok", disabled=self.blocked, compact=True)
+                yield Button("Cancel (esc)", id="cancel", compact=True)
 
     def on_mount(self) -> None:
         focus_now(self.query_one("#cancel", Button))
+        self.on_resize()
+
+    def on_resize(self) -> None:
+        """The list scrolls within what the terminal leaves: the title, warning, reason and
+        buttons (and the borders) always show, at 80x24 too."""
+        rest = 11 + (2 if self.warning else 0)
+        self.query_one("#items").styles.max_height = max(3, min(16, self.app.size.height - rest))
 
     @on(Button.Pressed, "#ok")
     def action_confirm(self) -> None:

@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Header, Static
 
-from custody_app.domain.escaping import json_text
+from custody_app.domain.escaping import MultilineText, json_text
 from custody_app.domain.readmodels import FactRef, HistoryResult, WhyResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens.base import LedgerScreen, Loaded, Table, fill, short, show
@@ -48,6 +48,7 @@ class FactScreen(LedgerScreen):
         self.fact_id = fact_id
         self.why: WhyResult | None = None
         self.show_policy = False
+        self.policy_lines = ""  # the policy file, escaped line by line
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -75,7 +76,9 @@ class FactScreen(LedgerScreen):
             # The whole value as JSON lines, made here so the escape applies to each once (a
             # line break between them is layout, not stored text).
             whole = None if why.fact.erased else json_text(why.fact.value, indent=2).split("\n")
-            return why, ledger.history(self.fact_id), whole
+            # The policy file keeps its lines (`o`); everything else in it is escaped.
+            policy = MultilineText(why.policy.source or why.policy.canonical or "")
+            return why, ledger.history(self.fact_id), whole, policy
 
         self.run_read("fact", read)
 
@@ -86,7 +89,7 @@ class FactScreen(LedgerScreen):
         if message.what == "pack":
             self.notify(f"evidence pack written to {message.data}", title="Evidence pack")
             return
-        why, history, lines = message.data
+        why, history, lines, self.policy_lines = message.data
         whole = None if lines is None else "\n".join(lines)
         self.why = why
         self.refresh_bindings()  # approve / reject depend on the fact's status
@@ -108,7 +111,7 @@ class FactScreen(LedgerScreen):
         text = f"[b]Policy in force when written[/b]: {p.hash}"
         text += f"  ({Path(p.path).name})" if p.path else ""
         if self.show_policy:
-            text += "\n" + (p.source or p.canonical)
+            text += "\n" + self.policy_lines
         else:
             text += "  · o: show its text"
         show(self.query_one("#policy", Static), text)

@@ -17,7 +17,7 @@ class HelpScreen(ModalScreen[None]):
     """Lists (where, key, what) for each binding; any of escape, ? or q closes it."""
 
     CSS_PATH = "help.tcss"
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,f1,question_mark,q", "dismiss", "Close")]
 
     def __init__(self, bindings: list[tuple[str, str, str]]) -> None:
         super().__init__()
@@ -25,7 +25,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label("Keys (ctrl+p opens the command palette with the same actions)",
+            yield Label("Keys · ctrl+p: the command palette (the same actions) · esc: close",
                         id="title")
             table: DataTable[Any] = Table(id="keys", cursor_type="row")
             table.add_columns("where", "key", "does")

@@ -13,11 +13,11 @@ from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import HoldPage
 from screens.base import (
     PAGE_KEYS,
+    ColumnSets,
     LedgerScreen,
     Loaded,
     Table,
     cursor_key,
-    fill,
     focus_now,
     short,
     show,
@@ -49,14 +49,20 @@ class HoldsScreen(LedgerScreen):
         yield Header()
         yield Input(placeholder="fact id to place on hold, then enter (or h)", id="fact")
         table: DataTable[Any] = Table(id="holds", cursor_type="row", zebra_stripes=True)
-        table.add_columns("fact", "subject", "predicate", "value", "status", "held by",
-                          "since", "reason")
+        # At 80 columns: subject, predicate, value, status, who held it and why; the rest after.
+        self.sets = ColumnSets(self, table, ("fact", "subject", "predicate", "value", "status",
+                                             "held by", "since", "reason"),
+                               ((1, 14), (2, 14), (3, 12), (4, 9), (5, 12), (7, 0), (6, 0),
+                                (0, 0)))
         yield table
         yield Static(id="pager")
         yield KeyBar()
 
     def on_mount(self) -> None:
         focus_now(self.query_one("#holds", DataTable))
+
+    def on_resize(self) -> None:
+        self.sets.resized()
 
     def reload(self) -> None:
         self.load(self.pages[-1])
@@ -69,7 +75,8 @@ class HoldsScreen(LedgerScreen):
         if message.what != "holds":
             return
         self.page = page = message.data
-        fill(self.query_one("#holds", DataTable), [
+        self.call_after_refresh(self.refresh_bindings)  # release follows the rows
+        self.sets.fill([
             (i.fact.fact_id, [i.fact.fact_id, i.fact.subject, i.fact.predicate,
                               "(erased)" if i.fact.erased else short(i.fact.value, 30),
                               i.fact.status, i.held_by or "", (i.held_at or "")[:19],
@@ -95,6 +102,12 @@ class HoldsScreen(LedgerScreen):
     def _typed(self, event: Input.Submitted) -> None:
         if event.value.strip():
             self._ask("hold", event.value.strip())
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # "Release" is dimmed while no held fact is listed.
+        if action == "release":
+            return True if self.query_one("#holds", DataTable).row_count else None
+        return True
 
     def action_release(self) -> None:
         key = cursor_key(self.query_one("#holds", DataTable))

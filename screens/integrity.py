@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Header, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.escaping import escaped
+from custody_app.domain.escaping import MultilineText, escaped
 from custody_app.domain.readmodels import RebuildResult, VerifyResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import LedgerStatus
@@ -144,7 +144,11 @@ class IntegrityScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="policy")
     def policy_text(self, policy_hash: str) -> None:
-        self.run_read("policy_text", lambda ledger: ledger.policy_text(policy_hash))
+        def read(ledger: Any) -> MultilineText | None:
+            text = ledger.policy_text(policy_hash)
+            return None if text is None else MultilineText(text)  # its lines kept
+
+        self.run_read("policy_text", read)
 
 
 def _status(s: LedgerStatus) -> str:

@@ -10,7 +10,6 @@ from typing import Any
 from rich.text import Text
 from textual.actions import parse
 from textual.binding import Binding
-from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -46,25 +45,40 @@ class KeyBar(Static):
             self.update(text)
 
     def keys_text(self) -> Text:
+        """Help, palette and quit first (a narrow terminal cuts the end of the bar, never
+        them), then the screen's keys, then `1-8 screens` for the app's screen keys."""
         text = Text()
-        owners: list[tuple[DOMNode, Any]] = [(self.screen, b) for b in self.screen.BINDINGS]
-        owners += [(self.app, b) for b in self.app.BINDINGS]
-        seen: set[str] = set()
-        for owner, b in owners:
+        app_keys = [b for b in self.app.BINDINGS if isinstance(b, Binding)]
+        screens = [b for b in app_keys if parse(b.action)[1] == "show"]
+        for b in app_keys:
+            if parse(b.action)[1] in ("help", "quit", "quit_app") and b.show:
+                self._key(text, b.key_display or self.app.get_key_display(b),
+                          b.description.lower(), True)
+                if parse(b.action)[1] == "help":
+                    self._key(text, "^p", "palette", True)
+        seen: set[str] = {b.key for b in app_keys}
+        for b in self.screen.BINDINGS:
             if not isinstance(b, Binding) or not b.show or not b.description or b.key in seen:
                 continue
             seen.add(b.key)
             _, name, params = parse(b.action)
-            state = owner.check_action(name, params)
+            state = self.screen.check_action(name, params)
             if state is False:
                 continue  # hidden, as Textual's own footer does
-            key = b.key_display or self.app.get_key_display(b)
-            if state is None:
-                text.append(f" {key} ", style="dim")
-                text.append(f" {b.description}  ", style="dim strike")
-            else:
-                text.append(f" {key} ", style="bold reverse")
-                text.append(f" {b.description}  ")
-        text.append(" ^p ", style="bold reverse")
-        text.append(" palette")
+            self._key(text, b.key_display or self.app.get_key_display(b), b.description,
+                      state is not None)
+        if screens:
+            self._key(text, f"{screens[0].key}-{screens[-1].key}", "screens", True)
+        text.rstrip()
         return text
+
+    @staticmethod
+    def _key(text: Text, key: str, description: str, enabled: bool) -> None:
+        """A key cap and its description; a key that cannot apply now is dimmed and struck
+        through (there, but disabled)."""
+        if enabled:
+            text.append(f" {key} ", style="bold reverse")
+            text.append(f" {description}  ")
+        else:
+            text.append(f" {key} ", style="dim")
+            text.append(f" {description}  ", style="dim strike")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -31,16 +31,25 @@ class ReasonDialog(ModalScreen[str | None]):
         with Vertical(id="dialog"):
             yield Label(self.title_text, id="title")
             if self.details:
-                yield Static(self.details, id="details", markup=False)
+                with VerticalScroll(id="details-box"):
+                    yield Static(self.details, id="details", markup=False)
             yield Input(placeholder=self.placeholder + ("" if self.required else " (optional)"),
                         id="reason", max_length=500)
             yield Label("", id="problem")
             with Horizontal(id="buttons"):
-                yield Button("OK", variant="primary", id="ok")
-                yield Button("Cancel", id="cancel")
+                yield Button("OK (enter)", variant="primary", id="ok", compact=True)
+                yield Button("Cancel (esc)", id="cancel", compact=True)
 
     def on_mount(self) -> None:
         focus_now(self.query_one("#reason", Input))
+        self.on_resize()
+
+    def on_resize(self) -> None:
+        """Long details scroll within what the terminal leaves: the title, the reason box and
+        the buttons (and the borders) always show, at 80x24 too."""
+        if self.details:
+            self.query_one("#details-box").styles.max_height = max(
+                3, min(12, self.app.size.height - 13))
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#ok")

@@ -17,12 +17,29 @@ from custody_app.domain.readmodels import FactRef
 from custody_app.domain.timeutil import normalise
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens.base import Failed, LedgerScreen, Loaded, Table, box_key, fill, focus_now, show, turn_page
+from screens.base import (
+    Failed,
+    LedgerScreen,
+    Loaded,
+    Table,
+    box_key,
+    fill,
+    focus_now,
+    forget_rows,
+    pick_cells,
+    show,
+    turn_page,
+)
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 
 SHOWN = 500  # preview rows listed (the counts are always complete)
 PAGE = 20  # spaces per page
+PREVIEW_COLUMNS = ("fact", "subject", "predicate", "status", "why", "sweep")
+# Below this many columns the preview shows what a sweep is judged by, each cut to fit 80
+# columns (subject, predicate, status, why, what the sweep does), the fact id last.
+NARROW = 120
+NARROW_PICKS = ((1, 14), (2, 16), (3, 10), (4, 14), (5, 8), (0, 0))
 
 
 class SweepProgress(Message):
@@ -68,11 +85,28 @@ class RetentionScreen(LedgerScreen):
         yield spaces
         yield Static("p: preview what a sweep would expire", id="summary")
         table: DataTable[Any] = Table(id="preview", cursor_type="row", zebra_stripes=True)
-        table.add_columns("fact", "subject", "predicate", "status", "why", "sweep")
+        self.narrow = self.app.size.width < NARROW
+        table.add_columns(*self._columns())
         yield table
         yield ProgressBar(id="progress", show_eta=False)
         yield Static(id="certificate")
         yield KeyBar()
+
+    def _columns(self) -> tuple[str, ...]:
+        return tuple(PREVIEW_COLUMNS[i] for i, _ in NARROW_PICKS) if self.narrow \
+            else PREVIEW_COLUMNS
+
+    def on_resize(self) -> None:
+        """The preview's column set follows the terminal's width."""
+        narrow = self.app.size.width < NARROW
+        if narrow != self.narrow:
+            self.narrow = narrow
+            table = self.query_one("#preview", DataTable)
+            table.clear(columns=True)
+            forget_rows(table)
+            table.add_columns(*self._columns())
+            if self.preview is not None:
+                self._show_preview(self.preview)
 
     def on_mount(self) -> None:
         # No progress bar until a sweep runs: an idle bar animates as if work were going on.
@@ -131,8 +165,15 @@ class RetentionScreen(LedgerScreen):
 
         self.run_read("preview", read)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # "Run sweep" is dimmed until a preview found something to expire.
+        if action == "sweep":
+            return True if self.preview is not None and self.preview[0].expired else None
+        return True
+
     def _show_preview(self, data: tuple[SweepResult, list[FactRef], list[FactRef]]) -> None:
         self.preview = data
+        self.refresh_bindings()
         result, expire, held = data
         rows = [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status,
                              _why(f.fact_id, result.reasons.get(f.fact_id)), "expire"])
@@ -140,6 +181,8 @@ class RetentionScreen(LedgerScreen):
         rows += [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status,
                               "on legal hold: skipped with the whole cascade it is in",
                               "skipped: on hold"]) for f in held]
+        if self.narrow:
+            rows = [(key, pick_cells(cells, NARROW_PICKS)) for key, cells in rows]
         fill(self.query_one("#preview", DataTable), rows)
         cutoffs = ", ".join(f"{k} < {v[:19]}" for k, v in result.cutoffs.items()) or "none"
         note = f" · {result.note}" if result.note else ""
@@ -206,6 +249,7 @@ class RetentionScreen(LedgerScreen):
         show(self.query_one("#certificate", Static), "\n".join(lines))
         self.notify(f"sweep expired {expired} fact(s)", title="Sweep")
         self.preview = None
+        self.refresh_bindings()
         show(self.query_one("#summary", Static), "p: preview what a sweep would expire")
         fill(self.query_one("#preview", DataTable), [])
         self.reload()

@@ -27,15 +27,20 @@ from screens.base import (
     cursor_key,
     fill,
     focus_now,
+    forget_rows,
     show,
     turn_page,
 )
 from screens.beliefs import FILTER_PAUSE_S
 from screens.keybar import KeyBar
 from screens.reason import ReasonDialog
-from screens.review_rows import RETRACTION, details, queue_cells
+from screens.review_rows import NARROW_COLUMNS, RETRACTION, details, queue_cells
 
 PAGE = 50
+# Below this many columns the queue shows what a reviewer judges a claim by (review_rows).
+NARROW = 120
+COLUMNS = ("✓", "fact", "learned", "writer", "cause", "subject", "predicate", "value", "state",
+           "would supersede", "marks")
 # Claims read per query when marking across the whole queue (all, same writer, same cause).
 MARK_CHUNK = 500
 
@@ -77,8 +82,8 @@ class ReviewScreen(LedgerScreen):
         yield Static(id="who")
         yield Input(placeholder="/ filter: writer, subject, predicate or cause", id="filter")
         table: DataTable[Any] = Table(id="queue", cursor_type="row", zebra_stripes=True)
-        table.add_columns("✓", "fact", "learned", "writer", "cause", "subject", "predicate",
-                          "value", "state", "would supersede", "marks")
+        self.narrow = self.app.size.width < NARROW
+        table.add_columns(*self._columns())
         yield table
         yield Static(id="pager")
         yield KeyBar()
@@ -86,16 +91,38 @@ class ReviewScreen(LedgerScreen):
     def on_mount(self) -> None:
         focus_now(self.query_one("#queue", DataTable))
 
+    def _columns(self) -> tuple[str, ...]:
+        return NARROW_COLUMNS if self.narrow else COLUMNS
+
+    def on_resize(self) -> None:
+        """Narrow and wide column sets follow the terminal's width (and the narrow cells'
+        widths follow it too)."""
+        narrow = self.app.size.width < NARROW
+        if narrow != self.narrow:
+            self.narrow = narrow
+            table = self.query_one("#queue", DataTable)
+            table.clear(columns=True)
+            forget_rows(table)
+            table.add_columns(*self._columns())
+        self._show_rows()
+
     def reload(self) -> None:
         self.load(self.pages[-1])
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="read")
     def load(self, after: int) -> None:
         match, generation = self.match, self.generation
-        self.run_read("queue", lambda ledger: (
-            ledger.review_queue(after_seq=after, limit=PAGE, match=match),
-            ledger.status().counts.get("quarantined", 0),
-            ledger.review_matching(match) if match else None, generation))
+        def read(ledger: Any) -> Any:
+            # Waiting: the claims and the pending retractions (approve and reject act on both).
+            retractions = ledger.review_queue(after_seq=0, limit=1, match=match).retractions
+            total = (ledger.status().counts.get("quarantined", 0),
+                     len(ledger.pending_retractions()))
+            matching = ledger.review_matching(match) if match else None
+            return (ledger.review_queue(after_seq=after, limit=PAGE, match=match), total,
+                    None if matching is None else matching + [
+                        RETRACTION + r.fact.fact_id for r in retractions], generation)
+
+        self.run_read("queue", read)
 
     def on_loaded(self, message: Loaded) -> None:
         if message.what == "marks":
@@ -111,8 +138,8 @@ class ReviewScreen(LedgerScreen):
         self.in_filter = None if ids is None else set(ids)
         self._show_rows()
         show(self.query_one("#who", Static),
-             f"reviewing as [b]{self.access.reviewer}[/b] · space: mark · a: approve · "
-             "x: reject (the marked facts, or the one under the cursor) · /: filter")
+             f"reviewing as [b]{self.access.reviewer}[/b] · a/x: approve/reject the marked "
+             "rows, or the one under the cursor · enter: why")
 
     def _acting(self) -> set[str]:
         """The marks an approve or reject acts on: under a filter, only the rows it matches."""
@@ -124,22 +151,33 @@ class ReviewScreen(LedgerScreen):
     def _show_rows(self) -> None:
         if self.page is None:
             return
+        narrow = self.app.size.width if self.narrow else None
         fill(self.query_one("#queue", DataTable), queue_cells(self.page, self.marked,
-                                                              self.labels()))
+                                                              self.labels(), narrow))
         more = "PgDn: next page" if self.page.next_after is not None else "end of the queue"
         first = (len(self.pages) - 1) * PAGE
         rows = f"{first + 1}–{first + len(self.page.items)}" if self.page.items else "none"
-        total = self.total if self.total is not None else "?"
         acting = self._acting()
         outside = len(self.marked) - len(acting)
-        count = (f"{len(self.in_filter)} of {total} shown (filter "
+        count = (f"{len(self.in_filter)} shown of {self._waiting()} (filter "
                  f"{escaped(self.match, markup=True)})" if self.in_filter is not None
-                 else f"{total} waiting in all")
+                 else f"{self._waiting()}")
         hidden = f" (+{outside} outside the filter, not acted on)" if outside else ""
+        # The marks first: space marks and moves on, and this line is where that shows.
         show(self.query_one("#pager", Static),
-             f"{count} · page {len(self.pages)} (rows {rows}) · {len(acting)} marked{hidden} · "
-             f"{more} · m: mark page, shift+m: all, w: same writer, c: same cause, u: unmark")
+             f"[b]✓ {len(acting)} marked[/b]{hidden} · {count} · page {len(self.pages)} "
+             f"(claims {rows}) · {more}")
         self.refresh_bindings()  # approve, reject and the marks depend on what is shown
+
+    def _waiting(self) -> str:
+        """"123 waiting (121 claims, 2 retractions)": both wait for a reviewer."""
+        if self.total is None:
+            return "? waiting"
+        claims, retractions = self.total
+        if not retractions:
+            return f"{claims:,} waiting"
+        return (f"{claims + retractions:,} waiting ({claims:,} claim(s), {retractions:,} "
+                "retraction(s))")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Shown disabled (and doing nothing) when there is nothing for them to act on.
@@ -159,6 +197,9 @@ class ReviewScreen(LedgerScreen):
             return
         self.marked.symmetric_difference_update({key})
         self._show_rows()
+        what = "marked" if key in self.marked else "unmarked"
+        self.notify(f"{what} {key.removeprefix(RETRACTION)} · {len(self._acting())} marked",
+                    title="Mark", timeout=2)
         table = self.query_one("#queue", DataTable)
         if table.cursor_row < table.row_count - 1:
             table.move_cursor(row=table.cursor_row + 1)
@@ -248,7 +289,9 @@ class ReviewScreen(LedgerScreen):
             self.notify("nothing to review here", severity="warning")
             return
         verb = "Approve" if op == "confirm" else "Reject"
-        what = targets[0] if len(targets) == 1 else f"{len(targets)} marked facts"
+        what = targets[0] if len(targets) == 1 else f"{len(targets)} marked rows"
+        if len(targets) == 1 and what.startswith(RETRACTION):
+            what = f"the retraction of {what.removeprefix(RETRACTION)}"
 
         def done(reason: str | None) -> None:
             if reason is not None:
@@ -268,6 +311,9 @@ class ReviewScreen(LedgerScreen):
                         break
                     # A pending retraction's row: approve/reject act on the retraction.
                     retraction = fact_id.startswith(RETRACTION)
+                    # TODO(H2): once the API binds the review of a pending retraction to the
+                    # retraction's event (DESIGN 14), pass it here: the row's PendingRetraction
+                    # (self.page.retractions, its `seq`) is what the reviewer saw.
                     try:
                         getattr(ledger, op)(fact_id.removeprefix(RETRACTION),
                                             actor=self.access.reviewer, reason=reason,

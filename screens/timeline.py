@@ -11,16 +11,19 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Header, Static
 
+from custody_app.domain.escaping import escape_markup, escape_text
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import TimelineEvent, TimelinePage
 from screens.base import (
     PAGE_KEYS,
+    Failed,
     LedgerScreen,
     Loaded,
     Table,
     cursor_key,
     fill,
     focus_now,
+    forget_rows,
     short,
     show,
     turn_page,
@@ -33,7 +36,7 @@ COLUMNS = ("seq", "time", "kind", "actor", "subject", "predicate", "status", "su
 # Below this many columns the table keeps what a reader scans by (the time and actor of the
 # row under the cursor are in the line below the table).
 NARROW = 120
-PRIORITY = (0, 2, 4, 5, 6, 7)
+PRIORITY = (0, 2, 4, 5, 7)  # seq, kind, subject, predicate, summary
 
 
 class TimelineScreen(LedgerScreen):
@@ -55,7 +58,7 @@ class TimelineScreen(LedgerScreen):
         yield Header()
         table: DataTable[Any] = Table(id="events", cursor_type="row", zebra_stripes=True)
         self.narrow = self.app.size.width < NARROW
-        table.add_columns(*(COLUMNS[i] for i in PRIORITY) if self.narrow else COLUMNS)
+        table.add_columns(*self._columns())
         yield table
         yield Static(id="detail")
         yield Static(id="pager")
@@ -71,15 +74,57 @@ class TimelineScreen(LedgerScreen):
     def load(self, before: int | None) -> None:
         self.run_read("timeline", lambda ledger: ledger.timeline(before_seq=before, limit=PAGE))
 
+    def _columns(self) -> tuple[str, ...]:
+        return tuple(COLUMNS[i] for i in PRIORITY) if self.narrow else COLUMNS
+
+    def on_resize(self) -> None:
+        """The column set follows the terminal's width, not the width it was first drawn at."""
+        narrow = self.app.size.width < NARROW
+        if narrow != self.narrow or narrow:
+            self.narrow = narrow
+            table = self.query_one("#events", DataTable)
+            table.clear(columns=True)
+            forget_rows(table)
+            table.add_columns(*self._columns())
+            self._fill()
+
+    def on_failed(self, message: Failed) -> None:
+        """A read that fails says so on the screen, not only in a passing notice: the table
+        is emptied (it would show a stale page as if live) and the line under it names the
+        error; the next change of the ledger reads again."""
+        super().on_failed(message)
+        if message.what != "timeline":
+            return
+        self.page = None
+        table = self.query_one("#events", DataTable)
+        table.clear()
+        forget_rows(table)
+        words = escape_markup(escape_text(message.message))
+        show(self.query_one("#detail", Static),
+             f"[b $error]cannot read the timeline:[/] {words} ({message.code})")
+        show(self.query_one("#pager", Static), "the timeline is not live: the read failed; "
+             "it is read again when the ledger changes")
+        self.refresh_bindings()
+
     def on_loaded(self, message: Loaded) -> None:
         if message.what != "timeline":
             return
-        self.page = page = message.data
+        self.page = message.data
+        self._fill()
+
+    def _fill(self) -> None:
+        page = self.page
+        if page is None:
+            return
         labels = self.labels()
-        width = 18 if self.narrow else 40
+        width = 14 if self.narrow else 40
         rows = [(str(e.seq), _cells(e, labels, width)) for e in page.events]
         if self.narrow:
-            rows = [(key, [cells[i] for i in PRIORITY]) for key, cells in rows]
+            # The summary takes what is left of the width (79 inside the scrollbar at 80,
+            # 2 of padding per cell, seq 5, kind 10, subject and predicate 14 each).
+            rest = max(12, self.app.size.width - 1 - 10 - 5 - 10 - 14 - 14)
+            rows = [(key, [*(cells[i] for i in PRIORITY[:-1]), short(str(cells[7]), rest)])
+                    for key, cells in rows]
         fill(self.query_one("#events", DataTable), rows)
         self._detail()
         live = "live: newest first" if len(self.pages) == 1 else "older events (PgUp: newer)"

@@ -12,7 +12,7 @@ from textual.widgets import DataTable
 from custody_app.ledger.facade import Ledger
 from screens.reason import ReasonDialog
 from screens.review import RETRACTION, ReviewScreen
-from tests.tuikit import Story, app_on, build_story, cell_texts, idle, keys
+from tests.tuikit import Story, app_on, build_story, cell_texts, idle, keys, screen_text
 
 AGENT = "agent:stray"
 
@@ -57,3 +57,37 @@ async def test_a_pending_retraction_is_reviewed_from_the_queue(
         assert status(story.path, story["plan2"]) == after
         assert row not in keys(queue(app))
         assert story["claim"] in keys(queue(app))  # the quarantine queue is untouched
+
+
+async def test_pending_retractions_count_in_the_totals_and_the_header(story: Story) -> None:
+    app = app_on(story.path, reviewer="reviewer:dana")
+    async with app.run_test(size=(180, 40)) as pilot:
+        await pilot.press("2")
+        await idle(pilot)
+        rows = keys(queue(app))
+        assert len(rows) == 3  # the retraction and the two claims
+        pager = screen_text(app, "#pager")
+        assert "3 waiting (2 claim(s), 1 retraction(s))" in pager, pager
+        assert app.sub_title.startswith("3 waiting for review · "), app.sub_title
+
+
+@pytest.mark.parametrize(("key", "words"), [
+    ("a", "Approving a retraction: the fact stops being believed"),
+    ("x", "Rejecting a retraction: it is discarded; the fact stays believed")])
+async def test_the_dialog_of_a_pending_retraction_says_what_it_does(
+        story: Story, key: str, words: str) -> None:
+    app = app_on(story.path, reviewer="reviewer:dana")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        await idle(pilot)
+        assert keys(queue(app))[0] == RETRACTION + story["plan2"]
+        await pilot.press(key)
+        await pilot.pause()
+        assert isinstance(app.screen, ReasonDialog)
+        assert app.screen.title_text.startswith(
+            f"{'Approve' if key == 'a' else 'Reject'} the retraction of {story['plan2']}")
+        details = str(app.screen.query_one("#details").render())
+        assert (f'retraction of {story["plan2"]}: acct:1042 plan = business, by {AGENT}'
+                in details), details
+        assert words in details
+        assert "return it from now on" not in details and "Reads and recall return" not in details

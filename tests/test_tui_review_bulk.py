@@ -42,7 +42,7 @@ async def test_the_footer_counts_the_whole_queue(story: Story) -> None:
     async with app.run_test(size=(160, 40)) as pilot:
         await open_review(app, pilot)
         pager = screen_text(app, "#pager")
-        assert pager.startswith(f"{PAGE + 12} waiting in all · page 1 (rows 1–{PAGE})"), pager
+        assert f"{PAGE + 12} waiting · page 1 (claims 1–{PAGE})" in pager, pager
 
 
 async def test_mark_by_writer_spans_pages_and_approves_them_all(story: Story) -> None:
@@ -57,7 +57,7 @@ async def test_mark_by_writer_spans_pages_and_approves_them_all(story: Story) ->
         await pilot.pause()
         assert isinstance(app.screen, ReasonDialog)
         details = str(app.screen.query_one("#details", Static).render())
-        assert "tier = gold  by agent:helper" in details and "… and" in details
+        assert "tier = gold, by agent:helper" in details and "… and" in details
         assert "return them from now on" in details
         await pilot.press("enter")
         await idle(pilot)

@@ -69,7 +69,7 @@ async def test_typing_filters_without_enter_and_esc_leaves_the_box(story: Story)
         assert box.value == "TOOL:CRM"
         assert keys(table) == [story["claim"], story["claim2"]]
         pager = screen_text(app, "#pager")
-        assert pager.startswith(f"2 of {HELPERS + 2} shown (filter TOOL:CRM)"), pager
+        assert pager.startswith(f"✓ 0 marked · 2 shown of {HELPERS + 2} waiting (filter TOOL:CRM)"), pager
         await pilot.press("escape")
         assert app.screen.focused is table  # out of the box: the screen keys work again
         await pilot.press("1")
@@ -83,7 +83,7 @@ async def test_typing_filters_without_enter_and_esc_leaves_the_box(story: Story)
         await pilot.pause(0.5)
         await idle(pilot)
         assert len(keys(table)) == PAGE
-        assert screen_text(app, "#pager").startswith(f"{HELPERS + 2} waiting in all")
+        assert screen_text(app, "#pager").startswith(f"✓ 0 marked · {HELPERS + 2} waiting ·")
 
 
 async def test_mark_all_after_filtering_approves_only_the_filtered_claims(story: Story) -> None:
@@ -144,7 +144,8 @@ async def test_a_filter_matching_nothing_disables_approve_and_a_hostile_one_is_t
         await pilot.pause(0.5)
         await idle(pilot)
         assert keys(table) == [], screen_text(app, "#pager")
-        assert screen_text(app, "#pager").startswith(f"0 of {HELPERS + 2} shown (filter [/]")
+        assert screen_text(app, "#pager").startswith(
+            f"✓ 0 marked · 0 shown of {HELPERS + 2} waiting (filter [/]")
         await pilot.press("escape")
         assert app.screen.check_action("review", ("confirm",)) is None
         await pilot.press("a")

@@ -173,3 +173,102 @@ def test_snapshot_long_lines_and_timeline_at_two_sizes(story: Story, snap_compar
         await screen(pilot, story, ids)
 
     assert snap_compare(app_on(story.path), terminal_size=size, run_before=ready)
+
+
+# Every other screen and every dialog at 80x24 and 160x48 (issue 32), on the story ledger with
+# a pending retraction waiting beside the claims (fixed clock and ids: the same every run).
+# Integrity is left out: it shows the chain head's hash, which covers each assert's random
+# salt, and the file's path and size (test_tui_small_terminal checks its footer at 80x24).
+@pytest.fixture
+def waiting(story: Story) -> Story:
+    from datetime import timedelta
+
+    from custody_app import Ledger
+    from custody_app.domain.timeutil import ManualClock
+    from tests.tuikit import T0
+
+    with Ledger.open(story.path, clock=ManualClock(T0 + timedelta(hours=9)), id_seed=13) as led:
+        assert led.retract(story["plan2"], actor="agent:stray", reason="I think it is wrong",
+                           provenance="claimed").pending
+    return story
+
+
+async def _number(pilot: Any, key: str, table: str | None) -> None:
+    await idle(pilot)
+    await pilot.press(key)
+    if table:
+        await _settled(pilot, table)
+    else:
+        await idle(pilot)
+
+
+async def _holds(pilot: Any, story: Story) -> None:
+    await _number(pilot, "3", "#holds")
+
+
+async def _retention(pilot: Any, story: Story) -> None:
+    await _number(pilot, "4", "#spaces")
+    await pilot.press("c", *"2026-03-02T12:00:00Z", "enter")
+    await idle(pilot)
+    await pilot.press("p")
+    await _settled(pilot, "#preview")
+
+
+async def _actions(pilot: Any, story: Story) -> None:
+    await _number(pilot, "7", None)
+
+
+async def _review_retraction(pilot: Any, story: Story) -> None:
+    await _number(pilot, "2", "#queue")
+
+
+async def _approve_retraction(pilot: Any, story: Story) -> None:
+    await _review_retraction(pilot, story)
+    await pilot.press("a")
+    await idle(pilot)
+
+
+async def _reject_marked(pilot: Any, story: Story) -> None:
+    await _review_retraction(pilot, story)
+    await pilot.press("down", "space", "space", "x")
+    await idle(pilot)
+
+
+async def _forget(pilot: Any, story: Story) -> None:
+    await idle(pilot)
+    pilot.app.push_screen(FactScreen(pilot.app.access, story["region"]))
+    await _fact_settled(pilot)
+    await pilot.press("f")
+    await idle(pilot)
+
+
+async def _sweep(pilot: Any, story: Story) -> None:
+    await _retention(pilot, story)
+    await pilot.press("s")
+    await idle(pilot)
+
+
+async def _help(pilot: Any, story: Story) -> None:
+    await _number(pilot, "2", "#queue")
+    await pilot.press("f1")
+    await idle(pilot)
+
+
+EVERY = [_holds, _retention, _actions, _review_retraction, _approve_retraction,
+         _reject_marked, _forget, _sweep, _help]
+EVERY_IDS = ["holds", "retention-preview", "actions", "review-retraction",
+             "dialog-approve-retraction", "dialog-reject-marked", "dialog-forget",
+             "dialog-sweep", "dialog-help"]
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("screen", EVERY, ids=EVERY_IDS)
+def test_snapshot_every_screen_and_dialog_at_two_sizes(waiting: Story, snap_compare: Any,
+                                                       size: Any, screen: Any) -> None:
+    async def ready(pilot: Any) -> None:
+        await screen(pilot, waiting)
+        await pilot.pause(0.1)
+        await idle(pilot)
+
+    assert snap_compare(app_on(waiting.path), terminal_size=size, run_before=ready)
+

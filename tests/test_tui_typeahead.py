@@ -34,7 +34,7 @@ def typed_at_once(app: object, text: str) -> None:
 # (screen number, screen, the key that opens the box, the box, text with screen-switching digits
 # and binding letters in it)
 CASES = [
-    ("1", BeliefsScreen, "/", "#space", "user:4-2-6 "),
+    ("1", BeliefsScreen, "/", "#subject", "acct:4-2-6 "),
     ("1", BeliefsScreen, "g", "#jump", "2026-03-04"),
     ("2", ReviewScreen, "/", "#filter", "acct:3001 plan 4"),
     ("4", RetentionScreen, "c", "#before", "2026-06-01"),

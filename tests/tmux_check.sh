@@ -58,12 +58,12 @@ wait_for "now (live)" 60
 # 1. Approve the three claims in bulk: review screen, mark all, approve, a reason.
 tmux send-keys -t "$SESSION" 2
 wait_for "reviewing as $REVIEWER"
-wait_for "3 waiting in all"
+wait_for "3 waiting ·"
 echo "tmux_check: approving all of $CLAIMS as $REVIEWER"
 tmux send-keys -t "$SESSION" M
 wait_for "3 marked"
 tmux send-keys -t "$SESSION" a
-wait_for "Approve 3 marked facts"
+wait_for "Approve 3 marked rows"
 tmux send-keys -t "$SESSION" "approved from tmux" Enter
 wait_for "approved 3 fact(s)"
 echo "---- pane after approving ----"

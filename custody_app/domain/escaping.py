@@ -14,8 +14,6 @@ from pydantic import BaseModel
 # bidirectional marks, embeddings, overrides and isolates (they reorder what a reviewer reads),
 # and the Unicode line and paragraph separators.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
-_UNSAFE_KEEP_NEWLINE = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
 def _code(match: re.Match[str]) -> str:
@@ -26,9 +24,33 @@ def _code(match: re.Match[str]) -> str:
 def escape_text(text: str, *, keep_newlines: bool = False) -> str:
     """`text` with every control character and bidirectional override written as `\\xNN` or
     `\\uNNNN`, so nothing stored can move the cursor, recolour, retitle or reorder a screen.
-    A string without them comes back unchanged."""
-    pattern = _UNSAFE_KEEP_NEWLINE if keep_newlines else _UNSAFE
-    return pattern.sub(_code, text)
+    A string without them comes back unchanged. `keep_newlines`: the multi-line form,
+    `escape_multiline`."""
+    return escape_multiline(text) if keep_newlines else _UNSAFE.sub(_code, text)
+
+
+class MultilineText(str):
+    """Stored text whose line breaks are its own (a policy file, a rendered report): `escaped`
+    keeps its line breaks and escapes everything else, where a plain string's break is
+    escaped (a newline in a subject must not forge a line)."""
+
+
+# A line break in stored multi-line text: LF, or CRLF (a file written on Windows). A lone CR is
+# not one: it returns the cursor and overwrites the line, so it is escaped like any control.
+_LINE_BREAK = re.compile("\r?\n")
+
+
+def escape_multiline(text: str) -> str:
+    """`text` as lines: each line break kept (CRLF as LF), every other control character,
+    bidirectional override and Unicode line or paragraph separator escaped as `escape_text`
+    does, so the text keeps its shape and still cannot drive the terminal."""
+    return "\n".join(escape_text(line) for line in _LINE_BREAK.split(text))
+
+
+def escape_lines(lines: list[str]) -> str:
+    """Lines a report built from stored strings, each escaped whole (a break inside a stored
+    string is shown as `\\x0a`, never taken as the end of a line), joined by line breaks."""
+    return "\n".join(escape_text(line) for line in lines)
 
 
 def unsafe_character(text: str) -> str | None:
@@ -52,6 +74,9 @@ def escaped(value: Any, *, markup: bool = False) -> Any:
     """A copy of a read model (or list, dict, tuple of them) with every string escaped, for
     rendering (with `markup`, also every markup tag, for the terminal app); strings without
     unsafe characters, ids included, are unchanged."""
+    if isinstance(value, MultilineText):
+        text = escape_multiline(value)
+        return MultilineText(escape_markup(text) if markup else text)
     if isinstance(value, str):
         text = escape_text(value)
         return escape_markup(text) if markup else text

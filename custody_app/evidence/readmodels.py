@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from custody_app.domain.escaping import escape_lines, escaped
+
 UPPER_BOUND = (
     "This is an upper bound: it lists everything that could have relied on the root, from "
     "recorded reads, writes, actions and derivations; it does not prove that each one did. "
@@ -194,8 +196,11 @@ class ActionAccount(_Model):
     later_actions: list[int]
 
     def render(self) -> str:
-        lines = [f"{a.question}: {printable(a.answer)}" for a in self.answers]
-        return "\n".join([*lines, "", printable(self.explain.render())])
+        # Each line escaped whole, the explanation rendered from escaped fields: the report's
+        # own line breaks stay breaks, a stored one never is (escaping.escape_lines).
+        lines = [f"{a.question}: {a.answer}" for a in self.answers]
+        explain: ExplainResult = escaped(self.explain)
+        return escape_lines([*lines, ""]) + "\n" + explain.render()
 
 
 class ListedAction(_Model):
@@ -226,4 +231,4 @@ class ActionsResult(_Model):
                  for a in self.actions]
         if self.next_before_seq is not None:
             lines.append(f"(more: --before-seq {self.next_before_seq})")
-        return printable("\n".join(lines)) if lines else "no recorded action matches"
+        return escape_lines(lines) if lines else "no recorded action matches"

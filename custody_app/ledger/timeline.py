@@ -60,8 +60,12 @@ def summary(kind: str, body: dict[str, Any], value: str | None) -> str:
         return f"{of}{b.get('reason') or ''}{pending}".strip()
     if kind in ("forget", "expire"):
         root = f", cascaded from {b['root']}" if b.get("root") else ""
-        rule = f", window {b['window']}, cutoff {str(b.get('cutoff'))[:19]}" \
-            if kind == "expire" else ""
+        rule = ""
+        if kind == "expire":
+            # A sweep with an explicit cutoff (`sweep --before`) applies no policy window: the
+            # event has a cutoff and no `window` field.
+            window = f", window {b['window']}" if b.get("window") else ""
+            rule = f"{window}, cutoff {str(b.get('cutoff'))[:19]}"
         return f"{b.get('reason')}{rule}{root}"
     if kind == "forget_subject":
         counts = ", ".join(f"{k} {v}" for k, v in sorted((b.get("counts") or {}).items()))

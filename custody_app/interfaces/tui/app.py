@@ -12,7 +12,7 @@ from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.worker import get_current_worker
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -90,8 +90,11 @@ class CustodyApp(App[None]):
         Binding("6", "show('blast')", "Blast radius"),
         Binding("7", "show('actions')", "Actions"),
         Binding("8", "show('timeline')", "Timeline"),
-        Binding("question_mark", "help", "Help"),
-        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("f1,question_mark", "help", "Help", key_display="F1"),
+        # q quits as in lazygit and most terminal tools (not while typing in a box: a box
+        # takes its letters first); ctrl+q quits from anywhere.
+        Binding("q", "quit_app", "Quit"),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
     ]
 
     def __init__(self, access: LedgerAccess, *, watch: bool = True) -> None:
@@ -145,17 +148,20 @@ class CustodyApp(App[None]):
             self._observer.join(timeout=2)
 
     def _show_policy(self) -> None:
+        # The count waiting for review comes first: a narrow header cuts its end, never it.
         name = Path(self.access.path).name
-        waiting = "" if self.waiting is None else f" · {self.waiting:,} waiting for review"
-        self.sub_title = (f"{name} · policy {self.access.policy.hash[:12]} · "
-                          f"reviewer {self.access.reviewer}{waiting}")
+        waiting = "" if self.waiting is None else f"{self.waiting:,} waiting for review · "
+        self.sub_title = (f"{waiting}{name} · {self.access.reviewer} · "
+                          f"policy {self.access.policy.hash[:12]}")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="waiting")
     def count_waiting(self) -> None:
         """The review count in the header, read afresh whenever the ledger moved."""
         try:
             with self.access.open(readonly=True) as ledger:
-                count = ledger.status().counts.get("quarantined", 0)
+                # Claims and pending retractions: both wait for a reviewer.
+                count = ledger.status().counts.get("quarantined", 0) + \
+                    len(ledger.pending_retractions())
         except LedgerError:
             return
         if not get_current_worker().is_cancelled:
@@ -232,9 +238,27 @@ class CustodyApp(App[None]):
                     title="Policy refused", severity="error", timeout=10)
 
     # ---- actions -----------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # q does not quit from inside a dialog (a q pressed there meant something else);
+        # ctrl+q still does.
+        if action == "quit_app" and isinstance(self.screen, ModalScreen):
+            return None
+        return True
+
+    async def action_quit_app(self) -> None:
+        if not isinstance(self.screen, ModalScreen):
+            await self.action_quit()
+
     def action_show(self, name: str) -> None:
+        """Open a screen's list: the screen itself, never the fact last opened over it (a
+        fact or blast screen pushed in that mode is closed)."""
         if self.current_mode != name:
             self.switch_mode(name)
+        stack = self._screen_stacks.get(name, [])
+        if len(stack) > 1 and not isinstance(self.screen, ModalScreen):
+            # The mode's first screen is its list; the screens over it were opened from it.
+            while len(self._screen_stacks[name]) > 1:
+                self.pop_screen()
 
     def action_help(self) -> None:
         from screens.help import HelpScreen
@@ -254,7 +278,8 @@ class CustodyApp(App[None]):
                 if isinstance(b, Binding) and b.description:
                     keys = ", ".join(self.get_key_display(Binding(k.strip(), b.action))
                                      for k in b.key.split(","))
-                    rows.append((where, b.key_display or keys, b.description))
+                    shown = keys if "," in b.key else (b.key_display or keys)  # F1 and ?
+                    rows.append((where, shown, b.description))
         return rows
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
