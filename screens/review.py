@@ -293,31 +293,36 @@ class ReviewScreen(LedgerScreen):
         if len(targets) == 1 and what.startswith(RETRACTION):
             what = f"the retraction of {what.removeprefix(RETRACTION)}"
 
+        # What the reviewer saw: each pending retraction's own event (DESIGN 14), so the
+        # decision applies to that retraction and never to a newer one.
+        seen = {RETRACTION + r.fact.fact_id: r.event_id
+                for r in (self.page.retractions if self.page is not None else [])}
+
         def done(reason: str | None) -> None:
             if reason is not None:
-                self.review(op, targets, reason or None)
+                self.review(op, targets, reason or None, seen)
 
         self.app.push_screen(ReasonDialog(f"{verb} {what} as {self.access.reviewer}",
                                           required=op == "reject",
                                           details=details(self.page, op, targets)), done)
 
     @work(thread=True, exclusive=False, exit_on_error=False, group="write")
-    def review(self, op: str, fact_ids: list[str], reason: str | None) -> None:
+    def review(self, op: str, fact_ids: list[str], reason: str | None,
+               seen: dict[str, str]) -> None:
         done, refused = 0, 0
         try:
             with self.access.open() as ledger:
                 for fact_id in fact_ids:
                     if get_current_worker().is_cancelled:
                         break
-                    # A pending retraction's row: approve/reject act on the retraction.
+                    # A pending retraction's row: approve/reject act on the retraction the
+                    # reviewer saw, named by its event.
                     retraction = fact_id.startswith(RETRACTION)
-                    # TODO(H2): once the API binds the review of a pending retraction to the
-                    # retraction's event (DESIGN 14), pass it here: the row's PendingRetraction
-                    # (self.page.retractions, its `seq`) is what the reviewer saw.
                     try:
                         getattr(ledger, op)(fact_id.removeprefix(RETRACTION),
                                             actor=self.access.reviewer, reason=reason,
-                                            retraction=retraction)
+                                            retraction=retraction,
+                                            retraction_event=seen.get(fact_id) or None)
                         done += 1
                         self.marked.discard(fact_id)
                     except LedgerError as exc:

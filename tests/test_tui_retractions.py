@@ -91,3 +91,26 @@ async def test_the_dialog_of_a_pending_retraction_says_what_it_does(
                 in details), details
         assert words in details
         assert "return it from now on" not in details and "Reads and recall return" not in details
+
+
+async def test_approving_names_the_retraction_read_never_a_newer_one(story: Story) -> None:
+    """DESIGN 14: the decision names the retraction's event. The retraction on screen is
+    discarded and another one filed before the reviewer presses enter: the approve is refused
+    and the newer retraction stays pending, the fact believed."""
+    app = app_on(story.path, reviewer="reviewer:dana")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        await idle(pilot)
+        assert keys(queue(app))[0] == RETRACTION + story["plan2"]
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, ReasonDialog)
+        with Ledger.open(story.path) as led:
+            led.reject(story["plan2"], actor="user:lee", reason="not this one", retraction=True)
+            assert led.retract(story["plan2"], actor=AGENT, reason="a newer one",
+                               provenance="claimed").pending
+        await pilot.press("enter")
+        await idle(pilot)
+        assert status(story.path, story["plan2"]) == "active"
+        with Ledger.open(story.path, readonly=True) as led:
+            assert [r.reason for r in led.pending_retractions()] == ["a newer one"]
