@@ -280,6 +280,6 @@ class LedgerCore:
             out.append(row)
         return out
 
-    def rebuild(self, *, repair: bool = False) -> RebuildResult:
+    def rebuild(self, *, repair: bool = False, deep: bool = False) -> RebuildResult:
         """Recompute the projection from the events and report where the stored one differs."""
-        return rebuild.rebuild(self, repair=repair)
+        return rebuild.rebuild(self, repair=repair, deep=deep)
