@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from custody_app.core.derived import DerivedAudit
+from custody_app.core.ledger_core import as_ledger_error
 from custody_app.domain.chain import verify_chain
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.evidence.checkpoints import CheckpointAudit
@@ -53,6 +54,7 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     # rescan them all again and again (none of them forms a cycle), so it waits until the end.
     collecting = gc.isenabled()
     gc.disable()
+    audit = CheckpointAudit([], pem)
     try:
         with ledger.db.read():
             audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
@@ -69,6 +71,14 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
                 if problem is None:
                     bad, problem = derived.finish(ledger)
                 valid = problem is None
+    except Exception as exc:
+        damaged = as_ledger_error(ledger.db, exc)
+        if damaged is None:
+            raise
+        # A file SQLite cannot read, or text that is not UTF-8, fails verify, named.
+        return VerifyResult(valid=False, events=0, head=None,
+                            first_bad_seq=damaged.details.get("seq"),
+                            problem=f"{damaged.message} ({damaged.code})")
     finally:
         if collecting:
             gc.enable()

@@ -100,6 +100,10 @@ def _subcommand(argv: list[str]) -> int:
             return _COMMANDS[args.command](ledger, args)
         except LedgerError as exc:
             return fail(exc, Exit.OP_FAILED)
+        except Exception as exc:  # a damaged file is named (ledger_damaged), never a traceback
+            if (damaged := ledger.damaged(exc)) is None:
+                raise
+            return fail(damaged, Exit.OP_FAILED)
 
 
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
