@@ -75,7 +75,7 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
         lines.append(f"  {fact_line(item.fact)}")
         lines.append(f"      by {plain(item.writer)} at {item.tx_at}, cause {item.cause.kind} "
                      f"{plain(item.cause.ref)}{marks}{replaces}")
-    ledger_name = chosen_ledger(args)
+    ledger_name = plain(chosen_ledger(args))
     if shown:
         lines.append(f"next: custody-app confirm {shown[0].fact.fact_id} --ledger {ledger_name}"
                      f"   |   custody-app reject {shown[0].fact.fact_id} --reason TEXT "

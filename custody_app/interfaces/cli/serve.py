@@ -76,10 +76,11 @@ def serve_main(argv: list[str]) -> int:
         except LedgerError as exc:
             return _fail(f"{exc.message} ({exc.code})", 2)
         if key is not None and not tools.trusted:
-            sys.stderr.write(f"custody-app serve: the writer key is not the one the policy "
-                             f"registers for {args.agent}; every write will be claimed\n")
-        sys.stderr.write(f"custody-app serve: {args.agent} on {ledger.db.path}, writes "
-                         f"{tools.provenance}\n")
+            sys.stderr.write(escape_text(f"custody-app serve: the writer key is not the one "
+                                         f"the policy registers for {args.agent}; every write "
+                                         "will be claimed") + "\n")
+        sys.stderr.write(escape_text(f"custody-app serve: {args.agent} on {ledger.db.path}, "
+                                     f"writes {tools.provenance}") + "\n")
         if token is not None:
             from custody_app.interfaces.mcp.http import serve_http
             serve_http(tools, args.port, token)
@@ -101,7 +102,8 @@ def writer_key_main(argv: list[str]) -> int:
         digest = new_key(args.file)
     except LedgerError as exc:
         return _fail(f"{exc.message} ({exc.code})", 1, "custody-app writer-key")
-    sys.stdout.write(f'writer_keys = {{"{args.agent}" = "{digest}"}}\n')
-    sys.stderr.write(f"custody-app: put that line under [provenance] in the policy, then "
-                     f"serve with --agent {args.agent} --writer-key {args.file}\n")
+    sys.stdout.write(escape_text(f'writer_keys = {{"{args.agent}" = "{digest}"}}') + "\n")
+    sys.stderr.write(escape_text(f"custody-app: put that line under [provenance] in the policy, "
+                                 f"then serve with --agent {args.agent} --writer-key "
+                                 f"{args.file}") + "\n")
     return 0
