@@ -38,12 +38,6 @@ def action_row(seq: int, body: dict[str, Any], actor: str, tx_at: str) -> tuple[
     return (seq, str(body["tool"]), actor, str(body["session"]), body.get("subject_ref"), tx_at)
 
 
-def rebuilt_actions(events: Iterable[EventRow]) -> list[tuple[object, ...]]:
-    """The whole actions index recomputed from the events, in the order `dump()` returns it."""
-    return [action_row(e.seq, json.loads(e.body), e.actor, e.tx_at)
-            for e in events if e.kind == "acted"]
-
-
 Rows = tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[object, ...]]]
 
 
