@@ -45,6 +45,12 @@ def no_served_rows(con: sqlite3.Connection, ids: dict[str, str]) -> None:
     con.execute("DELETE FROM served_facts")
 
 
+def forged_served_row(con: sqlite3.Connection, ids: dict[str, str]) -> None:
+    """Frames an innocent session: blast would list it as having read the fact."""
+    con.execute("INSERT INTO served_facts(fact_id, session, seq) VALUES (?, 'sess-innocent', 3)",
+                (ids["plan"],))
+
+
 def no_session_events(con: sqlite3.Connection, ids: dict[str, str]) -> None:
     con.execute("DELETE FROM session_events")
 
@@ -85,6 +91,7 @@ def hidden_presentations(con: sqlite3.Connection, ids: dict[str, str]) -> None:
 
 CASES: dict[str, tuple[Edit, str]] = {
     "served reads deleted": (no_served_rows, "served_facts"),
+    "served read forged": (forged_served_row, "served_facts"),
     "session events deleted": (no_session_events, "session_events"),
     "session summary deleted": (no_session_row, "sessions"),
     "action index rows deleted": (no_action_rows, "actions"),
@@ -92,8 +99,8 @@ CASES: dict[str, tuple[Edit, str]] = {
     "pending retractions hidden": (hidden_retractions, "pending retraction"),
     "salience presentations hidden": (hidden_presentations, "salience"),
 }
-REPAIRABLE = ("served reads deleted", "session events deleted", "session summary deleted",
-              "action index rows deleted", "action index row edited",
+REPAIRABLE = ("served reads deleted", "served read forged", "session events deleted",
+              "session summary deleted", "action index rows deleted", "action index row edited",
               "pending retractions hidden", "salience presentations hidden")
 
 
