@@ -6,7 +6,11 @@ failed by `doctor`, and repaired by `rebuild --repair`; `rebuild` reports an unk
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -227,3 +231,21 @@ def test_verify_deep_compares_the_vectors(base: tuple[Path, dict[str, str]],
         assert not deep.valid and "vector" in (deep.problem or ""), deep.problem
         assert led.rebuild(repair=True, deep=True).repaired
         assert led.verify(deep=True).valid
+
+
+def test_the_cli_verify_deep_and_rebuild_name_what_they_find(base: tuple[Path, dict[str, str]],
+                                                             tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "custody_app", *args], capture_output=True,
+                              text=True, timeout=120, env=env)
+
+    done = cli("verify", "--deep", "--ledger", str(base[0]))
+    assert done.returncode == 0 and json.loads(done.stdout)["valid"], done.stderr
+    path = tampered(base, tmp_path, no_action_rows)
+    done = cli("verify", "--ledger", str(path))
+    assert done.returncode == 1 and "actions (the actions index)" in json.loads(done.stdout)["problem"]
+    done = cli("rebuild", "--repair", "--deep", "--ledger", str(path))
+    assert done.returncode == 0 and json.loads(done.stdout)["repaired"], done.stderr
+    assert cli("verify", "--deep", "--ledger", str(path)).returncode == 0
