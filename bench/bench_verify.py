@@ -33,8 +33,12 @@ from custody_app.evidence.checkpoints import CheckpointAudit  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 
 CAUSE = {"kind": "tool", "ref": "bench"}
-# (assert below, retract below, supersede below) for a roll in [0, 1); above: affirm
-MIXES = {"affirms": (0.40, 0.48, 0.08), "asserts": (0.90, 1.0, 0.0), "fill": (0.04, 0.06, 0.01)}
+# (assert below, retract below, supersede below[, session read or action below]) for a roll in
+# [0, 1); above: affirm. `sessions`: 12% reads served to a session, 2% actions (issue 31's
+# derived tables: served reads, session events, sessions, actions).
+MIXES: dict[str, tuple[float, ...]] = {
+    "affirms": (0.40, 0.48, 0.08), "asserts": (0.90, 1.0, 0.0), "fill": (0.04, 0.06, 0.01),
+    "sessions": (0.40, 0.46, 0.08, 0.60)}
 
 
 def build(path: Path, events: int, seed: int = 5, log: Any = print, mix: str = "affirms",
@@ -74,6 +78,12 @@ def build(path: Path, events: int, seed: int = 5, log: Any = print, mix: str = "
                     elif roll < share[1]:
                         led.retract(live.pop(rng.randrange(len(live))), actor="agent:b",
                                     reason="bench")
+                    elif len(share) > 3 and roll < share[3]:
+                        session = f"sess-{rng.randrange(2000)}"
+                        if roll < share[3] - 0.02:
+                            led.history(live[rng.randrange(len(live))], session=session)
+                        else:
+                            led.act(session, "billing.refund", f"r-{i}", "ok", actor="agent:b")
                     else:
                         who = "agent:b" if roll < 0.93 else "agent:c"
                         led.affirm(live[rng.randrange(len(live))], actor=who)

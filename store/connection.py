@@ -14,6 +14,7 @@ import apsw.bestpractice
 from store.actions import ActionStore
 from store.browse import BrowseStore
 from store.checkpointer import Checkpointer
+from store.damage import LedgerDamaged, damage
 from store.erasure import ErasureStore
 from store.errors import StoreBusy, StoreError, StoreFull
 from store.events import EventStore
@@ -66,6 +67,10 @@ class LedgerFile:
         # from then on, before any wait for a checkpoint); a test may give it a clock of its own.
         self.timer: Callable[[], float] = time.perf_counter
         self.committed_at = 0.0
+
+    def damage(self, exc: BaseException) -> LedgerDamaged | None:
+        """What a failed read says about the file: damage named by file and seq, else None."""
+        return damage(exc, self.path, self.conn)
 
     def checkpoint_in_background(self) -> None:
         """Take the automatic WAL checkpoint off this connection's commits (store.checkpointer)."""

@@ -36,6 +36,10 @@ PENDING_RETRACTION_OF = (f"SELECT r.seq, r.fact_id, r.actor, r.tx_at, r.body FRO
                          f"WHERE r.fact_id = ? AND r.kind = 'retract' AND {_UNSETTLED} "
                          f"ORDER BY r.seq DESC LIMIT 1")
 BY_SEQS = (f"{_SELECT} WHERE e.seq IN (SELECT value FROM json_each(?)) ORDER BY e.seq")
+# Through the index readers use (events_by_fact), so an index that lost rows is seen.
+PRESENTATIONS = ("SELECT fact_id, seq, tx_at FROM events INDEXED BY events_by_fact "
+                 "WHERE fact_id IS NOT NULL AND kind IN ('assert', 'affirm') ORDER BY fact_id, seq")
+REINDEX = "REINDEX events"
 # The proof's row checks, over tens of thousands of seqs in one statement each.
 MISSING = ("SELECT j.value FROM json_each(?) j "
            "WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.seq = j.value)")
@@ -153,3 +157,14 @@ class EventStore:
 
     def erase_subject(self, seq: int) -> None:
         self._conn.execute(ERASE_SUBJECT, (seq,))
+
+    def presentations(self) -> Iterator[tuple[str, int, str]]:
+        """(fact_id, seq, tx_at) of every assert and affirm, read through the fact index as
+        recall's salience and a fact's history read them, in (fact_id, seq) order."""
+        for f, q, t in self._conn.execute(PRESENTATIONS):
+            yield str(f), int(q), str(t)
+
+    def reindex(self) -> None:
+        """Rebuild every index of the events table from its rows (the events themselves are
+        untouched): what repairs an index a hand-edited file emptied or forged."""
+        self._conn.execute(REINDEX)

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 import apsw
 
+from store.damage import damage
 from store.erasure import ErasureStore
 from store.errors import NotALedger, StoreError
 from store.keystore import _MIGRATIONS as KEYSTORE_MIGRATIONS
@@ -46,9 +47,12 @@ def _translated(method: Callable[P, R]) -> Callable[P, R]:
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
-        except apsw.Error as exc:
-            raise StoreError(f"cannot read {getattr(args[0], 'path', 'the file')}: {exc}",
-                             "ledger_unreadable") from exc
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            path, conn = getattr(args[0], "path", "the file"), getattr(args[0], "conn", None)
+            found = damage(exc, path, conn) if conn is not None else None
+            if found is not None:
+                raise found from None
+            raise StoreError(f"cannot read {path}: {exc}", "ledger_unreadable") from exc
     return run
 
 

@@ -51,6 +51,8 @@ VEC_INSERT = f"INSERT INTO recall_vec({VEC_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 VEC_ALL = "SELECT fact_seq, embedding, status, space_code, subject_code FROM recall_vec"
 CELLS_CREATE = ("CREATE TABLE IF NOT EXISTS recall_cells(cell INTEGER PRIMARY KEY, "
                 "centroid BLOB NOT NULL)")
+FTS_OF = ("SELECT rowid, terms, scope FROM recall_fts "
+          "WHERE rowid IN (SELECT value FROM json_each(?))")
 VEC_CELLS = "SELECT fact_seq, cell FROM recall_vec"
 VEC_META_ONE = ("SELECT cell, status, space_code, subject_code FROM recall_vec "
                 "WHERE fact_seq = ?")
@@ -180,6 +182,11 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
                 seqs.append(seq)
                 cells.append(cell)
         return seqs, cells
+
+    def lexical_of(self, fact_seqs: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """(terms, scope) of the lexical rows of those of `fact_seqs` indexed."""
+        return {int(q): (str(t), str(s)) for q, t, s in
+                self._conn.execute(FTS_OF, (_json_ints(fact_seqs),))}
 
     def vectors_of(self, fact_seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         """(fact_seq, vector) of those of `fact_seqs` indexed (a fact's vector never changes

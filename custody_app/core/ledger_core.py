@@ -121,10 +121,13 @@ class LedgerCore:
             if keys is not None:
                 check_high_water(db, keys, str(path), readonly=readonly)
             ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
-        except BaseException:
+        except BaseException as exc:
             if keys is not None:
                 keys.close()
+            damaged = as_ledger_error(db, exc)
             db.close()
+            if damaged is not None:
+                raise damaged from None
             raise
         if not ledger.index.is_current():
             try:
@@ -336,6 +339,19 @@ class LedgerCore:
             out.append(row)
         return out
 
-    def rebuild(self, *, repair: bool = False) -> RebuildResult:
+    def damaged(self, exc: BaseException) -> LedgerError | None:
+        """`exc` from a read, as `ledger_damaged` naming the file and seq, if it is damage."""
+        return as_ledger_error(self.db, exc)
+
+    def rebuild(self, *, repair: bool = False, deep: bool = False) -> RebuildResult:
         """Recompute the projection from the events and report where the stored one differs."""
-        return rebuild.rebuild(self, repair=repair)
+        return rebuild.rebuild(self, repair=repair, deep=deep)
+
+
+def as_ledger_error(db: LedgerFile, exc: BaseException) -> LedgerError | None:
+    """A read that failed on a damaged file, as a refusal naming the file (and the event's seq
+    where it is one event): `ledger_damaged`. None when `exc` is not about the file."""
+    found = db.damage(exc)
+    if found is None:
+        return None
+    return LedgerError(found.code, str(found), path=db.path, seq=found.seq)

@@ -38,33 +38,52 @@ def action_row(seq: int, body: dict[str, Any], actor: str, tx_at: str) -> tuple[
     return (seq, str(body["tool"]), actor, str(body["session"]), body.get("subject_ref"), tx_at)
 
 
-def rebuilt_actions(events: Iterable[EventRow]) -> list[tuple[object, ...]]:
-    """The whole actions index recomputed from the events, in the order `dump()` returns it."""
-    return [action_row(e.seq, json.loads(e.body), e.actor, e.tx_at)
-            for e in events if e.kind == "acted"]
-
-
 Rows = tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[object, ...]]]
+
+
+class SessionFold:
+    """The session and actions indexes folded from events fed one at a time, in seq order
+    (the rebuild and verify's walk share it)."""
+
+    def __init__(self) -> None:
+        self.served: set[tuple[object, ...]] = set()
+        self.rows: list[tuple[object, ...]] = []
+        self.summary: dict[str, list[Any]] = {}
+        self.actions: list[tuple[object, ...]] = []
+
+    def feed(self, e: EventRow, body: dict[str, Any]) -> None:
+        session = session_of(e.kind, body)
+        if session is None:
+            return
+        self.rows.append((session, e.seq, e.kind, e.fact_id,
+                          body.get("ref") if e.kind == "acted" else None))
+        entry = self.summary.setdefault(session, [0, None])
+        if e.kind == "served":
+            entry[0] += 1
+            self.served.update((f, session, e.seq) for f in body.get("fact_ids") or [])
+        else:
+            entry[1] = e.seq
+        if e.kind == "acted":
+            self.actions.append(action_row(e.seq, body, e.actor, e.tx_at))
+
+    def index(self) -> Rows:
+        """(served facts, session events, sessions) in the order `SessionStore.dump()` has."""
+        return (sorted(self.served, key=_served_key), sorted(self.rows, key=_event_key),
+                [(s, n, w) for s, (n, w) in sorted(self.summary.items())])
+
+
+def _served_key(row: tuple[object, ...]) -> tuple[str, str, int]:
+    return (str(row[0]), str(row[1]), int(row[2]))  # type: ignore[call-overload]
+
+
+def _event_key(row: tuple[object, ...]) -> tuple[str, int]:
+    return (str(row[0]), int(row[1]))  # type: ignore[call-overload]
 
 
 def rebuilt_index(events: Iterable[EventRow]) -> Rows:
     """The whole session index recomputed from the events, in the order `dump()` returns it."""
-    served: set[tuple[object, ...]] = set()
-    rows: list[tuple[object, ...]] = []
-    summary: dict[str, list[Any]] = {}
+    fold = SessionFold()
     for e in events:
-        if e.kind not in SESSION_KINDS:
-            continue
-        body = json.loads(e.body)
-        session = session_of(e.kind, body)
-        if session is None:
-            continue
-        rows.append((session, e.seq, e.kind, e.fact_id,
-                     body.get("ref") if e.kind == "acted" else None))
-        entry = summary.setdefault(session, [0, None])
-        if e.kind == "served":
-            entry[0] += 1
-            served.update((f, session, e.seq) for f in body.get("fact_ids") or [])
-        else:
-            entry[1] = e.seq
-    return list(served), rows, [(s, n, w) for s, (n, w) in summary.items()]
+        if e.kind in SESSION_KINDS:
+            fold.feed(e, json.loads(e.body))
+    return fold.index()

@@ -24,7 +24,9 @@ def check_integrity(path: str, keystore: str | Path | None) -> list[DoctorCheck]
                       f"({exc.code}).")]
     if report.valid:
         lines = [check("integrity", "ok", f"{path}: {report.events} events, the projection, "
-                       "policy texts, tombstones and recall indexes verified.")]
+                       "the derived tables (sessions, served reads, actions, salience "
+                       "presentations, pending retractions), policy texts, tombstones and "
+                       "recall indexes verified.")]
     else:
         where = f" at seq {report.first_bad_seq}" if report.first_bad_seq else ""
         lines = [check("integrity", "FAIL", f"{path} fails verify{where}: {report.problem}")]

@@ -312,7 +312,11 @@ def load_policy(path: str | Path | None = None) -> LoadedPolicy:
         source = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyError(f"{file}: not UTF-8 (byte {exc.start})", file=str(file)) from None
-    return policy_from_text(source, str(file))
+    try:
+        return policy_from_text(source, str(file))
+    except RecursionError:
+        # A TOML value nested thousands deep: refused by name, never a RecursionError.
+        raise PolicyError(f"{file}: nests lists or tables too deep to read", file=str(file)) from None
 
 
 assert set(ReviewPolicy.model_fields["reviewer_kinds"].default) <= set(ACTOR_KINDS)

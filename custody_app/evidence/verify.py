@@ -7,6 +7,8 @@ import gc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from custody_app.core.derived import DerivedAudit
+from custody_app.core.ledger_core import as_ledger_error
 from custody_app.domain.chain import verify_chain
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.evidence.checkpoints import CheckpointAudit
@@ -14,6 +16,7 @@ from custody_app.evidence.integrity import EventAudit
 from custody_app.evidence.receipts import ReceiptAudit
 from custody_app.evidence.signatures import SignatureAudit
 from custody_app.evidence.textaudit import TextAudit
+from custody_app.recall.deep import content_differences
 from store.rows import EventRow
 
 if TYPE_CHECKING:
@@ -21,9 +24,10 @@ if TYPE_CHECKING:
 
 
 def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
-           public_key: str | None = None) -> VerifyResult:
+           public_key: str | None = None, deep: bool = False) -> VerifyResult:
     """`valid` is false with the first bad seq when the chain is broken. Signed checkpoints
-    are checked under `public_key` (PEM), else the ledger's own key."""
+    are checked under `public_key` (PEM), else the ledger's own key. `deep` also compares the
+    recall indexes' content with the believed facts indexed afresh."""
     pem = public_key or (ledger.keys.public_pem() if ledger.keys is not None
                          and ledger.keys.store.meta("signing") is not None else None)
     unchecked = 0
@@ -41,28 +45,42 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     receipts = ReceiptAudit(ledger)
     texts = TextAudit(ledger)
     signatures = SignatureAudit(ledger.db, pem)
+    derived = DerivedAudit()
 
     def extra(row: EventRow, body: dict[str, Any]) -> str | None:
         return (audit.check(row) or receipts.check(row, opened.get(row.seq), body)
                 or texts.check(row, body) or events.check(row, body)
-                or signatures.check(row, body))
+                or signatures.check(row, body) or derived.check(row, body))
 
     # The fold keeps a row per fact alive for the whole walk: the cyclic collector would
     # rescan them all again and again (none of them forms a cycle), so it waits until the end.
     collecting = gc.isenabled()
     gc.disable()
+    audit = CheckpointAudit([], pem)
     try:
         with ledger.db.read():
             audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
             report = verify_chain(ledger.db.events.iter_all(), progress, opener,
                                   texts_of=texts.texts_of, body_check=extra)
             index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
+            if deep and not index_problems and ledger.db.recall.exists():
+                index_problems = content_differences(ledger.index)
             valid, bad, problem = report.valid, report.first_bad_seq, report.problem
             if valid:
                 bad, problem = texts.finish()
                 if problem is None:
                     bad, problem = events.finish(ledger)
+                if problem is None:
+                    bad, problem = derived.finish(ledger)
                 valid = problem is None
+    except Exception as exc:
+        damaged = as_ledger_error(ledger.db, exc)
+        if damaged is None:
+            raise
+        # A file SQLite cannot read, or text that is not UTF-8, fails verify, named.
+        return VerifyResult(valid=False, events=0, head=None,
+                            first_bad_seq=damaged.details.get("seq"),
+                            problem=f"{damaged.message} ({damaged.code})")
     finally:
         if collecting:
             gc.enable()

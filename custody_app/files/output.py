@@ -21,7 +21,11 @@ PUBLIC_MODE = 0o644
 _SQLITE = b"SQLite format 3\x00"
 _WAL = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
 _PEM = b"-----BEGIN"
-_PROTECTED_SUFFIXES = ("-wal", "-shm", "-journal", ".keys", ".keys.master", ".pub")
+_PROTECTED_SUFFIXES = ("-wal", "-shm", "-journal", ".keys", ".keys.master", ".pub",
+                       ".keys-wal", ".keys-shm", ".keys-journal")
+# The files SQLite keeps beside a database, under its name plus these.
+_SIDECARS = ("-wal", "-shm", "-journal")
+_SQLITE_WHY = "it is a SQLite database (a ledger or key store)"
 
 
 def ledger_files(ledger: str | Path, keystore: str | Path | None = None) -> list[Path]:
@@ -31,7 +35,7 @@ def ledger_files(ledger: str | Path, keystore: str | Path | None = None) -> list
     found = [Path(base), *(Path(base + suffix) for suffix in _PROTECTED_SUFFIXES)]
     if keystore is not None:
         found += [Path(keystore), Path(f"{keystore}.master"), Path(f"{keystore}-wal"),
-                  Path(f"{keystore}-shm")]
+                  Path(f"{keystore}-shm"), Path(f"{keystore}-journal")]
     return found
 
 
@@ -51,7 +55,7 @@ def _sniff(path: Path) -> str | None:
     except OSError:
         return None
     if head.startswith(_SQLITE):
-        return "it is a SQLite database (a ledger or key store)"
+        return _SQLITE_WHY
     if head[:4] in _WAL:
         return "it is a SQLite write-ahead log"
     if head.lstrip().startswith(_PEM):
@@ -81,8 +85,28 @@ def require_regular(path: str | Path, what: str, code: str, *, may_be_missing: b
                           path=str(path))
 
 
+def _sidecar(target: Path) -> str | None:
+    """Why `target` (or what a link there names) is a SQLite file's -wal, -shm or -journal, or
+    a ledger's key store or master key, by its name beside the file it belongs to: SQLite
+    replays or deletes such a file when that database is next opened, so writing or creating
+    one destroys or forges what the ledger holds, whether it exists now or not."""
+    for path in dict.fromkeys((Path(os.path.abspath(target)), Path(os.path.realpath(target)))):
+        name = path.name
+        for suffix in _SIDECARS:
+            owner = path.with_name(name[:-len(suffix)]) if name.endswith(suffix) else None
+            if owner is not None and owner.name and _sniff(owner) == _SQLITE_WHY:
+                return f"it is the {suffix[1:]} file of {owner}, which SQLite reads at its next open"
+        for suffix, what in ((".keys", "key store"), (".keys.master", "master key")):
+            owner = path.with_name(name[:-len(suffix)]) if name.endswith(suffix) else None
+            if owner is not None and owner.name and _sniff(owner) == _SQLITE_WHY:
+                return f"it is the {what} of the ledger {owner}"
+    return None
+
+
 def refuse_reason(target: Path, *, force: bool, protected: Iterable[str | Path] = ()) -> str | None:
     """Why `target` may not be written, or None when it may."""
+    if (why := _sidecar(target)) is not None:
+        return why
     mine = _identity(target)
     if mine is not None:
         for other in protected:
@@ -135,7 +159,7 @@ def write_new_files(files: Sequence[tuple[str | Path, str, bool]]) -> list[Path]
     for path, _, _ in files:
         if (why := refuse_reason(Path(path), force=False)) is None:
             continue
-        if not os.path.isfile(path):
+        if not os.path.isfile(path) or _sidecar(Path(path)) is not None:
             raise refusal(Path(path), why)
         kind = "" if why == EXISTS else f" ({why})"
         raise LedgerError("key_exists", f"refusing to write {path}: it already exists{kind}, "

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import queue
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -77,6 +79,47 @@ def _lines(stream: Iterable[str]) -> Iterator[tuple[int, str]]:
 
 
 _END = object()
+# How often a runner waiting for input looks whether SIGINT asked it to stop (seconds).
+POLL = 0.1
+
+
+class Interrupt:
+    """SIGINT during a run: noted by the handler and acted on at the next op boundary or while
+    waiting for input, so no op is cut in half and every committed op's result is printed. A
+    second SIGINT raises KeyboardInterrupt at once (the open transaction rolls back). Installed
+    only on the main thread, and never over an ignored SIGINT (a background job's)."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._old: Any = None
+
+    def __enter__(self) -> Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):
+                self._old = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def _own_reader(stream: Iterable[str]) -> Iterable[str]:
+    """A reader of the same input on a file descriptor of its own: the input thread blocks in
+    it, never in the caller's stream, whose close (at the end of an interrupted run) would
+    otherwise wait for that read to return, i.e. for input that may never come."""
+    if not isinstance(stream, io.TextIOWrapper):
+        return stream
+    try:
+        fd = os.dup(stream.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return stream
+    return open(fd, encoding=stream.encoding, errors=stream.errors)  # noqa: SIM115
 
 
 class HeldOpen:
@@ -84,12 +127,13 @@ class HeldOpen:
     read and waiting) and commit the open group then, rather than block inside a transaction
     while the script waits for its answer (DESIGN 13, "Batch answers")."""
 
-    def __init__(self, stream: Iterable[str]) -> None:
+    def __init__(self, stream: Iterable[str], stop: Interrupt | None = None) -> None:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=4 * CHUNK)
         self._ahead: list[object] = []
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True,
-                                        name="batch-input")
+        self._stop = stop
+        self._thread = threading.Thread(target=self._read, args=(_own_reader(stream),),
+                                        daemon=True, name="batch-input")
         self._thread.start()
 
     def _read(self, stream: Iterable[str]) -> None:
@@ -110,8 +154,18 @@ class HeldOpen:
                 return True
         return False
 
+    def _next(self) -> object:
+        while not self._ahead:
+            if self._stop is not None and self._stop.hit:
+                return _END
+            try:
+                return self._queue.get(timeout=POLL)
+            except queue.Empty:
+                continue
+        return self._ahead.pop()
+
     def __iter__(self) -> Iterator[tuple[int, str]]:
-        while (item := self._ahead.pop() if self._ahead else self._queue.get()) is not _END:
+        while (item := self._next()) is not _END:
             yield item  # type: ignore[misc]
         if self._error is not None:
             raise self._error
@@ -173,8 +227,21 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
     are printed once their transaction committed; with `held_open` (stdin) a group also
     commits whenever input pauses. A run that wrote ends with a signed checkpoint of the chain
     head (`sign`)."""
+    with Interrupt() as stop:
+        outcome = _run(ledger, stream, out, fail_fast, chunk, sign, held_open, stop)
+    if stop.hit:
+        done = outcome.ok + outcome.failed
+        sys.stderr.write(f"custody-app: interrupted (SIGINT) after {done} op(s), their results "
+                         f"printed above ({outcome.ok} ok and committed, {outcome.failed} "
+                         "failed); no op after them ran\n")
+        raise KeyboardInterrupt
+    return outcome
+
+
+def _run(ledger: Ledger, stream: Iterable[str], out: TextIO, fail_fast: bool, chunk: int,
+         sign: bool, held_open: bool, stop: Interrupt) -> BatchOutcome:
     if held_open:
-        source = HeldOpen(stream)
+        source = HeldOpen(stream, stop)
         lines: Iterator[tuple[int, str]] = iter(source)
         paused: Callable[[], bool] = source.paused
     else:
@@ -191,6 +258,8 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
             with ledger.transaction() if shared else nullcontext():
                 entered = True
                 for number, text in group:
+                    if stop.hit:
+                        break  # the ops before it commit; this one and the rest never ran
                     result = run_op(ledger, aliases, number, text)
                     pending.append(result)
                     if result["ok"]:
@@ -214,7 +283,7 @@ def run_batch(ledger: Ledger, stream: Iterable[str], out: TextIO, *,
             out.write(result_line(result))
         out.flush()
         pending.clear()
-        if outcome.stopped:
+        if outcome.stopped or stop.hit:
             break
     if sign and ledger.keys is not None and ledger.db.events.head() != head_before:
         try:

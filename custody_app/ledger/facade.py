@@ -245,10 +245,11 @@ class Ledger(EvidenceViews, TimelineReads):
         return self.scrubs.finish(self, wait=wait)
 
     def verify(self, progress: Callable[[int], None] | None = None, *,
-               public_key: str | None = None) -> VerifyResult:
+               public_key: str | None = None, deep: bool = False) -> VerifyResult:
         """Walk the whole chain; `valid` is false with the first bad seq when it is broken.
-        Signed checkpoints are checked under `public_key` (PEM), else the ledger's own key."""
-        return verify_ledger(self, progress, public_key=public_key)
+        Signed checkpoints are checked under `public_key` (PEM), else the ledger's own key;
+        `deep` compares the recall indexes' content too."""
+        return verify_ledger(self, progress, public_key=public_key, deep=deep)
 
 
 def _set_clock(ledger: Ledger, cmd: SetClock) -> ClockResult:

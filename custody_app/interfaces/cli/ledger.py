@@ -25,8 +25,11 @@ def add_parsers(add: AddParser) -> None:
     s = add("verify", "walk the hash chain and check signed checkpoints")
     s.add_argument("--key", metavar="PUB", help="public key PEM to check checkpoints against")
     s.add_argument("--export", metavar="FILE", help="check an export offline instead (no ledger)")
-    add("rebuild", "recompute the projection and report differences").add_argument(
-        "--repair", action="store_true", help="replace a differing projection")
+    s.add_argument("--deep", action="store_true",
+                   help="also compare the recall indexes' content with the facts indexed afresh")
+    s = add("rebuild", "recompute the projection and report differences")
+    s.add_argument("--repair", action="store_true", help="replace a differing projection")
+    s.add_argument("--deep", action="store_true", help="compare the recall indexes' content too")
     for name, helptext in (("hold", "place a legal hold on a fact"),
                            ("release", "release a legal hold")):
         s = add(name, helptext, "FACT")
@@ -63,13 +66,13 @@ def _init(ledger: Ledger, args: argparse.Namespace) -> int:
 
 def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
     pem = read_public_key(args.key) if args.key else None
-    report = ledger.verify(public_key=pem)
+    report = ledger.verify(public_key=pem, deep=args.deep)
     print_json(report.model_dump(mode="json"))
     return int(Exit.OK if report.valid else Exit.OP_FAILED)
 
 
 def _rebuild(ledger: Ledger, args: argparse.Namespace) -> int:
-    rebuilt = ledger.rebuild(repair=args.repair)
+    rebuilt = ledger.rebuild(repair=args.repair, deep=args.deep)
     print_json(rebuilt.model_dump(mode="json"))
     return int(Exit.OK if not rebuilt.differences or rebuilt.repaired else Exit.OP_FAILED)
 

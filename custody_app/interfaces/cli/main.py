@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from custody_app.domain.errors import Exit, LedgerError, Parser
+from custody_app.domain.escaping import escape_text
 from custody_app.domain.policy import load_policy
 from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
 from custody_app.files.output import require_regular
@@ -108,6 +109,10 @@ def _subcommand(argv: list[str]) -> int:
             return _COMMANDS[args.command](ledger, args)
         except LedgerError as exc:
             return fail(exc, Exit.OP_FAILED)
+        except Exception as exc:  # a damaged file is named (ledger_damaged), never a traceback
+            if (damaged := ledger.damaged(exc)) is None:
+                raise
+            return fail(damaged, Exit.OP_FAILED)
 
 
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
@@ -117,7 +122,7 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
         if source != "-":
             require_regular(source, "batch file", "usage")
     except LedgerError as exc:
-        sys.stderr.write(f"custody-app: {exc.message}\n")
+        sys.stderr.write(escape_text(f"custody-app: {exc.message}") + "\n")
         return int(Exit.USAGE)
     try:
         # surrogateescape: a line of invalid UTF-8 becomes that line's bad_json, not a crash.
@@ -125,7 +130,8 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
                   if source == "-" else open(source, encoding="utf-8",  # noqa: SIM115
                                              errors="surrogateescape"))
     except OSError as exc:
-        sys.stderr.write(f"custody-app: cannot read batch file {source}: {exc.strerror}\n")
+        sys.stderr.write(escape_text(f"custody-app: cannot read batch file {source}: "
+                                     f"{exc.strerror}") + "\n")
         return int(Exit.USAGE)
     try:
         key = read_key(args.writer_key) if args.writer_key else None
@@ -172,9 +178,9 @@ def _demo(args: argparse.Namespace) -> int:
                 code = _run_batch(args, str(sample), manual_clock=True, out=sink)
             return _tui(args) if code == Exit.OK else code
         code = _run_batch(args, str(sample), manual_clock=True)
-    sys.stderr.write(f"custody-app: demo ledger written to {target}; try "
-                     f"`custody-app verify --ledger {target} --key {target}.pub` or "
-                     f"`custody-app recall \"refund\" --ledger {target}`\n")
+    sys.stderr.write(escape_text(f"custody-app: demo ledger written to {target}; try "
+                                 f"`custody-app verify --ledger {target} --key {target}.pub` or "
+                                 f"`custody-app recall \"refund\" --ledger {target}`") + "\n")
     return code
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.escaping import escape_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV
 
 # The subcommands that create a ledger path that does not exist (DESIGN 11); the others refuse.
@@ -55,9 +56,10 @@ def confirm_create(path: str) -> bool:
     """Ask on the terminal before the terminal app creates a ledger file (DESIGN 11)."""
     close = _similar_files(path)
     if close:
-        sys.stderr.write(f"custody-app: there is no {path}, but there is {' and '.join(close)}.\n")
-    sys.stderr.write(f"custody-app: create a new, empty ledger at {path} (and its key files)? "
-                     "[y/N] ")
+        sys.stderr.write(escape_text(f"custody-app: there is no {path}, but there is "
+                                     f"{' and '.join(close)}.") + "\n")
+    sys.stderr.write(escape_text(f"custody-app: create a new, empty ledger at {path} (and its "
+                                 "key files)? [y/N] "))
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()
     return answer in ("y", "yes")

@@ -51,7 +51,7 @@ def _beliefs(ledger: Ledger, args: argparse.Namespace) -> int:
              + (" on this page" if page.next_after is not None else "")]
     lines += [f"  {fact_line(f)}" + ("" if f.believed else "  (not believed)") for f in page.facts]
     if page.facts:
-        lines.append(f"next: custody-app show {page.facts[0].fact_id} --ledger {chosen_ledger(args)}")
+        lines.append(f"next: custody-app show {page.facts[0].fact_id} --ledger {plain(chosen_ledger(args))}")
     else:
         lines.append("no fact matches; `custody-app beliefs` without filters lists them all")
     write(lines)

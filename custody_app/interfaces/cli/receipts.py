@@ -34,9 +34,10 @@ def receipt_key_main(argv: list[str]) -> int:
         public = new_issuer_key(args.file)
     except LedgerError as exc:
         return _fail(f"{exc.message} ({exc.code})", 1, "custody-app receipt-key")
-    sys.stdout.write(f'receipt_issuers = {{"{args.issuer}" = "{public}"}}\n')
-    sys.stderr.write("custody-app: put that line under [provenance] in the policy; sign receipts "
-                     f"with custody_app.receipts.sign({args.file!r}, ...)\n")
+    sys.stdout.write(escape_text(f'receipt_issuers = {{"{args.issuer}" = "{public}"}}') + "\n")
+    sys.stderr.write(escape_text("custody-app: put that line under [provenance] in the policy; "
+                                 f"sign receipts with custody_app.receipts.sign({args.file!r}, "
+                                 "...)") + "\n")
     return 0
 
 

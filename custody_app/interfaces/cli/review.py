@@ -99,7 +99,7 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
         lines.append(f"  {fact_line(item.fact)}")
         lines.append(f"      by {plain(item.writer)} at {item.tx_at}, cause {item.cause.kind} "
                      f"{plain(item.cause.ref)}{marks}{replaces}")
-    ledger_name = chosen_ledger(args)
+    ledger_name = plain(chosen_ledger(args))
     lines += _retraction_lines(waiting_retractions, ledger_name)
     if shown:
         lines.append(f"next: custody-app confirm {shown[0].fact.fact_id} --ledger {ledger_name}"

@@ -82,8 +82,8 @@ def serve_main(argv: list[str]) -> int:
             tools = MemoryTools(ledger, args.agent)
         except LedgerError as exc:
             return _fail(f"{exc.message} ({exc.code})", 2)
-        sys.stderr.write(f"custody-app serve: {args.agent} on {ledger.db.path}, writes "
-                         f"{tools.provenance}\n")
+        sys.stderr.write(escape_text(f"custody-app serve: {args.agent} on {ledger.db.path}, "
+                                     f"writes {tools.provenance}") + "\n")
         if token is not None:
             from custody_app.interfaces.mcp.http import serve_http
             serve_http(tools, args.port, token)

@@ -8,6 +8,7 @@ import re
 import sys
 from typing import Any
 
+from custody_app.domain.escaping import escape_text
 from custody_app.domain.readmodels import EventView, FactView, HistoryResult, WhyResult
 from custody_app.domain.sealed_text import ERASED_TEXT
 from custody_app.ledger.readmodels import BeliefView
@@ -37,7 +38,9 @@ def fact_line(fact: FactView | BeliefView, width: int | None = VALUE_WIDTH) -> s
 
 
 def write(lines: list[str]) -> None:
-    sys.stdout.write("".join(line + "\n" for line in lines))
+    """Human lines: whatever control character a caller left unescaped is escaped here (a
+    stored or user-given string never drives the terminal); each line stays a line."""
+    sys.stdout.write("".join(escape_text(line, keep_newlines=True) + "\n" for line in lines))
 
 
 def _refs(title: str, refs: list[Any]) -> list[str]:
@@ -75,8 +78,8 @@ def story(why: WhyResult, ledger: str) -> list[str]:
     lines.append(f"  policy {why.policy.hash}" + (f" ({plain(why.policy.path)})" if why.policy.path
                                                   else ""))
     lines.append(f"  chain checked for this fact: {'yes' if why.events_verified else 'NO'}")
-    lines.append(f"next: custody-app history {f.fact_id} --ledger {ledger}   |   "
-                 f"custody-app show {f.fact_id} --policy-text --ledger {ledger}")
+    lines.append(f"next: custody-app history {f.fact_id} --ledger {plain(ledger)}   |   "
+                 f"custody-app show {f.fact_id} --policy-text --ledger {plain(ledger)}")
     return lines
 
 

@@ -1,0 +1,139 @@
+"""verify's time per event with issue 31's derived-table checks (sessions, served reads, session
+events, actions, salience presentations, pending retractions) against an older checkout's own
+verify, in one run on the same file; `verify --deep` timed separately.
+
+    git worktree add --detach OLD_TREE 5ea3298      # OLD_TREE: a folder from mktemp -d
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_verify_derived.py 100000 \\
+        --old-root OLD_TREE [--mix sessions] [--rounds 3] [--keep DIR] [--out FILE]
+
+The ledger (SIZE events, the positional argument) is built once by this checkout's builder
+(`bench_verify.build`, mix `sessions` by default: reads served to sessions and actions beside
+asserts, affirms and retractions) and kept under `--keep`. Each code version runs in a worker
+process of its own (the same interpreter, its root first on sys.path) holding the ledger open
+read-only, so only the call is timed (the worker's process CPU time, and wall time). Rounds are
+interleaved: old verify, new verify, new verify --deep; best of the rounds. Writes a section into
+`--out` (replacing an earlier one of this bench) and prints it. No assert on time anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.bench_verify import kinds, ledger_for  # noqa: E402
+from bench.benchenv import machine_note  # noqa: E402
+
+WORKER = r'''
+import json, sys, time
+sys.dont_write_bytecode = True  # the checkouts are only read
+sys.path.insert(0, sys.argv[1])
+from custody_app.ledger.facade import Ledger
+opened = {}
+for line in sys.stdin:
+    job = json.loads(line)
+    led = opened.get(job["path"]) or opened.setdefault(job["path"],
+                                                        Ledger.open(job["path"], readonly=True))
+    w0, c0 = time.perf_counter(), time.process_time()
+    r = led.verify(deep=True) if job["op"] == "deep" else led.verify()
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    print(json.dumps({"cpu": cpu, "wall": wall, "valid": r.valid, "events": r.events,
+                      "problem": r.problem}), flush=True)
+'''
+
+SECTION = "## Derived-table checks (issue 31) against the verify before them"
+
+
+class Worker:
+    def __init__(self, root: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, root], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=root)
+
+    def ask(self, **job: str) -> dict[str, Any]:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        reply: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        return reply
+
+    def close(self) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def git(root: str, *cmd: str) -> str:
+    return subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True).stdout.strip()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("size", type=int, help="events in the ledger (built once, kept)")
+    p.add_argument("--old-root", required=True, help="a checkout of the code before (5ea3298)")
+    p.add_argument("--mix", default="sessions")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--keep", default="/tmp/custody-bench-verify")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results_verify.md"))
+    a = p.parse_args()
+    path, events, built = ledger_for(Path(a.keep), a.size, mix=a.mix)
+    if built is not None:
+        print(f"built {events:,} events in {built:.0f} s (load {load()})", flush=True)
+    plan = [("old verify", Worker(a.old_root), "verify"), ("new verify", Worker(str(ROOT)), "verify"),
+            ("new verify --deep", Worker(str(ROOT)), "deep")]
+    start, began = load(), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    got: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in plan}
+    for rnd in range(a.rounds):
+        for name, worker, op in plan:
+            r = worker.ask(op=op, path=str(path))
+            assert r["valid"], f"{name} failed on an untampered ledger: {r['problem']}"
+            got[name].append(r)
+            print(json.dumps({"round": rnd + 1, "run": name, **r, "load": load()}), flush=True)
+    end, note = load(), machine_note()
+    for _, w, _ in plan:
+        w.close()
+    base = min(r["cpu"] for r in got["old verify"])
+    rows = []
+    for name, rs in got.items():
+        cpu, wall = min(r["cpu"] for r in rs), min(r["wall"] for r in rs)
+        rows.append(f"| {name} | {rs[0]['events']:,} | {wall:.2f} | {cpu:.2f} | "
+                    f"{cpu / rs[0]['events'] * 1e6:.1f} | {cpu / base:.2f} | "
+                    + ", ".join(f"{r['cpu']:.2f}" for r in rs) + " |")
+    text = "\n".join([
+        SECTION, "",
+        f"    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_verify_derived.py {a.size} "
+        f"--old-root OLD_TREE --mix {a.mix} --rounds {a.rounds}", "",
+        f"Old: {git(a.old_root, 'rev-parse', '--short', 'HEAD')} (a git worktree of it); new: "
+        f"{git(str(ROOT), 'rev-parse', '--short', 'HEAD')}"
+        + (" with uncommitted product code" if git(str(ROOT), "status", "--porcelain", "--",
+                                                   "custody_app", "store") else "")
+        + f". Ledger: {kinds(path)}; built by the new code's builder. Measured {began} UTC, "
+        f"{a.rounds} rounds interleaved (old, new, new --deep), best of the rounds, worker "
+        f"process CPU time. Load (1-minute average, 2 shared cores): {start} at the start, "
+        f"{end} at the end; {note}.", "",
+        "| run | events | best wall (s) | best CPU (s) | CPU µs/event | CPU ratio to old | "
+        "CPU of each round (s) |",
+        "|---|---|---|---|---|---|---|", *rows, ""])
+    print(text)
+    out = Path(a.out)
+    old = out.read_text() if out.exists() else ""
+    if SECTION in old:
+        head, _, rest = old.partition(SECTION)
+        tail = rest[rest.find("\n## "):] if "\n## " in rest else ""
+        old = head.rstrip("\n") + "\n\n" + tail.lstrip("\n")
+    out.write_text(old.rstrip("\n") + "\n\n" + text)
+
+
+if __name__ == "__main__":
+    main()
