@@ -52,10 +52,11 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
             event = events[fact.assert_seq]
             ref = parse(event.body)["subject_ref"]
             text = ledger.values.open(fact.fact_id, ref, event.value, ciphers)
-            digest_kind, digest = digest_of(ledger, text)
-            if text is not None and policy.digest != "none" and ledger.keys is not None:
-                digests.append((ref, fact.predicate, previously_forgotten_digest(
-                    ledger, ref, fact.predicate, text)))
+            digest_kind, digest = digest_of(ledger, text, ref)
+            if text is not None and policy.digest != "none" and digest_kind != "none":
+                kept = previously_forgotten_digest(ledger, ref, fact.predicate, text)
+                if kept is not None:
+                    digests.append((ref, fact.predicate, kept))
             add_needles(event.value, text, work, is_name, fact.fact_id, fact.predicate)
             for seq, blob in texts[fact.fact_id]:
                 try:
