@@ -24,7 +24,13 @@ from custody_app.erasure.certificate import (
 from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs
-from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork, add_needles, add_text_needles
+from custody_app.erasure.work import (
+    MIN_SCAN_BYTES,
+    ErasureWork,
+    add_keyed_words,
+    add_needles,
+    add_text_needles,
+)
 from custody_app.keys import crypto
 from store.rows import FactRow
 
@@ -69,6 +75,9 @@ def erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
                 ledger.db.erasure.add_digest(ref, fact.predicate, kept)
         add_needles(event.value, text, work, ledger.db.erasure.is_name, fact.fact_id,
                     fact.predicate)
+        if ledger.keys is not None and ledger.db.recall.exists():
+            add_keyed_words(work, ledger.keys.index_key, fact.subject, fact.predicate, text,
+                            fact.fact_id)
         ledger.db.events.erase_value(fact.assert_seq)
         _erase_texts(ledger, fact.fact_id, ref, work)
         ledger.db.erasure.add_pending([fact.fact_id], tx_at)
@@ -198,6 +207,8 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         ledger.db.erasure.drop_digests(subject_hash)
         work.notes.append(subject_place(cmd.subject, len(earlier), work))
         work.subject = cmd.subject
+        work.leaked_before = any(r.get("subject_hash") == subject_hash
+                                 for r in ledger.db.erasure.leaks())
         row = ledger.append("forget_subject", cmd.actor, tx_at,
                              {"subject_hash": subject_hash, "reason": cmd.reason,
                               "counts": counts})
