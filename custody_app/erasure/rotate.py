@@ -119,9 +119,10 @@ def index_key_problem(core: LedgerCore) -> str | None:
 
 
 def lexical_sample(index: RecallIndex) -> tuple[int, list[str]] | None:
-    """(assert seq, words) of one believed fact with a readable value, if any."""
+    """(assert seq, words) of one believed fact with a readable value, if any (among the
+    first few of each status: a page, not every fact)."""
     for status in INDEXED:
-        for fact in index.db.facts.with_status(status):
+        for fact in index.db.browse.with_status_page(status, 0, 20):
             value_text = index.stored_text(fact)
             if value_text is None:
                 continue
