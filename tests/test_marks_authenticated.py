@@ -165,3 +165,35 @@ def test_a_write_naming_another_ledgers_key_store_is_refused(tmp_path: Path) -> 
     assert refused.value.code == "keystore_mismatch", refused.value
     assert b_keys.read_bytes() == before
     del done
+
+
+def test_an_old_key_store_keeps_its_marks_and_refuses_rows_added_after(tmp_path: Path) -> None:
+    """A key store from before authenticated marks (tests/fixtures/v5): its rows stay trusted
+    up to the upgrade; a lower MAC-less row added afterwards is not, and the ledger cut back
+    below the old mark is still refused."""
+    from tests.conftest import fixture_copy
+
+    path = fixture_copy(Path(__file__).parent / "fixtures" / "v5", tmp_path)
+    with Ledger.open(path) as led:  # upgrades both files; the old marks stay the bar
+        assert led.keys is not None
+        assert led.keys.store.legacy_marks_upto() == 9
+        mark, bad = led.keys.trusted_mark()
+        assert mark is not None and mark[1] >= 48 and bad == []
+        seq = mark[1]
+    con = sqlite3.connect(Path(f"{path}.keys"))
+    con.execute("INSERT INTO ledger_marks(seq, head, at, accepted) VALUES (1, ?, ?, 1)",
+                ("0" * 64, "2026-03-02T00:00:00.000000Z"))
+    con.commit()
+    con.close()
+    with Ledger.open(path, readonly=True) as led:
+        assert led.keys is not None
+        mark, bad = led.keys.trusted_mark()
+        assert mark is not None and mark[1] == seq and [r[1] for r in bad] == [1]
+    con = sqlite3.connect(path)  # the ledger cut back: its tail rows removed by hand
+    con.execute("DROP TRIGGER events_append_only_delete")
+    con.execute("DELETE FROM events WHERE seq > 40")
+    con.commit()
+    con.close()
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(path, readonly=True).close()
+    assert refused.value.code == "ledger_rolled_back"

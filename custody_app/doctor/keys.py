@@ -102,8 +102,9 @@ def _slot(name: str, label: str, store: health.Inspection | None, keystore: Path
 
 def _forget(store: health.Inspection | None, keystore: Path, master: bytes | None) -> DoctorCheck:
     failed, _ = _slot("forget-key", "forget key", store, keystore, master)
-    return failed or check("forget-key", "ok", f"the forget key (HMAC of forgotten values) is in "
-                           f"the key store {keystore}, outside the ledger, and unwraps.")
+    return failed or check("forget-key", "ok", f"the forget key (digests of values forgotten "
+                           "before digests were keyed per subject) is in the key store "
+                           f"{keystore}, outside the ledger, and unwraps.")
 
 
 def _signing(ledger: str, store: health.Inspection | None, keystore: Path,

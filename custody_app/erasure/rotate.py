@@ -110,7 +110,9 @@ def index_key_problem(core: LedgerCore) -> str | None:
         return None
     seq, want = sample
     have = core.db.erasure.lexical_terms(seq)
-    if have is not None and any(set(have.split()) == set(
+    if have is None:
+        return None  # a missing row is the index comparison's to report
+    if any(set(have.split()) == set(
             " ".join(text.term(k, w) for w in want).split()) for k in keys):
         return None
     return (f"recall indexes: the lexical row of the fact asserted at seq {seq} is not under "
