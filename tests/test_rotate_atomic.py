@@ -53,6 +53,9 @@ def test_verify_notices_an_index_under_another_key(base: Path, tmp_path: Path) -
         report = led.verify()
     assert not report.valid and report.problem is not None
     assert "word index key" in report.problem, report.problem
+    with Ledger.open(target) as led:  # the remedy the problem names
+        led.rotate_index_key()
+        assert led.verify().valid
 
 
 def test_doctor_names_a_rotation_cut_short_and_the_open_finishes_it(base: Path,

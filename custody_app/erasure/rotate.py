@@ -104,7 +104,7 @@ def index_key_problem(core: LedgerCore) -> str | None:
             return None
         return ("recall indexes: the lexical index was built under another word index key "
                 "than the key store's (a rotate-index-key cut short?): lexical recall finds "
-                "nothing; `rebuild --repair` re-indexes under the current key")
+                "nothing; `custody-app rotate-index-key` re-indexes under a fresh key")
     sample = lexical_sample(core.index)
     if sample is None:
         return None
@@ -116,8 +116,8 @@ def index_key_problem(core: LedgerCore) -> str | None:
             " ".join(text.term(k, w) for w in want).split()) for k in keys):
         return None
     return (f"recall indexes: the lexical row of the fact asserted at seq {seq} is not under "
-            "the key store's word index key: lexical recall finds nothing; `rebuild --repair` "
-            "re-indexes under the current key")
+            "the key store's word index key: lexical recall finds nothing; `custody-app "
+            "rotate-index-key` re-indexes under a fresh key")
 
 
 def lexical_sample(index: RecallIndex) -> tuple[int, list[str]] | None:
