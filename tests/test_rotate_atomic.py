@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from custody_app.ledger.facade import Ledger
-from tests.rotate_crash import BOUNDARIES, build_base, copy_base, index_key, judge, run_child
+from custody_app.recall import text
+from tests.rotate_crash import (
+    BOUNDARIES,
+    build_base,
+    copy_base,
+    index_key,
+    judge,
+    probe_word,
+    run_child,
+)
 from tests.rotate_crash import trials as kill_trials
 
 
@@ -68,5 +77,9 @@ def test_doctor_names_a_rotation_cut_short_and_the_open_finishes_it(base: Path,
     assert killed
     lines = {c.name: c for c in diagnose(target).checks}
     assert lines["index-key"].outcome == "warn" and "cut short" in lines["index-key"].detail
+    with Ledger.open(target, readonly=True) as led:  # before the roll-forward: reads still work
+        assert led.keys is not None and led.keys.pending_index_key() is not None
+        match = f'"{text.term(led.keys.index_key, text.words(probe_word(0))[0])}"'
+        assert led.db.recall.lexical(match, 5)
     assert judge(target, index_key(base)) == "new"
     assert {c.name: c for c in diagnose(target).checks}["index-key"].outcome == "ok"

@@ -14,6 +14,9 @@ from custody_app.keys.keyring import KeyRing
 from custody_app.keys.marks import describe
 from store import LedgerFile
 
+# ledger_meta: the fingerprint of the word index key the lexical index was built under
+# (erasure/rotate.py writes it).
+INDEX_KEY_ID = "index_key_id"
 # Set to the seq a refusal names, a read-write open accepts the loss of what came after it.
 ACCEPT_ENV = "CUSTODY_ACCEPT_ROLLBACK"
 
@@ -41,6 +44,7 @@ def check_binding(db: LedgerFile, keys: KeyRing, path: str) -> None:
 
 def check_high_water(db: LedgerFile, keys: KeyRing, path: str, *, readonly: bool) -> None:
     check_binding(db, keys, path)
+    keys.follow_index(db.meta(INDEX_KEY_ID))
     row, _untrusted = keys.trusted_mark()  # untrusted rows are never the bar (doctor names them)
     if row is None:
         return

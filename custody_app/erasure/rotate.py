@@ -15,10 +15,11 @@ import time
 from typing import TYPE_CHECKING
 
 from custody_app.core.faults import crash_point
+from custody_app.core.rollback import INDEX_KEY_ID
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
 from custody_app.erasure.certificate import PlaceCheck
-from custody_app.keys import crypto
+from custody_app.keys.keyring import index_key_id as key_id
 from custody_app.recall import text
 from custody_app.recall.index import INDEXED
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from custody_app.recall.index import RecallIndex
 
 # ledger_meta: the fingerprint of the key the lexical index was last rebuilt under.
-KEY_ID = "index_key_id"
+KEY_ID = INDEX_KEY_ID
 
 
 class RotateResult(ReadModel):
@@ -37,11 +38,6 @@ class RotateResult(ReadModel):
     seconds: float
     checkpoint_complete: bool
     detail: str
-
-
-def key_id(key: bytes) -> str:
-    """A fingerprint of an index key (a random 256-bit key: it gives nothing away)."""
-    return crypto.keyed_digest(key, "custody", "index key id")
 
 
 def _reindex_under(core: LedgerCore, new: bytes) -> int:

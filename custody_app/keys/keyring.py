@@ -96,6 +96,12 @@ def load_master(keystore: Path, *, create: bool) -> bytes:
     return key
 
 
+def index_key_id(key: bytes) -> str:
+    """A fingerprint of a word index key, kept in the ledger (a random 256-bit key: it gives
+    nothing away)."""
+    return crypto.keyed_digest(key, "custody", "index key id")
+
+
 def _ms(moment: str) -> str:
     """Millisecond prefix of a stored time: the fence compares at that resolution."""
     return moment[:23]
@@ -212,6 +218,13 @@ class KeyRing:
         new = crypto.new_key()
         self.store.put_meta("index_next", crypto.wrap(self._master, new, "index_next"))
         return new
+
+    def follow_index(self, recorded: str | None) -> None:
+        """Read with the pending key when the ledger's index is already under it (a rotation
+        cut short after the ledger committed, before a read-write open finishes it)."""
+        pending = self.pending_index_key()
+        if pending is not None and recorded == index_key_id(pending):
+            self._slots["index"] = pending
 
     def finish_index_rotation(self) -> None:
         """The pending key replaces the index key in one key store transaction; the old key is
