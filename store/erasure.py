@@ -19,7 +19,7 @@ DROP_DIGESTS = "DELETE FROM forgotten_digests WHERE subject_ref = ?"
 ERASURE_EVENTS = ("SELECT e.seq, e.kind, e.body, a.body FROM events e "
                   "LEFT JOIN events a ON a.fact_id = e.fact_id AND a.kind = 'assert' "
                   "WHERE e.kind IN ('forget', 'expire', 'forget_subject') ORDER BY e.seq")
-LEXICAL_TERMS = "SELECT terms FROM recall_fts WHERE rowid = ?"
+LEXICAL_SCOPE = "SELECT scope FROM recall_fts WHERE rowid = ?"
 ADD_TOMBSTONE = ("INSERT INTO tombstones(seq, subject_hash, reason, counts, at) "
                  "VALUES (?, ?, ?, ?, ?)")
 LAST_TOMBSTONE = "SELECT max(at) FROM tombstones WHERE subject_hash = ?"
@@ -103,10 +103,10 @@ class ErasureStore:
         return [(int(s), str(k), str(b), None if a is None else str(a))
                 for s, k, b, a in self._conn.execute(ERASURE_EVENTS)]
 
-    def lexical_terms(self, fact_seq: int) -> str | None:
-        """The word hashes of a fact's lexical index row (which key made them is checked
-        above), None when it has none."""
-        row = self._conn.execute(LEXICAL_TERMS, (fact_seq,)).fetchone()
+    def lexical_scope(self, fact_seq: int) -> str | None:
+        """The keyed space and subject tokens of a fact's lexical index row (which key made
+        them is checked above), None when it has none."""
+        row = self._conn.execute(LEXICAL_SCOPE, (fact_seq,)).fetchone()
         return None if row is None else str(row[0])
 
     def erased_of_subject(self, subject: str) -> list[FactRow]:

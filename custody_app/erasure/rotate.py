@@ -88,7 +88,7 @@ def roll_forward_index_key(core: LedgerCore) -> bool:
 
 def index_key_problem(core: LedgerCore) -> str | None:
     """Is the lexical index under the key store's index key? By the recorded fingerprint, or
-    (a ledger never rotated) by one believed fact's words hashed afresh. A rotation under way
+    (a ledger never rotated) by one believed fact's scope tokens hashed afresh. A rotation under way
     is no problem here (doctor names it; the next read-write open finishes it)."""
     if core.keys is None or not core.db.recall.exists() or core.keys.store.meta("index") is None:
         return None
@@ -104,28 +104,23 @@ def index_key_problem(core: LedgerCore) -> str | None:
     sample = lexical_sample(core.index)
     if sample is None:
         return None
-    seq, want = sample
-    have = core.db.erasure.lexical_terms(seq)
+    seq, space, subject = sample
+    have = core.db.erasure.lexical_scope(seq)
     if have is None:
         return None  # a missing row is the index comparison's to report
-    if any(set(have.split()) == set(
-            " ".join(text.term(k, w) for w in want).split()) for k in keys):
+    if any(have == core.index.scope(space, subject, k) for k in keys):
         return None
     return (f"recall indexes: the lexical row of the fact asserted at seq {seq} is not under "
             "the key store's word index key: lexical recall finds nothing; `custody-app "
             "rotate-index-key` re-indexes under a fresh key")
 
 
-def lexical_sample(index: RecallIndex) -> tuple[int, list[str]] | None:
-    """(assert seq, words) of one believed fact with a readable value, if any (among the
-    first few of each status: a page, not every fact)."""
+def lexical_sample(index: RecallIndex) -> tuple[int, str, str] | None:
+    """(assert seq, space, subject) of one believed fact (among the first few of each status:
+    a page, not every fact): its row's scope tokens are keyed whatever its value says."""
     for status in INDEXED:
-        for fact in index.db.browse.with_status_page(status, 0, 20):
-            value_text = index.stored_text(fact)
-            if value_text is None:
-                continue
-            body = text.fact_text(fact.subject, fact.predicate, json.loads(value_text))
-            return fact.assert_seq, text.words(body)
+        for fact in index.db.browse.with_status_page(status, 0, 1):
+            return fact.assert_seq, fact.space, fact.subject
     return None
 
 
