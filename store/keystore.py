@@ -119,8 +119,10 @@ INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, 
 ADD_MARK = ("INSERT INTO ledger_marks(n, seq, head, at, accepted, mac) "
             "VALUES (?, ?, ?, ?, ?, ?)")
 NEXT_MARK = "SELECT coalesce(max(n), 0) + 1 FROM ledger_marks"
-# Newest first: the trusted mark is the newest row whose MAC holds.
-MARKS = "SELECT n, seq, head, at, accepted, mac FROM ledger_marks ORDER BY n DESC"
+# Newest first, a page at a time (each page read whole: no half-read cursor holds the file):
+# the trusted mark is the newest row whose MAC holds, almost always on the first page.
+MARKS = ("SELECT n, seq, head, at, accepted, mac FROM ledger_marks WHERE n < ? "
+         "ORDER BY n DESC LIMIT 64")
 FOREIGN_TABLES = "SELECT 1 FROM sqlite_schema LIMIT 1"
 
 KeyRow = tuple[int, bytes | None, str, str | None]
@@ -213,9 +215,15 @@ class KeyStoreFile:
 
     def marks(self) -> Iterator[MarkRow]:
         """Every mark row, newest first."""
-        for n, seq, head, at, accepted, mac in self.conn.execute(MARKS):
-            yield (int(n), int(seq), str(head), str(at), bool(accepted),
-                   None if mac is None else str(mac))
+        below = 2**62
+        while True:
+            page = self.conn.execute(MARKS, (below,)).fetchall()
+            for n, seq, head, at, accepted, mac in page:
+                yield (int(n), int(seq), str(head), str(at), bool(accepted),
+                       None if mac is None else str(mac))
+            if len(page) < 64:
+                return
+            below = int(page[-1][0])
 
     def high_water(self) -> tuple[int, str, str, bool] | None:
         """(seq, head hash, at, accepted) of the newest mark row, trusted or not (the key ring

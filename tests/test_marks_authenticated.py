@@ -197,3 +197,23 @@ def test_an_old_key_store_keeps_its_marks_and_refuses_rows_added_after(tmp_path:
     with pytest.raises(LedgerError) as refused:
         Ledger.open(path, readonly=True).close()
     assert refused.value.code == "ledger_rolled_back"
+
+
+def test_many_inserted_rows_do_not_hide_the_trusted_mark(tmp_path: Path) -> None:
+    """More forged rows than one page of the marks read: the trusted mark is still found."""
+    path = tmp_path / "l.db"
+    with Ledger.open(path) as led:
+        led.assert_fact("acct:ZQX-PAGE-0001", "plan", VALUE, actor="agent:a",
+                        cause={"kind": "tool", "ref": "t"})
+        assert led.keys is not None
+        good, _ = led.keys.trusted_mark()
+    assert good is not None
+    con = sqlite3.connect(Path(f"{path}.keys"))
+    con.executemany("INSERT INTO ledger_marks(seq, head, at, accepted, mac) VALUES (1, ?, ?, 1, ?)",
+                    [("0" * 64, "2026-01-01T00:00:00.000000Z", "f" * 64)] * 150)
+    con.commit()
+    con.close()
+    with Ledger.open(path, readonly=True) as led:
+        assert led.keys is not None
+        mark, bad = led.keys.trusted_mark()
+    assert mark == good and len(bad) == 150
