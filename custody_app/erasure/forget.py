@@ -75,7 +75,7 @@ def erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
                 ledger.db.erasure.add_digest(ref, fact.predicate, kept)
         add_needles(event.value, text, work, ledger.db.erasure.is_name, fact.fact_id,
                     fact.predicate)
-        if ledger.keys is not None and ledger.db.recall.exists():
+        if kind == "forget" and ledger.keys is not None and ledger.db.recall.exists():
             add_keyed_words(work, ledger.keys.index_key, fact.subject, fact.predicate, text,
                             fact.fact_id)
         ledger.db.events.erase_value(fact.assert_seq)
