@@ -6,6 +6,7 @@ of the erasure events. Real ledger and key store files."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -44,13 +45,14 @@ def keys_in(keystore: Path) -> list[bytes]:
     return out + [master]
 
 
-def confirmed(path: Path, refs: list[str], predicate: str) -> list[str]:
+def confirmed(path: Path, refs: list[str], predicate: str,
+              keystore: Path | None = None) -> list[str]:
     """The guesses whose digest (under any key, in any form the code has used) is in the
-    ledger file's bytes."""
+    ledger file's bytes (`keystore`: the key store to take keys from, else the ledger's)."""
     data = b"".join(p.read_bytes() for p in path.parent.iterdir()
                     if p.name.startswith(path.name) and not p.name.endswith((".keys", "master")))
     hits = []
-    keys = keys_in(Path(f"{path}.keys"))
+    keys = keys_in(keystore or Path(f"{path}.keys"))
     for guess in GUESSES:
         text = canonical(guess)
         forms = {hashlib.sha256(text.encode()).hexdigest()}
@@ -125,3 +127,25 @@ def test_verify_fails_on_a_digest_row_without_its_erasure_event(env: Env) -> Non
     report = env.reopen().verify()
     assert not report.valid and report.problem is not None
     assert "forgotten_digests" in report.problem and "abcdef012345" in report.problem
+
+
+def test_a_backup_taken_between_forget_and_forget_subject_confirms_nothing(
+        env: Env, tmp_path: Path) -> None:
+    """The backup holds the digest row and the forget event's digest of the single-fact forget;
+    once forget_subject destroyed the subject's key, the current key store confirms neither."""
+    first = env.put(SUBJECT, "diagnosis", ERASED)
+    assert env.ledger.keys is not None
+    ref = env.ledger.keys.subject_ref(SUBJECT)
+    env.ledger.forget(first, actor=DPO, reason="subject_request")
+    env.ledger.close()
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    for name in ("ledger.db", "ledger.db-wal"):
+        if (env.path.parent / name).exists():
+            shutil.copyfile(env.path.parent / name, backup / name)
+    env.reopen()
+    env.ledger.forget_subject(SUBJECT, actor=DPO, reason="subject_request")
+    env.ledger.close()
+    env.reopen()
+    hits = confirmed(backup / "ledger.db", [ref], "diagnosis", Path(f"{env.path}.keys"))
+    assert ERASED not in hits, hits
