@@ -17,6 +17,11 @@ at a larger size:
 - tampering: every modelled tampering of a 36-event ledger with a signed checkpoint every six
   events, each on its own copy.
 - eval: the built-in scenarios against the ledger and the naive overwrite baseline.
+- rotate-index-key (`--rotate-only`, appended to `--out` between its markers instead of
+  replacing the file): a child rotating the word index key on a copy is SIGKILLed at each
+  commit boundary and at `--rotate-kills` random instants (fixed seed); the next read-write
+  open must show the old key with the old index or the new key with the new index
+  (tests/rotate_crash.py).
 
 Counts, not speed: no timing is asserted anywhere; seconds are reported for context only.
 """
@@ -48,6 +53,10 @@ from tests.reliability import (  # noqa: E402
     crash_run,
     tamper_cases,
 )
+from tests.rotate_crash import build_base as build_rotate_base  # noqa: E402
+from tests.rotate_crash import trials as rotate_trials  # noqa: E402
+
+ROTATE_MARKERS = ("<!-- rotate-index-key-trials -->", "<!-- /rotate-index-key-trials -->")
 
 
 def hostile(tmp: Path, examples: int) -> dict[str, object]:
@@ -74,13 +83,80 @@ def hostile(tmp: Path, examples: int) -> dict[str, object]:
     return {**tried, "codes": codes, "valid": valid}
 
 
+def rotate_section(tmp: Path, kills: int, facts: int) -> str:
+    """The rotate-index-key kill trials as a markdown section (between ROTATE_MARKERS)."""
+    start = f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; other load at start: " \
+        f"{machine_note()}"
+    base = tmp / "rotate-base.db"
+    build_rotate_base(base, facts=facts)
+    work = tmp / "rotate"
+    work.mkdir()
+    result = rotate_trials(base, work, kills=kills, seed=31)
+    outcomes = result["outcomes"]
+    assert isinstance(outcomes, dict)
+    boundaries = result["boundaries"]
+    assert isinstance(boundaries, dict)
+    problems = result["problems"]
+    assert isinstance(problems, list)
+    total = sum(outcomes.values())
+    lines = [
+        ROTATE_MARKERS[0], "",
+        "## rotate-index-key kill trials (all or nothing across key store and ledger)", "",
+        f"- run: `bench/bench_reliability.py --rotate-only --rotate-kills {kills}` on a ledger "
+        f"of {facts} believed facts; random delays (seed 31) uniform in [0, 1.2 x window], "
+        f"window = the median unkilled rotation, {float(result['window_s']) * 1000:.0f} ms "
+        "(counted by a timer thread the child starts as the rotation begins)",
+        f"- run at {start}; at the end: {machine_note()}",
+        "- judged after the next read-write open (which rolls a recorded intent forward): "
+        "old = the old key with the old index, new = the new key with the new index, neither = "
+        "a probe word not found by lexical recall under the key store's key, a rotation left "
+        "pending, an index under another key, or verify failing",
+        "",
+        "| trials | of which at a commit boundary | random instants (killed before returning) "
+        "| old | new | neither | time |",
+        "|---|---|---|---|---|---|---|",
+        f"| {total} | {len(boundaries)} | {result['random']} ({result['killed']}) | "
+        f"{outcomes.get('old', 0)} | {outcomes.get('new', 0)} | {outcomes.get('neither', 0)} | "
+        f"{float(result['seconds']):.0f} s |",
+        "",
+        "| commit boundary | outcome |", "|---|---|",
+        *[f"| `{point}` | {outcome} |" for point, outcome in boundaries.items()],
+        "",
+        f"- problems: {'none' if not problems else '; '.join(map(str, problems[:5]))}",
+        "", ROTATE_MARKERS[1]]
+    return "\n".join(lines)
+
+
+def append_section(path: Path, section: str) -> None:
+    """Replace the marked section of `path` (or append it)."""
+    text = path.read_text() if path.exists() else ""
+    head, sep, rest = text.partition(ROTATE_MARKERS[0])
+    if sep:
+        rest = rest.partition(ROTATE_MARKERS[1])[2]
+        text = head + section + rest
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=60)
     ap.add_argument("--concurrency-s", type=float, default=20.0)
     ap.add_argument("--hostile", type=int, default=5000)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--rotate-only", action="store_true",
+                    help="run only the rotate-index-key kill trials")
+    ap.add_argument("--rotate-kills", type=int, default=60)
+    ap.add_argument("--rotate-facts", type=int, default=300)
     args = ap.parse_args(argv)
+    if args.rotate_only:
+        with tempfile.TemporaryDirectory(prefix="custody-rot-") as tmp_name:
+            section = rotate_section(Path(tmp_name), args.rotate_kills, args.rotate_facts)
+        print(section)
+        if args.out:
+            append_section(Path(args.out), section)
+        return 0
     notes = [f"other load at start: {machine_note()}"]
     rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="custody-rel-") as tmp_name:

@@ -13,6 +13,13 @@ ADD_DIGEST = ("INSERT OR IGNORE INTO forgotten_digests(subject_ref, predicate, d
               "VALUES (?, ?, ?)")
 HAS_DIGEST = ("SELECT 1 FROM forgotten_digests WHERE subject_ref = ? AND predicate = ? "
               "AND digest = ?")
+DIGEST_KEYS = "SELECT DISTINCT subject_ref, predicate FROM forgotten_digests"
+DROP_DIGESTS = "DELETE FROM forgotten_digests WHERE subject_ref = ?"
+# The erasure events in order, each forget/expire with its fact's assert body (subject, predicate).
+ERASURE_EVENTS = ("SELECT e.seq, e.kind, e.body, a.body FROM events e "
+                  "LEFT JOIN events a ON a.fact_id = e.fact_id AND a.kind = 'assert' "
+                  "WHERE e.kind IN ('forget', 'expire', 'forget_subject') ORDER BY e.seq")
+LEXICAL_SCOPE = "SELECT scope FROM recall_fts WHERE rowid = ?"
 ADD_TOMBSTONE = ("INSERT INTO tombstones(seq, subject_hash, reason, counts, at) "
                  "VALUES (?, ?, ?, ?, ?)")
 LAST_TOMBSTONE = "SELECT max(at) FROM tombstones WHERE subject_hash = ?"
@@ -81,6 +88,26 @@ class ErasureStore:
 
     def has_digest(self, subject_ref: str, predicate: str, digest: str) -> bool:
         return self._conn.execute(HAS_DIGEST, (subject_ref, predicate, digest)).fetchone() is not None
+
+    def drop_digests(self, subject_ref: str) -> None:
+        """Every digest row of the subject (forget_subject: nothing of it may stay keyed)."""
+        self._conn.execute(DROP_DIGESTS, (subject_ref,))
+
+    def digest_keys(self) -> list[tuple[str, str]]:
+        """(subject_ref, predicate) of every digest row."""
+        return [(str(r), str(p)) for r, p in self._conn.execute(DIGEST_KEYS)]
+
+    def erasure_events(self) -> list[tuple[int, str, str, str | None]]:
+        """(seq, kind, body, assert body of its fact) of every forget, expire and
+        forget_subject event, oldest first."""
+        return [(int(s), str(k), str(b), None if a is None else str(a))
+                for s, k, b, a in self._conn.execute(ERASURE_EVENTS)]
+
+    def lexical_scope(self, fact_seq: int) -> str | None:
+        """The keyed space and subject tokens of a fact's lexical index row (which key made
+        them is checked above), None when it has none."""
+        row = self._conn.execute(LEXICAL_SCOPE, (fact_seq,)).fetchone()
+        return None if row is None else str(row[0])
 
     def erased_of_subject(self, subject: str) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(ERASED_OF_SUBJECT, (subject,))]

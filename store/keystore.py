@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -74,12 +74,34 @@ BEGIN SELECT RAISE(ABORT, 'custody: a ledger mark is written once'); END;
 CREATE TRIGGER ledger_marks_no_delete BEFORE DELETE ON ledger_marks
 BEGIN SELECT RAISE(ABORT, 'custody: a ledger mark is written once'); END;
 """
-_MIGRATIONS = (_V1, _V2, _V3)
+# Marks are authenticated (DESIGN 14): each row carries a MAC under a key derived from the
+# master key, over its number and fields. Rows written before this step have none; they stay
+# trusted as they were, up to the number recorded here (a MAC-less row added later is not).
+# `ledger`: the genesis hash of the ledger this key store belongs to (bound on first write).
+# `index_next`: a rotation of the word index key under way (its recorded intent): the new key,
+# written before the ledger re-indexes under it, moved to `index` and deleted after.
+_V4 = """
+DROP TRIGGER keystore_meta_no_update;
+CREATE TRIGGER keystore_meta_no_update BEFORE UPDATE ON keystore_meta
+WHEN NOT (OLD.name IN ('index', 'index_next') AND NEW.name IS OLD.name)
+BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
+DROP TRIGGER keystore_meta_no_delete;
+CREATE TRIGGER keystore_meta_no_delete BEFORE DELETE ON keystore_meta
+WHEN OLD.name IS NOT 'index_next'
+BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
+ALTER TABLE ledger_marks ADD COLUMN mac TEXT;
+INSERT INTO keystore_meta(name, value)
+SELECT 'marks_legacy_upto', CAST(CAST(coalesce(max(n), 0) AS TEXT) AS BLOB) FROM ledger_marks;
+"""
+_MIGRATIONS = (_V1, _V2, _V3, _V4)
 
 GET_META = "SELECT value FROM keystore_meta WHERE name = ?"
 PUT_META = "INSERT INTO keystore_meta(name, value) VALUES (?, ?)"
 # Overwrites in place: with secure_delete and a rollback journal the old value leaves the file.
 REPLACE_META = "UPDATE keystore_meta SET value = ? WHERE name = ?"
+# Only `index_next` (a finished rotation's intent) may be deleted (the trigger says so too);
+# it is overwritten with zeroes first, so its bytes do not wait for the page to be reused.
+DROP_META = "DELETE FROM keystore_meta WHERE name = ?"
 LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
               "WHERE subject_ref = ? ORDER BY generation DESC LIMIT 1")
 KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
@@ -94,11 +116,18 @@ DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = ? "
 INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at, "
                     "destroyed_at) VALUES (?, ?, NULL, ?, ?)")
 
-ADD_MARK = "INSERT INTO ledger_marks(seq, head, at, accepted) VALUES (?, ?, ?, ?)"
-LAST_MARK = "SELECT seq, head, at, accepted FROM ledger_marks ORDER BY n DESC LIMIT 1"
+ADD_MARK = ("INSERT INTO ledger_marks(n, seq, head, at, accepted, mac) "
+            "VALUES (?, ?, ?, ?, ?, ?)")
+NEXT_MARK = "SELECT coalesce(max(n), 0) + 1 FROM ledger_marks"
+# Newest first, a page at a time (each page read whole: no half-read cursor holds the file):
+# the trusted mark is the newest row whose MAC holds, almost always on the first page.
+MARKS = ("SELECT n, seq, head, at, accepted, mac FROM ledger_marks WHERE n < ? "
+         "ORDER BY n DESC LIMIT 64")
 FOREIGN_TABLES = "SELECT 1 FROM sqlite_schema LIMIT 1"
 
 KeyRow = tuple[int, bytes | None, str, str | None]
+# (n, seq, head hash, at, accepted, mac or None)
+MarkRow = tuple[int, int, str, str, bool, str | None]
 _KEYS_FULL = "the disk is full: the key store write was rolled back"
 
 
@@ -108,6 +137,10 @@ class KeyStoreFile:
     def __init__(self, conn: apsw.Connection, path: str) -> None:
         self.conn = conn
         self.path = path
+        # Whether the open transaction changed anything that is still there (a savepoint rolled
+        # back takes its changes with it): with nothing, the transaction rolls back instead of
+        # committing, so a refused op leaves the file byte for byte (not even its change counter).
+        self._dirty = False
 
     def data_version(self) -> int:
         """Changes whenever another connection commits to the key store (cheap: no disk I/O)."""
@@ -121,10 +154,20 @@ class KeyStoreFile:
         with self.write():
             if self.meta(name) is None:
                 self.conn.execute(PUT_META, (name, value))
+                self._dirty = True
 
     def replace_meta(self, name: str, value: bytes) -> None:
         with self.write():
             self.conn.execute(REPLACE_META, (value, name))
+            self._dirty = True
+
+    def drop_meta(self, name: str) -> None:
+        with self.write():
+            value = self.meta(name)
+            if value is not None:
+                self.conn.execute(REPLACE_META, (bytes(len(value)), name))
+                self.conn.execute(DROP_META, (name,))
+                self._dirty = True
 
     def latest(self, subject_ref: str) -> KeyRow | None:
         row = self.conn.execute(LATEST_KEY, (subject_ref,)).fetchone()
@@ -142,6 +185,7 @@ class KeyStoreFile:
     def add(self, subject_ref: str, generation: int, wrapped: bytes, created_at: str) -> None:
         with self.write():
             self.conn.execute(INSERT_KEY, (subject_ref, generation, wrapped, created_at))
+            self._dirty = True
 
     def destroy(self, subject_ref: str, destroyed_at: str) -> int:
         """Null every live key of the subject; returns how many were destroyed. With none live
@@ -149,6 +193,7 @@ class KeyStoreFile:
         so work begun before it stays fenced."""
         with self.write():
             self.conn.execute(DESTROY, (destroyed_at, subject_ref, destroyed_at))
+            self._dirty = True
             destroyed = int(self.conn.changes())
             if destroyed == 0:
                 latest = self.latest(subject_ref)
@@ -157,33 +202,68 @@ class KeyStoreFile:
                                                      destroyed_at))
             return destroyed
 
-    def add_mark(self, seq: int, head: str, at: str, *, accepted: bool = False) -> None:
-        """Record the ledger's head (unless it is the mark already recorded)."""
+    def add_mark(self, seq: int, head: str, at: str, sign: Callable[[MarkRow], str], *,
+                 accepted: bool = False, last: MarkRow | None = None) -> None:
+        """Record the ledger's head (unless `last`, the trusted mark, is it already); `sign`
+        gives the row's MAC (the store knows no key)."""
         with self.write():
-            last = self.high_water()
-            if accepted or last is None or (last[0], last[1]) != (seq, head):
-                self.conn.execute(ADD_MARK, (seq, head, at, int(accepted)))
+            if accepted or last is None or (last[1], last[2]) != (seq, head):
+                n = int(self.conn.execute(NEXT_MARK).fetchone()[0])
+                row: MarkRow = (n, seq, head, at, accepted, None)
+                self.conn.execute(ADD_MARK, (n, seq, head, at, int(accepted), sign(row)))
+                self._dirty = True
+
+    def marks(self) -> Iterator[MarkRow]:
+        """Every mark row, newest first."""
+        below = 2**62
+        while True:
+            page = self.conn.execute(MARKS, (below,)).fetchall()
+            for n, seq, head, at, accepted, mac in page:
+                yield (int(n), int(seq), str(head), str(at), bool(accepted),
+                       None if mac is None else str(mac))
+            if len(page) < 64:
+                return
+            below = int(page[-1][0])
 
     def high_water(self) -> tuple[int, str, str, bool] | None:
-        """(seq, head hash, at, accepted) of the latest mark, if any."""
-        row = self.conn.execute(LAST_MARK).fetchone()
-        return None if row is None else (int(row[0]), str(row[1]), str(row[2]), bool(row[3]))
+        """(seq, head hash, at, accepted) of the newest mark row, trusted or not (the key ring
+        decides which row is trusted)."""
+        for row in self.marks():
+            return row[1], row[2], row[3], row[4]
+        return None
+
+    def legacy_marks_upto(self) -> int:
+        """Rows up to this number were written before marks had a MAC."""
+        value = self.meta("marks_legacy_upto")
+        try:
+            return int(value or b"0")
+        except ValueError:
+            return 0
 
     @contextmanager
     def write(self) -> Iterator[None]:
         """A key store transaction (a savepoint inside one). A full disk at its commit is a
         StoreFull; what fails inside the block propagates as it is."""
         if self.conn.in_transaction:
-            with self.conn:
-                yield
+            saved = self._dirty
+            try:
+                with self.conn:
+                    yield
+            except BaseException:
+                self._dirty = saved
+                raise
             return
         self.conn.execute("BEGIN IMMEDIATE")
+        self._dirty = False
         try:
             yield
         except BaseException:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
             raise
+        if not self._dirty:
+            self.conn.execute("ROLLBACK")  # nothing to keep: the file stays as it was
+            return
         try:
             self.conn.execute("COMMIT")
         except apsw.FullError as exc:

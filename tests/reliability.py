@@ -294,6 +294,44 @@ def _recompute_from(con: Any, seq: int) -> None:
         prev = new_hash
 
 
+# The key store's own refusals of a ledger edited below its mark (DESIGN 14): detection at
+# open, before verify runs.
+MARK_REFUSALS = ("ledger_forked", "ledger_rolled_back", "keystore_mismatch")
+
+
+def markless_keystore(path: Path) -> Path:
+    """A copy of the ledger's key store (and master key) without its high-water marks and
+    ledger binding: what verify locates by itself is seen through it, once the key store's
+    own marks have refused the edited ledger."""
+    import shutil
+    import sqlite3
+    copy = Path(f"{path}.markless.keys")
+    shutil.copyfile(f"{path}.keys", copy)
+    shutil.copyfile(f"{path}.keys.master", f"{copy}.master")
+    con = sqlite3.connect(copy)
+    con.execute("DROP TRIGGER IF EXISTS ledger_marks_no_delete")
+    con.execute("DROP TRIGGER IF EXISTS keystore_meta_no_delete")
+    con.execute("DELETE FROM ledger_marks")
+    con.execute("DELETE FROM keystore_meta WHERE name = 'ledger'")
+    con.commit()
+    con.close()
+    return copy
+
+
+def verify_or_refusal(path: Path) -> tuple[Any, str | None]:
+    """(verify's report, the key store's refusal code or None): a ledger the marks refuse is
+    verified through a markless copy of its key store, so the report still locates the edit."""
+    from custody_app.domain.errors import LedgerError
+    try:
+        with Ledger.open(path, readonly=True) as ledger:
+            return ledger.verify(), None
+    except LedgerError as exc:
+        if exc.code not in MARK_REFUSALS:
+            raise
+        with Ledger.open(path, readonly=True, keystore=markless_keystore(path)) as ledger:
+            return ledger.verify(), exc.code
+
+
 def tamper_cases(base: Path, work: Path) -> list[TamperCase]:
     """Every tampering of the base ledger we model, each verified on its own copy."""
     from custody_app.domain.chain import canonical
@@ -338,8 +376,7 @@ def tamper_cases(base: Path, work: Path) -> list[TamperCase]:
             _recompute_from(con, seq)
         con.commit()
         con.close()
-        with Ledger.open(copy, readonly=True) as ledger:
-            report = ledger.verify()
+        report, _refused = verify_or_refusal(copy)
         bad, problem = report.first_bad_seq, report.problem or ""
         if kind == "chain recomputed after an edit":
             covering = min(c for c in checkpointed if c >= seq)
@@ -349,7 +386,8 @@ def tamper_cases(base: Path, work: Path) -> list[TamperCase]:
         else:
             located = bad == seq
         cases.append(TamperCase(kind, seq, not report.valid, located, problem))
-        for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
+        for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub",
+                       ".markless.keys", ".markless.keys.master"):
             Path(f"{copy}{suffix}").unlink(missing_ok=True)
     return cases
 
@@ -366,5 +404,5 @@ def plain_walk_passes_after_recompute(base: Path, work: Path, seq: int) -> bool:
     _recompute_from(con, seq)
     con.commit()
     con.close()
-    with Ledger.open(copy, readonly=True) as ledger:
+    with Ledger.open(copy, readonly=True, keystore=markless_keystore(copy)) as ledger:
         return verify_chain(ledger.events()).valid

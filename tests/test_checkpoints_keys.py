@@ -73,6 +73,33 @@ def rewrite_chain(path: Path, seq: int, edit: Callable[[dict[str, Any]], None]) 
         con.close()
 
 
+def reopen_past_marks(env: Env) -> Ledger:
+    """After a rewrite: the ledger's own key store refuses it first (its authenticated mark
+    names a hash the rewritten chain no longer has: `ledger_forked`). What the checkpoints
+    catch on their own is then seen through a copy of the key store without its marks (an
+    older key store, or a verifier with the keys and no marks); env.ledger is that open."""
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(env.path, policy=env.policy, clock=env.clock)
+    assert refused.value.code == "ledger_forked", refused.value
+    env.ledger = Ledger.open(env.path, policy=env.policy, clock=env.clock,
+                             keystore=markless(env.path), id_seed=99)
+    return env.ledger
+
+
+def markless(path: Path) -> Path:
+    """A copy of the ledger's key store (and master key) with its high-water marks removed."""
+    copy = path.parent / "markless.keys"
+    if not copy.exists():
+        shutil.copyfile(f"{path}.keys", copy)
+        shutil.copyfile(f"{path}.keys.master", f"{copy}.master")
+        con = sqlite3.connect(copy)
+        con.execute("DROP TRIGGER ledger_marks_no_delete")
+        con.execute("DELETE FROM ledger_marks")
+        con.commit()
+        con.close()
+    return copy
+
+
 def strip_checkpoints(path: Path) -> None:
     """Delete every checkpoint event, renumber the rest and recompute the whole chain."""
     con = sqlite3.connect(path)
@@ -199,7 +226,7 @@ def test_recomputed_chain_passes_a_plain_walk_but_not_the_signed_checkpoint(
         body["predicate"] = "tier"
 
     rewrite_chain(env.path, 2, predicate)
-    ledger = env.reopen()
+    ledger = reopen_past_marks(env)
     rows = ledger.events()
     assert json.loads(rows[1].body)["predicate"] == "tier"
     # A plain walk (hashes, links, mirrored columns, even the sealed values) finds nothing.
@@ -212,18 +239,21 @@ def test_recomputed_chain_passes_a_plain_walk_but_not_the_signed_checkpoint(
         assert f"checkpoint at seq {cp.seq}" in (report.problem or "")
         assert "rewritten" in (report.problem or "")
     ledger.close()
-    code, out, _ = run_cli(capsys, "verify", "--ledger", env.path, "--key", f"{env.path}.pub")
+    code, out, _ = run_cli(capsys, "verify", "--ledger", env.path, "--key", f"{env.path}.pub",
+                             "--keystore", markless(env.path))
     assert code == 1
     printed = json.loads(out)
     assert printed["valid"] is False and printed["first_bad_seq"] == cp.checkpoint_seq
     # The same as a real process, the way an auditor holding only the .pub would run it.
     done = subprocess.run([sys.executable, "-m", "custody_app", "verify", "--ledger", str(env.path),
-                           "--key", f"{env.path}.pub"], capture_output=True, text=True,
+                           "--key", f"{env.path}.pub", "--keystore",
+                           str(markless(env.path))], capture_output=True, text=True,
                           timeout=60, env={k: v for k, v in os.environ.items()
                                            if not k.startswith("CUSTODY_")})
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)["first_bad_seq"] == cp.checkpoint_seq
-    env.ledger = Ledger.open(env.path, readonly=True)  # for the fixture's close
+    env.ledger = Ledger.open(env.path, readonly=True,  # for the fixture's close
+                             keystore=markless(env.path))
 
 
 def test_same_rewrite_without_a_checkpoint_goes_unnoticed(env: Env) -> None:
@@ -232,7 +262,7 @@ def test_same_rewrite_without_a_checkpoint_goes_unnoticed(env: Env) -> None:
     env.put("acct:2", "plan", "basic")
     env.ledger.close()
     rewrite_chain(env.path, 2, lambda body: body.update(predicate="tier"))
-    ledger = env.reopen()
+    ledger = reopen_past_marks(env)
     # The projection no longer matches the events (issue 13); an attacker rebuilds it too.
     assert not ledger.verify().valid
     ledger.rebuild(repair=True)
@@ -257,7 +287,7 @@ def test_rewriting_the_signed_head_hash_too_breaks_the_signature(
                                (cp.checkpoint_seq,)).fetchone()[0]
     con.close()
     rewrite_chain(env.path, cp.seq, lambda body: body.update(head_hash=new_head))
-    ledger = env.reopen()
+    ledger = reopen_past_marks(env)
     assert verify_chain(ledger.events(), open_value=ledger.values.opener).valid
     report = ledger.verify(public_key=pem)
     assert not report.valid and report.first_bad_seq == cp.seq
@@ -274,7 +304,7 @@ def test_altered_signature_fails_under_the_real_key(signed: tuple[Env, dict[str,
         body["signature"] = ("1" if sig[0] == "0" else "0") + sig[1:]
 
     rewrite_chain(env.path, cp.seq, flip)
-    ledger = env.reopen()
+    ledger = reopen_past_marks(env)
     assert verify_chain(ledger.events()).valid
     for report in (ledger.verify(public_key=pem), ledger.verify()):
         assert not report.valid and report.first_bad_seq == cp.seq
@@ -311,7 +341,7 @@ def test_limit_rewrite_after_the_last_checkpoint_is_not_detected(
     assert late_seq > s["cp"].seq
     env.ledger.close()
     rewrite_chain(env.path, late_seq, lambda body: body.update(predicate="tier"))
-    ledger = env.reopen()
+    ledger = reopen_past_marks(env)
     ledger.rebuild(repair=True)  # the attacker makes the projection match the rewrite too
     report = ledger.verify(public_key=s["pem"])
     assert report.valid and report.checkpoints == 1, report.problem

@@ -25,7 +25,8 @@ from tests.conftest import CAUSE
 
 NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "pending-scrubs",
          "erasure-leaks", "recall-maintenance",
-         "key-store", "master-key", "forget-key", "signing-key", "keys-match",
+         "key-store", "master-key", "forget-key", "signing-key", "keys-match", "ledger-marks",
+         "index-key",
          "integrity", "erasure-half-state"]
 STRIPPED = ("CUSTODY_LEDGER", "CUSTODY_POLICY", "CUSTODY_KEYSTORE", "CUSTODY_MASTER_KEY")
 

@@ -124,7 +124,15 @@ def test_forget_cascades_and_leaves_no_byte_in_the_files(
         text = canonical(value)
         assert erased.digest_kind == expected_kind
         if expected_kind == "hmac-sha256":
-            assert erased.digest == crypto.keyed_digest(keys.forget_key, "value", text)
+            # Keyed per subject (DESIGN 14): destroyed with the subject's key, not the forget key.
+            fact = ledger.db.facts.get(erased.fact_id)
+            assert fact is not None
+            asserted = ledger.db.events.get(fact.assert_seq)
+            assert asserted is not None
+            key = keys.digest_key(json.loads(asserted.body)["subject_ref"])
+            assert key is not None
+            assert erased.digest == crypto.keyed_digest(key, "value", text)
+            assert erased.digest != crypto.keyed_digest(keys.forget_key, "value", text)
             assert erased.digest != hashlib.sha256(text.encode()).hexdigest()
         elif expected_kind == "sha256":
             assert erased.digest == hashlib.sha256(text.encode()).hexdigest()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from custody_app.doctor.report import DoctorCheck, check, loose_mode
 from custody_app.domain.errors import LedgerError
-from custody_app.keys import crypto
+from custody_app.keys import crypto, marks
 from custody_app.keys.keyring import (
     MASTER_ENV,
     keystore_path_for,
@@ -18,6 +18,7 @@ from custody_app.keys.keyring import (
 )
 from store import health
 from store.errors import StoreError
+from store.keystore import KeyStoreFile
 
 KEYSTORE_VERSION = health.keystore_version()
 LOOSE = "anyone who can read it can unwrap every key of the ledger (chmod 600; custody-app init " \
@@ -101,8 +102,9 @@ def _slot(name: str, label: str, store: health.Inspection | None, keystore: Path
 
 def _forget(store: health.Inspection | None, keystore: Path, master: bytes | None) -> DoctorCheck:
     failed, _ = _slot("forget-key", "forget key", store, keystore, master)
-    return failed or check("forget-key", "ok", f"the forget key (HMAC of forgotten values) is in "
-                           f"the key store {keystore}, outside the ledger, and unwraps.")
+    return failed or check("forget-key", "ok", f"the forget key (digests of values forgotten "
+                           "before digests were keyed per subject) is in the key store "
+                           f"{keystore}, outside the ledger, and unwraps.")
 
 
 def _signing(ledger: str, store: health.Inspection | None, keystore: Path,
@@ -151,6 +153,37 @@ def _match(ledger: str, sample: tuple[int, str, str] | None, store: health.Inspe
                  f"event {seq} in {ledger}: it is this ledger's key store.")
 
 
+def _marks(store: health.Inspection | None, keystore: Path, master: bytes | None) -> DoctorCheck:
+    """Every mark row's MAC (DESIGN 14): a row that fails it is named, and never trusted."""
+    if store is None or master is None:
+        return check("ledger-marks", "warn", f"the marks of the key store {keystore} cannot be "
+                     "checked without a usable key store and master key.")
+    if (store.pragma("user_version") or 0) < KEYSTORE_VERSION:
+        return check("ledger-marks", "warn", f"the key store {keystore} predates authenticated "
+                     "marks: the next read-write open upgrades it.")
+    rows = KeyStoreFile(store.conn, str(keystore))
+    bad = marks.untrusted_marks(rows, marks.mark_key(master))
+    if bad:
+        named = ", ".join(marks.describe(row) for row in bad[:5])
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        return check("ledger-marks", "FAIL", f"the key store {keystore} holds {len(bad)} mark "
+                     f"row(s) whose MAC fails: {named}{more}. They were not written with the "
+                     "master key (added or edited by hand) and are never trusted as the "
+                     "ledger's high-water mark.")
+    return check("ledger-marks", "ok", f"every high-water mark in the key store {keystore} "
+                 "carries a valid MAC under the master key.")
+
+
+def _rotation(store: health.Inspection | None, keystore: Path) -> DoctorCheck:
+    """A rotate-index-key cut short leaves its intent (the new key) in the key store."""
+    if store is not None and store.meta("index_next") is not None:
+        return check("index-key", "warn", f"a rotation of the word index key in {keystore} was "
+                     "cut short (its new key is recorded beside the old one): the next "
+                     "read-write open finishes it (re-indexing under the new key if needed).")
+    return check("index-key", "ok", f"no rotation of the word index key in {keystore} is "
+                 "under way.")
+
+
 def check_keys(ledger: str, keystore: str | Path | None,
                sample: tuple[int, str, str] | None = None) -> list[DoctorCheck]:
     """The key store beside the ledger (or where `keystore`/$CUSTODY_KEYSTORE says), its master
@@ -162,7 +195,8 @@ def check_keys(ledger: str, keystore: str | Path | None,
         first, store = _keystore(path)
         master_check, master = _master(path, store)
         return [first, master_check, _forget(store, path, master),
-                _signing(ledger, store, path, master), _match(ledger, sample, store, path, master)]
+                _signing(ledger, store, path, master), _match(ledger, sample, store, path, master),
+                _marks(store, path, master), _rotation(store, path)]
     except StoreError as exc:
         return [check("key-store", "FAIL", f"{exc} ({exc.code}): the key store is damaged.")]
     finally:

@@ -13,6 +13,7 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Forget, ForgetSubject
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import erased_subject
+from custody_app.erasure import digests
 from custody_app.erasure.cascade import cascade, refuse_held
 from custody_app.erasure.certificate import (
     ErasedFact,
@@ -23,7 +24,13 @@ from custody_app.erasure.certificate import (
 from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs
-from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork, add_needles, add_text_needles
+from custody_app.erasure.work import (
+    MIN_SCAN_BYTES,
+    ErasureWork,
+    add_keyed_words,
+    add_needles,
+    add_text_needles,
+)
 from custody_app.keys import crypto
 from store.rows import FactRow
 
@@ -32,17 +39,18 @@ if TYPE_CHECKING:
 
 
 def previously_forgotten_digest(ledger: LedgerCore, subject_ref: str, predicate: str,
-                                text: str) -> str:
-    assert ledger.keys is not None
-    return crypto.keyed_digest(ledger.keys.forget_key, "previously", subject_ref, predicate, text)
+                                text: str) -> str | None:
+    """The digest row kept of a forgotten value (per subject: erasure/digests.py)."""
+    return digests.forgotten_digest(ledger, subject_ref, predicate, text)
 
 
-def digest_of(ledger: LedgerCore, text: str | None) -> tuple[str, str | None]:
-    """(digest kind, digest) an erasure event records of the value text the policy asks for."""
+def digest_of(ledger: LedgerCore, text: str | None, ref: str = "") -> tuple[str, str | None]:
+    """(digest kind, digest) an erasure event records of the value text the policy asks for;
+    `hmac-sha256` is keyed per subject (`ref`), so it goes with the subject's key."""
     digest_kind = ledger.policy.policy.erasure.digest if text is not None else "none"
     if text is not None and digest_kind == "hmac-sha256":
-        assert ledger.keys is not None
-        return digest_kind, crypto.keyed_digest(ledger.keys.forget_key, "value", text)
+        digest = digests.value_digest(ledger, ref, text)
+        return ("hmac-sha256", digest) if digest is not None else ("none", None)
     if text is not None and digest_kind == "sha256":
         return digest_kind, crypto.plain_digest(text)
     return digest_kind, None
@@ -60,12 +68,16 @@ def erase(ledger: LedgerCore, facts: list[FactRow], root_of: dict[str, str], *,
         assert event is not None
         ref = json.loads(event.body)["subject_ref"]
         text = ledger.values.open(fact.fact_id, ref, event.value)
-        digest_kind, digest = digest_of(ledger, text)
-        if text is not None and policy.digest != "none" and ledger.keys is not None:
-            ledger.db.erasure.add_digest(ref, fact.predicate, previously_forgotten_digest(
-                ledger, ref, fact.predicate, text))
+        digest_kind, digest = digest_of(ledger, text, ref)
+        if text is not None and policy.digest != "none" and digest_kind != "none":
+            kept = previously_forgotten_digest(ledger, ref, fact.predicate, text)
+            if kept is not None:
+                ledger.db.erasure.add_digest(ref, fact.predicate, kept)
         add_needles(event.value, text, work, ledger.db.erasure.is_name, fact.fact_id,
                     fact.predicate)
+        if kind == "forget" and ledger.keys is not None and ledger.db.recall.exists():
+            add_keyed_words(work, ledger.keys.index_key, fact.subject, fact.predicate, text,
+                            fact.fact_id)
         ledger.db.events.erase_value(fact.assert_seq)
         _erase_texts(ledger, fact.fact_id, ref, work)
         ledger.db.erasure.add_pending([fact.fact_id], tx_at)
@@ -190,8 +202,13 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         for fact in earlier:
             ledger.db.events.erase_subject(fact.assert_seq)
             ledger.db.erasure.set_subject(fact.assert_seq, erased_subject(subject_hash))
+        # Nothing keyed of the subject's forgotten values stays (its digest key goes with its
+        # data key below; rows kept under the old forget key go now).
+        ledger.db.erasure.drop_digests(subject_hash)
         work.notes.append(subject_place(cmd.subject, len(earlier), work))
         work.subject = cmd.subject
+        work.leaked_before = any(r.get("subject_hash") == subject_hash
+                                 for r in ledger.db.erasure.leaks())
         row = ledger.append("forget_subject", cmd.actor, tx_at,
                              {"subject_hash": subject_hash, "reason": cmd.reason,
                               "counts": counts})

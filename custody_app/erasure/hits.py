@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
+from custody_app.domain.lifecycle import erased_subject
 from custody_app.erasure.certificate import ScanHit
 from store.locate import Holder, db_page, wal_page
 
@@ -41,9 +42,14 @@ def _holder_text(h: Holder, leak: bool) -> str:
     return _printable(f"table {h.table} row {h.key}, column {h.column}{about}{why}")
 
 
-def _leaks(h: Holder, erased: set[str], subject: str | None) -> bool:
+def _leaks(h: Holder, erased: set[str], subject: str | None,
+           erased_name: str | None = None) -> bool:
+    """A row of the erased facts; for forget_subject, any row of the subject, by its plaintext
+    id or by what stands for it once erased (its facts erased earlier, or by a first try):
+    the subject's own rows are never a live record to share bytes with."""
     if subject is not None:
-        return h.fact_id in erased or h.subject == subject
+        return h.fact_id in erased or h.subject == subject or (
+            erased_name is not None and h.subject == erased_name)
     return h.fact_id in erased and (h.table, h.column) not in IDENTIFIERS
 
 
@@ -53,6 +59,8 @@ def classify(ledger: LedgerCore, work: ErasureWork,
     the erased facts (or, for forget_subject, of the subject) holds it, or when a copy of it
     sits in a page no live row holding it explains (a free page, a stale index cell)."""
     erased = {e.fact_id for e in work.erased}
+    erased_name = (erased_subject(ledger.keys.subject_ref(work.subject))
+                   if work.subject is not None and ledger.keys is not None else None)
     page_size = ledger.db.locate.page_size()
     pages: dict[tuple[str, int], int] = {}
     frames: dict[tuple[str, int], int] = {}
@@ -72,7 +80,8 @@ def classify(ledger: LedgerCore, work: ErasureWork,
         for i, offsets in sorted(per_needle.items()):
             needle = work.needles[i]
             rows = holders[needle]
-            leaking = [h for h in rows if _leaks(h, erased, work.subject)]
+            leaking = [h for h in rows if work.leaked_before
+                       or _leaks(h, erased, work.subject, erased_name)]
             tables = {h.table for h in rows}
             residue = [off for off in offsets if names.get(pages.get((path, off), -1)) not in tables]
             where = [_holder_text(h, h in leaking) for h in rows[:SHOWN]]
@@ -85,6 +94,7 @@ def classify(ledger: LedgerCore, work: ErasureWork,
                              "; no live row holding these bytes explains it)")
             out.setdefault(path, []).append(ScanHit(
                 string=describe(needle, work.labels[i]),
-                classification="leak" if leaking or residue else "shared",
+                classification="leak" if leaking or residue or work.leaked_before
+                else "shared",
                 file=path, where=where, residue=len(residue)))
     return out

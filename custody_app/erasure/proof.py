@@ -9,7 +9,7 @@ from custody_app.domain.timeutil import format_time
 from custody_app.erasure.certificate import ErasureCertificate, Outcome, PlaceCheck
 from custody_app.erasure.hits import classify
 from custody_app.erasure.rewrites import REWRITE_PLACE, rewrite
-from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork
+from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork, keyed_needles
 from store.rewrite import VACUUMED
 
 if TYPE_CHECKING:
@@ -22,6 +22,8 @@ ERASED = ("forgotten", "expired")
 
 def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
     """Check every place the values could be, after the transaction committed."""
+    if work.keyed:  # the keyed words no live index row holds (the erasure removed its rows)
+        keyed_needles(work, lambda term: bool(ledger.db.recall.lexical(f'"{term}"', 1)))
     checks = row_places(ledger, work, keys_place=keys_place)
     # Built while the background pass over the erasure's WAL may still run (no commit waits for
     # one: `Checkpointer.before_write`); the checkpoint below waits for it.

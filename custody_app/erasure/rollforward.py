@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from custody_app.erasure.rotate import roll_forward_index_key
+
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
 
@@ -25,7 +27,9 @@ def unfinished(ledger: LedgerCore) -> list[tuple[int, str, str]]:
 
 
 def roll_forward(ledger: LedgerCore) -> list[int]:
-    """Destroy the keys of every unfinished subject erasure; returns their seqs."""
+    """Destroy the keys of every unfinished subject erasure (returns their seqs), and finish a
+    rotation of the word index key cut short."""
+    roll_forward_index_key(ledger)
     with ledger.db.read():
         todo = unfinished(ledger)
     if not todo:

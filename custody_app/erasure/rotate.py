@@ -1,6 +1,12 @@
 """Re-keying the lexical word index: every believed fact's word hashes are made again under a
 fresh key and the old key is destroyed, so a copy of the ledger taken before (an erasure, say)
-can no longer have candidate words tested against its index with the current key store."""
+can no longer have candidate words tested against its index with the current key store.
+
+All or nothing across the two files (DESIGN 14): the key store records the new key beside the
+old one first (the intent); the ledger re-indexes under it and records the key's fingerprint in
+one transaction; then the key store moves the new key over the old one. After a kill anywhere,
+the next read-write open rolls the intent forward (`roll_forward_index_key`): the old key with
+the old index, or the new key with the new index, never an index under a destroyed key."""
 
 from __future__ import annotations
 
@@ -8,16 +14,21 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from custody_app.core.faults import crash_point
+from custody_app.core.rollback import INDEX_KEY_ID
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
 from custody_app.erasure.certificate import PlaceCheck
-from custody_app.keys import crypto
+from custody_app.keys.keyring import index_key_id as key_id
 from custody_app.recall import text
 from custody_app.recall.index import INDEXED
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
     from custody_app.recall.index import RecallIndex
+
+# ledger_meta: the fingerprint of the key the lexical index was last rebuilt under.
+KEY_ID = INDEX_KEY_ID
 
 
 class RotateResult(ReadModel):
@@ -29,28 +40,88 @@ class RotateResult(ReadModel):
     detail: str
 
 
+def _reindex_under(core: LedgerCore, new: bytes) -> int:
+    """One ledger transaction: the lexical index rebuilt under `new`, its fingerprint kept."""
+    with core.transaction():
+        rows = lexical_rows(core.index, new)
+        core.db.recall.recreate_lexical(rows)
+        core.db.texts.set_meta(KEY_ID, key_id(new))
+        crash_point("rotate.before_commit")
+    return len(rows)
+
+
 def rotate_index_key(core: LedgerCore) -> RotateResult:
-    """One ledger transaction rebuilds the lexical index under a fresh key; the key store
-    replaces the old key inside it (it commits first, as a subject erasure's key destruction
-    does). A crash between the two leaves the index under the destroyed key: `rebuild
-    --repair` then re-indexes under the current one."""
+    """Intent in the key store, the index in the ledger, then the key swap (see above)."""
     if core.keys is None:
         raise LedgerError("keystore_missing", "the key store is not available")
     started = time.perf_counter()
-    with core.transaction():
-        new = crypto.new_key()
-        rows = lexical_rows(core.index, new)
-        core.db.recall.recreate_lexical(rows)
-        core.keys.rotate_index_key_to(new)
+    new = core.keys.begin_index_rotation()
+    crash_point("rotate.intent_committed")
+    facts = _reindex_under(core, new)
+    crash_point("rotate.ledger_committed")
+    core.keys.finish_index_rotation()
+    crash_point("rotate.keys_committed")
     outcome = core.db.wal_checkpoint()
     return RotateResult(
-        facts=len(rows), seconds=round(time.perf_counter() - started, 3),
+        facts=facts, seconds=round(time.perf_counter() - started, 3),
         checkpoint_complete=outcome.complete,
-        detail=f"{len(rows)} believed fact(s) re-indexed under a fresh key; the old index key "
+        detail=f"{facts} believed fact(s) re-indexed under a fresh key; the old index key "
         "is destroyed, so a copy of the ledger taken before cannot have its index words tested "
         "with this key store" + ("" if outcome.complete else
                                  f"; {outcome.detail}: the old index pages stay in the WAL "
                                  "until then"))
+
+
+def roll_forward_index_key(core: LedgerCore) -> bool:
+    """At a read-write open: finish a rotation a kill interrupted (re-index under the pending
+    key unless the ledger already is, then swap the keys). True when there was one."""
+    if core.keys is None:
+        return False
+    pending = core.keys.pending_index_key()
+    if pending is None:
+        return False
+    if core.db.meta(KEY_ID) != key_id(pending):
+        _reindex_under(core, pending)
+    core.keys.finish_index_rotation()
+    return True
+
+
+def index_key_problem(core: LedgerCore) -> str | None:
+    """Is the lexical index under the key store's index key? By the recorded fingerprint, or
+    (a ledger never rotated) by one believed fact's scope tokens hashed afresh. A rotation under way
+    is no problem here (doctor names it; the next read-write open finishes it)."""
+    if core.keys is None or not core.db.recall.exists() or core.keys.store.meta("index") is None:
+        return None
+    pending = core.keys.pending_index_key()
+    keys = [core.keys.index_key] + ([pending] if pending is not None else [])
+    recorded = core.db.meta(KEY_ID)
+    if recorded is not None:
+        if recorded in {key_id(k) for k in keys}:
+            return None
+        return ("recall indexes: the lexical index was built under another word index key "
+                "than the key store's (a rotate-index-key cut short?): lexical recall finds "
+                "nothing; `custody-app rotate-index-key` re-indexes under a fresh key")
+    sample = lexical_sample(core.index)
+    if sample is None:
+        return None
+    seq, space, subject = sample
+    have = core.db.erasure.lexical_scope(seq)
+    if have is None:
+        return None  # a missing row is the index comparison's to report
+    if any(have == core.index.scope(space, subject, k) for k in keys):
+        return None
+    return (f"recall indexes: the lexical row of the fact asserted at seq {seq} is not under "
+            "the key store's word index key: lexical recall finds nothing; `custody-app "
+            "rotate-index-key` re-indexes under a fresh key")
+
+
+def lexical_sample(index: RecallIndex) -> tuple[int, str, str] | None:
+    """(assert seq, space, subject) of one believed fact (among the first few of each status:
+    a page, not every fact): its row's scope tokens are keyed whatever its value says."""
+    for status in INDEXED:
+        for fact in index.db.browse.with_status_page(status, 0, 1):
+            return fact.assert_seq, fact.space, fact.subject
+    return None
 
 
 def lexical_rows(index: RecallIndex, key: bytes) -> list[tuple[int, str, str]]:

@@ -50,7 +50,8 @@ class Scrubs:
                     if leaks:
                         core.db.erasure.add_leak({
                             "operation": cert.operation, "issued_at": cert.issued_at,
-                            "leaks": len(leaks), "facts": [e.fact_id for e in cert.erased][:20]})
+                            "leaks": len(leaks), "facts": [e.fact_id for e in cert.erased][:20],
+                            "subject_hash": cert.subject_hash, "root": cert.root})
         finally:
             self.finishing = False
         core.db.wal_checkpoint(wait=False)

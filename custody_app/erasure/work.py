@@ -8,6 +8,7 @@ from typing import Any
 
 from custody_app.domain.canonical import parse
 from custody_app.erasure.certificate import ErasedFact, PlaceCheck
+from custody_app.recall import text as recall_text
 
 # A value this short could match bytes by chance, so a byte scan cannot prove it absent.
 MIN_SCAN_BYTES = 8
@@ -26,6 +27,13 @@ class ErasureWork:
     subject: str | None = None
     # Checks the operation adds itself (forget_subject: the plaintext subject id).
     notes: list[PlaceCheck] = field(default_factory=list)
+    # An earlier certificate of the same erasure (a forget_subject retried) found leaks: no
+    # hit can be called shared now (DESIGN 14), whatever rows hold it.
+    leaked_before: bool = False
+    # The keyed forms of the erased strings (the word index's hashed words and the subject's
+    # scope token), each with its label: scanned for too, once those a live row still holds
+    # (a common word) are left out (`keyed_needles`).
+    keyed: dict[bytes, str] = field(default_factory=dict)
 
     def add(self, data: bytes, label: str) -> None:
         self.needles.append(data)
@@ -81,3 +89,25 @@ def add_text_needles(sealed: bytes | None, texts: dict[str, str] | None, work: E
         raw = text.encode("utf-8")
         if len(raw) >= MIN_SCAN_BYTES and not is_name(text):
             work.add(raw, f"{path}{where}")
+
+
+def add_keyed_words(work: ErasureWork, key: bytes, subject: str, predicate: str,
+                    text: str | None, fact_id: str) -> None:
+    """The word index's keyed words of an erased fact (its subject, predicate and value, as the
+    index hashed them) and its subject's scope token (DESIGN 14: keyed residue)."""
+    words = recall_text.words(recall_text.fact_text(
+        subject, predicate, parse(text) if text is not None else ""))
+    for word in dict.fromkeys(words):
+        work.keyed.setdefault(recall_text.term(key, word).encode("ascii"),
+                              f"keyed word (word index) of {fact_id}")
+    work.keyed.setdefault(recall_text.term(key, "subject:" + subject).encode("ascii"),
+                          f"keyed subject token (word index) of {fact_id}")
+
+
+def keyed_needles(work: ErasureWork, held: Callable[[str], bool]) -> None:
+    """Add the keyed words no live index row holds (`held`) to the needles: a word another
+    live fact has is in the index by design, and its presence gives nothing away."""
+    for data, label in work.keyed.items():
+        if not held(data.decode("ascii")):
+            work.add(data, label)
+    work.keyed = {}

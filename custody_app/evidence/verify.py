@@ -11,6 +11,7 @@ from custody_app.core.derived import DerivedAudit
 from custody_app.core.ledger_core import as_ledger_error
 from custody_app.domain.chain import verify_chain
 from custody_app.domain.readmodels import VerifyResult
+from custody_app.erasure.checks import erasure_checks
 from custody_app.evidence.checkpoints import CheckpointAudit
 from custody_app.evidence.integrity import EventAudit
 from custody_app.evidence.receipts import ReceiptAudit
@@ -86,6 +87,8 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
             gc.enable()
     if valid and index_problems:
         valid, problem = False, "recall indexes: " + "; ".join(index_problems)
+    if valid and (erasure_problem := erasure_checks(ledger)) is not None:
+        valid, problem = False, erasure_problem
     if valid and public_key is not None and audit.count == 0 and report.events:
         valid, problem = False, ("no signed checkpoint in this ledger: the given public key "
                                  "cannot vouch for any of its events")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
 from custody_app.files.output import write_output
-from custody_app.keys import crypto
+from custody_app.keys import crypto, marks
 from store.errors import StoreError
-from store.keystore import KeyStoreFile, open_keystore
+from store.keystore import KeyStoreFile, MarkRow, open_keystore
 
 MASTER_ENV = "CUSTODY_MASTER_KEY"
 KEYSTORE_ENV = "CUSTODY_KEYSTORE"
@@ -95,6 +96,12 @@ def load_master(keystore: Path, *, create: bool) -> bytes:
     return key
 
 
+def index_key_id(key: bytes) -> str:
+    """A fingerprint of a word index key, kept in the ledger (a random 256-bit key: it gives
+    nothing away)."""
+    return crypto.keyed_digest(key, "custody", "index key id")
+
+
 def _ms(moment: str) -> str:
     """Millisecond prefix of a stored time: the fence compares at that resolution."""
     return moment[:23]
@@ -122,6 +129,10 @@ class KeyRing:
         # (generation, key, latest destruction, key created at) per subject ref.
         self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
         self._seen_version = -1
+        self._mark_key = marks.mark_key(master)
+        # The genesis hash of the ledger opened with this key store (set by the open's check):
+        # the first mark binds an unbound key store to it.
+        self.genesis: Callable[[], str | None] | None = None
         check = store.meta("check")
         if check is None:
             store.put_meta("check", crypto.wrap(master, b"custody", "check"))
@@ -169,18 +180,61 @@ class KeyRing:
 
     @property
     def forget_key(self) -> bytes:
+        """Keyed the digests of forgotten values before they were keyed per subject."""
         return self._slot("forget")
+
+    def legacy_forget_key(self) -> bytes | None:
+        """The forget key if the key store has one (never made here): reads old digests."""
+        if "forget" not in self._slots and self.store.meta("forget") is None:
+            return None
+        return self._slot("forget")
+
+    def digest_key(self, ref: str) -> bytes | None:
+        """The key of the subject's forgotten-value digests: derived from its live data key and
+        never stored, so it is destroyed with that key. None without a live key."""
+        row = self.store.latest(ref)
+        if row is None or row[1] is None or row[3] is not None:
+            return None
+        key = self._unwrap(ref, row[0], row[1])
+        return bytes.fromhex(crypto.keyed_digest(key, "custody", "forgotten digests"))
 
     @property
     def index_key(self) -> bytes:
         """Keys the word hashes of the lexical index, so it holds no plaintext words."""
         return self._slot("index")
 
-    def rotate_index_key_to(self, new: bytes) -> None:
-        """`new` replaces the index key in the key store; the old one is destroyed
-        (overwritten in place, secure_delete, rollback journal)."""
+    def pending_index_key(self) -> bytes | None:
+        """The new word index key of a rotation under way (its recorded intent), if any."""
+        wrapped = self.store.meta("index_next")
+        return None if wrapped is None else crypto.unwrap(self._master, wrapped, "index_next")
+
+    def begin_index_rotation(self) -> bytes:
+        """Record the intent of a rotation: a fresh key beside the current one (or the key of
+        a rotation already under way). The ledger re-indexes under it next."""
+        pending = self.pending_index_key()
+        if pending is not None:
+            return pending
         self._slot("index")  # the slot must exist before it is replaced
-        self.store.replace_meta("index", crypto.wrap(self._master, new, "index"))
+        new = crypto.new_key()
+        self.store.put_meta("index_next", crypto.wrap(self._master, new, "index_next"))
+        return new
+
+    def follow_index(self, recorded: str | None) -> None:
+        """Read with the pending key when the ledger's index is already under it (a rotation
+        cut short after the ledger committed, before a read-write open finishes it)."""
+        pending = self.pending_index_key()
+        if pending is not None and recorded == index_key_id(pending):
+            self._slots["index"] = pending
+
+    def finish_index_rotation(self) -> None:
+        """The pending key replaces the index key in one key store transaction; the old key is
+        destroyed (overwritten in place, secure_delete, rollback journal) and the intent goes."""
+        new = self.pending_index_key()
+        if new is None:
+            return
+        with self.store.write():
+            self.store.replace_meta("index", crypto.wrap(self._master, new, "index"))
+            self.store.drop_meta("index_next")
         self._slots["index"] = new
 
     @property
@@ -275,9 +329,28 @@ class KeyRing:
         return self.store.destroy(ref, at)
 
     def record_mark(self, head: tuple[int, str, str] | None, *, accepted: bool = False) -> None:
-        """Record the ledger's head as the high-water mark (rollback detection)."""
-        if head is not None:
-            self.store.add_mark(head[0], head[1], head[2], accepted=accepted)
+        """Record the ledger's head as the high-water mark (rollback detection), MAC'd, and
+        bind an unbound key store to the ledger's genesis."""
+        if head is None:
+            return
+        with self.store.write():
+            if self.genesis is not None and self.store.meta("ledger") is None:
+                genesis = self.genesis()
+                if genesis is not None:
+                    self.store.put_meta("ledger", genesis.encode("ascii"))
+            last, _ = marks.trusted_mark(self.store, self._mark_key)
+            self.store.add_mark(head[0], head[1], head[2],
+                                lambda row: marks.mark_mac(self._mark_key, row),
+                                accepted=accepted, last=last)
+
+    def trusted_mark(self) -> tuple[MarkRow | None, list[MarkRow]]:
+        """(the newest mark whose MAC holds, the untrusted rows newer than it)."""
+        return marks.trusted_mark(self.store, self._mark_key)
+
+    def bound_ledger(self) -> str | None:
+        """The genesis hash of the ledger this key store belongs to, once bound."""
+        value = self.store.meta("ledger")
+        return None if value is None else value.decode("ascii", "replace")
 
     def destroy_ref(self, ref: str, at: str) -> int:
         """destroy() by peppered subject hash (the roll-forward of an erasure has no plaintext)."""

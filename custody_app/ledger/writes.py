@@ -16,7 +16,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import AssertResult, ContradictingAssert, FactOpResult
 from custody_app.domain.redaction import redact
 from custody_app.domain.text_fields import redact_fields
-from custody_app.erasure.forget import previously_forgotten_digest
+from custody_app.erasure import digests
 from custody_app.evidence.receipts import bounds
 from custody_app.keys import receipts
 from custody_app.ledger import retractions
@@ -142,11 +142,7 @@ def _pending(ledger: LedgerCore, replaced: Any) -> bool:
 
 def previously_forgotten(ledger: LedgerCore, subject: str, predicate: str, value_text: str) -> bool:
     """Was this value of the subject and predicate forgotten before (by its keyed digest)?"""
-    if ledger.keys is None or ledger.policy.policy.erasure.digest == "none":
-        return False
-    ref = ledger.keys.subject_ref(subject)
-    digest = previously_forgotten_digest(ledger, ref, predicate, value_text)
-    return ledger.db.erasure.has_digest(ref, predicate, digest)
+    return digests.is_previously_forgotten(ledger, subject, predicate, value_text)
 
 
 def _fact_event(ledger: LedgerCore, kind: str, fact_id: str, actor: str, fields: dict[str, Any],
