@@ -232,3 +232,37 @@ def test_a_batch_agent_must_be_an_agent_identity(tmp_path: Path, agent: str) -> 
     done = _cli("--batch", "-", "--agent", agent, "--ledger", db, "--policy", policy, stdin="")
     assert done.returncode == 3 and "invalid_actor" in done.stderr
     assert ledger_bytes(db) == before
+
+
+def test_an_unkeyed_batch_agent_declares_no_standing_even_where_the_policy_allows_it(
+        tmp_path: Path) -> None:
+    """Found in review: under the default policy (allow_declared = true) an unkeyed
+    `--batch --agent` wrote `verified` with no receipt and was believed at once, and retracted a
+    user's fact at once. An agent surface earns standing by its key or a receipt only, as MCP."""
+    db, policy, alice = _setup(tmp_path, "")
+    before = ledger_bytes(db)
+    ops = _ops(
+        {"op": "assert", "subject": "acct:1", "predicate": "plan", "value": "free",
+         "actor": X, "cause": CAUSE, "provenance": "verified"},
+        {"op": "assert", "subject": "acct:1", "predicate": "plan", "value": "free",
+         "actor": X, "cause": CAUSE, "provenance": "attested"},
+        {"op": "retract", "fact_id": alice, "actor": X, "reason": "wrong",
+         "provenance": "attested"},
+    )
+    done = _cli("--batch", "-", "--agent", X, "--ledger", db, "--policy", policy, stdin=ops)
+    assert done.returncode == 1, done.stderr
+    assert [r["ok"] or r["error"]["code"] for r in results(done)] == ["provenance_not_allowed"] * 3
+    assert ledger_bytes(db) == before  # refused ops write nothing, not even a checkpoint
+    undeclared = _ops(
+        {"op": "assert", "subject": "acct:1", "predicate": "plan", "value": "free",
+         "actor": X, "cause": CAUSE},
+        {"op": "retract", "fact_id": alice, "actor": X, "reason": "wrong"})
+    done = _cli("--batch", "-", "--agent", X, "--ledger", db, "--policy", policy,
+                stdin=undeclared)
+    assert done.returncode == 0, done.stderr
+    wrote, retracted = (r["result"] for r in results(done))
+    assert wrote["status"] == "quarantined" and wrote["provenance"] == "claimed"
+    assert retracted["pending"] is True
+    with Ledger.open(db, policy=policy) as ledger:
+        assert ledger.history(alice).status == "active"
+        assert [f.fact_id for f in ledger.as_of(subject="acct:1").facts] == [alice]

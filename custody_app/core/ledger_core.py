@@ -72,6 +72,15 @@ class LedgerCore:
         """Actors whose registered writer key this process holds."""
         return set(self.signers)
 
+    def may_declare(self, actor: str) -> bool:
+        """May a write or retraction as `actor` declare more than `claimed`? Holding the
+        actor's registered writer key, or as the operator where the policy allows declared
+        provenance; an agent process without its key never declares its own standing (DESIGN
+        1 and 14: an agent surface, like MCP, earns standing by a key or a receipt only)."""
+        if actor in self.signers:
+            return True
+        return self.agent is None and self.policy.policy.provenance.allow_declared
+
     def hold_writer_key(self, actor: str, key: WriterKey) -> bool:
         """Hold `actor`'s writer key if the policy registers its public half for `actor`;
         from then on every event written as `actor` is signed. A wrong key changes nothing."""

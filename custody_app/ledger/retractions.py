@@ -41,8 +41,7 @@ def redact_reason(ledger: LedgerCore, fields: dict[str, Any]) -> dict[str, Any]:
 def standing(ledger: LedgerCore, actor: str, declared: str | None) -> str:
     """The provenance a writer's retraction carries: what it declares, which it may only do
     above `claimed` where its writes could (declared provenance allowed, or a writer key)."""
-    may_declare = (ledger.policy.policy.provenance.allow_declared
-                   or actor in ledger.vouched_writers)
+    may_declare = ledger.may_declare(actor)
     if declared is None:
         return "attested" if may_declare else "claimed"
     if declared != "claimed" and not may_declare:

@@ -110,10 +110,12 @@ def _standing(ledger: LedgerCore, cmd: AssertFact) -> str:
                                           claim=claim, declared=cmd.provenance)
         if earned is not None:
             return earned
-    if (cmd.provenance != "claimed" and not pol.allow_declared
-            and cmd.actor not in ledger.vouched_writers):
+    if cmd.provenance != "claimed" and not ledger.may_declare(cmd.actor):
         raise LedgerError("provenance_not_allowed",
-                          f"the policy in force does not let writers declare {cmd.provenance}")
+                          f"{cmd.actor} may not declare {cmd.provenance}: "
+                          + ("an agent process earns standing by its writer key or a receipt"
+                             if ledger.agent is not None
+                             else "the policy in force does not let writers declare it"))
     return cmd.provenance
 
 
