@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import uvicorn
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from custody_app.domain.escaping import escape_json
 from custody_app.interfaces.mcp.guard import INVALID_REQUEST, MAX_MESSAGE_BYTES, refusal
@@ -71,6 +72,13 @@ class BearerGate:
             await _reply(send, 404, _error_body(INVALID_REQUEST, "session not found: this "
                          "server did not issue that Mcp-Session-Id, or it expired or ended; "
                          "initialize a new session"))
+            return
+        version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
+        if version and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            # The stateless protocol has no sessions: an issued id sent on it would join that
+            # session from another client's requests.
+            await _reply(send, 400, _error_body(INVALID_REQUEST, f"protocol {version[:40]!r} "
+                         "has no sessions: send no Mcp-Session-Id with it"))
             return
         self.sessions.begin(session_id)
         try:
@@ -213,7 +221,10 @@ def http_app(tools: MemoryTools, token: str,
     sessions (expiring after `idle_seconds` without a request, here and in the SDK)."""
     sessions = HttpSessions(lambda: AgentRun(new_session_id(), tools.now()), idle_seconds)
     server = build_server(tools, sessions)
-    app: ASGIApp = server.streamable_http_app(host=LOOPBACK, session_idle_timeout=idle_seconds)
+    # JSON replies, not event streams: the tools send nothing before their result, and an
+    # event stream is ended at once on SIGTERM (sse-starlette), losing a reply in flight.
+    app: ASGIApp = server.streamable_http_app(host=LOOPBACK, session_idle_timeout=idle_seconds,
+                                              json_response=True)
     return BearerGate(app, token, sessions)
 
 
