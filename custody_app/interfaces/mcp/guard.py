@@ -111,16 +111,20 @@ def check_message(message: object, raw: bytes) -> Refusal | None:
     has_id, msg_id = "id" in message, message.get("id")
     reply_id = msg_id if has_id and valid_id(msg_id) and not _has_surrogate(msg_id) else None
     method = message.get("method")
-    request = has_id and "method" in message
+    # Never answered, even refused: a notification (a method, no id) and a response (no method,
+    # a result or an error). Anything else is a request, or an object too broken to be one
+    # (answered, with `id: null` when its id cannot be used).
+    request = not ("method" in message and not has_id) and not (
+        "method" not in message and ("result" in message or "error" in message))
     if message.get("jsonrpc") != "2.0":
         return _refused(INVALID_REQUEST, reply_id, 'the message is not JSON-RPC 2.0 ("jsonrpc": '
-                        '"2.0")', request=has_id)
+                        '"2.0")', request=request)
     if "method" not in message and "result" not in message and "error" not in message:
         return _refused(INVALID_REQUEST, reply_id, "the message has neither a method nor a "
-                        "result or error", request=has_id)
+                        "result or error", request=request)
     if has_id and reply_id is None:
         return _refused(INVALID_REQUEST, None, "the id must be a string or an integer (not "
-                        "null, a boolean, a fraction, an array or an object)", request=True)
+                        "null, a boolean, a fraction, an array or an object)", request=request)
     if "method" in message:
         if not isinstance(method, str) or _has_surrogate(method):
             return _refused(INVALID_REQUEST, reply_id, "the method must be a string of Unicode "
