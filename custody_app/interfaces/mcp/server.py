@@ -36,8 +36,7 @@ def new_session_id() -> str:
 class ConnectionState:
     """What one connection (one agent run) carries. Streamable HTTP serves many connections
     from one lifespan: there the session id the server issued at initialize picks the run
-    (`http`), and a request outside any session (the stateless 2026 protocol) is a run of its
-    own."""
+    (`http`); requests outside any session (the sessionless 2026 protocol) share one run."""
 
     tools: MemoryTools
     http: HttpSessions | None = None
@@ -50,10 +49,11 @@ class ConnectionState:
         return AgentRun(new_session_id(), self.tools.now())
 
     def run_for(self, transport_session: str | None) -> AgentRun:
-        if self.http is None:
+        if self.http is None or transport_session is None:
+            # stdio: the one connection. HTTP outside any session (the sessionless 2026
+            # protocol): the server's one agent identity, one run, so that blast radius still
+            # links its reads to its later writes (a run per request would cut them apart).
             return self.run
-        if transport_session is None:
-            return self.new_run()
         run = self.http.run(transport_session)
         if run is None:  # the HTTP gate refuses unknown ids before: this is a race with expiry
             raise MCPError(code=types.INVALID_REQUEST, message="session not found: it expired "
