@@ -66,6 +66,7 @@ class BearerGate:
             await self._pass(scope, receive, send)
             return
         if session_id is None:
+            self.sessions.expire()  # every request prunes the table, not only a session's own
             await self._pass(scope, receive, _Issued(send, self.sessions))
             return
         if not self.sessions.known(session_id):
