@@ -96,6 +96,7 @@ def mcp_http_requests(tmp: Path, cases: int, fuzz_seed: int = 32,
                       "cause": {"kind": "tool", "ref": "r"}}}})  # warm up: not a case
     counter = [1_000_000]
     slowest = [0.0]
+    slowest_case = [""]
     statuses: dict[int, int] = {}
 
     @seed(fuzz_seed)
@@ -136,7 +137,10 @@ def mcp_http_requests(tmp: Path, cases: int, fuzz_seed: int = 32,
                 raise SystemExit("the MCP HTTP server died") from None
             return
         finally:
-            slowest[0] = max(slowest[0], time.monotonic() - start)
+            took = time.monotonic() - start
+            if took > slowest[0]:
+                slowest[0] = took
+                slowest_case[0] = f"{len(message.encode('utf-8', 'surrogatepass')):,}-byte {method}"
         statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
         if answer.status_code >= 500:
             tally.crashes += 1
@@ -162,7 +166,8 @@ def mcp_http_requests(tmp: Path, cases: int, fuzz_seed: int = 32,
         proc.terminate()
         code = proc.wait(timeout=60)
     shown = ", ".join(f"{k}: {v:,}" for k, v in sorted(statuses.items()))
-    tally.extra = (f"slowest answer {slowest[0] * 1000:.0f} ms; {tally.unanswered} requests "
+    tally.extra = (f"slowest answer {slowest[0] * 1000:.0f} ms (a {slowest_case[0]}); "
+                   f"{tally.unanswered} requests "
                    f"without a reply; exit {code} on SIGTERM; statuses {shown}")
     if code != 0:
         tally.crashes += 1
