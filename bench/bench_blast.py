@@ -69,6 +69,7 @@ class Build:
         self.writes: list[str] = []
         self.root = ""
         self.popular = ""
+        self.early = ""
         self.refs: list[str] = []
         self.reread: list[str] = []
         self.sessions_done = 0
@@ -95,6 +96,9 @@ class Build:
                                   provenance="attested", sources=[self.root]).fact_id
             led.assert_fact("acct:1", "escalation", "p1", actor="rule:sla", cause=CAUSE,
                             provenance="attested", sources=[sla])
+            # Never read by any session, retracted after the first 5% of sessions.
+            self.early = led.assert_fact("acct:early", "plan", "gold", actor="system:crm-sync",
+                                         cause=CAUSE, provenance="verified").fact_id
         self.popular = self.base[-1]
         per_session = max(10, -(-(a.events - n_base) // a.sessions))
         root_sessions = set(self.rng.sample(range(a.sessions), min(a.root_sessions, a.sessions)))
@@ -149,6 +153,16 @@ class Build:
                         tx = led.transaction()
                         tx.__enter__()
                         ops_in_tx = 0
+                if a.blind and s % a.blind == a.blind - 1:
+                    # A session with no recorded read that writes once (issue 32): INCOMPLETE
+                    # only for a fact believed while it wrote, of its subject or space.
+                    self.tick(0.5)
+                    led.assert_fact(f"ticket:B-{s}", "note", f"blind {s}", actor="agent:batch",
+                                    cause=CAUSE, provenance="attested", session=f"blind-{s:05d}",
+                                    space="team:ops" if (s // a.blind) % 2 else "org")
+                if s == max(1, a.sessions // 20) and self.early:
+                    self.tick()
+                    led.retract(self.early, actor="user:maria", reason="imported by mistake")
                 self.sessions_done = s + 1
                 if s % 500 == 499:
                     rate = led.db.events.count() / (time.perf_counter() - start)
@@ -201,6 +215,8 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=720.0, help="build time limit, seconds")
     p.add_argument("--repeat", type=int, default=15)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--blind", type=int, default=10,
+                   help="after every Nth session, one with no recorded read writes (0: none)")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
     load_start = machine_note()
@@ -216,8 +232,10 @@ def main() -> None:
         def blast_row(label: str, fact_id: str) -> float:
             ms, result = _median(lambda: led.blast(fact_id), a.repeat)
             reached = [s for s in result.sessions if not s.incomplete]
+            ruled = sum(r.sessions for r in getattr(result, "ruled_out", []))
             size = (f"{len(reached):,} sessions, {len(result.actions):,} actions, "
-                    f"{len(result.facts):,} facts, {len(result.incomplete_sessions)} incomplete")
+                    f"{len(result.facts):,} facts, {len(result.incomplete_sessions)} incomplete, "
+                    f"{ruled:,} ruled out")
             served = led.db.conn.execute("SELECT count(DISTINCT session) FROM served_facts "
                                          "WHERE fact_id = ?", (fact_id,)).fetchone()[0]
             rows.append((label, f"{ms:.1f}", size, f"{served:,}"))
@@ -230,6 +248,8 @@ def main() -> None:
         blast_row("blast(a base fact picked at random)", quiet)
         write = (build.reread or build.writes)[len(build.reread or build.writes) // 2]
         blast_row("blast(a session's write that a later session read)", write)
+        blast_row("blast(a fact no session read, retracted after 5% of the sessions)",
+                  build.early)
         ref = build.refs[len(build.refs) // 2]
         ex_ms, ex = _median(lambda: led.explain(ref), a.repeat)
         rows.append(("explain(refund ref)", f"{ex_ms:.1f}",
@@ -257,6 +277,8 @@ def main() -> None:
             f"| base facts / session writes / actions | {len(build.base):,} / "
             f"{len(build.writes):,} / {len(build.refs):,} |",
             f"| each session write re-read by a later session with probability | {a.reread} |",
+            f"| sessions with no recorded read (one write each, half in another space) | "
+            f"{build.sessions_done // a.blind if a.blind else 0:,} |",
             "",
             f"## Timings (warm, median of {a.repeat})", "",
             "| measure | ms | blast size (sessions reached include later levels) | sessions "

@@ -9,7 +9,9 @@ on real files, and counts: cases tried, crashes (an exception that is not a code
 reply within 2 s) and failed operations that changed the ledger (event count, chain head and
 sha256 of the ledger, its WAL and its key store, compared before and after every refused case).
 Batch, policy and path cases run in process; MCP messages go to one real `custody-app serve`
-over stdio, each followed by a ping.
+over stdio, each followed by a ping, and to one real `custody-app serve --http` (a fixed seed,
+`--seed`, for the MCP surfaces). An MCP request without a reply is counted; so is a reply to a
+notification or a response (JSON-RPC 2.0 forbids one).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from hypothesis import strategies as st  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 from bench.fuzz_cases import HANG_S, Tally, file_state, paths, policy_texts, writers  # noqa: E402  # noqa: E402
 from bench.fuzz_mcp import mcp_requests  # noqa: E402
+from bench.fuzz_mcp_http import mcp_http_requests  # noqa: E402
 from custody_app.domain.errors import LedgerError  # noqa: E402
 from custody_app.domain.policy import load_policy  # noqa: E402
 from custody_app.domain.timeutil import ManualClock  # noqa: E402
@@ -204,7 +207,10 @@ def output_paths(tmp: Path, cases: int) -> Tally:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=10_000)
-    ap.add_argument("--only", choices=("batch", "policy", "paths", "mcp"), action="append")
+    ap.add_argument("--only", choices=("batch", "policy", "paths", "mcp", "mcp-http"),
+                    action="append")
+    ap.add_argument("--seed", type=int, default=32,
+                    help="hypothesis seed of the MCP surfaces (fixed: a run can be repeated)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     notes = [f"load average at start: {open('/proc/loadavg').read().strip()}",
@@ -212,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     surfaces = {"batch lines (batch runner's run_op)": ("batch", batch_lines),
                 "policy files (load, open, dry-run sweep)": ("policy", policy_files),
                 "output paths (export, pack, report, public key)": ("paths", output_paths),
-                "MCP requests (real stdio server)": ("mcp", mcp_requests)}
+                "MCP requests (real stdio server)": ("mcp", mcp_requests),
+                "MCP requests (real HTTP server)": ("mcp-http", mcp_http_requests)}
     rows = []
     for name, (key, surface) in surfaces.items():
         if args.only and key not in args.only:
@@ -220,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix=f"custody-fuzz-{key}-"))
         try:
             start = time.monotonic()
-            tally = surface(tmp, args.cases)
+            tally = (surface(tmp, args.cases, args.seed) if key.startswith("mcp")
+                     else surface(tmp, args.cases))
             rows.append(tally.row(name, time.monotonic() - start))
             print(rows[-1], flush=True)
         finally:

@@ -10,6 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from custody_app.interfaces.mcp.guard import MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH, depth
 from tests.hostile import field_values, json_values
 
 HANG_S = 2.0
@@ -108,9 +109,95 @@ def tool_arguments(draw: st.DrawFn) -> dict[str, Any]:
     return args
 
 
+BAD_IDS = [True, False, 6.5, None, {}, [], [1], {"a": 1}, "\ud800", 1e2, -0.0, 2.0**70]
+BAD_PARAMS = [5, "x", [1], [], True, None, 1.5, -(2**64)]
+HUGE_NUMBERS = [2**53, -(2**53), 2**64, -(2**80), 10**40, 1e308, float("inf"), float("-inf")]
+METHODS = ["ping", "tools/list", "tools/call", "initialize", "notifications/initialized",
+           "notifications/cancelled", "resources/list", "nope", "", "ping\udc00"]
+SURROGATE_TEXT = st.sampled_from(["\ud800", "a\udfffb", "\udc00\ud800", "x\ud83d"])
+
+
+def _huge(value: float) -> str:
+    return json.dumps(value).replace("-Infinity", "-1e999").replace("Infinity", "1e999")
+
+
+@st.composite
+def protocol_messages(draw: st.DrawFn, msg_id: int) -> str:
+    """JSON-RPC messages the spec has an answer for: bad ids, params, text, numbers,
+    notifications and responses (issue 32)."""
+    kind = draw(st.integers(0, 8))
+    method = draw(st.sampled_from(METHODS))
+    call: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": "tools/call",
+                            "params": {"name": draw(st.sampled_from(TOOLS)),
+                                       "arguments": draw(tool_arguments())}}
+    if kind == 0:
+        return json.dumps({"jsonrpc": "2.0", "id": draw(st.sampled_from(BAD_IDS)),
+                           "method": method})
+    if kind == 1:
+        return json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method,
+                           "params": draw(st.sampled_from(BAD_PARAMS))})
+    if kind == 2:
+        where = draw(st.sampled_from(["subject", "value", "key", "name"]))
+        text = draw(SURROGATE_TEXT)
+        if where == "key":
+            call["params"]["arguments"][text] = 1
+        elif where == "name":
+            call["params"]["name"] = text
+        else:
+            call["params"]["arguments"][where] = text
+        # escaped (\ud800) or raw (surrogate bytes, not UTF-8)
+        return json.dumps(call, ensure_ascii=draw(st.booleans()))
+    if kind == 3:
+        field = draw(st.sampled_from(["value", "tool_output", "k", "valid_at", "deep"]))
+        number = draw(st.sampled_from(HUGE_NUMBERS))
+        call["params"]["arguments"][field] = {"n": [1, "MARK"]} if field == "deep" else "MARK"
+        return json.dumps(call).replace('"MARK"', _huge(number))
+    if kind == 4:  # a notification: never answered
+        message = {"jsonrpc": "2.0", "method": method}
+        if draw(st.booleans()):
+            message["params"] = draw(st.sampled_from([*BAD_PARAMS, {}, {"requestId": msg_id}]))
+        return json.dumps(message)
+    if kind == 5:  # a response from the client: never answered
+        return json.dumps({"jsonrpc": "2.0", "id": draw(st.sampled_from([msg_id, "x", *BAD_IDS])),
+                           **({"result": draw(json_values)} if draw(st.booleans()) else
+                              {"error": draw(st.sampled_from([{"code": 1, "message": "x"}, 5,
+                                                              None]))})})
+    if kind == 6:
+        literal = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", '"\xff"']))
+        return json.dumps(call)[:-2] + f', "x": {literal}}}}}'
+    if kind == 7:  # a valid message cut or spliced at a random place
+        text = json.dumps(call)
+        at = draw(st.integers(0, len(text)))
+        return text[:at] + draw(st.text(max_size=5)).replace("\n", " ") + text[at + 1:]
+    return json.dumps({**call, "params": {**call["params"], "_meta": draw(json_values)}})
+
+
+def expects_reply(message: str) -> bool:
+    """Whether JSON-RPC 2.0 requires a reply to `message`: everything but a notification (a
+    method, no id) and a response (no method; a result or an error). What is not JSON, not an
+    object, too large or too deep is answered, with `id: null`."""
+    raw = message.encode("utf-8", errors="surrogatepass")
+    try:
+        parsed = json.loads(raw, parse_constant=_not_json)
+    except (ValueError, RecursionError):
+        return True
+    if not isinstance(parsed, dict) or len(raw) > MAX_MESSAGE_BYTES or \
+            depth(raw) > MAX_MESSAGE_DEPTH:
+        return True
+    if "method" in parsed:
+        return "id" in parsed
+    return not ("result" in parsed or "error" in parsed)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(name)
+
+
 @st.composite
 def mcp_messages(draw: st.DrawFn, msg_id: int) -> str:
-    kind = draw(st.integers(0, 11))
+    kind = draw(st.integers(0, 14))
+    if kind >= 12:
+        return draw(protocol_messages(msg_id))
     call: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": "tools/call",
                             "params": {"name": draw(st.sampled_from(TOOLS)),
                                        "arguments": draw(tool_arguments())}}

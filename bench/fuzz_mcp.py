@@ -13,14 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from bench.fuzz_cases import HANG_S, Tally, file_state, mcp_messages
+from bench.fuzz_cases import HANG_S, Tally, expects_reply, file_state, mcp_messages
 
 
-def mcp_requests(tmp: Path, cases: int) -> Tally:
+def mcp_requests(tmp: Path, cases: int, fuzz_seed: int = 32, hang_s: float = HANG_S) -> Tally:
     tally, db = Tally(), tmp / "mcp.db"
+    from custody_app.ledger.facade import Ledger
+    Ledger.open(db).close()  # serve opens a ledger; it does not make one
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
     cli = str(Path(sys.executable).parent / "custody-app")
     proc = subprocess.Popen([cli, "serve", "--agent", "agent:fuzz", "--ledger", str(db)],
@@ -78,7 +80,9 @@ def mcp_requests(tmp: Path, cases: int) -> Tally:
     replies_until(2, 60)
     counter = [1_000_000]
     slowest = [0.0]
+    unexpected = [0]
 
+    @seed(fuzz_seed)
     @settings(max_examples=cases, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(data=st.data())
@@ -90,23 +94,26 @@ def mcp_requests(tmp: Path, cases: int) -> Tally:
         sent_at = time.monotonic()  # the clock runs while a large message is still being sent
         send(message)
         send(json.dumps({"jsonrpc": "2.0", "id": counter[0] + 1, "method": "ping"}))
-        got, took = replies_until(counter[0] + 1, HANG_S, start=sent_at)
+        got, took = replies_until(counter[0] + 1, hang_s, start=sent_at)
         if took is None:
             tally.hangs += 1
-            tally.note("no reply within 2 s", message)
+            tally.note(f"no reply within {hang_s:g} s", message)
             more, late = replies_until(counter[0] + 1, 60)  # resynchronise for the next case
             got += more
             if late is None:
                 tally.note("no reply within 62 s", message)
-        slowest[0] = max(slowest[0], took or HANG_S)
+        slowest[0] = max(slowest[0], took or hang_s)
         if proc.poll() is not None:
             tally.crashes += 1
             tally.note("server died", message)
             raise SystemExit("the MCP server died")
-        answered = {r.get("id") for r in got}
-        if f'"id": {counter[0]}' in message[:200] and counter[0] not in answered:
-            tally.unanswered += 1
-            tally.note("request not answered", message)
+        if expects_reply(message):
+            if len(got) != 1:
+                tally.unanswered += len(got) == 0
+                tally.note(f"{len(got)} replies to a request", message)
+        elif got:
+            unexpected[0] += 1
+            tally.note("a notification or response answered", message)
         failed = [r for r in got if "error" in r or (r.get("result") or {}).get("isError")]
         if failed and len(failed) == len(got):
             tally.refused += 1
@@ -119,5 +126,6 @@ def mcp_requests(tmp: Path, cases: int) -> Tally:
     finally:
         stdin.close()
         proc.wait(timeout=60)
-    tally.extra = f"slowest reply {slowest[0] * 1000:.0f} ms; {tally.unanswered} requests unanswered"
+    tally.extra = (f"slowest reply {slowest[0] * 1000:.0f} ms; {tally.unanswered} requests "
+                   f"unanswered; {unexpected[0]} notifications or responses answered")
     return tally

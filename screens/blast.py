@@ -107,7 +107,6 @@ class BlastScreen(LedgerScreen):
                                              expand=True)
             nodes[f.fact_id] = node
         tree.root.expand_all()
-        believed = sum(f.believed for f in r.facts)
         ended = ""
         if r.root_ended_by:
             e = r.root_ended_by
@@ -117,9 +116,7 @@ class BlastScreen(LedgerScreen):
         show(self.query_one("#summary", Static),
             f"[b]{r.root.fact_id}[/b] {r.root.subject} {r.root.predicate} "
             f"\\[{labels.markup('status', r.root.status)}]"
-            f"{ended}\n{len(r.sessions)} session(s), {len(r.actions)} action(s), "
-            f"{len(r.facts)} belief(s) reached, [b]{believed} still believed[/b], "
-            f"{len(r.incomplete_sessions)} incomplete")
+            f"{ended}\n{r.counts()}")  # the same counts as the CLI's text and --json
         show(self.query_one("#bound", Static), r.upper_bound)
 
     # ---- actions -----------------------------------------------------------------------

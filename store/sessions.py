@@ -21,7 +21,21 @@ GROUP BY s.fact_id, s.session"""
 EVENTS_AFTER = """
 SELECT seq, kind, fact_id FROM session_events
 WHERE session = ? AND seq > ? AND kind IN ('assert', 'acted') ORDER BY seq"""
-UNREAD_AFTER = "SELECT session FROM sessions WHERE reads = 0 AND last_write_seq > ? ORDER BY session"
+# Sessions with no recorded read that wrote or acted after `?1`: whether they wrote or acted in
+# (?1, ?2) (while a fact was believed), and whether one of those writes was about subject ?3 or
+# in space ?4.
+UNREAD_IN_WINDOW = """
+SELECT s.session,
+    EXISTS(SELECT 1 FROM session_events e WHERE e.session = s.session AND e.seq > ?1
+           AND e.seq < ?2 AND e.kind IN ('assert', 'acted')),
+    EXISTS(SELECT 1 FROM session_events e JOIN facts f ON f.fact_id = e.fact_id
+           WHERE e.session = s.session AND e.seq > ?1 AND e.seq < ?2 AND e.kind = 'assert'
+           AND (f.subject = ?3 OR f.space = ?4))
+FROM sessions s WHERE s.reads = 0 AND s.last_write_seq > ?1 ORDER BY s.session"""
+ACTION_SUBJECTS = """
+SELECT DISTINCT subject_ref FROM actions
+WHERE session = ? AND seq > ? AND seq < ? AND subject_ref IS NOT NULL"""
+SESSION_COUNTS = "SELECT coalesce(sum(reads > 0), 0), coalesce(sum(reads = 0), 0) FROM sessions"
 ACTIONS_BY_REF = "SELECT seq FROM session_events WHERE ref = ? AND kind = 'acted' ORDER BY seq"
 SERVED_BEFORE = """
 SELECT fact_id, min(seq), count(*) FROM served_facts WHERE session = ? AND seq < ?
@@ -63,9 +77,22 @@ class SessionStore:
         return [(int(q), str(k), f) for q, k, f in
                 self._conn.execute(EVENTS_AFTER, (session, seq))]
 
-    def unread_sessions_after(self, seq: int) -> list[str]:
-        """Sessions that wrote or acted after `seq` but have no recorded read at all."""
-        return [str(r[0]) for r in self._conn.execute(UNREAD_AFTER, (seq,))]
+    def unread_in_window(self, after: int, before: int, subject: str,
+                         space: str) -> list[tuple[str, bool, bool]]:
+        """(session, active, touching) for each session without recorded reads that wrote or
+        acted after `after`: active when it wrote or acted in (after, before), touching when one
+        of those writes was about `subject` or in `space`."""
+        return [(str(n), bool(a), bool(t)) for n, a, t in
+                self._conn.execute(UNREAD_IN_WINDOW, (after, before, subject, space))]
+
+    def action_subjects(self, session: str, after: int, before: int) -> set[str]:
+        """The peppered subject hashes the session's actions in (after, before) name."""
+        return {str(r[0]) for r in self._conn.execute(ACTION_SUBJECTS, (session, after, before))}
+
+    def session_counts(self) -> tuple[int, int]:
+        """(sessions with recorded reads, sessions without) in the whole ledger."""
+        row = next(iter(self._conn.execute(SESSION_COUNTS)))
+        return int(row[0]), int(row[1])
 
     def actions_by_ref(self, ref: str) -> list[int]:
         return [int(r[0]) for r in self._conn.execute(ACTIONS_BY_REF, (ref,))]

@@ -70,7 +70,8 @@ async def test_tree_from_fact_through_sessions_and_actions_to_beliefs(
         sessions = [label for depth, label in nodes if depth == 1 and label.startswith("session")]
         assert any("sess_0401_umbrella" in s for s in sessions)
         assert any("sess_0401_billing" in s for s in sessions)
-        assert any("INCOMPLETE" in s for s in sessions)
+        # the nightly summariser wrote only after the retraction: ruled out, not INCOMPLETE
+        assert not any("INCOMPLETE" in s for s in sessions)
         assert "sess_0401_hooli" not in text and ids["hooli-belief"] not in text
         umbrella = next(n for n in tree.root.children if "sess_0401_umbrella" in str(n.label))
         under = labels(umbrella)
@@ -86,7 +87,9 @@ async def test_tree_from_fact_through_sessions_and_actions_to_beliefs(
                         and label.startswith("fact"))
             assert ("STILL BELIEVED" in line) == (f.fact_id in believed)
         summary = str(app.screen.query_one("#summary", Static).render())
-        assert f"{len(radius.facts)} belief(s) reached, {len(believed)} still believed" in summary
+        # the same counts as the CLI's text (issue 32: the app said 3 sessions, the CLI 2)
+        assert radius.counts() in summary.replace("\n", " ")
+        assert "2 session(s) read it, 0 could have (INCOMPLETE)" in summary
         assert "upper bound" in str(app.screen.query_one("#bound", Static).render())
         await pilot.press("e")
         await idle(pilot)

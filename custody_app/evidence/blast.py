@@ -13,6 +13,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.identity import identity_of
 from custody_app.domain.lifecycle import retraction_effect
 from custody_app.domain.text_fields import redact_fields
+from custody_app.evidence.possible import possible_sessions
 from custody_app.evidence.readmodels import (
     ActResult,
     BlastAction,
@@ -198,8 +199,7 @@ def blast(ledger: LedgerCore, fact_id: str) -> BlastResult:
     with db.read():
         root = require_fact(db, fact_id)
         reached, sessions = _fixpoint(db, root)
-        unread = [s for s in db.sessions.unread_sessions_after(root.assert_seq)
-                  if s not in sessions]
+        unread, ruled_out = possible_sessions(ledger, root, set(sessions))
         incomplete: dict[str, _Session] = {}
         for name in unread:
             state = incomplete[name] = _Session(start=root.assert_seq)
@@ -229,7 +229,7 @@ def blast(ledger: LedgerCore, fact_id: str) -> BlastResult:
     return BlastResult(root=_blast_fact(reached[root.fact_id], times), root_ended_by=ended,
                        sessions=views, actions=reached_actions,
                        facts=[_blast_fact(r, times) for r in facts],
-                       incomplete_sessions=sorted(incomplete))
+                       incomplete_sessions=sorted(incomplete), ruled_out=ruled_out)
 
 
 def find_actions(ledger: LedgerCore, action_ref: str) -> list[int]:

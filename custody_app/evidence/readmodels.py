@@ -12,8 +12,9 @@ from custody_app.domain.escaping import escape_lines, escaped
 UPPER_BOUND = (
     "This is an upper bound: it lists everything that could have relied on the root, from "
     "recorded reads, writes, actions and derivations; it does not prove that each one did. "
-    "Sessions marked INCOMPLETE wrote after the root was known but have no recorded reads, so "
-    "whether they relied on it cannot be told.")
+    "Sessions marked INCOMPLETE have no recorded reads but wrote or acted while the root was "
+    "believed, about its subject or in its space, so whether they relied on it cannot be told. "
+    "Sessions ruled out are counted, with the reason.")
 
 
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -83,6 +84,17 @@ class BlastSession(_Model):
     served: list[str] = []
 
 
+Reason = Literal["reads_recorded", "not_active_while_believed", "unrelated"]
+
+
+class RuledOut(_Model):
+    """Sessions of the ledger left out of a blast radius for one reason: how many, and why."""
+
+    reason: Reason
+    sessions: int
+    why: str
+
+
 class BlastResult(_Model):
     """What could have relied on a fact (DESIGN section 7): an upper bound by design."""
 
@@ -92,12 +104,27 @@ class BlastResult(_Model):
     actions: list[BlastAction]
     facts: list[BlastFact]
     incomplete_sessions: list[str]
+    ruled_out: list[RuledOut] = []
     upper_bound: str = UPPER_BOUND
+
+    @property
+    def read_sessions(self) -> list[BlastSession]:
+        """Sessions with a recorded read of the root or of a fact reached from it (known)."""
+        return [s for s in self.sessions if not s.incomplete]
+
+    def counts(self) -> str:
+        """The one line of counts every surface shows (CLI text, the terminal app)."""
+        believed = sum(f.believed for f in self.facts)
+        ruled = sum(r.sessions for r in self.ruled_out)
+        why = ", ".join(f"{r.sessions} {r.reason}" for r in self.ruled_out)
+        return (f"{len(self.read_sessions)} session(s) read it, "
+                f"{len(self.incomplete_sessions)} could have (INCOMPLETE), {ruled} ruled out"
+                f"{f' ({why})' if why else ''}; {len(self.actions)} action(s), "
+                f"{len(self.facts)} belief(s) of which {believed} still believed")
 
     def render(self) -> str:
         """The report as a person reads it."""
-        reached = [s for s in self.sessions if not s.incomplete]
-        believed = [f for f in self.facts if f.believed]
+        reached = self.read_sessions
         r = self.root
         lines = [f"Blast radius of {r.fact_id} ({r.subject} {r.predicate}), now {r.status}"]
         if self.root_ended_by:
@@ -107,8 +134,7 @@ class BlastResult(_Model):
                          f"{e['actor']}{why}")
         else:
             lines.append("  not ended: the root is still in the ledger's beliefs")
-        lines.append(f"  {len(reached)} session(s), {len(self.actions)} action(s), "
-                     f"{len(self.facts)} belief(s) of which {len(believed)} still believed")
+        lines.append(f"  {self.counts()}")
         for s in reached:
             lines.append(f"  session {s.session}: first served a reached fact at seq "
                          f"{s.first_served_seq} ({s.first_served_at}); served "
@@ -124,8 +150,10 @@ class BlastResult(_Model):
             mark = "STILL BELIEVED" if f.believed else f.status
             lines.append(f"    {f.fact_id} {f.subject} {f.predicate} [{mark}] {how}")
         for name in self.incomplete_sessions:
-            lines.append(f"  INCOMPLETE session {name}: wrote after the root was known but "
-                         "has no recorded reads")
+            lines.append(f"  INCOMPLETE session {name}: no recorded reads, but wrote or "
+                         "acted on its subject or space while the root was believed")
+        for out in self.ruled_out:
+            lines.append(f"  ruled out: {out.sessions} session(s), {out.reason}: {out.why}")
         lines.append(self.upper_bound)
         return "\n".join(lines)
 

@@ -44,6 +44,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--http", action="store_true",
                    help="Streamable HTTP on 127.0.0.1 instead of stdio; needs a bearer token")
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--session-idle", type=float, default=1800.0, metavar="SECONDS",
+                   help="with --http: a session with no request for this long expires and its "
+                   "id is refused from then on (default 1800)")
     p.add_argument("--token-env", default=TOKEN_ENV,
                    help=f"environment variable holding the HTTP bearer token (default {TOKEN_ENV})")
     return p
@@ -69,6 +72,9 @@ def serve_main(argv: list[str]) -> int:
                          "without leading or trailing whitespace", 2)
         if not 0 < args.port < 65536:
             return _fail(f"--port {args.port} is not a TCP port", 2)
+        if not 0 < args.session_idle < float("inf"):
+            return _fail(f"--session-idle {args.session_idle:g} is not a positive number of "
+                         "seconds", 2)
     try:
         key = read_key(args.writer_key) if args.writer_key else None
         ledger = Ledger.open(ledger_path(args.ledger), policy=policy_path(args.policy),
@@ -86,7 +92,7 @@ def serve_main(argv: list[str]) -> int:
                                      f"writes {tools.provenance}") + "\n")
         if token is not None:
             from custody_app.interfaces.mcp.http import serve_http
-            serve_http(tools, args.port, token)
+            serve_http(tools, args.port, token, args.session_idle)
         else:
             from custody_app.interfaces.mcp.server import serve_stdio
             anyio.run(serve_stdio, tools)

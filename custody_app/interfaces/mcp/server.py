@@ -14,6 +14,8 @@ from mcp.shared.exceptions import MCPError
 
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.escaping import json_text
+from custody_app.interfaces.mcp.guard import out_of_range
+from custody_app.interfaces.mcp.sessions import AgentRun, HttpSessions
 from custody_app.interfaces.mcp.tools import MemoryTools
 
 SERVER_NAME = "custody-app"
@@ -30,36 +32,33 @@ def new_session_id() -> str:
     return f"mcp-{uuid.uuid4()}"
 
 
-@dataclass(frozen=True)
-class AgentRun:
-    """One connection's session: its id and when it began (its unit of work: a run that began
-    before a subject's key was destroyed cannot write for that subject again)."""
-
-    session: str
-    started: str
-
-
 @dataclass
 class ConnectionState:
     """What one connection (one agent run) carries. Streamable HTTP serves many connections
-    from one lifespan, so there the transport's session id picks the run."""
+    from one lifespan: there the session id the server issued at initialize picks the run
+    (`http`); requests outside any session (the sessionless 2026 protocol) share one run."""
 
     tools: MemoryTools
+    http: HttpSessions | None = None
     run: AgentRun = field(init=False)
-    http_runs: dict[str, AgentRun] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.run = self._new_run()
+        self.run = self.new_run()
 
-    def _new_run(self) -> AgentRun:
+    def new_run(self) -> AgentRun:
         return AgentRun(new_session_id(), self.tools.now())
 
     def run_for(self, transport_session: str | None) -> AgentRun:
-        if transport_session is None:
+        if self.http is None or transport_session is None:
+            # stdio: the one connection. HTTP outside any session (the sessionless 2026
+            # protocol): the server's one agent identity, one run, so that blast radius still
+            # links its reads to its later writes (a run per request would cut them apart).
             return self.run
-        if transport_session not in self.http_runs:
-            self.http_runs[transport_session] = self._new_run()
-        return self.http_runs[transport_session]
+        run = self.http.run(transport_session)
+        if run is None:  # the HTTP gate refuses unknown ids before: this is a race with expiry
+            raise MCPError(code=types.INVALID_REQUEST, message="session not found: it expired "
+                           "or was never issued; initialize a new one")
+        return run
 
 
 def _transport_session(ctx: ServerRequestContext[ConnectionState, Any]) -> str | None:
@@ -77,12 +76,13 @@ def tool_error(exc: LedgerError) -> types.CallToolResult:
         structured_content={"error": error}, is_error=True)
 
 
-def build_server(tools: MemoryTools) -> Server[ConnectionState]:
-    """An MCP server exposing `tools`; each connection gets a fresh `mcp-<uuid>` session."""
+def build_server(tools: MemoryTools, http: HttpSessions | None = None) -> Server[ConnectionState]:
+    """An MCP server exposing `tools`; each connection gets a fresh `mcp-<uuid>` session (over
+    HTTP, each session the server issues: `http`)."""
 
     @asynccontextmanager
     async def lifespan(_server: Server[ConnectionState]) -> AsyncIterator[ConnectionState]:
-        yield ConnectionState(tools)
+        yield ConnectionState(tools, http)
 
     listing = [
         types.Tool(
@@ -99,6 +99,11 @@ def build_server(tools: MemoryTools) -> Server[ConnectionState]:
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in {t.name for t in listing}:
             raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {params.name!r}")
+        where = out_of_range(params.arguments)
+        if where is not None:
+            raise MCPError(code=types.INVALID_PARAMS, message=(
+                f"{where}: the tools accept integers within +/-(2^53 - 1) and finite numbers "
+                "only (RFC 8785); nothing was run"))
         run = ctx.lifespan_context.run_for(_transport_session(ctx))
         try:
             result = tools.call(params.name, params.arguments, run.session, started=run.started)

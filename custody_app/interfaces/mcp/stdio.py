@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, BinaryIO, cast
@@ -17,18 +18,54 @@ from mcp.server.stdio import stdio_server
 from custody_app.domain.escaping import escape_json
 from custody_app.interfaces.mcp.guard import MAX_MESSAGE_BYTES, refusal
 
+# How long the end of input waits for the replies to requests still being worked on.
+DRAIN_SECONDS = 30.0
+
 
 class _Wire:
     """stdout of the protocol: one lock, so a refusal and an SDK reply never interleave; each
-    message is JSON text, re-escaped as `json_text` would write it (the same parsed value)."""
+    message is JSON text, re-escaped as `json_text` would write it (the same parsed value).
+    It counts the requests handed to the SDK and not yet answered, so that the end of input
+    waits for their replies instead of cutting them off."""
 
     def __init__(self, raw: BinaryIO) -> None:
         self.raw = raw
         self.lock = anyio.Lock()
+        self.pending: Counter[str] = Counter()
 
     async def write(self, text: str) -> None:
+        self.answered(text)
         async with self.lock:
             await anyio.to_thread.run_sync(self.raw.write, escape_json(text).encode("utf-8"))
+
+    def sent(self, line: bytes) -> None:
+        """A message handed to the SDK: a request waits for its reply; a cancellation frees
+        the request it cancels (the SDK answers it no more)."""
+        message = json.loads(line)
+        if "id" in message and "method" in message:
+            self.pending[json.dumps(message["id"])] += 1
+        elif message.get("method") == "notifications/cancelled":
+            self._done(json.dumps((message.get("params") or {}).get("requestId")))
+
+    def answered(self, text: str) -> None:
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return
+        if isinstance(message, dict) and ("result" in message or "error" in message):
+            self._done(json.dumps(message.get("id")))
+
+    def _done(self, key: str) -> None:
+        if self.pending[key] > 0:
+            self.pending[key] -= 1
+        if self.pending[key] <= 0:
+            del self.pending[key]
+
+    async def drain(self) -> None:
+        """Wait (at most DRAIN_SECONDS) until every request handed to the SDK is answered."""
+        with anyio.move_on_after(DRAIN_SECONDS):
+            while +self.pending:
+                await anyio.sleep(0.01)
 
     async def flush(self) -> None:
         async with self.lock:
@@ -51,12 +88,17 @@ class _GuardedLines:
             rest = line
             while truncated and rest and not rest.endswith(b"\n"):
                 rest = await self._readline(MAX_MESSAGE_BYTES)  # skip the rest of the line
-            error = refusal(line, truncated=truncated)
-            if error is not None:
-                await self.wire.write(json.dumps(error) + "\n")
-                await self.wire.flush()
+            refused = refusal(line, truncated=truncated)
+            if refused is not None:
+                if refused.answers_request:  # a notification is never answered, even refused
+                    await self.wire.write(refused.text() + "\n")
+                    await self.wire.flush()
                 continue
-            yield line.decode("utf-8", errors="replace")
+            self.wire.sent(line)
+            yield line.decode("utf-8", errors="replace")  # UTF-8: the guard checked it
+        # End of input: the SDK stops at once when its input ends, dropping the requests it
+        # is still working on; their replies come first.
+        await self.wire.drain()
 
 
 @contextmanager
