@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from custody_app.core import batch, rebuild, sessions, texts
 from custody_app.core.faults import crash_point
+from custody_app.core.policy_in_force import recorded_policy
 from custody_app.core.projector import apply_event
 from custody_app.core.rollback import check_high_water
 from custody_app.domain.chain import GENESIS, canonical, event_hash
@@ -55,6 +56,9 @@ class LedgerCore:
         self._rng = random.Random(id_seed) if id_seed is not None else None
         self._head: tuple[int, str, str] | None = None
         self._recorded_policy: str | None = None
+        # (seq, previous hash) of a `policy` event this process wrote over another recorded
+        # policy: the CLI says so on stderr (an adoption is never silent).
+        self.adopted_policy: tuple[int, str] | None = None
         # The key fence compares against when this unit of work began (see unit_of_work()).
         self.work_started = format_time(self.clock.now())
         # Actors that presented a writer key the policy registers (see present_writer_key).
@@ -70,7 +74,10 @@ class LedgerCore:
         Read-only opens create nothing; without a key store their values read as erased.
         When the policy's embedder changed, the recall indexes are rebuilt here, reporting
         (done, total) to `reindex_progress`."""
-        loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
+        # No policy named: the one the ledger recorded last (read once the file is open), the
+        # shipped default only for a ledger that never recorded one (DESIGN 14, policy in force).
+        loaded = (policy if isinstance(policy, LoadedPolicy)
+                  else None if policy is None else load_policy(policy))
         master_from_env()  # a malformed master key is refused before any file is created
         require_regular(path, "ledger", "ledger_unopenable")
         require_regular(keystore_path_for(path, keystore), "key store", "keystore_unopenable")
@@ -83,6 +90,8 @@ class LedgerCore:
             raise LedgerError(exc.code, str(exc)) from None
         keys = None
         try:
+            if loaded is None:
+                loaded = recorded_policy(db, str(path))
             if not readonly or keystore_path_for(path, keystore).exists():
                 keys = KeyRing.open(path, keystore)
             if keys is not None:
@@ -156,6 +165,7 @@ class LedgerCore:
                         self._head = self.db.events.head()
                         self._recorded_policy = self.db.events.last_policy_hash()
                     saved = (self._head, self._recorded_policy)
+                    adopted = self.adopted_policy
                     pending = self.index.pending()
                     try:
                         yield
@@ -164,6 +174,7 @@ class LedgerCore:
                             self.index.flush()
                     except BaseException:
                         self._head, self._recorded_policy = saved
+                        self.adopted_policy = adopted
                         self.index.restore(pending)
                         if self.keys is not None:
                             self.keys.drop_cache()
@@ -254,9 +265,12 @@ class LedgerCore:
 
     def _record_policy(self, tx_at: str) -> None:
         p = self.policy
+        previous = self._recorded_policy
         self.db.policies.put(p.hash, p.canonical, p.source, p.path)
         self._recorded_policy = p.hash
         self.append("policy", SYSTEM_ACTOR, tx_at, {})
+        if previous is not None and self._head is not None:
+            self.adopted_policy = (self._head[0], previous)
 
     def serve(self, session: str, fact_ids: list[str], via: str) -> None:
         """Record which facts a read handed to a session (ids only)."""

@@ -47,6 +47,19 @@ def open_ledger(args: argparse.Namespace, *, manual_clock: bool = False,
                        immutable=immutable)
 
 
+def say_adoption(ledger: Ledger) -> None:
+    """A write under a --policy other than the one the ledger recorded adopted it (a `policy`
+    event): say so on stderr, never silently (DESIGN 14, policy in force)."""
+    if ledger.adopted_policy is None:
+        return
+    seq, previous = ledger.adopted_policy
+    source = f" from {ledger.policy.path}" if ledger.policy.path else ""
+    sys.stderr.write(escape_text(
+        f"custody-app: adopted policy {ledger.policy.hash[:12]}{source} in place of "
+        f"{previous[:12]} (policy event seq {seq}); later commands without --policy use it")
+        + "\n")
+
+
 def _reindex_progress(done: int, total: int) -> None:
     """The embedder changed: the recall indexes are being rebuilt at open."""
     sys.stderr.write(f"\rcustody-app: re-embedding believed facts for the new embedder: "

@@ -46,6 +46,8 @@ def add_parsers(add: AddParser) -> None:
 
 def _init(ledger: Ledger, args: argparse.Namespace) -> int:
     assert ledger.keys is not None
+    # The ledger records the policy it was initialised with: later commands use it (DESIGN 14).
+    ledger.adopt_policy()
     pem = ledger.keys.public_pem()
     _ = ledger.keys.forget_key
     pub = write_public_key(ledger.db.path, pem)

@@ -21,7 +21,7 @@ from custody_app.files.output import require_regular
 from custody_app.interfaces.batch import run_batch
 from custody_app.interfaces.cli import erasure, evidence, reading, review
 from custody_app.interfaces.cli import ledger as ledger_commands
-from custody_app.interfaces.cli.common import add_common, chosen_ledger, fail, open_ledger
+from custody_app.interfaces.cli.common import add_common, chosen_ledger, fail, open_ledger, say_adoption
 from custody_app.interfaces.cli.naming import CREATES, confirm_create, missing_ledger, unknown_subcommand
 from custody_app.interfaces.tui.access import resolve_reviewer
 from custody_app.ledger.facade import Ledger
@@ -100,6 +100,8 @@ def _subcommand(argv: list[str]) -> int:
             return _COMMANDS[args.command](ledger, args)
         except LedgerError as exc:
             return fail(exc, Exit.OP_FAILED)
+        finally:
+            say_adoption(ledger)
 
 
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
@@ -130,6 +132,7 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
                             held_open=source == "-")
         # A re-clustering the run made due (it ran beside the writes) is let finish.
         ledger.index.maintenance.join()
+        say_adoption(ledger)
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)
 
 

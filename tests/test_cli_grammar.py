@@ -1,0 +1,151 @@
+"""The command line's one grammar (DESIGN 11 and 14), in real subprocesses on real ledger files:
+the policy in force (recorded, adopted only when named, never by a read), which commands may
+create a ledger, --json/text, --actor, paging, exit codes, correct and affirm, and the batch
+summary."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from custody_app import Ledger
+from custody_app.domain.policy import load_policy
+from custody_app.interfaces.tui.access import LedgerAccess
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = (ROOT / "policies" / "default.toml").read_text(encoding="utf-8")
+CAUSE = {"kind": "message", "ref": "msg_1"}
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if k not in ("CUSTODY_LEDGER", "CUSTODY_POLICY", "CUSTODY_REVIEWER", "CUSTODY_CONFIG")}
+
+
+def cli(*args: str | Path, stdin: str | None = None, cwd: Path | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "custody_app", *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=120, cwd=cwd, env=_env(),
+                          stdin=None if stdin is not None else subprocess.DEVNULL)
+
+
+def ops(*lines: dict[str, Any]) -> str:
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def claim(subject: str = "acct:1", predicate: str = "plan", value: Any = "basic",
+          **extra: Any) -> dict[str, Any]:
+    return {"op": "assert", "subject": subject, "predicate": predicate, "value": value,
+            "actor": "agent:bot", "cause": CAUSE, "provenance": "claimed", **extra}
+
+
+def policy_file(folder: Path, space: str, name: str = "custom.toml") -> Path:
+    path = folder / name
+    path.write_text(DEFAULT.replace('default_space = "org"', f'default_space = "{space}"'),
+                    encoding="utf-8")
+    return path
+
+
+def policy_events(ledger: Path) -> list[str]:
+    with Ledger.open(ledger, readonly=True) as led, led.db.read():
+        return [h for _, _, h in led.db.events.policy_changes()]
+
+
+def file_digest(path: Path) -> str:
+    out = hashlib.sha256()
+    for name in (str(path), f"{path}-wal", f"{path}.keys"):
+        if os.path.exists(name):
+            out.update(Path(name).read_bytes())
+    return out.hexdigest()
+
+
+@pytest.fixture
+def custom(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """A ledger initialised under a custom policy, with two claims written under it."""
+    policy = policy_file(tmp_path, "team:a")
+    ledger = tmp_path / "l.db"
+    done = cli("init", "--ledger", ledger, "--policy", policy)
+    assert done.returncode == 0, done.stderr
+    done = cli("--batch", "-", "--ledger", ledger, "--policy", policy,
+               stdin=ops(claim(), claim("acct:2")))
+    assert done.returncode == 0, done.stderr
+    facts = [json.loads(line)["result"]["fact_id"] for line in done.stdout.splitlines()]
+    return ledger, policy, facts
+
+
+# ---- policy in force --------------------------------------------------------------------------
+
+def test_init_records_its_policy_and_a_write_without_policy_keeps_it(
+        custom: tuple[Path, Path, list[str]]) -> None:
+    ledger, policy, facts = custom
+    wanted = load_policy(policy).hash
+    assert policy_events(ledger) == [wanted]
+    done = cli("confirm", facts[0], "--ledger", ledger)
+    assert done.returncode == 0, done.stderr
+    assert "adopted" not in done.stderr
+    done = cli("--batch", "-", "--ledger", ledger, stdin=ops(claim("acct:3")))
+    assert done.returncode == 0, done.stderr
+    assert policy_events(ledger) == [wanted]  # never the shipped default, silently
+    # The write used the recorded policy's rules: its default space.
+    assert json.loads(cli("beliefs", "--subject", "acct:1", "--json", "--ledger",
+                          ledger).stdout)["facts"][0]["space"] == "team:a"
+
+
+def test_a_write_given_another_policy_adopts_it_and_says_so(
+        custom: tuple[Path, Path, list[str]], tmp_path: Path) -> None:
+    ledger, policy, facts = custom
+    other = policy_file(tmp_path, "team:b", "other.toml")
+    done = cli("confirm", facts[0], "--ledger", ledger, "--policy", other)
+    assert done.returncode == 0, done.stderr
+    assert "adopted policy " + load_policy(other).hash[:12] in done.stderr
+    assert policy_events(ledger) == [load_policy(policy).hash, load_policy(other).hash]
+    # From then on the adopted one is in force for commands without --policy.
+    done = cli("confirm", facts[1], "--ledger", ledger)
+    assert done.returncode == 0 and "adopted" not in done.stderr
+    assert len(policy_events(ledger)) == 2
+
+
+def test_a_policy_file_swapped_under_a_read_only_command_is_never_adopted(
+        custom: tuple[Path, Path, list[str]]) -> None:
+    ledger, policy, facts = custom
+    recorded = load_policy(policy).hash
+    policy.write_text(DEFAULT.replace('default_space = "org"', 'default_space = "evil"'),
+                      encoding="utf-8")  # the file the ledger was initialised with, edited
+    before = file_digest(ledger)
+    for command in (["beliefs"], ["verify"], ["queue"], ["history", facts[0]],
+                    ["beliefs", "--policy", policy], ["verify", "--policy", policy]):
+        done = cli(*command, "--ledger", ledger)
+        assert done.returncode == 0, (command, done.stderr)
+        assert "adopted" not in done.stderr
+    assert file_digest(ledger) == before and policy_events(ledger) == [recorded]
+    # A write without --policy uses the stored text, not the edited file.
+    assert cli("confirm", facts[0], "--ledger", ledger).returncode == 0
+    assert policy_events(ledger) == [recorded]
+
+
+def test_a_stored_policy_text_that_was_replaced_is_refused_not_swapped(
+        custom: tuple[Path, Path, list[str]]) -> None:
+    ledger, _, facts = custom
+    import sqlite3
+    with sqlite3.connect(ledger) as conn:
+        conn.execute("UPDATE policies SET source = replace(source, 'team:a', 'team:z')")
+    done = cli("confirm", facts[0], "--ledger", ledger)
+    assert done.returncode == 3 and "policy_tampered" in done.stderr
+
+
+def test_the_terminal_app_without_policy_follows_the_ledgers_policy(
+        custom: tuple[Path, Path, list[str]]) -> None:
+    ledger, policy, facts = custom
+    access = LedgerAccess.create(ledger, None, reviewer="user:rev")
+    assert access.policy.hash == load_policy(policy).hash
+    with access.open() as led:
+        led.confirm(facts[0], actor="user:rev")
+    assert policy_events(ledger) == [load_policy(policy).hash]
+    assert access.watched_files == [os.path.abspath(ledger), os.path.abspath(f"{ledger}-wal")]
