@@ -45,7 +45,7 @@ def batch(ledger: Path, text: str, *flags: str) -> subprocess.CompletedProcess[s
     """Run a batch given as text (written to a file beside the ledger)."""
     file = ledger.with_name(f"{ledger.name}.{abs(hash(text))}.jsonl")
     file.write_text(text, encoding="utf-8")
-    return cli("--batch", file, "--ledger", ledger, *flags, cwd=ledger.parent)
+    return cli("--create", "--batch", file, "--ledger", ledger, *flags, cwd=ledger.parent)
 
 
 def op_lines(text: str) -> list[int]:
@@ -98,7 +98,7 @@ class Replay:
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> Replay:
     """The sample replayed once into a ledger; tests that write copy it first."""
     path = tmp_path_factory.mktemp("sample") / "support.db"
-    done = cli("--batch", SAMPLE, "--ledger", path, "--manual-clock", cwd=path.parent)
+    done = cli("--create", "--batch", SAMPLE, "--ledger", path, "--manual-clock", cwd=path.parent)
     return Replay(path, done, results(done))
 
 
@@ -425,7 +425,7 @@ def test_missing_policy_file_exits_3(tmp_path: Path) -> None:
 
 def test_missing_batch_file_exits_2_and_creates_no_ledger(tmp_path: Path) -> None:
     ledger = tmp_path / "never.db"
-    done = cli("--batch", tmp_path / "nothing.jsonl", "--ledger", ledger, cwd=tmp_path)
+    done = cli("--create", "--batch", tmp_path / "nothing.jsonl", "--ledger", ledger, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stdout == "" and "nothing.jsonl" in done.stderr
     assert not ledger.exists()
@@ -441,7 +441,7 @@ def test_batch_from_stdin(tmp_path: Path) -> None:
         '{"id":"r","op":"as_of","subject":"acct:1042"}',
         '{"id":"h","op":"history","fact_id":"@n"}',
     ]) + "\n"
-    done = cli("--batch", "-", "--ledger", ledger, "--manual-clock", stdin=text, cwd=tmp_path)
+    done = cli("--create", "--batch", "-", "--ledger", ledger, "--manual-clock", stdin=text, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = results(done)
     assert [(r["line"], r["id"]) for r in out] == [(2, None), (3, "w"), (5, "r"), (6, "h")]
@@ -520,7 +520,7 @@ def test_two_clock_ops_cannot_go_backwards_even_without_a_write_between(tmp_path
     batch = tmp_path / "clock.jsonl"
     batch.write_text('{"op":"clock","set":"2026-05-02T00:00:00Z"}\n'
                      '{"op":"clock","set":"2026-05-01T00:00:00Z"}\n')
-    done = subprocess.run([sys.executable, "-m", "custody_app", "--batch", str(batch),
+    done = subprocess.run([sys.executable, "-m", "custody_app", "--create", "--batch", str(batch),
                            "--ledger", str(tmp_path / "l.db"), "--manual-clock"],
                           capture_output=True, text=True, timeout=60)
     first, second = (json.loads(line) for line in done.stdout.splitlines())

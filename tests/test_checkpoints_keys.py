@@ -350,7 +350,7 @@ def _assert_line(value: str, subject: str = "acct:1") -> str:
 def _batch(capsys: pytest.CaptureFixture[str], ledger: Path, *lines: str) -> int:
     file = ledger.with_name(f"batch{abs(hash(lines))}.jsonl")
     file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return run_cli(capsys, "--batch", file, "--ledger", ledger)[0]
+    return run_cli(capsys, "--create", "--batch", file, "--ledger", ledger)[0]
 
 
 def _events(ledger: Path) -> list[Any]:

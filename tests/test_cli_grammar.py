@@ -149,3 +149,63 @@ def test_the_terminal_app_without_policy_follows_the_ledgers_policy(
         led.confirm(facts[0], actor="user:rev")
     assert policy_events(ledger) == [load_policy(policy).hash]
     assert access.watched_files == [os.path.abspath(ledger), os.path.abspath(f"{ledger}-wal")]
+
+
+# ---- only init, --demo and --create create a ledger -------------------------------------------
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {p.name: (p.read_bytes() if p.is_file() and not p.is_symlink() else b"")
+            for p in folder.iterdir()}
+
+
+SERVE = ("serve", "--agent", "agent:bot")
+
+
+@pytest.mark.parametrize("command", [("--batch", "-"), SERVE, ("beliefs",), ("confirm", "f_x")])
+def test_a_mistyped_ledger_is_refused_naming_the_nearest_and_init(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    assert cli("init", "--ledger", tmp_path / "support-memory.db").returncode == 0
+    (tmp_path / "notes.db").write_bytes(b"not a ledger")
+    before = _listing(tmp_path)
+    done = cli(*command, "--ledger", tmp_path / "suport-memory.db", stdin='{"op":"verify"}\n')
+    assert done.returncode == 3, done.stderr
+    assert f"did you mean {tmp_path / 'support-memory.db'}" in done.stderr
+    assert "custody-app init --ledger" in done.stderr and "ledger_missing" in done.stderr
+    assert _listing(tmp_path) == before  # no empty ledger, no key files
+
+
+def test_the_nearest_ledger_is_named_even_when_the_name_is_far(tmp_path: Path) -> None:
+    assert cli("init", "--ledger", tmp_path / "agents.db").returncode == 0
+    done = cli("--batch", "-", "--ledger", tmp_path / "memory.db", stdin="")
+    assert done.returncode == 3 and f"did you mean {tmp_path / 'agents.db'}" in done.stderr
+
+
+def test_create_on_batch_creates_explicitly(tmp_path: Path) -> None:
+    done = cli("--batch", "-", "--create", "--ledger", tmp_path / "new.db",
+               stdin=ops(claim()))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "new.db").exists() and (tmp_path / "new.db.keys").exists()
+
+
+def _hostile_path(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "l.db"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "dangling symlink":
+        path.symlink_to(tmp_path / "elsewhere" / "gone.db")
+    else:
+        path.write_bytes(b"SQLite? no: just some bytes\n" * 200)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["directory", "dangling symlink", "not SQLite"])
+@pytest.mark.parametrize("command", [("--batch", "-"), ("--batch", "-", "--create"), SERVE,
+                                     (*SERVE, "--create"), ("verify",), ("confirm", "f_x")])
+def test_a_ledger_path_that_is_no_ledger_is_refused_and_nothing_created(
+        tmp_path: Path, kind: str, command: tuple[str, ...]) -> None:
+    path = _hostile_path(tmp_path, kind)
+    before = _listing(tmp_path)
+    done = cli(*command, "--ledger", path, stdin='{"op":"verify"}\n')
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and str(path) in done.stderr
+    assert _listing(tmp_path) == before and not (tmp_path / "elsewhere").exists()

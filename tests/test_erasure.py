@@ -582,7 +582,7 @@ def _batch(ledger: Path, lines: list[dict[str, Any]], *flags: str
            ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     file = ledger.with_name(f"batch{len(list(ledger.parent.glob('batch*')))}.jsonl")
     file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    done = cli("--batch", file, "--ledger", ledger, *flags, cwd=ledger.parent)
+    done = cli("--create", "--batch", file, "--ledger", ledger, *flags, cwd=ledger.parent)
     return done, [json.loads(line) for line in done.stdout.splitlines()]
 
 

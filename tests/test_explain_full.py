@@ -18,7 +18,7 @@ from tests.test_blast import DEMO_POLICY, INCIDENT
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, object]]]:
     path = tmp_path_factory.mktemp("explain") / "inc.db"
-    done = cli("--batch", INCIDENT, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
+    done = cli("--create", "--batch", INCIDENT, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
                cwd=path.parent)
     assert done.returncode == 0, done.stderr
     return path, {str(r["id"]): r for r in results(done)}

@@ -613,7 +613,7 @@ def test_batch_recall_op(tmp_path: Path) -> None:
              {"op": "recall", "id": "r3", "query": "mango", "strategy": "nonsense"}]
     file = tmp_path / "batch.jsonl"
     file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "custody_app", "--batch", str(file),
+    done = subprocess.run([sys.executable, "-m", "custody_app", "--create", "--batch", str(file),
                            "--ledger", str(path)], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, env=_env())
     out = [json.loads(line) for line in done.stdout.splitlines()]

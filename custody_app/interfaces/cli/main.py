@@ -22,7 +22,13 @@ from custody_app.interfaces.batch import run_batch
 from custody_app.interfaces.cli import erasure, evidence, reading, review
 from custody_app.interfaces.cli import ledger as ledger_commands
 from custody_app.interfaces.cli.common import add_common, chosen_ledger, fail, open_ledger, say_adoption
-from custody_app.interfaces.cli.naming import CREATES, confirm_create, missing_ledger, unknown_subcommand
+from custody_app.interfaces.cli.naming import (
+    CREATES,
+    confirm_create,
+    missing_ledger,
+    refuse_missing,
+    unknown_subcommand,
+)
 from custody_app.interfaces.tui.access import resolve_reviewer
 from custody_app.ledger.facade import Ledger
 
@@ -47,6 +53,9 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--manual-clock", action="store_true",
                    help="allow {\"op\": \"clock\", \"set\": ISO} to set transaction time")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed op")
+    p.add_argument("--create", action="store_true",
+                   help="with --batch: create the ledger if it does not exist (otherwise a "
+                   "missing ledger is refused, exit 3)")
     p.add_argument("--version", action="version", version=f"custody-app {_version()}")
     add_common(p)
     return p
@@ -89,8 +98,8 @@ def _subcommand(argv: list[str]) -> int:
     args = _sub_parser().parse_args(argv)
     if (code := evidence.offline(args)) is not None:
         return code
-    if args.command not in CREATES and not os.path.exists(chosen_ledger(args)):
-        return fail(missing_ledger(chosen_ledger(args)), Exit.UNOPENABLE)
+    if refused := refuse_missing(chosen_ledger(args), create=args.command in CREATES):
+        return fail(refused, Exit.UNOPENABLE)
     try:
         ledger = open_ledger(args, readonly=args.command in READ_ONLY)
     except LedgerError as exc:
@@ -105,7 +114,7 @@ def _subcommand(argv: list[str]) -> int:
 
 
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
-               out: TextIO | None = None) -> int:
+               out: TextIO | None = None, *, create: bool = False) -> int:
     # The batch file first: a usage error must not create a ledger file as a side effect.
     try:
         if source != "-":
@@ -113,6 +122,9 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
     except LedgerError as exc:
         sys.stderr.write(f"custody-app: {exc.message}\n")
         return int(Exit.USAGE)
+    # A mistyped --ledger must not hand the ops an empty ledger: only --create (or --demo) may.
+    if refused := refuse_missing(chosen_ledger(args), create=create or args.create):
+        return fail(refused, Exit.UNOPENABLE)
     try:
         # surrogateescape: a line of invalid UTF-8 becomes that line's bad_json, not a crash.
         stream = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
@@ -158,9 +170,9 @@ def _demo(args: argparse.Namespace) -> int:
                           encoding="utf-8")
         if not args.no_tui:
             with open(os.devnull, "w", encoding="utf-8") as sink:
-                code = _run_batch(args, str(sample), manual_clock=True, out=sink)
+                code = _run_batch(args, str(sample), manual_clock=True, out=sink, create=True)
             return _tui(args) if code == Exit.OK else code
-        code = _run_batch(args, str(sample), manual_clock=True)
+        code = _run_batch(args, str(sample), manual_clock=True, create=True)
     sys.stderr.write(f"custody-app: demo ledger written to {target}; try "
                      f"`custody-app verify --ledger {target} --key {target}.pub` or "
                      f"`custody-app recall \"refund\" --ledger {target}`\n")

@@ -12,6 +12,7 @@ from custody_app.domain.errors import LedgerError, Parser
 from custody_app.domain.escaping import escape_text
 from custody_app.domain.resources import ledger_path, policy_path
 from custody_app.interfaces.cli.common import add_common
+from custody_app.interfaces.cli.naming import refuse_missing
 from custody_app.interfaces.mcp.tools import MemoryTools
 from custody_app.keys.writer_keys import new_key, read_key
 from custody_app.ledger.facade import Ledger
@@ -36,6 +37,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--writer-key", metavar="FILE",
                    help="writer key file; its sha256 must be registered for --agent in the "
                    "policy's [provenance] writer_keys for writes to be attested")
+    p.add_argument("--create", action="store_true",
+                   help="create the ledger if it does not exist (otherwise a missing ledger is "
+                   "refused, exit 3: a mistyped path must not hand the agent an empty memory)")
     p.add_argument("--http", action="store_true",
                    help="Streamable HTTP on 127.0.0.1 instead of stdio; needs a bearer token")
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
@@ -64,6 +68,8 @@ def serve_main(argv: list[str]) -> int:
                          "without leading or trailing whitespace", 2)
         if not 0 < args.port < 65536:
             return _fail(f"--port {args.port} is not a TCP port", 2)
+    if refused := refuse_missing(ledger_path(args.ledger), create=args.create):
+        return _fail(f"{refused.message} ({refused.code})", 3)
     try:
         key = read_key(args.writer_key) if args.writer_key else None
         ledger = Ledger.open(ledger_path(args.ledger), policy=policy_path(args.policy),
