@@ -111,7 +111,9 @@ def ledger_copy(replayed: Replay, tmp_path: Path) -> Path:
 
 def test_sample_replays_cleanly_on_physical_lines(replayed: Replay) -> None:
     assert replayed.done.returncode == 0, replayed.done.stderr
-    assert replayed.done.stderr == ""
+    # Only the run's one-line summary (issue 32): every op ok.
+    [line] = replayed.done.stderr.splitlines()
+    assert line.startswith("custody-app: batch: ") and " 0 failed" in line
     text = SAMPLE.read_text(encoding="utf-8")
     assert [r["line"] for r in replayed.out] == op_lines(text)
     bad = [r for r in replayed.out if r["ok"] is not True]
@@ -357,8 +359,10 @@ def test_fail_fast_stops_at_the_first_failure(ledger_copy: Path) -> None:
     assert done.returncode == 1
     assert [(r["line"], r["id"], r["ok"]) for r in results(done)] == [
         (2, "v", True), (3, "w1", True), (5, "boom", False)]
-    [summary] = done.stderr.splitlines()
-    assert "line 5" in summary and "unknown_fact" in summary and "f_00000000dead" in summary
+    stop, summary = done.stderr.splitlines()  # the stop, then the run's summary (issue 32)
+    assert "line 5" in stop and "unknown_fact" in stop and "f_00000000dead" in stop
+    assert summary == ("custody-app: batch: 3 op(s), 2 ok, 1 failed (unknown_fact 1), stopped "
+                       "at the first failure")
     # w1 and the run's closing signed checkpoint; w2 never ran.
     assert snapshot(ledger_copy)[0] == before[0] + 2
 
@@ -368,7 +372,7 @@ def test_without_fail_fast_every_line_is_reported(ledger_copy: Path) -> None:
     done = batch(ledger_copy, text)
     assert done.returncode == 1
     assert [(r["line"], r["ok"]) for r in results(done)] == [(1, False), (2, True), (3, False)]
-    assert done.stderr == ""
+    assert done.stderr == "custody-app: batch: 3 op(s), 1 ok, 2 failed (unknown_op 2)\n"
 
 
 # ---- opening, usage and stdin ---------------------------------------------------------------------

@@ -209,3 +209,109 @@ def test_a_ledger_path_that_is_no_ledger_is_refused_and_nothing_created(
     assert done.returncode == 3, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and str(path) in done.stderr
     assert _listing(tmp_path) == before and not (tmp_path / "elsewhere").exists()
+
+
+# ---- batch: the summary line, and what redaction masked ---------------------------------------
+
+def test_every_batch_run_ends_with_a_one_line_summary(tmp_path: Path) -> None:
+    ledger = tmp_path / "l.db"
+    assert cli("init", "--ledger", ledger).returncode == 0
+    done = cli("--batch", "-", "--ledger", ledger, stdin=ops(
+        claim(), {"op": "teleport"}, {"op": "verify"},
+        {"op": "retract", "fact_id": "f_00000000dead", "actor": "user:a", "reason": "x"},
+        {"op": "teleport"}))
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "custody-app: batch: 5 op(s), 2 ok, 3 failed (unknown_fact 1, unknown_op 2)")
+    empty = cli("--batch", "-", "--ledger", ledger, stdin="")
+    assert empty.returncode == 0
+    assert empty.stderr == "custody-app: batch: 0 op(s), 0 ok, 0 failed\n"
+
+
+def test_an_assert_says_which_kinds_were_masked_in_which_field(tmp_path: Path) -> None:
+    ledger = tmp_path / "l.db"
+    assert cli("init", "--ledger", ledger).returncode == 0
+    secret = "ann.lee@example.com"
+    done = cli("--batch", "-", "--ledger", ledger, stdin=ops(
+        claim(value={"note": f"mail {secret}"},
+              cause={"kind": "message", "ref": "m1", "detail": f"from {secret}"}),
+        claim("acct:2", value="nothing to mask")))
+    assert done.returncode == 0, done.stderr
+    masked, clean = (json.loads(line)["result"] for line in done.stdout.splitlines())
+    assert masked["redacted"] == {"cause.detail": ["email"], "value": ["email"]}
+    assert "redacted" not in clean  # absent when nothing was masked
+    assert secret not in done.stdout and "example" not in json.dumps(masked)
+    # The Python API's read model says the same.
+    with Ledger.open(ledger) as led:
+        result = led.assert_fact("acct:3", "email", f"{secret}", actor="user:a", cause=CAUSE)
+    assert result.redacted == {"value": ["email"]}
+
+
+# ---- correct and affirm; one --actor rule -----------------------------------------------------
+
+def trusted(subject: str = "acct:1", predicate: str = "plan", value: Any = "basic"
+            ) -> dict[str, Any]:
+    return {**claim(subject, predicate, value), "actor": "user:a", "provenance": "attested"}
+
+
+@pytest.fixture
+def believed(tmp_path: Path) -> tuple[Path, list[str]]:
+    ledger = tmp_path / "l.db"
+    assert cli("init", "--ledger", ledger).returncode == 0
+    done = cli("--batch", "-", "--ledger", ledger,
+               stdin=ops(trusted(), trusted("acct:2"), trusted("acct:3")))
+    assert done.returncode == 0, done.stderr
+    return ledger, [json.loads(line)["result"]["fact_id"] for line in done.stdout.splitlines()]
+
+
+def _history(ledger: Path, fact: str) -> dict[str, Any]:
+    done = cli("history", fact, "--json", "--ledger", ledger)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_correct_replaces_a_fact_with_a_json_or_string_value(
+        believed: tuple[Path, list[str]]) -> None:
+    import getpass
+    ledger, facts = believed
+    done = cli("correct", facts[0], '{"tier": 2}', "--reason", "typo in the plan", "--ledger", ledger)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"corrected {facts[0]} with f_") and "now active" in done.stdout
+    new = _history(ledger, facts[0])["events"][-1]
+    assert new["kind"] == "assert" and new["supersedes"] == facts[0]
+    assert new["actor"] == f"user:{getpass.getuser()}"  # the operator, without --actor
+    [fact] = json.loads(cli("beliefs", "--subject", "acct:1", "--json", "--ledger",
+                            ledger).stdout)["facts"]
+    assert fact["value"] == {"tier": 2} and fact["predicate"] == "plan"
+    done = cli("correct", facts[1], "pro plan", "--reason", "r", "--json", "--actor", "user:b",
+               "--ledger", ledger)
+    assert done.returncode == 0 and json.loads(done.stdout)["status"] == "active"
+    [fact] = json.loads(cli("beliefs", "--subject", "acct:2", "--json", "--ledger",
+                            ledger).stdout)["facts"]
+    assert fact["value"] == "pro plan"
+    # A correction of a fact already replaced is refused by the ledger's own rule.
+    again = cli("correct", facts[0], "x", "--reason", "r", "--ledger", ledger)
+    assert again.returncode == 1 and "already_superseded" in again.stderr
+
+
+def test_affirm_from_the_command_line(believed: tuple[Path, list[str]]) -> None:
+    ledger, facts = believed
+    done = cli("affirm", facts[2], "--ledger", ledger)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"affirmed {facts[2]}: acct:3 plan = ")
+    assert _history(ledger, facts[2])["events"][-1]["kind"] == "affirm"
+
+
+@pytest.mark.parametrize("command", [("hold", "F", "--reason", "audit"),
+                                     ("forget", "F", "--reason", "error"),
+                                     ("checkpoint",), ("affirm", "F")])
+def test_actor_is_optional_on_every_write_defaulting_to_the_operator(
+        believed: tuple[Path, list[str]], command: tuple[str, ...]) -> None:
+    import getpass
+    ledger, facts = believed
+    done = cli(*(facts[0] if word == "F" else word for word in command), "--ledger", ledger)
+    assert done.returncode == 0, done.stderr
+    with Ledger.open(ledger, readonly=True) as led:
+        last = [e for e in led.events() if e.kind not in ("checkpoint",) or command[0] ==
+                "checkpoint"][-1]
+    assert last.actor == f"user:{getpass.getuser()}"

@@ -14,6 +14,7 @@ from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.escaping import escape_text, escaped, json_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, POLICY_ENV, ledger_path, policy_path
 from custody_app.domain.timeutil import ManualClock
+from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
 from custody_app.keys.keyring import KEYSTORE_ENV
 from custody_app.ledger.facade import Ledger
 
@@ -28,6 +29,18 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ledger", help=f"ledger file (default: ${LEDGER_ENV} or ./{DEFAULT_LEDGER})")
     parser.add_argument("--policy", help=f"policy TOML (default: ${POLICY_ENV} or the shipped default)")
     parser.add_argument("--keystore", help=f"key store (default: ${KEYSTORE_ENV} or LEDGER.keys)")
+
+
+def add_actor(parser: argparse.ArgumentParser) -> None:
+    """The one --actor rule of every write (DESIGN 14: the CLI is an operator surface)."""
+    parser.add_argument("--actor", metavar="KIND:ID",
+                        help=f"who does this (default: the operator: ${REVIEWER_ENV}, the "
+                        "config file's reviewer, else user:LOGIN)")
+
+
+def operator(args: argparse.Namespace) -> str:
+    """The write's actor: --actor, else the operator at the keyboard."""
+    return resolve_reviewer(getattr(args, "actor", None))
 
 
 def chosen_ledger(args: argparse.Namespace) -> str:

@@ -11,7 +11,14 @@ from pathlib import Path
 
 from custody_app.domain.errors import Exit
 from custody_app.domain.escaping import escape_text
-from custody_app.interfaces.cli.common import AddParser, print_json, print_text, show
+from custody_app.interfaces.cli.common import (
+    AddParser,
+    add_actor,
+    operator,
+    print_json,
+    print_text,
+    show,
+)
 from custody_app.keys.crypto import public_fingerprint
 from custody_app.keys.keyring import MASTER_ENV, master_path_for, read_public_key, write_public_key
 from custody_app.ledger.facade import Ledger
@@ -30,10 +37,9 @@ def add_parsers(add: AddParser) -> None:
     for name, helptext in (("hold", "place a legal hold on a fact"),
                            ("release", "release a legal hold")):
         s = add(name, helptext, "FACT")
-        s.add_argument("--actor", required=True, help="who does this, as kind:id")
+        add_actor(s)
         s.add_argument("--reason", required=True, help="why, in words (at most 500 chars)")
-    add("checkpoint", "sign the chain head with the ledger key").add_argument(
-        "--actor", default="system:custody")
+    add_actor(add("checkpoint", "sign the chain head with the ledger key"))
     s = add("recall", "facts believed now that match a query (hybrid lexical + vector)", "QUERY")
     s.add_argument("-k", type=int, default=10, help="how many results (default 10)")
     s.add_argument("--space")
@@ -97,8 +103,8 @@ COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "init": _init,
     "verify": _verify,
     "rebuild": _rebuild,
-    "hold": lambda led, a: show(led.hold(a.fact, actor=a.actor, reason=a.reason)),
-    "release": lambda led, a: show(led.release(a.fact, actor=a.actor, reason=a.reason)),
-    "checkpoint": lambda led, a: show(led.checkpoint(actor=a.actor)),
+    "hold": lambda led, a: show(led.hold(a.fact, actor=operator(a), reason=a.reason)),
+    "release": lambda led, a: show(led.release(a.fact, actor=operator(a), reason=a.reason)),
+    "checkpoint": lambda led, a: show(led.checkpoint(actor=operator(a))),
     "recall": _recall,
 }

@@ -19,7 +19,7 @@ from custody_app.domain.policy import load_policy
 from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
 from custody_app.files.output import require_regular
 from custody_app.interfaces.batch import run_batch
-from custody_app.interfaces.cli import erasure, evidence, reading, review
+from custody_app.interfaces.cli import corrections, erasure, evidence, reading, review
 from custody_app.interfaces.cli import ledger as ledger_commands
 from custody_app.interfaces.cli.common import add_common, chosen_ledger, fail, open_ledger, say_adoption
 from custody_app.interfaces.cli.naming import (
@@ -86,7 +86,7 @@ def _sub_parser() -> argparse.ArgumentParser:
 
 
 # The subcommands by what they do; each module has add_parsers(), NAMES and COMMANDS.
-_GROUPS = (ledger_commands, reading, review, erasure, evidence)
+_GROUPS = (ledger_commands, reading, review, erasure, evidence, corrections)
 _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     name: run for group in _GROUPS for name, run in group.COMMANDS.items()}
 SUBCOMMANDS = tuple(_COMMANDS)
@@ -145,6 +145,7 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
         # A re-clustering the run made due (it ran beside the writes) is let finish.
         ledger.index.maintenance.join()
         say_adoption(ledger)
+    sys.stderr.write(outcome.summary() + "\n")
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)
 
 
