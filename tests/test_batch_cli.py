@@ -127,7 +127,7 @@ def test_sample_replays_cleanly_on_physical_lines(replayed: Replay) -> None:
 
 
 def test_verify_subcommand_after_replay(replayed: Replay) -> None:
-    done = cli("verify", "--ledger", replayed.path)
+    done = cli("verify", "--json", "--ledger", replayed.path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["valid"] is True

@@ -315,3 +315,109 @@ def test_actor_is_optional_on_every_write_defaulting_to_the_operator(
         last = [e for e in led.events() if e.kind not in ("checkpoint",) or command[0] ==
                 "checkpoint"][-1]
     assert last.actor == f"user:{getpass.getuser()}"
+
+
+# ---- one grammar: --json everywhere, text for people, paging, exit codes ----------------------
+
+def test_every_subcommand_takes_json() -> None:
+    from custody_app.interfaces.cli.main import SUBCOMMANDS, _sub_parser
+    sub = next(a for a in _sub_parser()._actions if a.dest == "command")
+    missing = [name for name in SUBCOMMANDS
+               if not any("--json" in a.option_strings for a in sub.choices[name]._actions)]
+    assert missing == []
+
+
+def test_verify_checkpoint_rebuild_init_print_text_and_json_on_request(tmp_path: Path) -> None:
+    ledger = tmp_path / "l.db"
+    text = cli("init", "--ledger", ledger)
+    assert text.returncode == 0 and text.stdout.startswith(f"ledger ready: {ledger}")
+    assert cli("init", "--json", "--ledger", ledger).stdout.startswith("{")
+    for command, first in (("verify", "chain valid: "), ("checkpoint", "signed checkpoint of seq"),
+                           ("rebuild", "projection matches the events")):
+        done = cli(command, "--ledger", ledger)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(first), done.stdout
+        as_json = cli(command, "--json", "--ledger", ledger)
+        assert as_json.returncode == 0 and isinstance(json.loads(as_json.stdout), dict)
+
+
+def test_beliefs_pages_past_500_with_after(tmp_path: Path) -> None:
+    ledger = tmp_path / "l.db"
+    assert cli("init", "--ledger", ledger).returncode == 0
+    done = cli("--batch", "-", "--ledger", ledger,
+               stdin=ops(*(trusted(f"acct:{n}") for n in range(510))))
+    assert done.returncode == 0, done.stderr[-500:]
+    first = json.loads(cli("beliefs", "--limit", "500", "--json", "--ledger", ledger).stdout)
+    assert len(first["facts"]) == 500 and first["next_after"] is not None
+    text = cli("beliefs", "--limit", "500", "--ledger", ledger).stdout
+    assert f"next page: {first['next_after']}" in text
+    rest = json.loads(cli("beliefs", "--limit", "500", "--after", str(first["next_after"]),
+                          "--json", "--ledger", ledger).stdout)
+    assert len(rest["facts"]) == 10 and rest["next_after"] is None
+    subjects = {f["subject"] for f in first["facts"] + rest["facts"]}
+    assert subjects == {f"acct:{n}" for n in range(510)}
+
+
+def test_queue_history_and_actions_page_with_after(custom: tuple[Path, Path, list[str]]) -> None:
+    ledger, _, facts = custom
+    page = json.loads(cli("queue", "--limit", "1", "--json", "--ledger", ledger).stdout)
+    assert [i["fact"]["fact_id"] for i in page["items"]] == [facts[0]]
+    after = json.loads(cli("queue", "--limit", "1", "--after", str(page["next_after"]), "--json",
+                           "--ledger", ledger).stdout)
+    assert [i["fact"]["fact_id"] for i in after["items"]] == [facts[1]]
+    assert after["next_after"] is None
+    assert cli("confirm", facts[0], "--ledger", ledger).returncode == 0
+    history = json.loads(cli("history", facts[0], "--limit", "1", "--json", "--ledger",
+                             ledger).stdout)
+    assert [e["kind"] for e in history["events"]] == ["assert"]
+    more = json.loads(cli("history", facts[0], "--after", str(history["next_after"]), "--json",
+                          "--ledger", ledger).stdout)
+    assert [e["kind"] for e in more["events"]] == ["confirm"]
+    assert cli("actions", "--after", "1", "--ledger", ledger).returncode == 0
+
+
+@pytest.mark.parametrize("bad", ["abc", "-5", "1; DROP TABLE events", "", "1e3", "\u0661\u0662",
+                                 "99999999", "9" * 40, "\x1b[31m7"])
+@pytest.mark.parametrize("command", ["beliefs", "queue", "history F"])
+def test_after_with_a_hostile_or_unknown_cursor_is_a_clear_bad_request(
+        custom: tuple[Path, Path, list[str]], bad: str, command: str) -> None:
+    ledger, _, facts = custom
+    words = [facts[0] if w == "F" else w for w in command.split()]
+    before = file_digest(ledger)
+    done = cli(*words, "--after", bad, "--ledger", ledger)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "(bad_request)" in done.stderr and "--after" in done.stderr
+    assert "\x1b" not in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == "" and file_digest(ledger) == before
+
+
+def test_a_dry_run_that_would_skip_a_held_fact_exits_0_naming_it(
+        believed: tuple[Path, list[str]]) -> None:
+    ledger, facts = believed
+    assert cli("hold", facts[1], "--reason", "litigation", "--ledger", ledger).returncode == 0
+    done = cli("sweep", "--before", "2999-01-01T00:00:00Z", "--dry-run", "--ledger", ledger)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "would skip, on legal hold: 1 fact(s)" in done.stdout
+    assert f"{facts[1]}  acct:2 plan = " in done.stdout
+
+
+def test_doctor_accepts_a_policy_and_never_adopts_it(
+        custom: tuple[Path, Path, list[str]], tmp_path: Path) -> None:
+    ledger, policy, _ = custom
+    other = policy_file(tmp_path, "team:b", "other.toml")
+    before = file_digest(ledger)
+    done = cli("doctor", "--ledger", ledger, "--policy", other)
+    assert done.returncode in (0, 1), done.stderr  # a usage error was 2
+    assert "is not the policy the ledger records" in done.stdout
+    same = cli("doctor", "--ledger", ledger, "--policy", policy)
+    assert "is the policy the ledger records" in same.stdout
+    assert file_digest(ledger) == before and len(policy_events(ledger)) == 1
+
+
+def test_recall_prints_its_results_first(believed: tuple[Path, list[str]]) -> None:
+    ledger, _ = believed
+    done = cli("recall", "basic", "--ledger", ledger)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("  1. acct:"), done.stdout
+    verbose = cli("recall", "basic", "--verbose", "--ledger", ledger).stdout.splitlines()
+    assert verbose[0].startswith("  1. acct:") and verbose[-1].startswith("hybrid: ")

@@ -27,7 +27,7 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 def test_the_sample_lookup_is_verified_by_its_receipt(replayed: tuple[Path, dict]) -> None:
     path, out = replayed
     assert out["crm-seats"]["result"]["provenance"] == "verified"
-    checked = cli("verify", "--ledger", path, "--key", f"{path}.pub")
+    checked = cli("verify", "--json", "--ledger", path, "--key", f"{path}.pub")
     assert checked.returncode == 0 and json.loads(checked.stdout)["valid"] is True
 
 

@@ -83,7 +83,7 @@ def test_a_closed_stdout_runs_nothing_and_exits_4(tmp_path: Path) -> None:
 
 def test_a_closed_stderr_or_stdin_is_no_crash_and_lends_no_file_its_number(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
-    done = run(["init", "--ledger", str(db)], stdout=subprocess.PIPE, preexec_fn=_closed(2),
+    done = run(["init", "--json", "--ledger", str(db)], stdout=subprocess.PIPE, preexec_fn=_closed(2),
                stderr=None)
     assert done.returncode == 0 and b'"ledger"' in done.stdout
     missing = run(["verify", "--ledger", str(tmp_path / "none.db")], stdout=subprocess.PIPE,

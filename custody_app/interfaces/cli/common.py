@@ -4,6 +4,7 @@ ledger they name, and printing results (stdout carries data only; diagnostics go
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any, Protocol
@@ -14,9 +15,11 @@ from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.escaping import escape_text, escaped, json_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, POLICY_ENV, ledger_path, policy_path
 from custody_app.domain.timeutil import ManualClock
+from custody_app.interfaces.cli.plain_text import render
 from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
 from custody_app.keys.keyring import KEYSTORE_ENV
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.overview import MAX_PAGE
 
 
 class AddParser(Protocol):
@@ -41,6 +44,41 @@ def add_actor(parser: argparse.ArgumentParser) -> None:
 def operator(args: argparse.Namespace) -> str:
     """The write's actor: --actor, else the operator at the keyboard."""
     return resolve_reviewer(getattr(args, "actor", None))
+
+
+def add_paging(parser: argparse.ArgumentParser, default: int, what: str) -> None:
+    """The one paging rule of every list: --limit N, and --after CURSOR from the page before."""
+    parser.add_argument("--limit", type=int, default=default,
+                        help=f"at most this many {what} (default {default})")
+    parser.add_argument("--after", metavar="CURSOR",
+                        help="the page after this cursor (printed as `next page:` by the page "
+                        "before, `next_after` in --json)")
+
+
+_CURSOR = re.compile(r"[0-9]{1,18}")
+
+
+def cursor(ledger: Ledger, given: str | None) -> int:
+    """The position --after names (an event seq), refused when it is not one a page printed:
+    not a number, or past the ledger's last event."""
+    if given is None:
+        return 0
+    if not _CURSOR.fullmatch(given):
+        raise LedgerError("bad_request", escape_text(f"--after {given[:40]!r} is not a cursor: "
+                          "give the number a previous page printed after `next page:`"),
+                          field="after")
+    head = ledger.head_seq()
+    if int(given) > head:
+        raise LedgerError("bad_request", f"--after {given} is not a cursor of this ledger: its "
+                          f"last event is seq {head}; start without --after", field="after")
+    return int(given)
+
+
+def limit(given: int, most: int = MAX_PAGE) -> int:
+    if not 1 <= given <= most:
+        raise LedgerError("bad_request", f"--limit must be between 1 and {most}; page on "
+                          "with --after", field="limit")
+    return given
 
 
 def chosen_ledger(args: argparse.Namespace) -> str:
@@ -106,3 +144,11 @@ def show_rendered(result: Any) -> None:
 def show(result: BaseModel) -> int:
     print_json(result.model_dump(mode="json"))
     return int(Exit.OK)
+
+
+def emit(result: BaseModel | dict[str, Any], args: argparse.Namespace) -> None:
+    """A result as JSON with --json, else as text for people (DESIGN 11: one grammar)."""
+    if getattr(args, "json", False):
+        print_json(result.model_dump(mode="json") if isinstance(result, BaseModel) else result)
+    else:
+        print_text(render(str(getattr(args, "command", "")), result))

@@ -19,6 +19,7 @@ from custody_app.interfaces.cli.common import (
     print_text,
     show_rendered,
 )
+from custody_app.interfaces.cli.text import fact_line
 from custody_app.ledger.facade import Ledger
 
 NAMES = ("forget", "forget-subject", "sweep", "erasures", "rotate-index-key")
@@ -70,10 +71,15 @@ def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
         print_text(f"cutoffs: {json.dumps(shown.cutoffs)}\n{verb} {len(shown.expired)}"
                    f" fact(s): {' '.join(shown.expired)}")
         if shown.held:
-            print_text(f"skipped, on legal hold: {' '.join(shown.held)}")
+            print_text(f"{'would skip' if result.dry_run else 'skipped'}, on legal hold: "
+                       f"{len(shown.held)} fact(s)")
+            for fact_id in result.held:
+                print_text(f"  {fact_line(ledger.why(fact_id).fact)}")
         if shown.note:
             print_text(shown.note)
-    return _erasure(args, result, result.certificate, extra_failure=bool(result.held))
+    # A dry run that would skip a held fact did what was asked: it showed what would happen.
+    return _erasure(args, result, result.certificate,
+                    extra_failure=bool(result.held) and not result.dry_run)
 
 
 def _erasures(ledger: Ledger, args: argparse.Namespace) -> int:

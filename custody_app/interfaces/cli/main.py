@@ -82,6 +82,10 @@ def _sub_parser() -> argparse.ArgumentParser:
 
     for group in _GROUPS:
         group.add_parsers(add)
+    # One grammar: every subcommand takes --json (JSON for machines; text for people without).
+    for s in sub.choices.values():
+        if not any("--json" in a.option_strings for a in s._actions):
+            s.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
