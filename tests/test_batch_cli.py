@@ -467,7 +467,8 @@ def test_batch_never_imports_textual(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from custody_app.interfaces.cli.main import main\n"
-        f"rc = main(['--batch', {str(file)!r}, '--ledger', {str(tmp_path / 't.db')!r}])\n"
+        f"rc = main(['--batch', {str(file)!r}, '--create', '--ledger', "
+        f"{str(tmp_path / 't.db')!r}])\n"
         "loaded = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
         "assert rc == 0, rc\n"
         "assert not loaded, loaded\n"

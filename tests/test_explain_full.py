@@ -73,7 +73,7 @@ def test_the_action_pack_verifies_offline_with_the_ledger_deleted_and_fails_on_a
     shutil.copy(f"{copy}.pub", key)
     for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
         Path(f"{copy}{suffix}").unlink(missing_ok=True)
-    ok = cli("explain", "--verify", pack, "--key", key)
+    ok = cli("explain", "--json", "--verify", pack, "--key", key)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["valid"] is True and "who authorised it: user:ops-lead" in ok.stderr
     offline = dict(line.split(": ", 1) for line in ok.stderr.splitlines()[:10])

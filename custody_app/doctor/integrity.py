@@ -50,12 +50,12 @@ def _policy_line(ledger: Ledger, named: str | Path | None) -> DoctorCheck:
     with ledger.db.read():
         recorded = ledger.db.events.last_policy_hash()
     if named is None:
-        return check("policy", "ok", f"in force: {ledger.policy.hash[:12]}"
+        return check("policy", "ok", f"{ledger.db.path}: policy in force {ledger.policy.hash[:12]}"
                      + (" (recorded by the ledger)" if recorded else " (the shipped default; "
                         "the ledger has recorded none yet)"))
     if recorded == ledger.policy.hash:
-        return check("policy", "ok", f"{named} ({ledger.policy.hash[:12]}) is the policy the "
-                     "ledger records.")
+        return check("policy", "ok", f"{named} ({ledger.policy.hash[:12]}) is the policy "
+                     f"{ledger.db.path} records.")
     return check("policy", "warn", f"{named} ({ledger.policy.hash[:12]}) is valid but is not "
-                 f"the policy the ledger records ({(recorded or 'none')[:12]}): a write "
+                 f"the policy {ledger.db.path} records ({(recorded or 'none')[:12]}): a write "
                  "command given it would adopt it.")

@@ -111,6 +111,18 @@ def say_adoption(ledger: Ledger) -> None:
         + "\n")
 
 
+def say_not_adopted(ledger: Ledger) -> None:
+    """A read-only command given a --policy the ledger does not record reads under it but
+    never adopts it: say so, so nobody believes it is now in force."""
+    with ledger.db.read():
+        recorded = ledger.db.events.last_policy_hash()
+    if recorded is not None and recorded != ledger.policy.hash:
+        sys.stderr.write(escape_text(
+            f"custody-app: read under policy {ledger.policy.hash[:12]} from "
+            f"{ledger.policy.path}, not adopted: this command only reads; the ledger's policy "
+            f"stays {recorded[:12]} until a write command is given --policy") + "\n")
+
+
 def _reindex_progress(done: int, total: int) -> None:
     """The embedder changed: the recall indexes are being rebuilt at open."""
     sys.stderr.write(f"\rcustody-app: re-embedding believed facts for the new embedder: "

@@ -21,7 +21,14 @@ from custody_app.files.output import require_regular
 from custody_app.interfaces.batch import run_batch
 from custody_app.interfaces.cli import corrections, erasure, evidence, reading, review
 from custody_app.interfaces.cli import ledger as ledger_commands
-from custody_app.interfaces.cli.common import add_common, chosen_ledger, fail, open_ledger, say_adoption
+from custody_app.interfaces.cli.common import (
+    add_common,
+    chosen_ledger,
+    fail,
+    open_ledger,
+    say_adoption,
+    say_not_adopted,
+)
 from custody_app.interfaces.cli.naming import (
     CREATES,
     confirm_create,
@@ -110,6 +117,8 @@ def _subcommand(argv: list[str]) -> int:
         return fail(exc, Exit.UNOPENABLE)
     with ledger:
         try:
+            if args.policy and args.command in READ_ONLY:
+                say_not_adopted(ledger)
             return _COMMANDS[args.command](ledger, args)
         except LedgerError as exc:
             return fail(exc, Exit.OP_FAILED)

@@ -86,12 +86,12 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
         lines.append(f"      by {plain(item.writer)} at {item.tx_at}, cause {item.cause.kind} "
                      f"{plain(item.cause.ref)}{marks}{replaces}")
     ledger_name = chosen_ledger(args)
+    if more is not None:
+        lines.append(f"next page: {more} (custody-app queue --after {more} ...)")
     if shown:
         lines.append(f"next: custody-app confirm {shown[0].fact.fact_id} --ledger {ledger_name}"
                      f"   |   custody-app reject {shown[0].fact.fact_id} --reason TEXT "
                      f"--ledger {ledger_name}")
-    if more is not None:
-        lines.append(f"next page: {more} (custody-app queue --after {more} ...)")
     write(lines)
     return int(Exit.OK)
 
