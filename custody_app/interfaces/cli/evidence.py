@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from custody_app.domain.errors import LedgerError
+from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.escaping import escape_text
 from custody_app.evidence.actionpack import action_pack_text, render_offline, verify_action_pack
 from custody_app.evidence.offline import OfflineReport, verify_export
@@ -67,7 +67,7 @@ def _report(report: OfflineReport, args: argparse.Namespace) -> int:
     emit(report, args)
     for problem in report.problems:
         sys.stderr.write(escape_text(f"custody-app: {report.what} check failed: {problem}") + "\n")
-    return 0 if report.valid else 1
+    return int(Exit.OK if report.valid else Exit.OP_FAILED)
 
 
 def offline(args: argparse.Namespace) -> int | None:
