@@ -138,8 +138,14 @@ def test_a_stored_policy_text_that_was_replaced_is_refused_not_swapped(
     import sqlite3
     with sqlite3.connect(ledger) as conn:
         conn.execute("UPDATE policies SET source = replace(source, 'team:a', 'team:z')")
+    before = file_digest(ledger)
     done = cli("confirm", facts[0], "--ledger", ledger)
     assert done.returncode == 3 and "policy_tampered" in done.stderr
+    assert file_digest(ledger) == before
+    # A read-only command still opens it, adopting nothing, so verify can name the edit.
+    check = cli("verify", "--ledger", ledger)
+    assert check.returncode == 1 and "policy" in check.stdout, check.stdout + check.stderr
+    assert file_digest(ledger) == before
 
 
 def test_the_terminal_app_without_policy_follows_the_ledgers_policy(

@@ -91,7 +91,7 @@ class LedgerCore:
         keys = None
         try:
             if loaded is None:
-                loaded = recorded_policy(db, str(path))
+                loaded = recorded_policy(db, str(path), readonly=readonly)
             if not readonly or keystore_path_for(path, keystore).exists():
                 keys = KeyRing.open(path, keystore)
             if keys is not None:
