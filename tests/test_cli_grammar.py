@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from custody_app import Ledger
+from custody_app.domain.errors import LedgerError
 from custody_app.domain.policy import load_policy
 from custody_app.interfaces.tui.access import LedgerAccess
 
@@ -134,7 +135,7 @@ def test_a_policy_file_swapped_under_a_read_only_command_is_never_adopted(
 
 def test_a_stored_policy_text_that_was_replaced_is_refused_not_swapped(
         custom: tuple[Path, Path, list[str]]) -> None:
-    ledger, _, facts = custom
+    ledger, policy, facts = custom
     import sqlite3
     with sqlite3.connect(ledger) as conn:
         conn.execute("UPDATE policies SET source = replace(source, 'team:a', 'team:z')")
@@ -146,6 +147,13 @@ def test_a_stored_policy_text_that_was_replaced_is_refused_not_swapped(
     check = cli("verify", "--ledger", ledger)
     assert check.returncode == 1 and "policy" in check.stdout, check.stdout + check.stderr
     assert file_digest(ledger) == before
+    # The Python API opens it read-write to verify, but a write records no policy in its place.
+    with Ledger.open(ledger) as led:
+        assert not led.verify().valid
+        with pytest.raises(LedgerError) as refused:
+            led.assert_fact("acct:9", "plan", "x", actor="user:a", cause=CAUSE)
+        assert refused.value.code == "policy_tampered"
+    assert policy_events(ledger) == [load_policy(policy).hash]
 
 
 def test_the_terminal_app_without_policy_follows_the_ledgers_policy(

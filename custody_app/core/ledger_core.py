@@ -59,6 +59,9 @@ class LedgerCore:
         # (seq, previous hash) of a `policy` event this process wrote over another recorded
         # policy: the CLI says so on stderr (an adoption is never silent).
         self.adopted_policy: tuple[int, str] | None = None
+        # Why the ledger's recorded policy could not be read (its stored text replaced or
+        # missing): no policy is recorded in its place until one is named.
+        self.policy_refusal: LedgerError | None = None
         # The key fence compares against when this unit of work began (see unit_of_work()).
         self.work_started = format_time(self.clock.now())
         # Actors that presented a writer key the policy registers (see present_writer_key).
@@ -90,13 +93,20 @@ class LedgerCore:
             raise LedgerError(exc.code, str(exc)) from None
         keys = None
         try:
+            refusal = None
             if loaded is None:
-                loaded = recorded_policy(db, str(path), readonly=readonly)
+                try:
+                    loaded = recorded_policy(db, str(path))
+                except LedgerError as exc:
+                    # Reads (verify above all, to name the edit) go on under the shipped
+                    # default; a write that would record a policy is refused (_record_policy).
+                    loaded, refusal = load_policy(None), exc
             if not readonly or keystore_path_for(path, keystore).exists():
                 keys = KeyRing.open(path, keystore)
             if keys is not None:
                 check_high_water(db, keys, str(path), readonly=readonly)
             ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
+            ledger.policy_refusal = refusal
         except BaseException:
             if keys is not None:
                 keys.close()
@@ -264,6 +274,8 @@ class LedgerCore:
         return rows
 
     def _record_policy(self, tx_at: str) -> None:
+        if self.policy_refusal is not None:
+            raise self.policy_refusal
         p = self.policy
         previous = self._recorded_policy
         self.db.policies.put(p.hash, p.canonical, p.source, p.path)

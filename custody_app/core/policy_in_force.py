@@ -9,18 +9,15 @@ from custody_app.domain.policy import LoadedPolicy, load_policy, policy_from_tex
 from store import LedgerFile
 
 
-def recorded_policy(db: LedgerFile, ledger: str, *, readonly: bool = False) -> LoadedPolicy:
+def recorded_policy(db: LedgerFile, ledger: str) -> LoadedPolicy:
     """The policy `db` recorded last, parsed from its stored text; the shipped default when
     it recorded none (a fresh ledger). A stored text that no longer hashes to its key, or that
-    is missing, is refused for a write rather than replaced by another policy; a read-only
-    open (verify, doctor, why) reads on under the shipped default, adopting nothing, so that
-    it can name the replaced text."""
+    is missing, is refused (the caller reads on, but never records another policy in its
+    place: see `LedgerCore.open`)."""
     with db.read():
         recorded = db.events.last_policy_hash()
         stored = db.policies.get(recorded) if recorded is not None else None
     if recorded is None:
-        return load_policy(None)
-    if stored is None and readonly:
         return load_policy(None)
     if stored is None:
         raise LedgerError("policy_missing", f"the ledger {ledger} records policy "
@@ -31,12 +28,9 @@ def recorded_policy(db: LedgerFile, ledger: str, *, readonly: bool = False) -> L
         loaded = policy_from_text(source, path or f"(policy stored in {ledger})")
     except LedgerError:
         loaded = None
-    if (loaded is None or loaded.hash != recorded or loaded.canonical != canonical) and readonly:
-        return load_policy(None)
     if loaded is None or loaded.hash != recorded or loaded.canonical != canonical:
         raise LedgerError("policy_tampered", f"the stored text of policy {recorded[:12]}..., "
                           f"the one {ledger} records in force, does not hash to its key: it was "
                           "replaced (run verify); name a policy file with --policy",
                           policy_hash=recorded)
-    assert loaded is not None
     return loaded

@@ -92,10 +92,16 @@ def open_ledger(args: argparse.Namespace, *, manual_clock: bool = False,
     # other process has it open), an immutable snapshot creates no -wal or -shm either.
     wal = Path(f"{path}-wal")
     immutable = readonly and (not wal.exists() or wal.stat().st_size == 0)
-    return Ledger.open(path, policy=policy_path(args.policy),
-                       keystore=args.keystore, reindex_progress=_reindex_progress,
-                       clock=ManualClock() if manual_clock else None, readonly=readonly,
-                       immutable=immutable)
+    ledger = Ledger.open(path, policy=policy_path(args.policy),
+                         keystore=args.keystore, reindex_progress=_reindex_progress,
+                         clock=ManualClock() if manual_clock else None, readonly=readonly,
+                         immutable=immutable)
+    if not readonly and ledger.policy_refusal is not None:
+        # A write command under a policy the ledger cannot vouch for: refused at the door
+        # (exit 3) rather than failing op by op; a read-only command reads on.
+        ledger.close()
+        raise ledger.policy_refusal
+    return ledger
 
 
 def say_adoption(ledger: Ledger) -> None:
