@@ -84,7 +84,7 @@ def console(text_file: Path, tmp: Path, tag: str, piped: bool) -> float:
     path = tmp / f"{tag}.db"
     for suffix in ("", "-wal", "-shm", ".keys", ".keys.master"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "custody_app", "--batch", "-" if piped else str(text_file),
+    cmd = [sys.executable, "-m", "custody_app", "--create", "--batch", "-" if piped else str(text_file),
            "--ledger", str(path)]
     env = {k: v for k, v in os.environ.items() if k not in ("CUSTODY_LEDGER", "CUSTODY_POLICY")}
     start = time.perf_counter()

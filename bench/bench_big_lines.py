@@ -48,7 +48,7 @@ def measure(folder: Path, name: str, text: str) -> tuple[float, float, str]:
     batch.write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
     started = time.monotonic()
-    done = subprocess.run([TIME, "-f", "%M", CLI, "--batch", str(batch), "--ledger",
+    done = subprocess.run([TIME, "-f", "%M", CLI, "--create", "--batch", str(batch), "--ledger",
                            str(folder / f"{name}.db")], capture_output=True, text=True, env=env)
     wall = time.monotonic() - started
     first = json.loads(done.stdout.splitlines()[0])

@@ -77,7 +77,7 @@ def lines(n: int, seed: int) -> list[str]:
 
 
 def ingest(path: Path, feed: list[str]) -> tuple[list[dict[str, float]], float]:
-    proc = subprocess.Popen([sys.executable, "-m", "custody_app", "--batch", "-", "--ledger",
+    proc = subprocess.Popen([sys.executable, "-m", "custody_app", "--create", "--batch", "-", "--ledger",
                              str(path), "--manual-clock"], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, text=True)
     fed = [0]

@@ -211,7 +211,7 @@ async def _live_refresh(app: Any, pilot: Any, path: Path) -> list[float]:
               "provenance": "attested", "actor": "agent:other",
               "cause": {"kind": "tool", "ref": f"crm#{n}"}}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "custody_app", "--batch", "-", "--ledger", str(path),
+            sys.executable, "-m", "custody_app", "--create", "--batch", "-", "--ledger", str(path),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL)
         assert proc.stdin is not None and proc.stdout is not None

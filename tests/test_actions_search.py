@@ -58,7 +58,7 @@ def test_batch_op_and_cli(tmp_path: Path) -> None:
     with Ledger.open(path, clock=ManualClock()) as ledger:
         ledger.act("s1", "billing.issue_refund", "R1", "ok", actor="agent:bot", subject="acct:9")
         ledger.act("s2", "mail.send", "M1", "ok", actor="agent:bot")
-    done = cli("--batch", "-", "--ledger", path, stdin=json.dumps(
+    done = cli("--create", "--batch", "-", "--ledger", path, stdin=json.dumps(
         {"op": "actions", "id": "q", "subject": "acct:9"}) + "\n")
     [line] = [json.loads(x) for x in done.stdout.splitlines() if '"id": "q"' in x]
     assert line["ok"] and [a["ref"] for a in line["result"]["actions"]] == ["R1"]

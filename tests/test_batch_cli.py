@@ -45,7 +45,7 @@ def batch(ledger: Path, text: str, *flags: str) -> subprocess.CompletedProcess[s
     """Run a batch given as text (written to a file beside the ledger)."""
     file = ledger.with_name(f"{ledger.name}.{abs(hash(text))}.jsonl")
     file.write_text(text, encoding="utf-8")
-    return cli("--batch", file, "--ledger", ledger, *flags, cwd=ledger.parent)
+    return cli("--create", "--batch", file, "--ledger", ledger, *flags, cwd=ledger.parent)
 
 
 def op_lines(text: str) -> list[int]:
@@ -98,7 +98,7 @@ class Replay:
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> Replay:
     """The sample replayed once into a ledger; tests that write copy it first."""
     path = tmp_path_factory.mktemp("sample") / "support.db"
-    done = cli("--batch", SAMPLE, "--ledger", path, "--manual-clock", cwd=path.parent)
+    done = cli("--create", "--batch", SAMPLE, "--ledger", path, "--manual-clock", cwd=path.parent)
     return Replay(path, done, results(done))
 
 
@@ -111,7 +111,9 @@ def ledger_copy(replayed: Replay, tmp_path: Path) -> Path:
 
 def test_sample_replays_cleanly_on_physical_lines(replayed: Replay) -> None:
     assert replayed.done.returncode == 0, replayed.done.stderr
-    assert replayed.done.stderr == ""
+    # Only the run's one-line summary (issue 32): every op ok.
+    [line] = replayed.done.stderr.splitlines()
+    assert line.startswith("custody-app: batch: ") and " 0 failed" in line
     text = SAMPLE.read_text(encoding="utf-8")
     assert [r["line"] for r in replayed.out] == op_lines(text)
     bad = [r for r in replayed.out if r["ok"] is not True]
@@ -125,7 +127,7 @@ def test_sample_replays_cleanly_on_physical_lines(replayed: Replay) -> None:
 
 
 def test_verify_subcommand_after_replay(replayed: Replay) -> None:
-    done = cli("verify", "--ledger", replayed.path)
+    done = cli("verify", "--json", "--ledger", replayed.path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["valid"] is True
@@ -357,8 +359,10 @@ def test_fail_fast_stops_at_the_first_failure(ledger_copy: Path) -> None:
     assert done.returncode == 1
     assert [(r["line"], r["id"], r["ok"]) for r in results(done)] == [
         (2, "v", True), (3, "w1", True), (5, "boom", False)]
-    [summary] = done.stderr.splitlines()
-    assert "line 5" in summary and "unknown_fact" in summary and "f_00000000dead" in summary
+    stop, summary = done.stderr.splitlines()  # the stop, then the run's summary (issue 32)
+    assert "line 5" in stop and "unknown_fact" in stop and "f_00000000dead" in stop
+    assert summary == ("custody-app: batch: 3 op(s), 2 ok, 1 failed (unknown_fact 1), stopped "
+                       "at the first failure")
     # w1 and the run's closing signed checkpoint; w2 never ran.
     assert snapshot(ledger_copy)[0] == before[0] + 2
 
@@ -368,7 +372,7 @@ def test_without_fail_fast_every_line_is_reported(ledger_copy: Path) -> None:
     done = batch(ledger_copy, text)
     assert done.returncode == 1
     assert [(r["line"], r["ok"]) for r in results(done)] == [(1, False), (2, True), (3, False)]
-    assert done.stderr == ""
+    assert done.stderr == "custody-app: batch: 3 op(s), 1 ok, 2 failed (unknown_op 2)\n"
 
 
 # ---- opening, usage and stdin ---------------------------------------------------------------------
@@ -425,7 +429,7 @@ def test_missing_policy_file_exits_3(tmp_path: Path) -> None:
 
 def test_missing_batch_file_exits_2_and_creates_no_ledger(tmp_path: Path) -> None:
     ledger = tmp_path / "never.db"
-    done = cli("--batch", tmp_path / "nothing.jsonl", "--ledger", ledger, cwd=tmp_path)
+    done = cli("--create", "--batch", tmp_path / "nothing.jsonl", "--ledger", ledger, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stdout == "" and "nothing.jsonl" in done.stderr
     assert not ledger.exists()
@@ -441,7 +445,7 @@ def test_batch_from_stdin(tmp_path: Path) -> None:
         '{"id":"r","op":"as_of","subject":"acct:1042"}',
         '{"id":"h","op":"history","fact_id":"@n"}',
     ]) + "\n"
-    done = cli("--batch", "-", "--ledger", ledger, "--manual-clock", stdin=text, cwd=tmp_path)
+    done = cli("--create", "--batch", "-", "--ledger", ledger, "--manual-clock", stdin=text, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = results(done)
     assert [(r["line"], r["id"]) for r in out] == [(2, None), (3, "w"), (5, "r"), (6, "h")]
@@ -463,7 +467,8 @@ def test_batch_never_imports_textual(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from custody_app.interfaces.cli.main import main\n"
-        f"rc = main(['--batch', {str(file)!r}, '--ledger', {str(tmp_path / 't.db')!r}])\n"
+        f"rc = main(['--batch', {str(file)!r}, '--create', '--ledger', "
+        f"{str(tmp_path / 't.db')!r}])\n"
         "loaded = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
         "assert rc == 0, rc\n"
         "assert not loaded, loaded\n"
@@ -520,7 +525,7 @@ def test_two_clock_ops_cannot_go_backwards_even_without_a_write_between(tmp_path
     batch = tmp_path / "clock.jsonl"
     batch.write_text('{"op":"clock","set":"2026-05-02T00:00:00Z"}\n'
                      '{"op":"clock","set":"2026-05-01T00:00:00Z"}\n')
-    done = subprocess.run([sys.executable, "-m", "custody_app", "--batch", str(batch),
+    done = subprocess.run([sys.executable, "-m", "custody_app", "--create", "--batch", str(batch),
                            "--ledger", str(tmp_path / "l.db"), "--manual-clock"],
                           capture_output=True, text=True, timeout=60)
     first, second = (json.loads(line) for line in done.stdout.splitlines())

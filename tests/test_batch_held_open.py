@@ -50,7 +50,7 @@ class Answers:
 def test_each_answer_arrives_before_the_next_line_is_written(tmp_path: Path) -> None:
     ledger = tmp_path / "held.db"
     env = {k: v for k, v in os.environ.items() if k not in ("CUSTODY_LEDGER", "CUSTODY_POLICY")}
-    child = subprocess.Popen([sys.executable, "-m", "custody_app", "--batch", "-", "--ledger",
+    child = subprocess.Popen([sys.executable, "-m", "custody_app", "--create", "--batch", "-", "--ledger",
                               str(ledger)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     assert child.stdin is not None and child.stdout is not None

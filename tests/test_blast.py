@@ -319,7 +319,7 @@ def test_blast_and_explain_subcommands(tmp_path: Path) -> None:
     from tests.test_batch_cli import cli, results
 
     path = tmp_path / "inc.db"
-    done = cli("--batch", INCIDENT, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
+    done = cli("--create", "--batch", INCIDENT, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
                cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     [plan] = [r["result"]["fact_id"] for r in results(done) if r["id"] == "wrong-plan"]

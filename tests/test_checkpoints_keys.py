@@ -207,11 +207,11 @@ def test_checkpoint_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert run_cli(capsys, "init", "--ledger", ledger)[0] == 0
     with Ledger.open(ledger) as led:
         led.assert_fact("acct:1", "plan", "gold", actor="agent:a", cause=CAUSE)
-    code, out, _ = run_cli(capsys, "checkpoint", "--ledger", ledger)
+    code, out, _ = run_cli(capsys, "checkpoint", "--json", "--ledger", ledger)
     assert code == 0
     result = json.loads(out)
     assert result["checkpoint_seq"] == result["seq"] - 1
-    code, out, _ = run_cli(capsys, "verify", "--ledger", ledger, "--key", f"{ledger}.pub")
+    code, out, _ = run_cli(capsys, "verify", "--json", "--ledger", ledger, "--key", f"{ledger}.pub")
     assert code == 0 and json.loads(out)["checkpoints"] == 1
 
 
@@ -239,13 +239,13 @@ def test_recomputed_chain_passes_a_plain_walk_but_not_the_signed_checkpoint(
         assert f"checkpoint at seq {cp.seq}" in (report.problem or "")
         assert "rewritten" in (report.problem or "")
     ledger.close()
-    code, out, _ = run_cli(capsys, "verify", "--ledger", env.path, "--key", f"{env.path}.pub",
+    code, out, _ = run_cli(capsys, "verify", "--json", "--ledger", env.path, "--key", f"{env.path}.pub",
                              "--keystore", markless(env.path))
     assert code == 1
     printed = json.loads(out)
     assert printed["valid"] is False and printed["first_bad_seq"] == cp.checkpoint_seq
     # The same as a real process, the way an auditor holding only the .pub would run it.
-    done = subprocess.run([sys.executable, "-m", "custody_app", "verify", "--ledger", str(env.path),
+    done = subprocess.run([sys.executable, "-m", "custody_app", "verify", "--json", "--ledger", str(env.path),
                            "--key", f"{env.path}.pub", "--keystore",
                            str(markless(env.path))], capture_output=True, text=True,
                           timeout=60, env={k: v for k, v in os.environ.items()
@@ -323,7 +323,7 @@ def test_another_key_pair_does_not_verify_the_checkpoint(
     env.ledger.close()
     other = tmp_path / "other.pub"
     other.write_text(other_pem)
-    code, out, _ = run_cli(capsys, "verify", "--ledger", env.path, "--key", other)
+    code, out, _ = run_cli(capsys, "verify", "--json", "--ledger", env.path, "--key", other)
     assert code == 1 and json.loads(out)["first_bad_seq"] == s["cp"].seq
     code, _, err = run_cli(capsys, "verify", "--ledger", env.path, "--key", tmp_path / "none.pub")
     assert code == 1 and "key_unreadable" in err
@@ -380,7 +380,7 @@ def _assert_line(value: str, subject: str = "acct:1") -> str:
 def _batch(capsys: pytest.CaptureFixture[str], ledger: Path, *lines: str) -> int:
     file = ledger.with_name(f"batch{abs(hash(lines))}.jsonl")
     file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return run_cli(capsys, "--batch", file, "--ledger", ledger)[0]
+    return run_cli(capsys, "--create", "--batch", file, "--ledger", ledger)[0]
 
 
 def _events(ledger: Path) -> list[Any]:
@@ -430,7 +430,7 @@ def _mode(path: str | Path) -> int:
 def test_init_creates_ledger_keys_master_and_public_key(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ledger = tmp_path / "l.db"
-    code, out, _ = run_cli(capsys, "init", "--ledger", ledger)
+    code, out, _ = run_cli(capsys, "init", "--json", "--ledger", ledger)
     assert code == 0
     printed = json.loads(out)
     files = {"ledger": ledger, "keystore": Path(f"{ledger}.keys"),
@@ -489,7 +489,7 @@ def test_master_key_from_the_environment_writes_no_key_file(
         capsys: pytest.CaptureFixture[str]) -> None:
     ledger = tmp_path / "l.db"
     monkeypatch.setenv(MASTER_ENV, OTHER_MASTER)
-    code, out, _ = run_cli(capsys, "init", "--ledger", ledger)
+    code, out, _ = run_cli(capsys, "init", "--json", "--ledger", ledger)
     assert code == 0 and json.loads(out)["master_key"] == f"${MASTER_ENV}"
     assert not Path(f"{ledger}.keys.master").exists()
     monkeypatch.delenv(MASTER_ENV)
@@ -505,7 +505,7 @@ def test_keystore_option_and_environment_move_the_key_store(
     vault.mkdir()
     ledger = tmp_path / "l.db"
     store = vault / "l.keys"
-    code, out, _ = run_cli(capsys, "init", "--ledger", ledger, "--keystore", store)
+    code, out, _ = run_cli(capsys, "init", "--json", "--ledger", ledger, "--keystore", store)
     assert code == 0 and Path(json.loads(out)["keystore"]) == store
     assert store.exists() and Path(f"{store}.master").exists()
     assert not Path(f"{ledger}.keys").exists() and not Path(f"{ledger}.keys.master").exists()
@@ -518,7 +518,7 @@ def test_keystore_option_and_environment_move_the_key_store(
     ledger2 = tmp_path / "l2.db"
     store2 = vault / "second.keys"
     monkeypatch.setenv(KEYSTORE_ENV, str(store2))
-    code, out, _ = run_cli(capsys, "init", "--ledger", ledger2)
+    code, out, _ = run_cli(capsys, "init", "--json", "--ledger", ledger2)
     assert code == 0 and Path(json.loads(out)["keystore"]) == store2 and store2.exists()
     assert not Path(f"{ledger2}.keys").exists()
     monkeypatch.setenv(KEYSTORE_ENV, str(store))

@@ -27,7 +27,7 @@ NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "
          "erasure-leaks", "recall-maintenance",
          "key-store", "master-key", "forget-key", "signing-key", "keys-match", "ledger-marks",
          "index-key",
-         "integrity", "erasure-half-state"]
+         "integrity", "policy", "erasure-half-state"]  # policy: which one is in force (issue 32)
 STRIPPED = ("CUSTODY_LEDGER", "CUSTODY_POLICY", "CUSTODY_KEYSTORE", "CUSTODY_MASTER_KEY")
 
 

@@ -541,7 +541,9 @@ def test_cli_sweep_exit_codes(env: Env) -> None:
     env.ledger.close()
 
     dry = cli("sweep", "--ledger", env.path, "--before", "2026-09-05T00:00:00Z", "--dry-run")
-    assert dry.returncode == 1 and "would expire 1" in dry.stdout and held in dry.stdout
+    # A dry run that would skip a held fact is no failure (issue 32); it names the held fact.
+    assert dry.returncode == 0 and "would expire 1" in dry.stdout and held in dry.stdout
+    assert f"{held}  acct:2 plan = " in dry.stdout
     done = cli("sweep", "--ledger", env.path, "--before", "2026-09-05T00:00:00Z", "--json")
     assert done.returncode == 1, done.stderr
     out = json.loads(done.stdout)
@@ -590,7 +592,7 @@ def _batch(ledger: Path, lines: list[dict[str, Any]], *flags: str
            ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     file = ledger.with_name(f"batch{len(list(ledger.parent.glob('batch*')))}.jsonl")
     file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    done = cli("--batch", file, "--ledger", ledger, *flags, cwd=ledger.parent)
+    done = cli("--create", "--batch", file, "--ledger", ledger, *flags, cwd=ledger.parent)
     return done, [json.loads(line) for line in done.stdout.splitlines()]
 
 

@@ -57,13 +57,13 @@ def test_export_of_the_sample_verifies_offline_without_the_ledger(
     for suffix in ("", "-wal", ".keys", ".keys.master", ".pub"):
         if Path(f"{sample.ledger.db.path}{suffix}").exists():
             shutil.copyfile(f"{sample.ledger.db.path}{suffix}", f"{ledger_copy}{suffix}")
-    done = cli("export", "--ledger", ledger_copy, "--out", tmp_path / "events.jsonl")
+    done = cli("export", "--json", "--ledger", ledger_copy, "--out", tmp_path / "events.jsonl")
     assert done.returncode == 0, done.stderr
     written = json.loads(done.stdout)
     assert written["signed"] is True and written["events"] == sample.ledger.db.events.count()
     shutil.copyfile(f"{ledger_copy}.pub", tmp_path / "ledger.pub")
     shutil.rmtree(ledger_copy.parent)  # nothing of the ledger is left: the file alone is checked
-    done = cli("verify", "--export", tmp_path / "events.jsonl", "--key", tmp_path / "ledger.pub",
+    done = cli("verify", "--json", "--export", tmp_path / "events.jsonl", "--key", tmp_path / "ledger.pub",
                cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -171,7 +171,7 @@ def test_pack_holds_the_whole_story_and_verifies(sample: Incident, tmp_path: Pat
     out = tmp_path / "pack.json"
     done = cli("pack", root, "--ledger", sample.ledger.db.path, "--out", out)
     assert done.returncode == 0, done.stderr
-    done = cli("pack", "--verify", out, "--key", f"{sample.ledger.db.path}.pub")
+    done = cli("pack", "--json", "--verify", out, "--key", f"{sample.ledger.db.path}.pub")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["valid"] is True
     text = out.read_text(encoding="utf-8")

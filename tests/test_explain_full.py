@@ -18,7 +18,7 @@ from tests.test_blast import DEMO_POLICY, INCIDENT
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, object]]]:
     path = tmp_path_factory.mktemp("explain") / "inc.db"
-    done = cli("--batch", INCIDENT, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
+    done = cli("--create", "--batch", INCIDENT, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
                cwd=path.parent)
     assert done.returncode == 0, done.stderr
     return path, {str(r["id"]): r for r in results(done)}
@@ -27,7 +27,7 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 def test_the_sample_lookup_is_verified_by_its_receipt(replayed: tuple[Path, dict]) -> None:
     path, out = replayed
     assert out["crm-seats"]["result"]["provenance"] == "verified"
-    checked = cli("verify", "--ledger", path, "--key", f"{path}.pub")
+    checked = cli("verify", "--json", "--ledger", path, "--key", f"{path}.pub")
     assert checked.returncode == 0 and json.loads(checked.stdout)["valid"] is True
 
 
@@ -73,7 +73,7 @@ def test_the_action_pack_verifies_offline_with_the_ledger_deleted_and_fails_on_a
     shutil.copy(f"{copy}.pub", key)
     for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
         Path(f"{copy}{suffix}").unlink(missing_ok=True)
-    ok = cli("explain", "--verify", pack, "--key", key)
+    ok = cli("explain", "--json", "--verify", pack, "--key", key)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["valid"] is True and "who authorised it: user:ops-lead" in ok.stderr
     offline = dict(line.split(": ", 1) for line in ok.stderr.splitlines()[:10])

@@ -31,7 +31,7 @@ def state(folder: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def batch(ledger: Path, lines: list[dict[str, object]]) -> list[dict[str, object]]:
-    done = subprocess.run([sys.executable, "-m", "custody_app", "--batch", "-", "--ledger",
+    done = subprocess.run([sys.executable, "-m", "custody_app", "--create", "--batch", "-", "--ledger",
                            str(ledger)], input="\n".join(json.dumps(x) for x in lines),
                           capture_output=True, text=True, timeout=120,
                           env={k: v for k, v in os.environ.items() if k not in STRIPPED})

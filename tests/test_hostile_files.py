@@ -194,7 +194,7 @@ def test_a_directory_as_batch_file_is_a_usage_error(tmp_path: Path) -> None:
 def test_export_to_a_fresh_path_still_verifies(ledger: tuple[Path, str]) -> None:
     db, _ = ledger
     out = db.parent / "x.jsonl"
-    done = run("export", "--ledger", str(db), "--out", str(out))
+    done = run("export", "--json", "--ledger", str(db), "--out", str(out))
     assert done.returncode == 0 and json.loads(done.stdout)["events"] >= 2
     check = run("verify", "--export", str(out), "--key", f"{db}.pub")
     assert check.returncode == 0, check.stderr

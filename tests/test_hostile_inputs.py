@@ -54,7 +54,7 @@ def test_a_line_past_the_limit_is_refused_and_the_next_one_runs(tmp_path: Path) 
     batch = tmp_path / "b.jsonl"
     huge = op("x" * (MAX_LINE_CHARS + 10))
     batch.write_text(huge + "\n" + op("small", "acct:2") + "\n")
-    done = run("--batch", str(batch), "--ledger", str(db))
+    done = run("--create", "--batch", str(batch), "--ledger", str(db))
     first, second = results(done.stdout)
     assert first["line"] == 1 and first["error"]["code"] == "line_too_large"
     assert f"{MAX_LINE_CHARS:,}" in first["error"]["message"]
@@ -71,7 +71,7 @@ def test_a_long_line_is_never_run_cut_short(tmp_path: Path) -> None:
     head = op("cut")
     line = head + " " * (MAX_LINE_CHARS - len(head) + 1) + ', "tail": 1}'
     (tmp_path / "b.jsonl").write_text(line + "\n")
-    done = run("--batch", str(tmp_path / "b.jsonl"), "--ledger", str(db))
+    done = run("--create", "--batch", str(tmp_path / "b.jsonl"), "--ledger", str(db))
     (only,) = results(done.stdout)
     assert only["error"]["code"] == "line_too_large"
     with Ledger.open(db, readonly=True) as led:
@@ -81,7 +81,7 @@ def test_a_long_line_is_never_run_cut_short(tmp_path: Path) -> None:
 def test_a_comment_of_any_length_is_skipped(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
     (tmp_path / "b.jsonl").write_text("# " + "c" * (MAX_LINE_CHARS + 5) + "\n" + op("after") + "\n")
-    (only,) = results(run("--batch", str(tmp_path / "b.jsonl"), "--ledger", str(db)).stdout)
+    (only,) = results(run("--create", "--batch", str(tmp_path / "b.jsonl"), "--ledger", str(db)).stdout)
     assert only["line"] == 2 and only["ok"] is True, only
 
 
@@ -91,7 +91,7 @@ def test_a_line_at_the_limit_is_read_whole(tmp_path: Path) -> None:
     line = head[:-1] + " " * (MAX_LINE_CHARS - len(head)) + "}"
     assert len(line) == MAX_LINE_CHARS
     (tmp_path / "b.jsonl").write_text(line + "\n")
-    (only,) = results(run("--batch", str(tmp_path / "b.jsonl"), "--ledger", str(db)).stdout)
+    (only,) = results(run("--create", "--batch", str(tmp_path / "b.jsonl"), "--ledger", str(db)).stdout)
     assert only["ok"] is True, only
 
 
@@ -107,7 +107,7 @@ def test_a_value_too_large_is_refused_through_batch_and_api_and_writes_nothing(
         led.assert_fact("acct:1", "plan", big, actor="user:a", cause=CAUSE)
     assert caught.value.code == "bad_request" and "value is larger than" in caught.value.message
     (tmp_path / "b.jsonl").write_text(op(big) + "\n")
-    (only,) = results(run("--batch", str(tmp_path / "b.jsonl"), "--ledger", str(db)).stdout)
+    (only,) = results(run("--create", "--batch", str(tmp_path / "b.jsonl"), "--ledger", str(db)).stdout)
     assert only["error"]["code"] == "bad_request" and "larger than" in only["error"]["message"]
     assert digests(db) == before
     with Ledger.open(db) as led:  # one character less is a value like any other
@@ -135,7 +135,7 @@ def test_ctrl_c_mid_batch_ends_quietly_and_every_printed_result_is_committed(tmp
     out = tmp_path / "out.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
     with open(out, "w") as sink:
-        proc = subprocess.Popen([CLI, "--batch", str(batch), "--ledger", str(db)], stdout=sink,
+        proc = subprocess.Popen([CLI, "--create", "--batch", str(batch), "--ledger", str(db)], stdout=sink,
                                 stderr=subprocess.PIPE, text=True, env=env,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 120
@@ -161,7 +161,8 @@ def _http_server(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
         port = int(s.getsockname()[1])
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
     proc = subprocess.Popen([CLI, "serve", "--http", "--port", str(port), "--agent", "agent:bot",
-                             "--ledger", str(tmp_path / "h.db")], env={**env, "CUSTODY_MCP_TOKEN": TOKEN},
+                             "--create", "--ledger", str(tmp_path / "h.db")],
+                            env={**env, "CUSTODY_MCP_TOKEN": TOKEN},
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:

@@ -118,7 +118,7 @@ def test_what_init_makes_for_itself_is_0600_under_umask_000_wal_and_shm_included
                      '"actor":"user:a","cause":{"kind":"tool","ref":"r"}}\n')
     # A process that holds the ledger open while another writes: SQLite makes -wal and -shm.
     with Ledger.open(db, readonly=True):
-        assert run("--batch", str(batch), "--ledger", str(db), umask=0).returncode == 0
+        assert run("--create", "--batch", str(batch), "--ledger", str(db), umask=0).returncode == 0
         modes = {s: stat.S_IMODE(Path(f"{db}{s}").stat().st_mode)
                  for s in (*OWN, "-wal", "-shm") if Path(f"{db}{s}").exists()}
     assert {"-wal", "-shm"} <= set(modes), modes

@@ -73,7 +73,8 @@ def _closed(fd: int) -> Any:
 
 def test_a_closed_stdout_runs_nothing_and_exits_4(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
-    for args in (["--help"], ["init", "--ledger", str(db)], ["--batch", "-", "--ledger", str(db)]):
+    for args in (["--help"], ["init", "--ledger", str(db)],
+                 ["--create", "--batch", "-", "--ledger", str(db)]):
         done = run(args, stdin=subprocess.DEVNULL, preexec_fn=_closed(1))
         quiet(done)
         assert done.returncode == 4 and b"stdout is closed" in done.stderr, (args, done.stderr)
@@ -82,7 +83,7 @@ def test_a_closed_stdout_runs_nothing_and_exits_4(tmp_path: Path) -> None:
 
 def test_a_closed_stderr_or_stdin_is_no_crash_and_lends_no_file_its_number(tmp_path: Path) -> None:
     db = tmp_path / "l.db"
-    done = run(["init", "--ledger", str(db)], stdout=subprocess.PIPE, preexec_fn=_closed(2),
+    done = run(["init", "--json", "--ledger", str(db)], stdout=subprocess.PIPE, preexec_fn=_closed(2),
                stderr=None)
     assert done.returncode == 0 and b'"ledger"' in done.stdout
     missing = run(["verify", "--ledger", str(tmp_path / "none.db")], stdout=subprocess.PIPE,
@@ -93,11 +94,12 @@ def test_a_closed_stderr_or_stdin_is_no_crash_and_lends_no_file_its_number(tmp_p
     batch = tmp_path / "b.jsonl"
     batch.write_bytes(ops)
     # stderr closed: a file opened later would be fd 2, and a diagnostic would land in it
-    wrote = run(["--batch", str(batch), "--ledger", str(db)], stdout=subprocess.PIPE,
+    wrote = run(["--create", "--batch", str(batch), "--ledger", str(db)], stdout=subprocess.PIPE,
                 preexec_fn=_closed(2), stderr=None)
     assert wrote.returncode == 0 and b'"ok": true' in wrote.stdout.replace(b'"ok":true', b'"ok": true')
     check = run(["verify", "--ledger", str(db)], stdout=subprocess.PIPE)
     assert check.returncode == 0, check.stderr
-    empty = run(["--batch", "-", "--ledger", str(db)], stdout=subprocess.PIPE, preexec_fn=_closed(0))
+    empty = run(["--batch", "-", "--ledger", str(db)], stdout=subprocess.PIPE,
+                preexec_fn=_closed(0))
     quiet(empty)
     assert empty.returncode == 0 and empty.stdout == b""

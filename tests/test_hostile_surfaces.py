@@ -49,7 +49,7 @@ def test_identifiers_refuse_control_and_bidi_characters_in_batch_api_and_mcp(
     value = f"agent:x{bad}" if field == "actor" else f"x{bad}y"
     fields: dict[str, Any] = ({"cause": {**CAUSE, "ref": value}} if field == "cause.ref"
                               else {field: value})
-    done = run("--batch", "-", "--ledger", str(tmp_path / "l.db"), stdin=line(**fields) + "\n")
+    done = run("--create", "--batch", "-", "--ledger", str(tmp_path / "l.db"), stdin=line(**fields) + "\n")
     result = json.loads(done.stdout)
     assert done.returncode == 1 and result["error"]["code"] in ("bad_request", "invalid_actor")
     assert result["error"]["field"] == field
@@ -127,7 +127,7 @@ def test_the_terminal_app_is_handed_escaped_read_models(tmp_path: Path) -> None:
 
 
 def test_json_output_escapes_the_unicode_line_separators(tmp_path: Path) -> None:
-    done = run("--batch", "-", "--ledger", str(tmp_path / "l.db"),
+    done = run("--create", "--batch", "-", "--ledger", str(tmp_path / "l.db"),
                stdin=line(value="a\u2028b\u2029c", actor="user:a", provenance="attested")
                + '\n{"op":"as_of"}\n')
     assert done.returncode == 0, done.stdout
@@ -140,7 +140,7 @@ def test_batch_booleans_are_never_numbers_and_numbers_never_booleans(tmp_path: P
     lines = ['{"op":"recall","query":"x","k":true}', '{"op":"recall","query":"x","k":"3"}',
              '{"op":"sweep","before":"2026-01-01T00:00:00Z","dry_run":1}',
              '{"op":"recall","query":"x","include_claimed":0}']
-    done = run("--batch", "-", "--ledger", str(tmp_path / "l.db"), stdin="\n".join(lines) + "\n")
+    done = run("--create", "--batch", "-", "--ledger", str(tmp_path / "l.db"), stdin="\n".join(lines) + "\n")
     results = [json.loads(r) for r in done.stdout.splitlines()]
     assert [r["error"]["field"] for r in results] == ["k", "k", "dry_run", "include_claimed"]
 
@@ -149,7 +149,7 @@ def test_batch_booleans_are_never_numbers_and_numbers_never_booleans(tmp_path: P
                                        ('{"op":"recall","op":"verify","query":"x"}', "op"),
                                        ('{"op":"recall","query":"x","k":{"a":1,"a":2}}', "a")])
 def test_a_duplicate_key_is_bad_json_naming_the_key(tmp_path: Path, text: str, key: str) -> None:
-    done = run("--batch", "-", "--ledger", str(tmp_path / "l.db"), stdin=text + "\n")
+    done = run("--create", "--batch", "-", "--ledger", str(tmp_path / "l.db"), stdin=text + "\n")
     error = json.loads(done.stdout)["error"]
     assert error["code"] == "bad_json" and error["key"] == key and repr(key) in error["message"]
 
@@ -165,7 +165,7 @@ def test_one_nesting_limit_stated_in_the_batch_docs_and_the_error(tmp_path: Path
     lines = [line(value=_nested(MAX_NESTING), actor="user:a", subject="acct:ok"),
              line(value=_nested(MAX_NESTING + 1), actor="user:a"),
              json.dumps({"op": "recall", "query": "x", "space": _nested(MAX_NESTING + 1)})]
-    done = run("--batch", "-", "--ledger", str(tmp_path / "l.db"), stdin="\n".join(lines) + "\n")
+    done = run("--create", "--batch", "-", "--ledger", str(tmp_path / "l.db"), stdin="\n".join(lines) + "\n")
     ok, deep, other = [json.loads(r) for r in done.stdout.splitlines()]
     assert ok["ok"], ok
     message = "nests deeper than 64 levels of lists and objects"
@@ -230,7 +230,8 @@ def test_the_longest_retention_window_sweeps_without_internal_error(tmp_path: Pa
 def _mcp_exchange(tmp_path: Path, messages: list[str]) -> list[dict[str, Any] | None]:
     """Each message to a real stdio server, and its reply (None if none came in 20 s)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
-    proc = subprocess.Popen([CLI, "serve", "--agent", "agent:bot", "--ledger", str(tmp_path / "m.db")],
+    proc = subprocess.Popen([CLI, "serve", "--create", "--agent", "agent:bot", "--ledger",
+                             str(tmp_path / "m.db")],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
     assert proc.stdin is not None and proc.stdout is not None
@@ -301,7 +302,7 @@ def test_a_closed_pipe_ends_quietly_with_exit_4(tmp_path: Path) -> None:
     batch = tmp_path / "b.jsonl"
     batch.write_text('{"op":"verify"}\n' * 3000)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
-    proc = subprocess.Popen([CLI, "--batch", str(batch), "--ledger", str(tmp_path / "l.db")],
+    proc = subprocess.Popen([CLI, "--create", "--batch", str(batch), "--ledger", str(tmp_path / "l.db")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     proc.stdout.read(1)  # `| head -c1`

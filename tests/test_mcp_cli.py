@@ -42,7 +42,7 @@ async def _tool(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
 async def test_stdio_server_in_a_subprocess_quarantines_until_confirmed_through_the_api(
         tmp_path: Path) -> None:
     ledger_path = tmp_path / "agent.db"
-    params = StdioServerParameters(command=CLI, args=["serve", "--ledger", str(ledger_path),
+    params = StdioServerParameters(command=CLI, args=["serve", "--create", "--ledger", str(ledger_path),
                                                       "--agent", AGENT], env=_env())
     async with Client(params) as client:
         written = await _tool(client, "memory_write", subject="acct:7", predicate="plan",
@@ -91,7 +91,7 @@ def test_serve_requires_an_agent_identity(tmp_path: Path) -> None:
     done = subprocess.run([CLI, "serve", "--ledger", str(tmp_path / "x.db")], env=_env(),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--agent" in done.stderr
-    done = subprocess.run([CLI, "serve", "--ledger", str(tmp_path / "x.db"), "--agent",
+    done = subprocess.run([CLI, "serve", "--create", "--ledger", str(tmp_path / "x.db"), "--agent",
                            "user:dana"], env=_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "invalid_actor" in done.stderr
 
@@ -117,7 +117,7 @@ def _wait_listening(port: int, proc: subprocess.Popen[str], seconds: float = 30)
 async def test_http_on_loopback_needs_the_bearer_token(tmp_path: Path) -> None:
     port = _free_port()
     proc = subprocess.Popen([CLI, "serve", "--http", "--port", str(port), "--agent", AGENT,
-                             "--ledger", str(tmp_path / "h.db")],
+                             "--create", "--ledger", str(tmp_path / "h.db")],
                             env=_env(CUSTODY_MCP_TOKEN=TOKEN), stderr=subprocess.PIPE, text=True)
     try:
         _wait_listening(port, proc)

@@ -49,7 +49,7 @@ def _server(where: str, path: Path) -> tuple[AbstractContextManager[Any], Callab
         return Ledger.open(path), lambda led: build_server(MemoryTools(led, AGENT))
     cli = str(Path(sys.executable).parent / "custody-app")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
-    params = StdioServerParameters(command=cli, args=["serve", "--ledger", str(path),
+    params = StdioServerParameters(command=cli, args=["serve", "--create", "--ledger", str(path),
                                                       "--agent", AGENT], env=env)
     return nullcontext(), lambda _: params
 

@@ -613,7 +613,7 @@ def test_batch_recall_op(tmp_path: Path) -> None:
              {"op": "recall", "id": "r3", "query": "mango", "strategy": "nonsense"}]
     file = tmp_path / "batch.jsonl"
     file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "custody_app", "--batch", str(file),
+    done = subprocess.run([sys.executable, "-m", "custody_app", "--create", "--batch", str(file),
                            "--ledger", str(path)], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, env=_env())
     out = [json.loads(line) for line in done.stdout.splitlines()]
@@ -643,7 +643,8 @@ def test_batch_recall_op(tmp_path: Path) -> None:
     assert [h["fact"]["fact_id"] for h in shown["results"]] == [line_of[1]]
     done = cli("recall", "mango", "--ledger", path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("hybrid: ") and "mango lassi recipe" in done.stdout
+    # The results first; how the search ran only with --verbose, after them (issue 32).
+    assert "mango lassi recipe" in done.stdout.splitlines()[0] and "hybrid: " not in done.stdout
 
     with Ledger.open(path) as ledger:
         sessions = [json.loads(e.body) for e in ledger.events() if e.kind == "served"]

@@ -112,7 +112,8 @@ def test_hostile_bytes_through_the_command_line(tmp_path: Path) -> None:
              b'{"op":"teleport"}', b'{"op":"retract","fact_id":"@nowhere","actor":"agent:x",'
              b'"reason":"r"}', b'{"id":"\\ud800","op":"verify"}', b'{"op":"clock","set":"x"}']
     db = tmp_path / "cli.db"
-    done = subprocess.run([sys.executable, "-m", "custody_app", "--batch", "-", "--ledger", str(db)],
+    done = subprocess.run([sys.executable, "-m", "custody_app", "--create", "--batch", "-",
+                           "--ledger", str(db)],
                           input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert b"Traceback" not in done.stderr

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def batch(path: Path, *ops: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     """A real second process: `custody-app --batch -` on the same ledger file."""
-    return subprocess.run([sys.executable, "-m", "custody_app", "--batch", "-", "--ledger",
+    return subprocess.run([sys.executable, "-m", "custody_app", "--create", "--batch", "-", "--ledger",
                            str(path)], input="\n".join(json.dumps(o) for o in ops),
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
 

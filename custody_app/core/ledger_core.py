@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from custody_app.core import batch, rebuild, sessions, texts
 from custody_app.core.faults import crash_point
+from custody_app.core.policy_in_force import recorded_policy
 from custody_app.core.projector import apply_event
 from custody_app.core.rollback import check_high_water
 from custody_app.domain.chain import GENESIS, canonical, event_hash
@@ -58,6 +59,12 @@ class LedgerCore:
         self._rng = random.Random(id_seed) if id_seed is not None else None
         self._head: tuple[int, str, str] | None = None
         self._recorded_policy: str | None = None
+        # (seq, previous hash) of a `policy` event this process wrote over another recorded
+        # policy: the CLI says so on stderr (an adoption is never silent).
+        self.adopted_policy: tuple[int, str] | None = None
+        # Why the ledger's recorded policy could not be read (its stored text replaced or
+        # missing): no policy is recorded in its place until one is named.
+        self.policy_refusal: LedgerError | None = None
         # The key fence compares against when this unit of work began (see unit_of_work()).
         self.work_started = format_time(self.clock.now())
         # The writer keys this process holds, by the actor each is registered for (see
@@ -112,7 +119,10 @@ class LedgerCore:
         Read-only opens create nothing; without a key store their values read as erased.
         When the policy's embedder changed, the recall indexes are rebuilt here, reporting
         (done, total) to `reindex_progress`."""
-        loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
+        # No policy named: the one the ledger recorded last (read once the file is open), the
+        # shipped default only for a ledger that never recorded one (DESIGN 14, policy in force).
+        loaded = (policy if isinstance(policy, LoadedPolicy)
+                  else None if policy is None else load_policy(policy))
         master_from_env()  # a malformed master key is refused before any file is created
         require_regular(path, "ledger", "ledger_unopenable")
         require_regular(keystore_path_for(path, keystore), "key store", "keystore_unopenable")
@@ -125,11 +135,20 @@ class LedgerCore:
             raise LedgerError(exc.code, str(exc)) from None
         keys = None
         try:
+            refusal = None
+            if loaded is None:
+                try:
+                    loaded = recorded_policy(db, str(path))
+                except LedgerError as exc:
+                    # Reads (verify above all, to name the edit) go on under the shipped
+                    # default; a write that would record a policy is refused (_record_policy).
+                    loaded, refusal = load_policy(None), exc
             if not readonly or keystore_path_for(path, keystore).exists():
                 keys = KeyRing.open(path, keystore)
             if keys is not None:
                 check_high_water(db, keys, str(path), readonly=readonly)
             ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
+            ledger.policy_refusal = refusal
         except BaseException as exc:
             if keys is not None:
                 keys.close()
@@ -202,6 +221,7 @@ class LedgerCore:
                         self._head = self.db.events.head()
                         self._recorded_policy = self.db.events.last_policy_hash()
                     saved = (self._head, self._recorded_policy)
+                    adopted = self.adopted_policy
                     pending = self.index.pending()
                     try:
                         yield
@@ -210,6 +230,7 @@ class LedgerCore:
                             self.index.flush()
                     except BaseException:
                         self._head, self._recorded_policy = saved
+                        self.adopted_policy = adopted
                         self.index.restore(pending)
                         if self.keys is not None:
                             self.keys.drop_cache()
@@ -319,7 +340,10 @@ class LedgerCore:
         return rows
 
     def _record_policy(self, tx_at: str) -> None:
+        if self.policy_refusal is not None:
+            raise self.policy_refusal
         p = self.policy
+        previous = self._recorded_policy
         self.db.policies.put(p.hash, p.canonical, p.source, p.path)
         self._recorded_policy = p.hash
         # A policy that registers writer keys comes into force signed by the ledger's own key,
@@ -329,6 +353,8 @@ class LedgerCore:
                                          for actor in p.policy.provenance.writer_keys):
             ledger_key = WriterKey.from_raw(self.keys.signing_key)
         self.append("policy", SYSTEM_ACTOR, tx_at, {}, sign_with=ledger_key)
+        if previous is not None and self._head is not None:
+            self.adopted_policy = (self._head[0], previous)
 
     def serve(self, session: str, fact_ids: list[str], via: str) -> None:
         """Record which facts a read handed to a session (ids only)."""

@@ -189,7 +189,8 @@ def _maintenance(db: health.Inspection) -> DoctorCheck:
                  "permissions, a lock held by another program).")
 
 
-def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> DoctorReport:
+def diagnose(ledger: str | Path, *, keystore: str | Path | None = None,
+             policy: str | Path | None = None) -> DoctorReport:
     """Check the install and the ledger at `ledger` (and its key store, `<ledger>.keys` unless
     `keystore` or $CUSTODY_KEYSTORE says otherwise) without writing to any of them."""
     path = str(ledger)
@@ -210,6 +211,6 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None) -> Docto
             checks.append(check("ledger", "FAIL", f"{exc} ({exc.code}): the file is damaged."))
             return DoctorReport(ledger=path, opened=False, checks=checks, ok=False)
     checks += doctor_keys.check_keys(path, keystore, sample)
-    checks += check_integrity(path, keystore)
+    checks += check_integrity(path, keystore, policy)
     return DoctorReport(ledger=path, opened=True, checks=checks,
                         ok=all(c.outcome != "FAIL" for c in checks))

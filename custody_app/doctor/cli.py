@@ -8,7 +8,7 @@ import sys
 from custody_app.doctor.checks import diagnose
 from custody_app.domain.errors import Exit, Parser
 from custody_app.domain.escaping import escape_text, escaped, json_text
-from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, ledger_path
+from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, POLICY_ENV, ledger_path, policy_path
 from custody_app.keys.keyring import KEYSTORE_ENV
 
 
@@ -21,6 +21,8 @@ def _parser() -> argparse.ArgumentParser:
         "3 when the ledger cannot be opened.")
     p.add_argument("--ledger", help=f"ledger file (default: ${LEDGER_ENV} or ./{DEFAULT_LEDGER})")
     p.add_argument("--keystore", help=f"key store (default: ${KEYSTORE_ENV} or LEDGER.keys)")
+    p.add_argument("--policy", help=f"a policy TOML to check against the one the ledger records "
+                   f"(default: ${POLICY_ENV}, else the recorded one); never adopted")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--strict", action="store_true", help="exit 1 on a warning too")
     return p
@@ -28,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def doctor_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    report = diagnose(ledger_path(args.ledger), keystore=args.keystore)
+    report = diagnose(ledger_path(args.ledger), keystore=args.keystore,
+                      policy=policy_path(args.policy))
     if args.json:
         sys.stdout.write(json_text(report.model_dump(mode="json"), indent=2) + "\n")
     else:

@@ -11,14 +11,18 @@ from custody_app.erasure.rollforward import unfinished
 from custody_app.ledger.facade import Ledger
 
 
-def check_integrity(path: str, keystore: str | Path | None) -> list[DoctorCheck]:
+def check_integrity(path: str, keystore: str | Path | None,
+                    policy: str | Path | None = None) -> list[DoctorCheck]:
     wal = Path(f"{path}-wal")
     # No WAL to read: an immutable snapshot, so the check leaves no -wal or -shm behind.
     immutable = not wal.exists() or wal.stat().st_size == 0
     try:
-        with Ledger.open(path, readonly=True, keystore=keystore, immutable=immutable) as ledger:
+        # Read-only: a --policy is checked and compared, never adopted (DESIGN 14).
+        with Ledger.open(path, readonly=True, keystore=keystore, immutable=immutable,
+                         policy=policy) as ledger:
             report = ledger.verify()
             half = unfinished(ledger)
+            in_force = _policy_line(ledger, policy)
     except LedgerError as exc:
         return [check("integrity", "FAIL", f"{path} could not be verified: {exc.message} "
                       f"({exc.code}).")]
@@ -30,6 +34,7 @@ def check_integrity(path: str, keystore: str | Path | None) -> list[DoctorCheck]
     else:
         where = f" at seq {report.first_bad_seq}" if report.first_bad_seq else ""
         lines = [check("integrity", "FAIL", f"{path} fails verify{where}: {report.problem}")]
+    lines.append(in_force)
     if half:
         seqs = ", ".join(str(seq) for seq, _, _ in half[:5])
         lines.append(check("erasure-half-state", "warn", (
@@ -40,3 +45,19 @@ def check_integrity(path: str, keystore: str | Path | None) -> list[DoctorCheck]
         lines.append(check("erasure-half-state", "ok",
                            f"every subject erasure of {path} is complete in the key store too."))
     return lines
+
+
+def _policy_line(ledger: Ledger, named: str | Path | None) -> DoctorCheck:
+    """Which policy is in force, and whether a named one is it (a write would adopt it)."""
+    with ledger.db.read():
+        recorded = ledger.db.events.last_policy_hash()
+    if named is None:
+        return check("policy", "ok", f"{ledger.db.path}: policy in force {ledger.policy.hash[:12]}"
+                     + (" (recorded by the ledger)" if recorded else " (the shipped default; "
+                        "the ledger has recorded none yet)"))
+    if recorded == ledger.policy.hash:
+        return check("policy", "ok", f"{named} ({ledger.policy.hash[:12]}) is the policy "
+                     f"{ledger.db.path} records.")
+    return check("policy", "warn", f"{named} ({ledger.policy.hash[:12]}) is valid but is not "
+                 f"the policy {ledger.db.path} records ({(recorded or 'none')[:12]}): a write "
+                 "command given it would adopt it.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from custody_app.domain.models import Cause, LlmBlock
 
@@ -31,6 +31,16 @@ class RetractResult(FactOpResult):
 
 class AssertResult(FactOpResult):
     provenance: str
+    redacted: dict[str, list[str]] | None = None
+    """Which kinds of identifier redaction masked in which field (`value`, `cause.ref`, ...),
+    value-free; absent when nothing was masked, so a masked write never passes unsaid."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_redacted(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("redacted") is None:
+            data.pop("redacted", None)
+        return data
 
 
 class ContradictingAssert(AssertResult):

@@ -9,9 +9,10 @@ import queue
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from custody_app.domain.errors import LedgerError
@@ -49,6 +50,14 @@ class BatchOutcome:
     failed: int = 0
     first_failure: dict[str, Any] | None = None
     stopped: bool = False
+    codes: Counter[str] = field(default_factory=Counter)  # failed ops reported, by error code
+
+    def summary(self) -> str:
+        """The one line on stderr that ends every run: ops, ok, failed by code."""
+        failed = ", ".join(f"{code} {n}" for code, n in sorted(self.codes.items()))
+        return (f"custody-app: batch: {self.ok + self.failed} op(s), {self.ok} ok, "
+                f"{self.failed} failed" + (f" ({failed})" if failed else "")
+                + (", stopped at the first failure" if self.stopped else ""))
 
 
 def _bounded(stream: Iterable[str]) -> Iterator[tuple[str, bool]]:
@@ -280,6 +289,8 @@ def _run(ledger: Ledger, stream: Iterable[str], out: TextIO, fail_fast: bool, ch
             aliases.names = saved
             raise
         for result in pending:
+            if not result["ok"]:
+                outcome.codes[str(result["error"]["code"])] += 1
             out.write(result_line(result))
         out.flush()
         pending.clear()

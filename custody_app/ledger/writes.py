@@ -80,7 +80,8 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
         corroborate(ledger, reads.require_fact(ledger.db, fact_id), value_text)
         fact = reads.require_fact(ledger.db, fact_id)
     result = AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
-                          status=fact.status, provenance=provenance)
+                          status=fact.status, provenance=provenance,
+                          redacted=_masked(findings, text_findings))
     if not rivals:
         return result
     return ContradictingAssert(
@@ -117,6 +118,17 @@ def _standing(ledger: LedgerCore, cmd: AssertFact) -> str:
                              if ledger.agent is not None
                              else "the policy in force does not let writers declare it"))
     return cmd.provenance
+
+
+def _masked(findings: list[Any], text_findings: list[dict[str, Any]]
+            ) -> dict[str, list[str]] | None:
+    """field -> the kinds masked in it (never where in the text, nor what), or None."""
+    kinds: dict[str, set[str]] = {}
+    for finding in findings:
+        kinds.setdefault("value", set()).add(finding.kind)
+    for found in text_findings:
+        kinds.setdefault(str(found["field"]), set()).add(str(found["kind"]))
+    return {field: sorted(k) for field, k in sorted(kinds.items())} or None
 
 
 def _rivals(ledger: LedgerCore, cmd: AssertFact) -> list[str]:

@@ -4,6 +4,7 @@ ledger they name, and printing results (stdout carries data only; diagnostics go
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any, Protocol
@@ -14,8 +15,11 @@ from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.escaping import escape_text, escaped, json_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, POLICY_ENV, ledger_path, policy_path
 from custody_app.domain.timeutil import ManualClock
+from custody_app.interfaces.cli.plain_text import render
+from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
 from custody_app.keys.keyring import KEYSTORE_ENV
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.overview import MAX_PAGE
 
 
 class AddParser(Protocol):
@@ -30,6 +34,53 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keystore", help=f"key store (default: ${KEYSTORE_ENV} or LEDGER.keys)")
 
 
+def add_actor(parser: argparse.ArgumentParser) -> None:
+    """The one --actor rule of every write (DESIGN 14: the CLI is an operator surface)."""
+    parser.add_argument("--actor", metavar="KIND:ID",
+                        help=f"who does this (default: the operator: ${REVIEWER_ENV}, the "
+                        "config file's reviewer, else user:LOGIN)")
+
+
+def operator(args: argparse.Namespace) -> str:
+    """The write's actor: --actor, else the operator at the keyboard."""
+    return resolve_reviewer(getattr(args, "actor", None))
+
+
+def add_paging(parser: argparse.ArgumentParser, default: int, what: str) -> None:
+    """The one paging rule of every list: --limit N, and --after CURSOR from the page before."""
+    parser.add_argument("--limit", type=int, default=default,
+                        help=f"at most this many {what} (default {default})")
+    parser.add_argument("--after", metavar="CURSOR",
+                        help="the page after this cursor (printed as `next page:` by the page "
+                        "before, `next_after` in --json)")
+
+
+_CURSOR = re.compile(r"[0-9]{1,18}")
+
+
+def cursor(ledger: Ledger, given: str | None) -> int:
+    """The position --after names (an event seq), refused when it is not one a page printed:
+    not a number, or past the ledger's last event."""
+    if given is None:
+        return 0
+    if not _CURSOR.fullmatch(given):
+        raise LedgerError("bad_request", escape_text(f"--after {given[:40]!r} is not a cursor: "
+                          "give the number a previous page printed after `next page:`"),
+                          field="after")
+    head = ledger.head_seq()
+    if int(given) > head:
+        raise LedgerError("bad_request", f"--after {given} is not a cursor of this ledger: its "
+                          f"last event is seq {head}; start without --after", field="after")
+    return int(given)
+
+
+def limit(given: int, most: int = MAX_PAGE) -> int:
+    if not 1 <= given <= most:
+        raise LedgerError("bad_request", f"--limit must be between 1 and {most}; page on "
+                          "with --after", field="limit")
+    return given
+
+
 def chosen_ledger(args: argparse.Namespace) -> str:
     return ledger_path(getattr(args, "ledger", None) or getattr(args, "ledger_path", None))
 
@@ -41,10 +92,41 @@ def open_ledger(args: argparse.Namespace, *, manual_clock: bool = False,
     # other process has it open), an immutable snapshot creates no -wal or -shm either.
     wal = Path(f"{path}-wal")
     immutable = readonly and (not wal.exists() or wal.stat().st_size == 0)
-    return Ledger.open(path, policy=policy_path(args.policy),
-                       keystore=args.keystore, reindex_progress=_reindex_progress,
-                       clock=ManualClock() if manual_clock else None, readonly=readonly,
-                       immutable=immutable)
+    ledger = Ledger.open(path, policy=policy_path(args.policy),
+                         keystore=args.keystore, reindex_progress=_reindex_progress,
+                         clock=ManualClock() if manual_clock else None, readonly=readonly,
+                         immutable=immutable)
+    if not readonly and ledger.policy_refusal is not None:
+        # A write command under a policy the ledger cannot vouch for: refused at the door
+        # (exit 3) rather than failing op by op; a read-only command reads on.
+        ledger.close()
+        raise ledger.policy_refusal
+    return ledger
+
+
+def say_adoption(ledger: Ledger) -> None:
+    """A write under a --policy other than the one the ledger recorded adopted it (a `policy`
+    event): say so on stderr, never silently (DESIGN 14, policy in force)."""
+    if ledger.adopted_policy is None:
+        return
+    seq, previous = ledger.adopted_policy
+    source = f" from {ledger.policy.path}" if ledger.policy.path else ""
+    sys.stderr.write(escape_text(
+        f"custody-app: adopted policy {ledger.policy.hash[:12]}{source} in place of "
+        f"{previous[:12]} (policy event seq {seq}); later commands without --policy use it")
+        + "\n")
+
+
+def say_not_adopted(ledger: Ledger) -> None:
+    """A read-only command given a --policy the ledger does not record reads under it but
+    never adopts it: say so, so nobody believes it is now in force."""
+    with ledger.db.read():
+        recorded = ledger.db.events.last_policy_hash()
+    if recorded is not None and recorded != ledger.policy.hash:
+        sys.stderr.write(escape_text(
+            f"custody-app: read under policy {ledger.policy.hash[:12]} from "
+            f"{ledger.policy.path}, not adopted: this command only reads; the ledger's policy "
+            f"stays {recorded[:12]} until a write command is given --policy") + "\n")
 
 
 def _reindex_progress(done: int, total: int) -> None:
@@ -80,3 +162,11 @@ def show_rendered(result: Any) -> None:
 def show(result: BaseModel) -> int:
     print_json(result.model_dump(mode="json"))
     return int(Exit.OK)
+
+
+def emit(result: BaseModel | dict[str, Any], args: argparse.Namespace) -> None:
+    """A result as JSON with --json, else as text for people (DESIGN 11: one grammar)."""
+    if getattr(args, "json", False):
+        print_json(result.model_dump(mode="json") if isinstance(result, BaseModel) else result)
+    else:
+        print_text(render(str(getattr(args, "command", "")), result))

@@ -11,7 +11,15 @@ from custody_app.domain.errors import Exit
 from custody_app.domain.escaping import escape_text, escaped
 from custody_app.domain.models import REASON_CODES
 from custody_app.erasure.certificate import ErasureCertificate, ForgetResult, SubjectForgetResult, SweepResult
-from custody_app.interfaces.cli.common import AddParser, print_json, print_text, show_rendered
+from custody_app.interfaces.cli.common import (
+    AddParser,
+    add_actor,
+    operator,
+    print_json,
+    print_text,
+    show_rendered,
+)
+from custody_app.interfaces.cli.text import fact_line
 from custody_app.ledger.facade import Ledger
 
 NAMES = ("forget", "forget-subject", "sweep", "erasures", "rotate-index-key")
@@ -24,7 +32,7 @@ def add_parsers(add: AddParser) -> None:
             ("forget-subject", "SUBJECT", "erase a data principal: its facts, what derives from "
              "them, and its data key")):
         s = add(name, helptext, target)
-        s.add_argument("--actor", required=True, help="who does this, as kind:id")
+        add_actor(s)
         s.add_argument("--reason", required=True, choices=REASON_CODES, help="reason code")
         s.add_argument("--json", action="store_true", help="print the certificate as JSON")
     s = add("sweep", "expire what the retention windows (or --before) allow; exit 1 when "
@@ -32,7 +40,7 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--before", metavar="ISO", help="cutoff instead of the policy's windows")
     s.add_argument("--space", help="only this space")
     s.add_argument("--dry-run", action="store_true", help="show what would expire; write nothing")
-    s.add_argument("--actor", default="system:retention")
+    add_actor(s)
     s.add_argument("--reason", default="retention", choices=REASON_CODES)
     s.add_argument("--json", action="store_true")
     s = add("erasures", "the erasure receipts: tombstones and erasure events (reason, counts, "
@@ -56,17 +64,22 @@ def _erasure(args: argparse.Namespace, result: ForgetResult | SubjectForgetResul
 
 def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
     result = ledger.sweep(before=args.before, space=args.space, dry_run=args.dry_run,
-                          actor=args.actor, reason=args.reason)
+                          actor=operator(args), reason=args.reason)
     if not args.json:
         verb = "would expire" if result.dry_run else "expired"
         shown = escaped(result)
         print_text(f"cutoffs: {json.dumps(shown.cutoffs)}\n{verb} {len(shown.expired)}"
                    f" fact(s): {' '.join(shown.expired)}")
         if shown.held:
-            print_text(f"skipped, on legal hold: {' '.join(shown.held)}")
+            print_text(f"{'would skip' if result.dry_run else 'skipped'}, on legal hold: "
+                       f"{len(shown.held)} fact(s)")
+            for fact_id in result.held:
+                print_text(f"  {fact_line(ledger.why(fact_id).fact)}")
         if shown.note:
             print_text(shown.note)
-    return _erasure(args, result, result.certificate, extra_failure=bool(result.held))
+    # A dry run that would skip a held fact did what was asked: it showed what would happen.
+    return _erasure(args, result, result.certificate,
+                    extra_failure=bool(result.held) and not result.dry_run)
 
 
 def _erasures(ledger: Ledger, args: argparse.Namespace) -> int:
@@ -88,10 +101,11 @@ def _rotate(ledger: Ledger, args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
-    "forget": lambda led, a: _erasure(a, r := led.forget(a.fact, actor=a.actor, reason=a.reason),
-                                      r.certificate),
+    "forget": lambda led, a: _erasure(
+        a, r := led.forget(a.fact, actor=operator(a), reason=a.reason), r.certificate),
     "forget-subject": lambda led, a: _erasure(
-        a, r := led.forget_subject(a.subject, actor=a.actor, reason=a.reason), r.certificate),
+        a, r := led.forget_subject(a.subject, actor=operator(a), reason=a.reason),
+        r.certificate),
     "sweep": _sweep,
     "erasures": _erasures,
     "rotate-index-key": _rotate,

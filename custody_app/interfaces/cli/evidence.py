@@ -8,14 +8,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from custody_app.domain.errors import LedgerError
+from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.escaping import escape_text
 from custody_app.evidence.actionpack import action_pack_text, render_offline, verify_action_pack
 from custody_app.evidence.offline import OfflineReport, verify_export
 from custody_app.evidence.packcheck import verify_pack
 from custody_app.evidence.readmodels import BlastResult, ExplainResult
 from custody_app.files.output import write_output
-from custody_app.interfaces.cli.common import AddParser, print_json, show_rendered
+from custody_app.interfaces.cli.common import AddParser, cursor, emit, print_json, show_rendered
 from custody_app.keys.keyring import read_public_key
 from custody_app.ledger.facade import Ledger
 
@@ -46,6 +46,8 @@ def add_parsers(add: AddParser) -> None:
         s.add_argument(flag, help=helptext)
     s.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     s.add_argument("--before-seq", type=int, help="the page before this seq (a cursor)")
+    s.add_argument("--after", metavar="CURSOR", help="the next page: the cursor the page "
+                   "before printed (the same as --before-seq, newest first)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s = add("pack", "write one fact's signed evidence pack, or check one with --verify")
     s.add_argument("fact", nargs="?", metavar="FACT", help="the fact to pack")
@@ -61,12 +63,11 @@ def add_parsers(add: AddParser) -> None:
                    "ledger's own files)")
 
 
-def _report(report: OfflineReport, as_json: bool = True) -> int:
-    if as_json:
-        print_json(report.model_dump(mode="json"))
+def _report(report: OfflineReport, args: argparse.Namespace) -> int:
+    emit(report, args)
     for problem in report.problems:
         sys.stderr.write(escape_text(f"custody-app: {report.what} check failed: {problem}") + "\n")
-    return 0 if report.valid else 1
+    return int(Exit.OK if report.valid else Exit.OP_FAILED)
 
 
 def offline(args: argparse.Namespace) -> int | None:
@@ -76,7 +77,8 @@ def offline(args: argparse.Namespace) -> int | None:
             if not Path(args.export).is_file():
                 raise LedgerError("export_unreadable", f"cannot read export {args.export}: no "
                                   "such file")
-            return _report(verify_export(args.export, read_public_key(args.key) if args.key else None))
+            return _report(verify_export(args.export, read_public_key(args.key) if args.key else None),
+                           args)
         if args.command == "pack" and args.verify:
             if not args.key:
                 sys.stderr.write("custody-app: pack --verify needs --key LEDGER.pub\n")
@@ -87,7 +89,7 @@ def offline(args: argparse.Namespace) -> int | None:
             except (OSError, UnicodeDecodeError) as exc:
                 raise LedgerError("pack_unreadable",
                                   f"cannot read pack {args.verify}: {exc}") from None
-            return _report(verify_pack(text, read_public_key(args.key)))
+            return _report(verify_pack(text, read_public_key(args.key)), args)
         if args.command == "explain" and args.verify:
             return _verify_action_pack(args)
         if args.command == "explain" and not args.action_ref:
@@ -121,9 +123,9 @@ def _explain(ledger: Ledger, args: argparse.Namespace) -> int:
         document = ledger.action_pack(args.action_ref)
         write_output(args.out, action_pack_text(document), force=args.force,
                      protected=ledger.own_files())
-        print_json({"pack": args.out, "action_seq": document["action_seq"],
-                    "events": len(document["events"]),
-                    "key_fingerprint": document["signature"]["key_fingerprint"]})
+        emit({"pack": args.out, "action_seq": document["action_seq"],
+              "events": len(document["events"]),
+              "key_fingerprint": document["signature"]["key_fingerprint"]}, args)
         return 0
     every = ledger.explain_all(args.action_ref)
     if args.json:
@@ -154,7 +156,7 @@ def _verify_action_pack(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise LedgerError("pack_unreadable", f"cannot read pack {args.verify}: {exc}") from None
     report = verify_action_pack(text, read_public_key(args.key))
-    code = _report(report)
+    code = _report(report, args)
     if report.valid:
         sys.stderr.write(render_offline(json.loads(text)) + "\n")
     return code
@@ -163,17 +165,18 @@ def _verify_action_pack(args: argparse.Namespace) -> int:
 def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
     pack = ledger.write_pack(args.fact, args.out, force=args.force)
     radius = pack.blast
-    print_json({"pack": args.out, "fact_id": pack.fact_id, "events": len(pack.events),
+    emit({"pack": args.out, "fact_id": pack.fact_id, "events": len(pack.events),
           "sessions": len(radius["sessions"]), "facts_reached": len(radius["facts"]),
           "forget_certificate": pack.forget_certificate is not None,
-          "key_fingerprint": pack.signature["key_fingerprint"]})
+          "key_fingerprint": pack.signature["key_fingerprint"]}, args)
     return 0
 
 
 def _actions(ledger: Ledger, args: argparse.Namespace) -> int:
     found = ledger.actions(tool=args.tool, actor=args.actor, session=args.session,
                            subject=args.subject, since=args.since, until=args.until,
-                           before_seq=args.before_seq, limit=args.limit)
+                           before_seq=cursor(ledger, args.after) if args.after else args.before_seq,
+                           limit=args.limit)
     if args.json:
         print_json(found.model_dump(mode="json"))
     else:
@@ -182,7 +185,7 @@ def _actions(ledger: Ledger, args: argparse.Namespace) -> int:
 
 
 def _export(ledger: Ledger, args: argparse.Namespace) -> int:
-    print_json(ledger.export(args.out, force=args.force).model_dump(mode="json"))
+    emit(ledger.export(args.out, force=args.force), args)
     return 0
 
 

@@ -9,9 +9,18 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from custody_app.domain.errors import Exit
 from custody_app.domain.escaping import escape_text
-from custody_app.interfaces.cli.common import AddParser, print_json, print_text, show
+from custody_app.interfaces.cli.common import (
+    AddParser,
+    add_actor,
+    emit,
+    operator,
+    print_text,
+    show,
+)
 from custody_app.keys.crypto import public_fingerprint
 from custody_app.keys.keyring import MASTER_ENV, master_path_for, read_public_key, write_public_key
 from custody_app.ledger.facade import Ledger
@@ -33,10 +42,9 @@ def add_parsers(add: AddParser) -> None:
     for name, helptext in (("hold", "place a legal hold on a fact"),
                            ("release", "release a legal hold")):
         s = add(name, helptext, "FACT")
-        s.add_argument("--actor", required=True, help="who does this, as kind:id")
+        add_actor(s)
         s.add_argument("--reason", required=True, help="why, in words (at most 500 chars)")
-    add("checkpoint", "sign the chain head with the ledger key").add_argument(
-        "--actor", default="system:custody")
+    add_actor(add("checkpoint", "sign the chain head with the ledger key"))
     s = add("recall", "facts believed now that match a query (hybrid lexical + vector)", "QUERY")
     s.add_argument("-k", type=int, default=10, help="how many results (default 10)")
     s.add_argument("--space")
@@ -44,11 +52,15 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--session", help="record a served event for this session")
     s.add_argument("--include-claimed", action="store_true", help="include quarantined facts")
     s.add_argument("--strategy", choices=("hybrid", "lexical", "vector"), default="hybrid")
+    s.add_argument("--verbose", "-v", action="store_true",
+                   help="also say how the search ran (after the results)")
     s.add_argument("--json", action="store_true")
 
 
 def _init(ledger: Ledger, args: argparse.Namespace) -> int:
     assert ledger.keys is not None
+    # The ledger records the policy it was initialised with: later commands use it (DESIGN 14).
+    ledger.adopt_policy()
     pem = ledger.keys.public_pem()
     _ = ledger.keys.forget_key
     pub = write_public_key(ledger.db.path, pem)
@@ -56,24 +68,24 @@ def _init(ledger: Ledger, args: argparse.Namespace) -> int:
     for path in files:
         if os.path.exists(path):
             os.chmod(path, 0o600)
-    print_json({"ledger": ledger.db.path, "keystore": ledger.keys.path,
+    emit({"ledger": ledger.db.path, "policy": ledger.policy.hash, "keystore": ledger.keys.path,
                 "master_key": files[2] if not os.environ.get(MASTER_ENV) else f"${MASTER_ENV}",
                 "public_key": str(pub), "key_fingerprint": public_fingerprint(pem),
                 "advice": "keep the key store and master key out of the backups that hold the "
-                          "ledger, or crypto-shredding cannot protect those backups"})
+                          "ledger, or crypto-shredding cannot protect those backups"}, args)
     return int(Exit.OK)
 
 
 def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
     pem = read_public_key(args.key) if args.key else None
     report = ledger.verify(public_key=pem, deep=args.deep)
-    print_json(report.model_dump(mode="json"))
+    emit(report, args)
     return int(Exit.OK if report.valid else Exit.OP_FAILED)
 
 
 def _rebuild(ledger: Ledger, args: argparse.Namespace) -> int:
     rebuilt = ledger.rebuild(repair=args.repair, deep=args.deep)
-    print_json(rebuilt.model_dump(mode="json"))
+    emit(rebuilt, args)
     return int(Exit.OK if not rebuilt.differences or rebuilt.repaired else Exit.OP_FAILED)
 
 
@@ -83,7 +95,6 @@ def _recall(ledger: Ledger, args: argparse.Namespace) -> int:
                            strategy=args.strategy)
     if args.json:
         return show(result)
-    print_text(f"{result.strategy}: {escape_text(result.note)}")
     for n, hit in enumerate(result.results, start=1):
         f = hit.fact
         value = escape_text(json.dumps(f.value, ensure_ascii=False)[:80])
@@ -91,6 +102,13 @@ def _recall(ledger: Ledger, args: argparse.Namespace) -> int:
                    f"[{f.status}, {hit.salience_class}, score {hit.score:.4f}] {f.fact_id}")
     if not result.results:
         print_text("no believed fact matches")
+    if args.verbose:  # how the search ran, after what it found
+        print_text(f"{result.strategy}: {escape_text(result.note)}")
+    return int(Exit.OK)
+
+
+def _emitted(result: BaseModel, args: argparse.Namespace) -> int:
+    emit(result, args)
     return int(Exit.OK)
 
 
@@ -98,8 +116,9 @@ COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "init": _init,
     "verify": _verify,
     "rebuild": _rebuild,
-    "hold": lambda led, a: show(led.hold(a.fact, actor=a.actor, reason=a.reason)),
-    "release": lambda led, a: show(led.release(a.fact, actor=a.actor, reason=a.reason)),
-    "checkpoint": lambda led, a: show(led.checkpoint(actor=a.actor)),
+    "hold": lambda led, a: _emitted(led.hold(a.fact, actor=operator(a), reason=a.reason), a),
+    "release": lambda led, a: _emitted(led.release(a.fact, actor=operator(a), reason=a.reason),
+                                       a),
+    "checkpoint": lambda led, a: _emitted(led.checkpoint(actor=operator(a)), a),
     "recall": _recall,
 }

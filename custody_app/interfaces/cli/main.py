@@ -20,10 +20,23 @@ from custody_app.domain.policy import load_policy
 from custody_app.domain.resources import demo_batch_paths, demo_policy_path, policy_path
 from custody_app.files.output import require_regular
 from custody_app.interfaces.batch import bind_identity, run_batch
-from custody_app.interfaces.cli import erasure, evidence, reading, review
+from custody_app.interfaces.cli import corrections, erasure, evidence, reading, review
 from custody_app.interfaces.cli import ledger as ledger_commands
-from custody_app.interfaces.cli.common import add_common, chosen_ledger, fail, open_ledger
-from custody_app.interfaces.cli.naming import CREATES, confirm_create, missing_ledger, unknown_subcommand
+from custody_app.interfaces.cli.common import (
+    add_common,
+    chosen_ledger,
+    fail,
+    open_ledger,
+    say_adoption,
+    say_not_adopted,
+)
+from custody_app.interfaces.cli.naming import (
+    CREATES,
+    confirm_create,
+    missing_ledger,
+    refuse_missing,
+    unknown_subcommand,
+)
 from custody_app.interfaces.tui.access import resolve_reviewer
 from custody_app.keys.writer_keys import read_key
 from custody_app.ledger.facade import Ledger
@@ -56,6 +69,9 @@ def _main_parser() -> argparse.ArgumentParser:
                    help="with --batch: the writer key (custody-app writer-key) the policy "
                    "registers for --agent (or, without --agent, for the actor it names): "
                    "every event written as it is signed")
+    p.add_argument("--create", action="store_true",
+                   help="with --batch: create the ledger if it does not exist (otherwise a "
+                   "missing ledger is refused, exit 3)")
     p.add_argument("--version", action="version", version=f"custody-app {_version()}")
     add_common(p)
     return p
@@ -82,11 +98,15 @@ def _sub_parser() -> argparse.ArgumentParser:
 
     for group in _GROUPS:
         group.add_parsers(add)
+    # One grammar: every subcommand takes --json (JSON for machines; text for people without).
+    for s in sub.choices.values():
+        if not any("--json" in a.option_strings for a in s._actions):
+            s.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
 # The subcommands by what they do; each module has add_parsers(), NAMES and COMMANDS.
-_GROUPS = (ledger_commands, reading, review, erasure, evidence)
+_GROUPS = (ledger_commands, reading, review, erasure, evidence, corrections)
 _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     name: run for group in _GROUPS for name, run in group.COMMANDS.items()}
 SUBCOMMANDS = tuple(_COMMANDS)
@@ -98,14 +118,16 @@ def _subcommand(argv: list[str]) -> int:
     args = _sub_parser().parse_args(argv)
     if (code := evidence.offline(args)) is not None:
         return code
-    if args.command not in CREATES and not os.path.exists(chosen_ledger(args)):
-        return fail(missing_ledger(chosen_ledger(args)), Exit.UNOPENABLE)
+    if refused := refuse_missing(chosen_ledger(args), create=args.command in CREATES):
+        return fail(refused, Exit.UNOPENABLE)
     try:
         ledger = open_ledger(args, readonly=args.command in READ_ONLY)
     except LedgerError as exc:
         return fail(exc, Exit.UNOPENABLE)
     with ledger:
         try:
+            if args.policy and args.command in READ_ONLY:
+                say_not_adopted(ledger)
             return _COMMANDS[args.command](ledger, args)
         except LedgerError as exc:
             return fail(exc, Exit.OP_FAILED)
@@ -113,10 +135,12 @@ def _subcommand(argv: list[str]) -> int:
             if (damaged := ledger.damaged(exc)) is None:
                 raise
             return fail(damaged, Exit.OP_FAILED)
+        finally:
+            say_adoption(ledger)
 
 
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
-               out: TextIO | None = None) -> int:
+               out: TextIO | None = None, *, create: bool = False) -> int:
     # The batch file first: a usage error must not create a ledger file as a side effect.
     try:
         if source != "-":
@@ -124,6 +148,9 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
     except LedgerError as exc:
         sys.stderr.write(escape_text(f"custody-app: {exc.message}") + "\n")
         return int(Exit.USAGE)
+    # A mistyped --ledger must not hand the ops an empty ledger: only --create (or --demo) may.
+    if refused := refuse_missing(chosen_ledger(args), create=create or args.create):
+        return fail(refused, Exit.UNOPENABLE)
     try:
         # surrogateescape: a line of invalid UTF-8 becomes that line's bad_json, not a crash.
         stream = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
@@ -150,6 +177,8 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
                             held_open=source == "-")
         # A re-clustering the run made due (it ran beside the writes) is let finish.
         ledger.index.maintenance.join()
+        say_adoption(ledger)
+    sys.stderr.write(outcome.summary() + "\n")
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)
 
 
@@ -175,9 +204,9 @@ def _demo(args: argparse.Namespace) -> int:
                           encoding="utf-8")
         if not args.no_tui:
             with open(os.devnull, "w", encoding="utf-8") as sink:
-                code = _run_batch(args, str(sample), manual_clock=True, out=sink)
+                code = _run_batch(args, str(sample), manual_clock=True, out=sink, create=True)
             return _tui(args) if code == Exit.OK else code
-        code = _run_batch(args, str(sample), manual_clock=True)
+        code = _run_batch(args, str(sample), manual_clock=True, create=True)
     sys.stderr.write(escape_text(f"custody-app: demo ledger written to {target}; try "
                                  f"`custody-app verify --ledger {target} --key {target}.pub` or "
                                  f"`custody-app recall \"refund\" --ledger {target}`") + "\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.escaping import escape_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV
+from store.schema import APPLICATION_ID
 
 # The subcommands that create a ledger path that does not exist (DESIGN 11); the others refuse.
 CREATES = ("init",)
@@ -31,15 +32,31 @@ def unknown_subcommand(first: str, known: tuple[str, ...]) -> str | None:
             f"To open a ledger file named {first}, write ./{first}")
 
 
-def _similar_files(path: str) -> list[str]:
-    """Existing ledger files in the same folder whose names are close to the one given."""
+def _is_ledger(path: Path) -> bool:
+    """A custody-app ledger by its header (SQLite, with the ledger's application_id)."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(100)
+    except OSError:
+        return False
+    return (len(header) == 100 and header.startswith(b"SQLite format 3\x00")
+            and int.from_bytes(header[68:72], "big") == APPLICATION_ID)
+
+
+def _similar_files(path: str, n: int = 2) -> list[str]:
+    """Existing ledgers in the same folder (*.db files and any file with a ledger's header),
+    closest name first; those whose names are close to the one given, else the closest one."""
     folder = Path(path).parent
     try:
-        names = [p.name for p in folder.iterdir() if p.suffix == ".db" and p.is_file()]
+        names = [p.name for p in folder.iterdir()
+                 if p.is_file() and not p.is_symlink() and (p.suffix == ".db" or _is_ledger(p))
+                 and p.name != Path(path).name]
     except OSError:
         return []
-    return [str(folder / n) if str(folder) != "." else n
-            for n in difflib.get_close_matches(Path(path).name, names, n=2, cutoff=0.7)]
+    names = [name for name in names if _is_ledger(folder / name)] or names
+    close = difflib.get_close_matches(Path(path).name, names, n=n, cutoff=0.7) or \
+        difflib.get_close_matches(Path(path).name, names, n=1, cutoff=0.0)
+    return [str(folder / c) if str(folder) != "." else c for c in close]
 
 
 def missing_ledger(path: str) -> LedgerError:
@@ -50,6 +67,19 @@ def missing_ledger(path: str) -> LedgerError:
                        f"(or ${LEDGER_ENV}; default ./{DEFAULT_LEDGER}), create one with "
                        f"`custody-app init --ledger {path}`, or try `custody-app --demo`",
                        path=path)
+
+
+def refuse_missing(path: str, *, create: bool = False) -> LedgerError | None:
+    """Why `path` may not be opened as a ledger by a command that does not create one (DESIGN
+    11 and 14: only init, --demo and an explicit --create do), else None. A symbolic link to
+    nothing is refused even with --create: creating through it would write elsewhere."""
+    if os.path.exists(path):
+        return None
+    if os.path.islink(path):
+        return LedgerError("ledger_missing", f"no ledger at {path}: it is a symbolic link to "
+                           f"{os.readlink(path)}, which does not exist; point it at a ledger or "
+                           "remove it", path=path)
+    return None if create else missing_ledger(path)
 
 
 def confirm_create(path: str) -> bool:

@@ -8,9 +8,18 @@ import sys
 from collections.abc import Callable
 
 from custody_app.domain.errors import Exit
-from custody_app.interfaces.cli.common import AddParser, chosen_ledger, show
+from custody_app.interfaces.cli.common import (
+    AddParser,
+    add_paging,
+    chosen_ledger,
+    cursor,
+    limit,
+    print_json,
+    show,
+)
 from custody_app.interfaces.cli.text import fact_line, history_lines, plain, story, write
 from custody_app.ledger.facade import Ledger
+from custody_app.ledger.overview import MAX_PAGE
 from custody_app.ledger.readmodels import SHOW_STATUSES
 
 NAMES = ("beliefs", "show", "why", "history")
@@ -26,7 +35,7 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--tx-at", metavar="ISO", help="as the ledger knew it at this time (default now)")
     s.add_argument("--include", action="append", default=[], choices=SHOW_STATUSES,
                    help="also list facts in this status (repeatable)")
-    s.add_argument("--limit", type=int, default=50, help="at most this many facts (default 50)")
+    add_paging(s, 50, "facts")
     s.add_argument("--json", action="store_true", help="print the page as JSON")
     s = add("show", "a fact's story in a few lines: what, who, why, what it replaced, reviews, "
             "policy", "FACT")
@@ -35,13 +44,15 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--json", action="store_true", help="print `why` as JSON")
     add("why", "why a fact is believed (the story `show` prints; --json for all of it)",
         "FACT").add_argument("--json", action="store_true", help="print the result as JSON")
-    add("history", "a fact's events, one a line", "FACT").add_argument(
-        "--json", action="store_true", help="print the result as JSON")
+    s = add("history", "a fact's events, one a line", "FACT")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_paging(s, MAX_PAGE, "events")
 
 
 def _beliefs(ledger: Ledger, args: argparse.Namespace) -> int:
     page = ledger.beliefs(args.valid_at, args.tx_at, subject=args.subject, space=args.space,
-                          predicate=args.predicate, show=args.include, limit=args.limit)
+                          predicate=args.predicate, show=args.include, limit=limit(args.limit),
+                          after_seq=cursor(ledger, args.after))
     if args.json:
         return show(page)
     where = ", ".join(f"{name} {plain(v)}" for name, v in (("subject", args.subject),
@@ -50,6 +61,9 @@ def _beliefs(ledger: Ledger, args: argparse.Namespace) -> int:
              + (f" ({where})" if where else "") + f": {len(page.facts)} fact(s)"
              + (" on this page" if page.next_after is not None else "")]
     lines += [f"  {fact_line(f)}" + ("" if f.believed else "  (not believed)") for f in page.facts]
+    if page.next_after is not None:
+        lines.append(f"next page: {page.next_after} (custody-app beliefs --after "
+                     f"{page.next_after} ...)")
     if page.facts:
         lines.append(f"next: custody-app show {page.facts[0].fact_id} --ledger {plain(chosen_ledger(args))}")
     else:
@@ -82,9 +96,16 @@ def _story(ledger: Ledger, args: argparse.Namespace) -> int:
 
 def _history(ledger: Ledger, args: argparse.Namespace) -> int:
     history = ledger.history(args.fact)
+    after, most = cursor(ledger, args.after), limit(args.limit)
+    later = [e for e in history.events if e.seq > after]
+    history = history.model_copy(update={"events": later[:most]})
+    more = later[most - 1].seq if len(later) > most else None
     if args.json:
-        return show(history)
-    write(history_lines(history))
+        print_json({**history.model_dump(mode="json"), "next_after": more})
+        return int(Exit.OK)
+    write(history_lines(history)
+          + ([f"next page: {more} (custody-app history {args.fact} --after {more} ...)"]
+             if more is not None else []))
     return int(Exit.OK)
 
 

@@ -9,7 +9,14 @@ from collections.abc import Callable
 
 from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.readmodels import FactOpResult, WhyResult
-from custody_app.interfaces.cli.common import AddParser, chosen_ledger, print_json
+from custody_app.interfaces.cli.common import (
+    AddParser,
+    add_paging,
+    chosen_ledger,
+    cursor,
+    limit,
+    print_json,
+)
 from custody_app.interfaces.cli.text import fact_line, plain, value_text, write
 from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
 from custody_app.ledger.facade import Ledger
@@ -24,7 +31,7 @@ def add_parsers(add: AddParser) -> None:
     s = add("queue", "claims waiting for a reviewer, oldest first, with totals by writer and cause")
     s.add_argument("--writer", metavar="KIND:ID", help="only claims by this writer")
     s.add_argument("--subject", help="only claims about this subject")
-    s.add_argument("--limit", type=int, default=20, help="list at most this many (default 20)")
+    add_paging(s, 20, "claims")
     s.add_argument("--json", action="store_true", help="print totals and items as JSON")
     for name, helptext, reason in (
             ("confirm", "confirm a quarantined claim: reads return it from now on", False),
@@ -79,10 +86,13 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
               and (not args.subject or i.fact.subject == args.subject)]
     by_writer = Counter(i.writer for i in chosen)
     by_cause = Counter(i.cause.kind for i in chosen)
-    shown = chosen[: max(args.limit, 0)]
+    after = cursor(ledger, args.after)
+    later = [i for i in chosen if i.assert_seq > after]
+    shown = later[: args.limit]
+    more = shown[-1].assert_seq if len(later) > len(shown) and shown else None
     if args.json:
         print_json({"total": len(waiting), "matching": len(chosen), "by_writer": dict(by_writer),
-                    "by_cause": dict(by_cause), "shown": len(shown),
+                    "by_cause": dict(by_cause), "shown": len(shown), "next_after": more,
                     "items": [i.model_dump(mode="json") for i in shown],
                     "retractions": [r.model_dump(mode="json") for r in waiting_retractions]})
         return int(Exit.OK)
@@ -101,6 +111,8 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
                      f"{plain(item.cause.ref)}{marks}{replaces}")
     ledger_name = plain(chosen_ledger(args))
     lines += _retraction_lines(waiting_retractions, ledger_name)
+    if more is not None:
+        lines.append(f"next page: {more} (custody-app queue --after {more} ...)")
     if shown:
         lines.append(f"next: custody-app confirm {shown[0].fact.fact_id} --ledger {ledger_name}"
                      f"   |   custody-app reject {shown[0].fact.fact_id} --reason TEXT "
@@ -177,8 +189,7 @@ def _retraction_outcome(verb: str, past: str, before: WhyResult, result: FactOpR
 def _checked(run: Callable[[Ledger, argparse.Namespace], int]
              ) -> Callable[[Ledger, argparse.Namespace], int]:
     def checked(ledger: Ledger, args: argparse.Namespace) -> int:
-        if args.limit < 1:
-            raise LedgerError("bad_request", "--limit must be at least 1", field="limit")
+        limit(args.limit, most=1 << 30)
         return run(ledger, args)
     return checked
 

@@ -15,6 +15,7 @@ from custody_app.domain.escaping import escape_text
 from custody_app.domain.models import check_actor
 from custody_app.domain.resources import ledger_path, policy_path
 from custody_app.interfaces.cli.common import add_common
+from custody_app.interfaces.cli.naming import refuse_missing
 from custody_app.interfaces.mcp.tools import MemoryTools
 from custody_app.keys.writer_keys import new_key, read_key
 from custody_app.ledger.facade import Ledger
@@ -41,6 +42,9 @@ def _serve_parser() -> argparse.ArgumentParser:
                    help="writer key file (custody-app writer-key); its public key must be "
                    "registered for --agent in the policy's [provenance] writer_keys: every "
                    "event is then signed with it, and writes are attested")
+    p.add_argument("--create", action="store_true",
+                   help="create the ledger if it does not exist (otherwise a missing ledger is "
+                   "refused, exit 3: a mistyped path must not hand the agent an empty memory)")
     p.add_argument("--http", action="store_true",
                    help="Streamable HTTP on 127.0.0.1 instead of stdio; needs a bearer token")
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
@@ -75,6 +79,8 @@ def serve_main(argv: list[str]) -> int:
         if not 0 < args.session_idle < float("inf"):
             return _fail(f"--session-idle {args.session_idle:g} is not a positive number of "
                          "seconds", 2)
+    if refused := refuse_missing(ledger_path(args.ledger), create=args.create):
+        return _fail(f"{refused.message} ({refused.code})", 3)
     try:
         key = read_key(args.writer_key) if args.writer_key else None
         ledger = Ledger.open(ledger_path(args.ledger), policy=policy_path(args.policy),

@@ -61,7 +61,9 @@ class LedgerAccess:
                  policy_path: str | Path | None = None) -> None:
         self.path = str(ledger_path)
         self.policy = policy
-        self.policy_path = str(policy_path) if policy_path is not None else policy.path
+        # Only a policy file the user named is adopted (and watched); without one the app
+        # follows the policy the ledger records, whoever adopted it (DESIGN 14).
+        self.policy_path = str(policy_path) if policy_path is not None else None
         self.reviewer = reviewer
         self.clock = clock
         self.keystore = keystore
@@ -75,13 +77,15 @@ class LedgerAccess:
         access = cls(ledger_path, policy, reviewer=resolve_reviewer(reviewer), clock=clock,
                      keystore=keystore, policy_path=policy_path)
         with access.open(readonly=False):
-            pass
+            pass  # without --policy, this read the ledger's recorded policy into `policy`
         return access
 
     @contextmanager
     def open(self, *, readonly: bool = False) -> Iterator[Ledger]:
-        ledger = Ledger.open(self.path, policy=self.policy, clock=self.clock,
-                             keystore=self.keystore, readonly=readonly)
+        ledger = Ledger.open(self.path, policy=self.policy if self.policy_path else None,
+                             clock=self.clock, keystore=self.keystore, readonly=readonly)
+        if not self.policy_path:
+            self.policy = ledger.policy
         try:
             yield ledger
         finally:
@@ -89,8 +93,8 @@ class LedgerAccess:
 
     def reload_policy(self) -> LoadedPolicy:
         """Read the policy file again; raises PolicyError (naming file and key) when invalid.
-        The caller adopts the result by setting `policy`."""
-        return load_policy(self.policy_path)
+        The caller adopts the result by setting `policy`. Without a named file: the one in force."""
+        return load_policy(self.policy_path) if self.policy_path else self.policy
 
     @property
     def watched_files(self) -> list[str]:
