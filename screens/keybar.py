@@ -57,8 +57,11 @@ class KeyBar(Static):
                 if parse(b.action)[1] == "help":
                     self._key(text, "^p", "palette", True)
         seen: set[str] = {b.key for b in app_keys}
-        for b in self.screen.BINDINGS:
-            if not isinstance(b, Binding) or not b.show or not b.description or b.key in seen:
+        for entry in self.screen.BINDINGS:
+            if not isinstance(entry, Binding):
+                continue
+            b = entry
+            if not b.show or not b.description or b.key in seen:
                 continue
             seen.add(b.key)
             _, name, params = parse(b.action)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -175,7 +176,7 @@ class RetentionScreen(LedgerScreen):
         self.preview = data
         self.refresh_bindings()
         result, expire, held = data
-        rows = [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status,
+        rows: list[tuple[str, list[str | Text]]] = [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status,
                              _why(f.fact_id, result.reasons.get(f.fact_id)), "expire"])
                 for f in expire]
         rows += [(f.fact_id, [f.fact_id, f.subject, f.predicate, f.status,

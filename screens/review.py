@@ -68,7 +68,8 @@ class ReviewScreen(LedgerScreen):
         self.marked: set[str] = set()
         self.pages: list[int] = [0]
         self.page: ReviewPage | None = None
-        self.total: int | None = None  # claims waiting in the whole queue
+        # (claims, pending retractions) waiting in the whole queue
+        self.total: tuple[int, int] | None = None
         # The queue filter as applied, the one the page shown was read with, and the ids of
         # every claim it matches (None: no filter): marks act only on those.
         self.match: str | None = None

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import apsw
 import apsw.bestpractice
@@ -208,7 +209,9 @@ class KeyStoreFile:
         gives the row's MAC (the store knows no key)."""
         with self.write():
             if accepted or last is None or (last[1], last[2]) != (seq, head):
-                n = int(self.conn.execute(NEXT_MARK).fetchone()[0])
+                next_row = self.conn.execute(NEXT_MARK).fetchone()
+                assert next_row is not None  # an aggregate answers one row
+                n = int(next_row[0])
                 row: MarkRow = (n, seq, head, at, accepted, None)
                 self.conn.execute(ADD_MARK, (n, seq, head, at, int(accepted), sign(row)))
                 self._dirty = True
@@ -219,11 +222,11 @@ class KeyStoreFile:
         while True:
             page = self.conn.execute(MARKS, (below,)).fetchall()
             for n, seq, head, at, accepted, mac in page:
-                yield (int(n), int(seq), str(head), str(at), bool(accepted),
+                yield (int(cast(int, n)), int(cast(int, seq)), str(head), str(at), bool(accepted),
                        None if mac is None else str(mac))
             if len(page) < 64:
                 return
-            below = int(page[-1][0])
+            below = int(cast(int, page[-1][0]))
 
     def high_water(self) -> tuple[int, str, str, bool] | None:
         """(seq, head hash, at, accepted) of the newest mark row, trusted or not (the key ring
