@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from custody_app.domain.timeutil import format_time
 from custody_app.receipts import public_hex, sign
 from tests.conftest import Env, day
 
@@ -19,8 +20,9 @@ POLICY = f'[provenance]\nreceipt_issuers = {{"{ISSUER}" = "{public_hex(KEY)}"}}\
 
 def _write_with_receipt(env: Env, receipt_id: str) -> Any:
     receipt = sign(KEY, issuer=ISSUER, receipt_id=receipt_id, tool="crm.lookup", session=SESSION,
-                   arguments={"account": "acct:42"}, output=VALUE,
-                   issued_at="2026-09-01T00:00:00Z")
+                   arguments={"account": "acct:42"}, output=VALUE, subject="acct:42",
+                   predicate="plan", issued_at=format_time(env.clock.now()))
+    # A receipt that covers the fact (issue 31): its subject and predicate, issued just now.
     return env.ledger.assert_fact(
         "acct:42", "plan", VALUE, actor="agent:bot", session=SESSION,
         cause={"kind": "tool", "ref": f"call-{receipt_id}", "receipt": receipt})
