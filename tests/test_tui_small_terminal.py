@@ -381,3 +381,20 @@ async def test_fact_history_at_80x24_shows_when_what_and_who_without_scrolling(
         await idle(pilot)
         assert labels(table) == ["tx at", "kind", "actor"] and fits(table)
         assert widths() <= table.scrollable_content_region.width
+
+
+async def test_integrity_policies_fit_80x24_and_show_the_whole_hash_when_wide(
+        story: Story) -> None:
+    """The policy history at 80 columns: the hash cut, its file and "in force" in view; the
+    whole hash on a wide terminal, following a resize."""
+    app = app_on(story.path)
+    async with app.run_test(size=SMALL) as pilot:
+        await open_screen(pilot, "5")
+        table = app.screen.query_one("#policies", DataTable)
+        assert table.row_count >= 1 and fits(table), (table.virtual_size, table.size)
+        row = [str(c) for c in table.get_row_at(0)]
+        assert row[2].endswith("…") and len(row[2]) == 13 and row[3] == "in force"
+        await pilot.resize_terminal(160, 48)
+        await idle(pilot)
+        row = [str(c) for c in table.get_row_at(0)]
+        assert len(row[2]) == 64 and row[4] == "in force"
