@@ -19,6 +19,9 @@ from screens.base import LedgerScreen, Loaded, box_key, focus_now, show
 from screens.keybar import KeyBar
 from screens.labels import Labels
 
+# Why an INCOMPLETE session is listed: it could have read the fact (the blast radius rule).
+POSSIBLE = "wrote or acted about its subject or space while it was believed"
+
 
 class BlastScreen(LedgerScreen):
     """What could have relied on a fact (an upper bound, from recorded reads)."""
@@ -90,11 +93,13 @@ class BlastScreen(LedgerScreen):
         nodes: dict[str, TreeNode[str]] = {r.root.fact_id: tree.root}
         sessions: dict[str, TreeNode[str]] = {}
         for s in r.sessions:
-            state = "INCOMPLETE: wrote with no recorded reads" if s.incomplete else (
+            state = "INCOMPLETE: no recorded reads" if s.incomplete else (
                 f"first served a reached fact at #{s.first_served_seq} "
                 f"({(s.first_served_at or '')[:19]})")
             node = tree.root.add(Text.assemble(("session ", "bold"), s.session, f"  {state}"),
                                  data=s.session, expand=True)
+            if s.incomplete:  # why it could have read it, on a line of its own (fits 80 cols)
+                node.add_leaf(Text(POSSIBLE, style="italic"), data=s.session)
             sessions[s.session] = node
             for a in s.actions:
                 node.add_leaf(Text.assemble(("action ", "bold cyan"),

@@ -16,7 +16,17 @@ from textual.widgets import DataTable, Header, Static
 from custody_app.domain.escaping import MultilineText, json_text
 from custody_app.domain.readmodels import FactRef, HistoryResult, WhyResult
 from custody_app.interfaces.tui.access import LedgerAccess
-from screens.base import LedgerScreen, Loaded, Table, fill, short, show
+from screens.base import (
+    NARROW,
+    LedgerScreen,
+    Loaded,
+    Table,
+    fill,
+    forget_rows,
+    pick_cells,
+    short,
+    show,
+)
 from screens.confirm import ConfirmDialog
 from screens.keybar import KeyBar
 from screens.labels import Labels
@@ -24,6 +34,12 @@ from screens.reason import ReasonDialog
 
 # Characters of the value the summary line shows; a longer value has its own pane.
 SUMMARY_VALUE = 60
+
+# The history table's columns and widths; below NARROW columns only when, what happened and
+# who (pick_cells: index, width), so an 80-column terminal shows them without scrolling.
+HISTORY = ("seq", "kind", "tx at", "actor", "detail")
+HISTORY_WIDTHS = (6, 10, 19, 24, 60)
+HISTORY_NARROW = ((2, 19), (1, 10), (3, 30))
 
 
 class FactScreen(LedgerScreen):
@@ -49,6 +65,8 @@ class FactScreen(LedgerScreen):
         self.why: WhyResult | None = None
         self.show_policy = False
         self.policy_lines = ""  # the policy file, escaped line by line
+        self.history_rows: list[tuple[str, list[Any]]] = []  # wide cells, kept for a resize
+        self.narrow = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -57,14 +75,33 @@ class FactScreen(LedgerScreen):
             yield Static(id="value")
             yield Static(id="why")
             table: DataTable[Any] = Table(id="events", cursor_type="row")
-            # Fixed widths: the layout does not move when the rows arrive (and a snapshot taken
-            # at any moment after they did is the same).
-            for label, width in (("seq", 6), ("kind", 10), ("tx at", 19), ("actor", 24),
-                                 ("detail", 60)):
-                table.add_column(label, width=width)
+            self.narrow = self.app.size.width < NARROW
+            self._add_columns(table)
             yield table
             yield Static(id="policy")
         yield KeyBar()
+
+    def _add_columns(self, table: DataTable[Any]) -> None:
+        # Fixed widths: the layout does not move when the rows arrive (and a snapshot taken
+        # at any moment after they did is the same).
+        for index, width in HISTORY_NARROW if self.narrow else enumerate(HISTORY_WIDTHS):
+            table.add_column(HISTORY[index], width=width or HISTORY_WIDTHS[index])
+
+    def on_resize(self) -> None:
+        narrow = self.app.size.width < NARROW
+        if narrow != getattr(self, "narrow", narrow):
+            self.narrow = narrow
+            table = self.query_one("#events", DataTable)
+            table.clear(columns=True)
+            forget_rows(table)
+            self._add_columns(table)
+            self._fill_history()
+
+    def _fill_history(self) -> None:
+        rows = self.history_rows
+        fill(self.query_one("#events", DataTable),
+             [(key, pick_cells(cells, HISTORY_NARROW)) for key, cells in rows]
+             if self.narrow else rows)
 
     def reload(self) -> None:
         self.load()
@@ -101,7 +138,8 @@ class FactScreen(LedgerScreen):
         pane.border_title = "value (whole)"
         show(pane, whole or "")
         show(self.query_one("#why", Static), _why(why))
-        fill(self.query_one("#events", DataTable), _events(history))
+        self.history_rows = _events(history)
+        self._fill_history()
         self._policy_text()
 
     def _policy_text(self) -> None:

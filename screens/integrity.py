@@ -17,7 +17,16 @@ from custody_app.domain.escaping import MultilineText, escaped
 from custody_app.domain.readmodels import RebuildResult, VerifyResult
 from custody_app.interfaces.tui.access import LedgerAccess
 from custody_app.ledger.readmodels import LedgerStatus
-from screens.base import Failed, LedgerScreen, Loaded, Table, cursor_key, fill, focus_now, show
+from screens.base import (
+    ColumnSets,
+    Failed,
+    LedgerScreen,
+    Loaded,
+    Table,
+    cursor_key,
+    focus_now,
+    show,
+)
 from screens.keybar import KeyBar
 
 
@@ -50,13 +59,30 @@ class IntegrityScreen(LedgerScreen):
         yield ProgressBar(id="progress", show_eta=False)
         yield Static(id="check")
         table: DataTable[Any] = Table(id="policies", cursor_type="row")
-        table.add_columns("since event", "tx at", "policy hash", "file", "")
+        # Under 120 columns the hash is cut (the file and "in force" stay in view at 80).
+        self.sets = ColumnSets(self, table, ("since event", "tx at", "policy hash", "file", ""),
+                               ((0, 0), (1, 0), (2, 13), (4, 0), (3, 0)))
         yield table
         yield Static(id="policy_text")
         yield KeyBar()
 
     def on_mount(self) -> None:
         focus_now(self.query_one("#policies", DataTable))
+
+    def on_resize(self) -> None:
+        self.sets.resized()
+        self._fill_policies()
+
+    def _fill_policies(self) -> None:
+        s = self.state
+        if s is None:
+            return
+        # A narrow terminal keeps the end of the policy file's path (its name), cut in front.
+        cut = PATH_NARROW if self.sets.narrow else 0
+        self.sets.fill([
+            (p.hash + str(p.seq), [str(p.seq), p.tx_at[:19], p.hash, _tail(p.path or "", cut),
+                                   "in force" if p.hash == s.policy_in_force else ""])
+            for p in reversed(s.policy_history)])
 
     def reload(self) -> None:
         self.load()
@@ -69,10 +95,7 @@ class IntegrityScreen(LedgerScreen):
         if message.what == "status":
             self.state = s = message.data
             show(self.query_one("#status", Static), _status(s))
-            fill(self.query_one("#policies", DataTable), [
-                (p.hash + str(p.seq), [str(p.seq), p.tx_at[:19], p.hash, p.path or "",
-                                       "in force" if p.hash == s.policy_in_force else ""])
-                for p in reversed(s.policy_history)])
+            self._fill_policies()
         elif message.what == "policy_text":
             show(self.query_one("#policy_text", Static), message.data or "(text not stored)")
 
@@ -151,6 +174,14 @@ class IntegrityScreen(LedgerScreen):
         self.run_read("policy_text", read)
 
 
+# Characters of the policy file's path shown under 120 columns (its end).
+PATH_NARROW = 16
+
+
+def _tail(path: str, width: int) -> str:
+    return "…" + path[len(path) - width + 1:] if width and len(path) > width else path
+
+
 def _status(s: LedgerStatus) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(s.counts.items())) or "no facts"
     pending = (f"[yellow]{len(s.pending_scrubs)} pending scrub(s)[/yellow]: "
@@ -168,7 +199,8 @@ def _status(s: LedgerStatus) -> str:
 
 def _verified(r: VerifyResult) -> str:
     if r.valid:
+        last = (f", last at #{r.last_checkpoint_seq}" if r.last_checkpoint_seq is not None
+                else "")
         return (f"[green]chain verified[/green]: {r.events} events, {r.checkpoints} signed "
-                f"checkpoint(s), last at #{r.last_checkpoint_seq}; "
-                f"{r.values_unchecked} value(s) unchecked (erased)")
+                f"checkpoint(s){last}; {r.values_unchecked} value(s) unchecked (erased)")
     return f"[red]chain BROKEN at event {r.first_bad_seq}[/red]: {r.problem}"

@@ -124,3 +124,43 @@ async def test_blast_mode_takes_a_typed_fact_id_and_refuses_an_unknown_one(
         await idle(pilot)
         root = str(app.screen.query_one("#tree", Tree).root.label)
         assert root.startswith(f"root {ids['sla-deadline']}")
+
+
+async def test_incomplete_session_says_why_it_could_have_read_it_within_80_columns(
+        tmp_path: Path) -> None:
+    """Since the blast radius keeps only sessions that could have read the fact, an INCOMPLETE
+    session is one with no recorded reads that wrote or acted about its subject or in its space
+    while it was believed: the tree says that (not "wrote with no recorded reads"), in lines that
+    fit an 80-column terminal."""
+    from datetime import timedelta
+
+    from tests.tuikit import CAUSE, T0, WRITER
+
+    path = tmp_path / "possible.db"
+    clock = ManualClock(T0)
+    with Ledger.open(path, clock=clock, id_seed=5) as led:
+        root = led.assert_fact("acct:1", "plan", "gold", actor=WRITER, cause=CAUSE,
+                               space="team:a").fact_id
+        clock.set(T0 + timedelta(hours=1))
+        led.assert_fact("acct:1", "note", "same subject", actor=WRITER, cause=CAUSE,
+                        space="org", session="s_subject")
+        led.act("s_act", "crm.update", "CRM-1", "ok", actor="agent:x", subject="acct:1")
+        assert led.blast(root).incomplete_sessions == ["s_act", "s_subject"]
+    app = app_on(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await idle(pilot)
+        app.push_screen(BlastScreen(app.access, root, fact_screen=FactScreen))
+        await idle(pilot)
+        tree = app.screen.query_one("#tree", Tree)
+        sessions = [n for n in tree.root.children if str(n.label).startswith("session")]
+        assert len(sessions) == 2
+        for node in sessions:
+            assert str(node.label).endswith("INCOMPLETE: no recorded reads")
+            assert [str(c.label) for c in node.children][0] == (
+                "wrote or acted about its subject or space while it was believed")
+        text = "\n".join(label for _, label in walk(tree.root))
+        assert "wrote with no recorded reads" not in text
+        # every line about an INCOMPLETE session fits the tree's width (guides: 4 a level)
+        for node in sessions:
+            for depth, line in ((1, node.label), (2, node.children[0].label)):
+                assert 4 * depth + len(str(line)) <= tree.size.width, (line, tree.size.width)

@@ -350,3 +350,51 @@ async def test_q_in_a_dialog_does_not_quit(story: Story) -> None:
         await pilot.press("q")
         await pilot.pause()
         assert app.is_running and isinstance(app.screen, ConfirmDialog)
+
+
+async def test_fact_history_at_80x24_shows_when_what_and_who_without_scrolling(
+        story: Story) -> None:
+    """The Fact screen's history table at 80 columns: when, what happened and who, inside the
+    table's width (the column widths, padding included, sum within it); seq and detail come
+    back on a wide terminal, and go again after a resize back."""
+    app = app_on(story.path)
+    async with app.run_test(size=SMALL) as pilot:
+        await idle(pilot)
+        app.push_screen(FactScreen(app.access, story["plan2"]))
+        await idle(pilot)
+        table = app.screen.query_one("#events", DataTable)
+
+        def widths() -> int:
+            return sum(c.get_render_width(table) for c in table.columns.values())
+
+        assert labels(table) == ["tx at", "kind", "actor"]
+        assert table.row_count >= 2
+        assert widths() <= table.scrollable_content_region.width, (widths(), table.size)
+        assert fits(table), (table.virtual_size, table.scrollable_content_region)
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first == [story.tx["plan2"][:19], "assert", "agent:support-bot"]
+        await pilot.resize_terminal(160, 48)
+        await idle(pilot)
+        assert labels(table) == ["seq", "kind", "tx at", "actor", "detail"]
+        assert [str(c) for c in table.get_row_at(0)][1:4] == first[1:2] + first[:1] + first[2:]
+        await pilot.resize_terminal(*SMALL)
+        await idle(pilot)
+        assert labels(table) == ["tx at", "kind", "actor"] and fits(table)
+        assert widths() <= table.scrollable_content_region.width
+
+
+async def test_integrity_policies_fit_80x24_and_show_the_whole_hash_when_wide(
+        story: Story) -> None:
+    """The policy history at 80 columns: the hash cut, its file and "in force" in view; the
+    whole hash on a wide terminal, following a resize."""
+    app = app_on(story.path)
+    async with app.run_test(size=SMALL) as pilot:
+        await open_screen(pilot, "5")
+        table = app.screen.query_one("#policies", DataTable)
+        assert table.row_count >= 1 and fits(table), (table.virtual_size, table.size)
+        row = [str(c) for c in table.get_row_at(0)]
+        assert row[2].endswith("…") and len(row[2]) == 13 and row[3] == "in force"
+        await pilot.resize_terminal(160, 48)
+        await idle(pilot)
+        row = [str(c) for c in table.get_row_at(0)]
+        assert len(row[2]) == 64 and row[4] == "in force"

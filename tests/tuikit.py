@@ -35,12 +35,12 @@ class Story:
         return self.ids[name]
 
 
-def build_story(path: Path, *, extra_facts: int = 0) -> Story:
+def build_story(path: Path, *, extra_facts: int = 0, policy: Path | None = None) -> Story:
     """A support agent's memory: plans (one superseded), a retracted mistake, two claims in
     quarantine (one would supersede), a derived fact, a hold; deterministic ids and times."""
     story = Story(path)
     clock = ManualClock(T0)
-    with Ledger.open(path, clock=clock, id_seed=7) as led:
+    with Ledger.open(path, clock=clock, id_seed=7, policy=policy) as led:
         def at(hours: float) -> None:
             clock.set(T0 + timedelta(hours=hours))
 
