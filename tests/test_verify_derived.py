@@ -241,11 +241,11 @@ def test_the_cli_verify_deep_and_rebuild_name_what_they_find(base: tuple[Path, d
         return subprocess.run([sys.executable, "-m", "custody_app", *args], capture_output=True,
                               text=True, timeout=120, env=env)
 
-    done = cli("verify", "--deep", "--ledger", str(base[0]))
+    done = cli("verify", "--json", "--deep", "--ledger", str(base[0]))
     assert done.returncode == 0 and json.loads(done.stdout)["valid"], done.stderr
     path = tampered(base, tmp_path, no_action_rows)
-    done = cli("verify", "--ledger", str(path))
+    done = cli("verify", "--json", "--ledger", str(path))
     assert done.returncode == 1 and "actions (the actions index)" in json.loads(done.stdout)["problem"]
-    done = cli("rebuild", "--repair", "--deep", "--ledger", str(path))
+    done = cli("rebuild", "--json", "--repair", "--deep", "--ledger", str(path))
     assert done.returncode == 0 and json.loads(done.stdout)["repaired"], done.stderr
     assert cli("verify", "--deep", "--ledger", str(path)).returncode == 0

@@ -207,10 +207,22 @@ def test_a_ledger_written_under_an_old_bearer_key_policy_still_verifies_and_expl
     with Ledger.open(tmp_path / "old.db", policy=old) as ledger:
         fact = ledger.assert_fact("acct:1", "plan", "pro", actor=X, cause=CAUSE,
                                   provenance="claimed").fact_id
-    with Ledger.open(tmp_path / "old.db") as ledger:
-        ledger.confirm(fact, actor=REVIEWER)
+    with Ledger.open(tmp_path / "old.db") as ledger:  # the policy it recorded stays in force
         assert ledger.verify().valid
         assert ledger.why(fact).policy.hash == old.hash
+        # ...for reading: a write under it is refused, saying how to move over (a key pair)
+        before = ledger_bytes(tmp_path / "old.db")
+        with pytest.raises(LedgerError) as refused:
+            ledger.confirm(fact, actor=REVIEWER)
+        assert refused.value.code == "policy_invalid"
+        assert "writer-key" in refused.value.message and "--policy" in refused.value.message
+        assert ledger_bytes(tmp_path / "old.db") == before
+    new = tmp_path / "new.toml"
+    new.write_text("")  # the old registration dropped (or replaced by a key pair's line)
+    with Ledger.open(tmp_path / "old.db", policy=new) as ledger:
+        ledger.confirm(fact, actor=REVIEWER)
+        assert ledger.verify().valid
+        assert ledger.why(fact).policy.hash == old.hash  # written under the old one
 
 
 def test_the_writer_key_command_refuses_an_existing_file_and_a_bad_agent(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ class LedgerCore:
             refusal = None
             if loaded is None:
                 try:
-                    loaded = recorded_policy(db, str(path))
+                    loaded, refusal = recorded_policy(db, str(path))
                 except LedgerError as exc:
                     # Reads (verify above all, to name the edit) go on under the shipped
                     # default; a write that would record a policy is refused (_record_policy).
@@ -289,8 +289,8 @@ class LedgerCore:
         """Record one event, inside a write transaction: validate it, hash it onto the chain,
         store it, index its session, project it, and bring the recall indexes in line with
         the facts whose belief it changed (`plaintext`: the value just sealed, if any)."""
-        if kind != "policy" and self._recorded_policy != self.policy.hash:
-            self._record_policy(tx_at)
+        if kind != "policy":
+            self._policy_for_write(tx_at)
         seq = (self._head[0] if self._head else 0) + 1
         prev = self._head[1] if self._head else GENESIS
         envelope: dict[str, Any] = {"seq": seq, "kind": kind, "tx_at": tx_at, "actor": actor,
@@ -332,16 +332,22 @@ class LedgerCore:
         the facts' rows as they stand, if the caller read them in this transaction."""
         if not items:
             return []
-        if self._recorded_policy != self.policy.hash:
-            self._record_policy(tx_at)
+        self._policy_for_write(tx_at)
         rows, self._head = batch.append_group(self.db, self.index, self.policy.hash, kind, actor,
                                               tx_at, items, self._head, known,
                                               signer=self.signer_for(actor))
         return rows
 
-    def _record_policy(self, tx_at: str) -> None:
+    def _policy_for_write(self, tx_at: str) -> None:
+        """A write goes on under the policy in force, recorded first if it changed; refused
+        while the ledger's recorded policy cannot be put to use (replaced, missing, or a
+        bearer-key registration) and no other was named."""
         if self.policy_refusal is not None:
             raise self.policy_refusal
+        if self._recorded_policy != self.policy.hash:
+            self._record_policy(tx_at)
+
+    def _record_policy(self, tx_at: str) -> None:
         p = self.policy
         previous = self._recorded_policy
         self.db.policies.put(p.hash, p.canonical, p.source, p.path)

@@ -85,7 +85,7 @@ class LedgerOverview(LedgerCore):
             if self._recorded_policy == self.policy.hash:
                 return None
             tx_at = self.tx_at()
-            self._record_policy(tx_at)
+            self._policy_for_write(tx_at)
             assert self._head is not None
             seq = self._head[0]
         return PolicyChange(seq=seq, tx_at=tx_at, hash=self.policy.hash, path=self.policy.path)

@@ -100,8 +100,10 @@ def _sub_parser() -> argparse.ArgumentParser:
         group.add_parsers(add)
     # One grammar: every subcommand takes --json (JSON for machines; text for people without).
     for s in sub.choices.values():
-        if not any("--json" in a.option_strings for a in s._actions):
+        try:
             s.add_argument("--json", action="store_true", help="print the result as JSON")
+        except argparse.ArgumentError:
+            pass  # the subcommand has its own --json already
     return p
 
 
