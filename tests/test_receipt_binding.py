@@ -185,7 +185,8 @@ def _demo(tmp_path: Path) -> Path:
     ledger = tmp_path / "demo.db"
     run = subprocess.run(
         [sys.executable, "-m", "custody_app", "--batch", str(ROOT / "sample_data/incident_refund.jsonl"),
-         "--ledger", str(ledger), "--create", "--manual-clock", "--policy", str(ROOT / "sample_data/demo_policy.toml")],
+         "--ledger", str(ledger), "--create", "--manual-clock",
+         "--policy", str(ROOT / "sample_data/demo_policy.toml")],
         capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
     assert all(json.loads(line)["ok"] for line in run.stdout.splitlines())
