@@ -237,3 +237,20 @@ def test_an_api_tool_output_with_no_canonical_form_is_refused_writing_nothing(
     assert refused.value.code == "bad_request" and "tool_output" in refused.value.message
     assert refused.value.details.get("field") == "tool_output"
     assert env.snapshot() == before
+
+
+@pytest.mark.parametrize("arguments", [{**CRM_ARGS, "n": 2**53}, {**CRM_ARGS, "f": float("nan")},
+                                       {**CRM_ARGS, "s": "\udfff"}])
+def test_api_tool_arguments_with_no_canonical_form_are_refused_by_name(make_env: Any,
+                                                                       arguments: Any) -> None:
+    env = make_env(policy())
+    cause = {"kind": "tool", "ref": "call-1", "receipt": sign(
+        KEY, issuer=ISSUER, receipt_id="rc-crm", tool="crm.lookup", session=SESSION,
+        arguments=CRM_ARGS, output=CRM_OUT, issued_at=AT),
+        "pointer": "/billed_seats", "subject_pointer": "/account"}
+    before = env.snapshot()
+    with pytest.raises(LedgerError) as refused:
+        env.ledger.assert_fact("acct:42", "billed_seats", 120, actor="agent:bot", cause=cause,
+                               session=SESSION, tool_output=CRM_OUT, tool_arguments=arguments)
+    assert refused.value.code == "bad_request" and "tool_arguments" in refused.value.message
+    assert env.snapshot() == before
