@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
+import rfc8785
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from custody_app.domain.errors import LedgerError, suggest
@@ -71,7 +72,24 @@ class AssertFact(Command):
         if value is not None and json_size(value) > MAX_VALUE_CHARS:
             raise ValueError(f"{info.field_name} is larger than {MAX_VALUE_CHARS:,} characters "
                              "of JSON")
+        if value is not None and (gap := not_canonical(value)):
+            raise ValueError(f"{info.field_name} {gap}, so it cannot be compared with the "
+                             "receipt's digest")
         return value
+
+
+def not_canonical(value: Any) -> str | None:
+    """Why `value` has no RFC 8785 form (the form a receipt's digest is taken over), or None.
+    Never quotes the value: an integer of thousands of digits stays out of the message."""
+    try:
+        rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError:
+        return "holds an integer beyond +/-(2^53 - 1)"
+    except rfc8785.FloatDomainError:
+        return "holds a number that is not finite"
+    except (rfc8785.CanonicalizationError, TypeError, ValueError, RecursionError):
+        return "is not canonical JSON (a key that is not a string, or a lone surrogate)"
+    return None
 
 
 # The one nesting limit (docs/batch.md): a field's value may nest lists and objects this deep;

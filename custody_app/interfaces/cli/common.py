@@ -117,6 +117,19 @@ def say_adoption(ledger: Ledger) -> None:
         + "\n")
 
 
+def say_will_adopt(ledger: Ledger, prog: str) -> None:
+    """A long-lived writer (`serve`) given a --policy other than the one the ledger recorded
+    adopts it at its first write: say so when it starts, naming both hashes (DESIGN 14)."""
+    with ledger.db.read():
+        recorded = ledger.db.events.last_policy_hash()
+    if recorded is not None and recorded != ledger.policy.hash:
+        source = f" from {ledger.policy.path}" if ledger.policy.path else ""
+        sys.stderr.write(escape_text(
+            f"{prog}: policy {ledger.policy.hash[:12]}{source} is not the ledger's "
+            f"{recorded[:12]}: the first write adopts it (a policy event), and later commands "
+            "without --policy use it") + "\n")
+
+
 def say_not_adopted(ledger: Ledger) -> None:
     """A read-only command given a --policy the ledger does not record reads under it but
     never adopts it: say so, so nobody believes it is now in force."""

@@ -14,6 +14,9 @@ from custody_app.erasure.certificate import ErasureCertificate, ForgetResult, Su
 from custody_app.interfaces.cli.common import (
     AddParser,
     add_actor,
+    add_paging,
+    cursor,
+    limit,
     operator,
     print_json,
     print_text,
@@ -35,8 +38,8 @@ def add_parsers(add: AddParser) -> None:
         add_actor(s)
         s.add_argument("--reason", required=True, choices=REASON_CODES, help="reason code")
         s.add_argument("--json", action="store_true", help="print the certificate as JSON")
-    s = add("sweep", "expire what the retention windows (or --before) allow; exit 1 when "
-            "something due could not be erased")
+    s = add("sweep", "expire what the retention windows (or --before) allow, skipping (and "
+            "listing) held facts; exit 1 only when a certificate is not complete")
     s.add_argument("--before", metavar="ISO", help="cutoff instead of the policy's windows")
     s.add_argument("--space", help="only this space")
     s.add_argument("--dry-run", action="store_true", help="show what would expire; write nothing")
@@ -46,6 +49,7 @@ def add_parsers(add: AddParser) -> None:
     s = add("erasures", "the erasure receipts: tombstones and erasure events (reason, counts, "
             "cascade depth, time); with --subject, whether that subject was erased")
     s.add_argument("--subject", help="match this subject by its peppered hash")
+    add_paging(s, 100, "erasures")
     s.add_argument("--json", action="store_true")
     s = add("rotate-index-key", "re-key the word index under a fresh key and destroy the old "
             "one, so copies taken before can no longer be tested with the current key store")
@@ -53,13 +57,13 @@ def add_parsers(add: AddParser) -> None:
 
 
 def _erasure(args: argparse.Namespace, result: ForgetResult | SubjectForgetResult | SweepResult,
-             certificate: ErasureCertificate | None, extra_failure: bool = False) -> int:
+             certificate: ErasureCertificate | None) -> int:
     if args.json:
         print_json(result.model_dump(mode="json"))
     elif certificate is not None:
         show_rendered(certificate)
     complete = certificate is None or certificate.complete
-    return int(Exit.OK if complete and not extra_failure else Exit.OP_FAILED)
+    return int(Exit.OK if complete else Exit.OP_FAILED)
 
 
 def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
@@ -77,17 +81,24 @@ def _sweep(ledger: Ledger, args: argparse.Namespace) -> int:
                 print_text(f"  {fact_line(ledger.why(fact_id).fact)}")
         if shown.note:
             print_text(shown.note)
-    # A dry run that would skip a held fact did what was asked: it showed what would happen.
-    return _erasure(args, result, result.certificate,
-                    extra_failure=bool(result.held) and not result.dry_run)
+    # A held fact skipped is the hold doing its work, not a failure (DESIGN 13: a sweep exits
+    # non-zero only when a certificate is not complete); the held facts are listed above.
+    return _erasure(args, result, result.certificate)
 
 
 def _erasures(ledger: Ledger, args: argparse.Namespace) -> int:
     result = ledger.erasures(args.subject)
+    after, most = cursor(ledger, args.after), limit(args.limit)
+    # An erasure is a run of events: the cursor is the last seq of the last one shown.
+    later = [r for r in result.erasures if r.first_seq > after]
+    result = result.model_copy(update={"erasures": later[:most]})
+    more = later[most - 1].last_seq if len(later) > most else None
     if args.json:
-        print_json(result.model_dump(mode="json"))
-    else:
-        show_rendered(result)
+        print_json({**result.model_dump(mode="json"), "next_after": more})
+        return int(Exit.OK)
+    show_rendered(result)
+    if more is not None:
+        print_text(f"next page: {more} (custody-app erasures --after {more} ...)")
     return int(Exit.OK)
 
 

@@ -14,7 +14,7 @@ from custody_app.domain.errors import LedgerError, Parser
 from custody_app.domain.escaping import escape_text
 from custody_app.domain.models import check_actor
 from custody_app.domain.resources import ledger_path, policy_path
-from custody_app.interfaces.cli.common import add_common
+from custody_app.interfaces.cli.common import add_common, say_will_adopt
 from custody_app.interfaces.cli.naming import refuse_missing
 from custody_app.interfaces.mcp.tools import MemoryTools
 from custody_app.keys.writer_keys import new_key, read_key
@@ -96,6 +96,7 @@ def serve_main(argv: list[str]) -> int:
             return _fail(f"{exc.message} ({exc.code})", 2)
         sys.stderr.write(escape_text(f"custody-app serve: {args.agent} on {ledger.db.path}, "
                                      f"writes {tools.provenance}") + "\n")
+        say_will_adopt(ledger, "custody-app serve")
         if token is not None:
             from custody_app.interfaces.mcp.http import serve_http
             serve_http(tools, args.port, token, args.session_idle)
