@@ -225,21 +225,21 @@ def fill(table: DataTable[Any], rows: Sequence[tuple[str, Sequence[str | Text]]]
                 table.move_cursor(row=min(at, len(rows) - 1), animate=False)
 
 
+def cut_cell(cell: str | Text, width: int) -> str | Text:
+    """The cell cut to `width` with an ellipsis (styles kept); whole when it fits."""
+    if len(cell) <= width:
+        return cell
+    if isinstance(cell, Text):
+        cut = cell[: width - 1]
+        cut.append("…")
+        return cut
+    return cell[: width - 1] + "…"
+
+
 def pick_cells(cells: Sequence[str | Text], picks: Sequence[tuple[int, int]]) -> list[str | Text]:
     """The cells at the `picks` (index, width) in that order, each cut to its width with an
     ellipsis (width 0: whole): a narrow terminal's column set from a wide row."""
-    out: list[str | Text] = []
-    for index, width in picks:
-        cell = cells[index]
-        if width and len(cell) > width:
-            if isinstance(cell, Text):
-                cut = cell[: width - 1]
-                cut.append("…")
-                cell = cut
-            else:
-                cell = cell[: width - 1] + "…"
-        out.append(cell)
-    return out
+    return [cut_cell(cells[index], width) if width else cells[index] for index, width in picks]
 
 
 # Below this many columns a table shows its narrow column set (what a reader needs first).

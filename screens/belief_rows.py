@@ -7,7 +7,7 @@ from rich.text import Text
 
 from custody_app.domain.policy import CardinalityPolicy
 from custody_app.ledger.readmodels import BeliefView
-from screens.base import short
+from screens.base import cut_cell, short
 from screens.labels import Labels, styled
 
 MARK = {"same": " ", "added": "+", "ended": "-", "changed": "~"}
@@ -61,15 +61,5 @@ def narrow_cells(cells: list[str | Text], width: int) -> list[str | Text]:
         limit = least + int(spare * share) if share else 0
         if index == 6 and isinstance(cell, Text) and "contradiction" in cell.plain:
             cell = cell[: len(cell.plain) - len(" ⚠contradiction")] + Text("⚠")
-        out.append(_cut(cell, limit) if limit else cell)
+        out.append(cut_cell(cell, limit) if limit else cell)
     return out
-
-
-def _cut(cell: str | Text, limit: int) -> str | Text:
-    if len(cell) <= limit:
-        return cell
-    if isinstance(cell, Text):
-        cut = cell[: limit - 1]
-        cut.append("…")
-        return cut
-    return cell[: limit - 1] + "…"

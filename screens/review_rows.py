@@ -7,7 +7,7 @@ from rich.text import Text
 
 from custody_app.domain.readmodels import FactView
 from custody_app.ledger.readmodels import PendingRetraction, ReviewItem, ReviewPage
-from screens.base import short
+from screens.base import cut_cell, short
 from screens.labels import Labels, styled
 
 # Row key prefix of a pending retraction (the rest of the key is its fact id).
@@ -97,18 +97,8 @@ def narrow_cells(key: str, cells: list[str | Text], why: str, width: int) -> lis
     out: list[str | Text] = []
     for cell, (least, share) in zip(picked, NARROW_WIDTHS, strict=True):
         limit = least + int(spare * share)
-        out.append(_cut(cell, limit))
+        out.append(cut_cell(cell, limit))
     return out
-
-
-def _cut(cell: str | Text, limit: int) -> str | Text:
-    if len(cell) <= limit:
-        return cell
-    if isinstance(cell, Text):
-        cut = cell[: limit - 1]
-        cut.append("…")
-        return cut
-    return cell[: limit - 1] + "…"
 
 
 
