@@ -7,7 +7,8 @@ verify, in one run on the same file; `verify --deep` timed separately.
         --old-root OLD_TREE [--mix sessions] [--rounds 3] [--keep DIR] [--out FILE]
 
 The ledger (SIZE events, the positional argument) is built once by this checkout's builder
-(`bench_verify.build`, mix `sessions` by default: reads served to sessions and actions beside
+running on the old code (so the old verify can open it; this checkout's code upgrades a copy for
+its own runs, as a user's first open would) (`bench_verify.build`, mix `sessions` by default: reads served to sessions and actions beside
 asserts, affirms and retractions) and kept under `--keep`. Each code version runs in a worker
 process of its own (the same interpreter, its root first on sys.path) holding the ledger open
 read-only, so only the call is timed (the worker's process CPU time, and wall time). Rounds are
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -29,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_verify import kinds, ledger_for  # noqa: E402
+from bench.bench_verify import kinds  # noqa: E402
 from bench.benchenv import machine_note  # noqa: E402
 
 WORKER = r'''
@@ -70,6 +72,46 @@ class Worker:
         self.proc.wait()
 
 
+BUILD = r'''
+import sys
+sys.path.insert(0, sys.argv[1])  # the old code first: the file is one the old verify reads
+import importlib.util
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("bench_verify", sys.argv[2])
+bench_verify = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench_verify)
+path, events, built = bench_verify.ledger_for(Path(sys.argv[3]), int(sys.argv[4]), mix=sys.argv[5])
+print(path, events, "" if built is None else f"{built:.0f}")
+'''
+
+
+def build_with_old_code(old_root: str, keep: Path, size: int, mix: str) -> tuple[Path, int]:
+    """The ledger of `size` events, built (once, kept) by this checkout's builder running on
+    the old code, so the old verify can open it (a newer schema it would refuse)."""
+    done = subprocess.run([sys.executable, "-c", BUILD, old_root,
+                           str(ROOT / "bench" / "bench_verify.py"), str(keep / "old-code"),
+                           str(size), mix], cwd=old_root, capture_output=True, text=True,
+                          check=True)
+    where, events, built = (done.stdout.strip().splitlines()[-1].split(" ") + [""])[:3]
+    if built:
+        print(f"built {int(events):,} events in {built} s by the old code (load {load()})",
+              flush=True)
+    return Path(where), int(events)
+
+
+def upgraded_copy(path: Path) -> Path:
+    """A copy of the ledger and its key files opened once read-write by this checkout's code,
+    which upgrades schema and key store as a user's first open would (the new runs read it)."""
+    from custody_app.ledger.facade import Ledger
+    copy = path.with_name(path.stem + "-upgraded.db")
+    if not copy.exists():
+        for suffix in ("", ".keys", ".keys.master", ".pub"):
+            if Path(f"{path}{suffix}").exists():
+                shutil.copyfile(f"{path}{suffix}", f"{copy}{suffix}")
+        Ledger.open(copy).close()
+    return copy
+
+
 def load() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
 
@@ -87,16 +129,16 @@ def main() -> None:
     p.add_argument("--keep", default="/tmp/custody-bench-verify")
     p.add_argument("--out", default=str(ROOT / "bench" / "results_verify.md"))
     a = p.parse_args()
-    path, events, built = ledger_for(Path(a.keep), a.size, mix=a.mix)
-    if built is not None:
-        print(f"built {events:,} events in {built:.0f} s (load {load()})", flush=True)
+    path, events = build_with_old_code(a.old_root, Path(a.keep), a.size, a.mix)
+    upgraded = upgraded_copy(path)
     plan = [("old verify", Worker(a.old_root), "verify"), ("new verify", Worker(str(ROOT)), "verify"),
             ("new verify --deep", Worker(str(ROOT)), "deep")]
+    paths = {"old verify": path}
     start, began = load(), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     got: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in plan}
     for rnd in range(a.rounds):
         for name, worker, op in plan:
-            r = worker.ask(op=op, path=str(path))
+            r = worker.ask(op=op, path=str(paths.get(name, upgraded)))
             assert r["valid"], f"{name} failed on an untampered ledger: {r['problem']}"
             got[name].append(r)
             print(json.dumps({"round": rnd + 1, "run": name, **r, "load": load()}), flush=True)
@@ -118,7 +160,9 @@ def main() -> None:
         f"{git(str(ROOT), 'rev-parse', '--short', 'HEAD')}"
         + (" with uncommitted product code" if git(str(ROOT), "status", "--porcelain", "--",
                                                    "custody_app", "store") else "")
-        + f". Ledger: {kinds(path)}; built by the new code's builder. Measured {began} UTC, "
+        + f". Ledger: {kinds(path)}; built by this checkout's builder running on the old code "
+        f"(so the old verify can open it), then a copy upgraded by the new code for its runs. "
+        f"Measured {began} UTC, "
         f"{a.rounds} rounds interleaved (old, new, new --deep), best of the rounds, worker "
         f"process CPU time. Load (1-minute average, 2 shared cores): {start} at the start, "
         f"{end} at the end; {note}.", "",
