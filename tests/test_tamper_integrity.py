@@ -116,11 +116,14 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]
     return path, build(path)
 
 
-def tampered(base: tuple[Path, dict[str, str]], tmp_path: Path, edit: Edit) -> Path:
+def tampered(base: tuple[Path, dict[str, str]], tmp_path: Path, edit: Edit,
+             opener: Callable[[Path], sqlite3.Connection] | None = None) -> Path:
+    """A copy of the base ledger and its key files with `edit` applied through `opener`
+    (default: a connection with the triggers dropped)."""
     path = tmp_path / "t.db"
     for suffix in ("", ".keys", ".keys.master"):
         Path(f"{path}{suffix}").write_bytes(Path(f"{base[0]}{suffix}").read_bytes())
-    con = raw(path)
+    con = (opener or raw)(path)
     edit(con, base[1])
     con.commit()
     con.close()

@@ -19,6 +19,7 @@ import pytest
 from custody_app.doctor.checks import diagnose
 from custody_app.ledger.facade import Ledger
 from tests.conftest import Env, day
+from tests.test_tamper_integrity import tampered as tampered_copy
 from tests.test_tamper_integrity import unknown_kind
 
 Edit = Callable[[sqlite3.Connection, dict[str, str]], None]
@@ -115,14 +116,8 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]
 
 
 def tampered(base: tuple[Path, dict[str, str]], tmp_path: Path, edit: Edit) -> Path:
-    path = tmp_path / "t.db"
-    for suffix in ("", ".keys", ".keys.master"):
-        Path(f"{path}{suffix}").write_bytes(Path(f"{base[0]}{suffix}").read_bytes())
-    con = raw(path)
-    edit(con, base[1])
-    con.commit()
-    con.close()
-    return path
+    """The edit through a plain connection: the triggers stay, as a reader's file would."""
+    return tampered_copy(base, tmp_path, edit, raw)
 
 
 def test_the_untampered_base_verifies_and_readers_see_it(
