@@ -123,10 +123,7 @@ def policy_files(tmp: Path, cases: int) -> Tally:
             with Ledger.open(db, policy=loaded) as ledger:
                 ledger.sweep(dry_run=True)
         except LedgerError:
-            tally.refused += 1
-            if file_state(db) != before:
-                tally.changed += 1
-                tally.note("changed", text)
+            tally.refusal(db, before, text)
         except Exception as exc:  # noqa: BLE001
             tally.crashes += 1
             tally.note(f"crash {exc!r}", text)

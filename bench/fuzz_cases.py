@@ -31,6 +31,13 @@ class Tally:
         if len(self.examples) < 3:
             self.examples.append(f"{what}: {str(case)[:120]!r}")
 
+    def refusal(self, db: Path, before: tuple[str | None, ...], case: object) -> None:
+        """Count a refused request, and a change of the ledger's files across it."""
+        self.refused += 1
+        if file_state(db) != before:
+            self.changed += 1
+            self.note("changed", case)
+
     def row(self, name: str, seconds: float) -> str:
         return (f"| {name} | {self.cases:,} | {self.refused:,} | {self.crashes} | {self.hangs} | "
                 f"{self.changed} | {'; '.join([self.extra] * bool(self.extra) + self.examples) or 'none'}"

@@ -116,10 +116,7 @@ def mcp_requests(tmp: Path, cases: int, fuzz_seed: int = 32, hang_s: float = HAN
             tally.note("a notification or response answered", message)
         failed = [r for r in got if "error" in r or (r.get("result") or {}).get("isError")]
         if failed and len(failed) == len(got):
-            tally.refused += 1
-            if file_state(db) != before:
-                tally.changed += 1
-                tally.note("changed", message)
+            tally.refusal(db, before, message)
 
     try:
         run()

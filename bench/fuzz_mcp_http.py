@@ -153,10 +153,7 @@ def mcp_http_requests(tmp: Path, cases: int, fuzz_seed: int = 32,
         refused = answer.status_code >= 400 or (replies and all(
             "error" in r or (r.get("result") or {}).get("isError") for r in replies))
         if refused:
-            tally.refused += 1
-            if file_state(db) != before:
-                tally.changed += 1
-                tally.note("changed", message)
+            tally.refusal(db, before, message)
 
     try:
         run()
