@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.bench_verify import kinds  # noqa: E402
+from bench.bench_verify_old import Worker  # noqa: E402
 from bench.benchenv import machine_note  # noqa: E402
 
 WORKER = r'''
@@ -54,22 +55,9 @@ for line in sys.stdin:
 SECTION = "## Derived-table checks (issue 31) against the verify before them"
 
 
-class Worker:
-    def __init__(self, root: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, root], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, cwd=root)
-
-    def ask(self, **job: str) -> dict[str, Any]:
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps(job) + "\n")
-        self.proc.stdin.flush()
-        reply: dict[str, Any] = json.loads(self.proc.stdout.readline())
-        return reply
-
-    def close(self) -> None:
-        assert self.proc.stdin
-        self.proc.stdin.close()
-        self.proc.wait()
+def verify_worker(root: str) -> Worker:
+    """A verify worker of `root`'s code under this interpreter."""
+    return Worker(root, sys.executable, script=WORKER)
 
 
 BUILD = r'''
@@ -131,8 +119,8 @@ def main() -> None:
     a = p.parse_args()
     path, events = build_with_old_code(a.old_root, Path(a.keep), a.size, a.mix)
     upgraded = upgraded_copy(path)
-    plan = [("old verify", Worker(a.old_root), "verify"), ("new verify", Worker(str(ROOT)), "verify"),
-            ("new verify --deep", Worker(str(ROOT)), "deep")]
+    plan = [("old verify", verify_worker(a.old_root), "verify"), ("new verify", verify_worker(str(ROOT)), "verify"),
+            ("new verify --deep", verify_worker(str(ROOT)), "deep")]
     paths = {"old verify": path}
     start, began = load(), time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     got: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in plan}

@@ -64,8 +64,10 @@ for line in sys.stdin:
 
 
 class Worker:
-    def __init__(self, root: str, python: str | None = None) -> None:
-        self.proc = subprocess.Popen([python or f"{root}/.venv/bin/python", "-c", WORKER, root],
+    """A process of `root`'s code running `script` (a JSON job a line in, a JSON reply out)."""
+
+    def __init__(self, root: str, python: str | None = None, script: str = WORKER) -> None:
+        self.proc = subprocess.Popen([python or f"{root}/.venv/bin/python", "-c", script, root],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      cwd=root)
 
