@@ -270,15 +270,21 @@ class ColumnSets:
         narrow = self.screen.app.size.width < NARROW
         if narrow != self.narrow:
             self.narrow = narrow
-            self.table.clear(columns=True)
-            forget_rows(self.table)
-            self.table.add_columns(*self.columns())
+            reset_columns(self.table, self.columns())
             self.fill(self.rows)
 
 
 def forget_rows(table: DataTable[Any]) -> None:
     """The table was cleared: the next fill must add every row again."""
     _SHOWN.pop(table, None)
+
+
+def reset_columns(table: DataTable[Any], columns: Sequence[str]) -> None:
+    """Another column set (the terminal was resized across NARROW): rows and columns go, the
+    next fill adds every row again."""
+    table.clear(columns=True)
+    forget_rows(table)
+    table.add_columns(*columns)
 
 
 _TEXT: WeakKeyDictionary[Static, object] = WeakKeyDictionary()

@@ -25,7 +25,7 @@ from screens.base import (
     box_key,
     fill,
     focus_now,
-    forget_rows,
+    reset_columns,
     show,
     turn_page,
 )
@@ -142,9 +142,7 @@ class BeliefsScreen(LedgerScreen):
         if narrow != getattr(self, "narrow", narrow) or narrow:
             self.narrow = narrow
             table = self.query_one("#facts", DataTable)
-            table.clear(columns=True)
-            forget_rows(table)
-            table.add_columns(*self._columns())
+            reset_columns(table, self._columns())
             self._fill()
 
     # ---- actions -----------------------------------------------------------------------

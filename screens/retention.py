@@ -26,8 +26,8 @@ from screens.base import (
     box_key,
     fill,
     focus_now,
-    forget_rows,
     pick_cells,
+    reset_columns,
     show,
     turn_page,
 )
@@ -103,9 +103,7 @@ class RetentionScreen(LedgerScreen):
         if narrow != self.narrow:
             self.narrow = narrow
             table = self.query_one("#preview", DataTable)
-            table.clear(columns=True)
-            forget_rows(table)
-            table.add_columns(*self._columns())
+            reset_columns(table, self._columns())
             if self.preview is not None:
                 self._show_preview(self.preview)
 

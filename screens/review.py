@@ -27,7 +27,7 @@ from screens.base import (
     cursor_key,
     fill,
     focus_now,
-    forget_rows,
+    reset_columns,
     show,
     turn_page,
 )
@@ -102,9 +102,7 @@ class ReviewScreen(LedgerScreen):
         if narrow != self.narrow:
             self.narrow = narrow
             table = self.query_one("#queue", DataTable)
-            table.clear(columns=True)
-            forget_rows(table)
-            table.add_columns(*self._columns())
+            reset_columns(table, self._columns())
         self._show_rows()
 
     def reload(self) -> None:

@@ -24,6 +24,7 @@ from screens.base import (
     fill,
     focus_now,
     forget_rows,
+    reset_columns,
     short,
     show,
     turn_page,
@@ -83,9 +84,7 @@ class TimelineScreen(LedgerScreen):
         if narrow != self.narrow or narrow:
             self.narrow = narrow
             table = self.query_one("#events", DataTable)
-            table.clear(columns=True)
-            forget_rows(table)
-            table.add_columns(*self._columns())
+            reset_columns(table, self._columns())
             self._fill()
 
     def on_failed(self, message: Failed) -> None:
