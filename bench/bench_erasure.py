@@ -21,7 +21,7 @@ Measurements run on a copy of the cached ledger (the cache is never modified):
   whole (`Ledger.forget`: the erasure transaction, the truncating WAL checkpoint, the byte scan
   of the db and WAL, the pending-row cleanup) and broken down with timing wrappers around
   `LedgerFile.write` (outermost transactions), `LedgerFile.wal_checkpoint` and `LedgerFile.scan`.
-- byte scan growth: `store.scrub.scan_files` with the last forget's strings (erased, so absent:
+- byte scan growth: `store.sqlite.scrub.scan_files` with the last forget's strings (erased, so absent:
   the clean case) over prefixes of the ledger file (1/8, 1/4, 1/2, all), with 1 / 7 / 28
   strings over the whole file, and a plain read of the same file in the same run (the floor the
   scan is compared with).
@@ -61,15 +61,15 @@ import apsw  # noqa: E402
 import bench_ledger  # noqa: E402  (the ingest bench's workload and service ingest, reused)
 
 import custody_app.erasure.forget as forget_module  # noqa: E402
-import store.connection as store_connection  # noqa: E402
+import store.sqlite.connection as store_connection  # noqa: E402
 from bench.benchenv import header, machine_note  # noqa: E402
 from custody_app.domain.timeutil import ManualClock, parse_time  # noqa: E402
 from custody_app.erasure.work import ErasureWork, add_needles  # noqa: E402
 from custody_app.keys.keyring import KeyRing  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
-from store.erasure import ErasureStore  # noqa: E402
-from store.locate import Locator  # noqa: E402
-from store.scrub import scan_files  # noqa: E402
+from store.sqlite.erasure import ErasureStore  # noqa: E402
+from store.sqlite.locate import Locator  # noqa: E402
+from store.sqlite.scrub import scan_files  # noqa: E402
 
 TARGET_FORGET_MS = 1000.0  # whole call, median, no reader open, at 1M events (issue 15)
 TARGET_OWN_MS = 10.0  # its own work: the erasure transaction, cascade and certificate checks
@@ -618,7 +618,7 @@ def render(info: dict[str, Any], fs: dict[str, Any], fg: dict[str, Any], sg: dic
         f"{mark(nonscan + ms_per_gb * at_1m_gb < TARGET_FORGET_MS)} at 1M (a projection, not a "
         "measurement).",
         "",
-        "### Byte scan growth (`store.scrub.scan_files`, warm page cache, best of 3)",
+        "### Byte scan growth (`store.sqlite.scrub.scan_files`, warm page cache, best of 3)",
         "",
         "| file bytes scanned | scan ms (same needles as a forget) | ms per GB |",
         "| --- | --- | --- |",

@@ -66,7 +66,7 @@ def batch_lines(tmp: Path, cases: int) -> Tally:
         aliases: Aliases = valid_setup(ledger)
 
         def settled() -> tuple[Any, ...]:
-            # A background WAL checkpoint (store.checkpointer) started by an earlier accepted
+            # A background WAL checkpoint (store.sqlite.checkpointer) started by an earlier accepted
             # write copies pages into the file at any moment: wait for it before hashing.
             if ledger.db.checkpointer is not None:
                 ledger.db.checkpointer.wait()

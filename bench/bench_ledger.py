@@ -45,8 +45,9 @@ from custody_app.ledger.facade import Ledger  # noqa: E402
 from custody_app.recall import recluster as _recluster  # noqa: E402
 from custody_app.recall.recluster import BATCH as RECLUSTER_BATCH  # noqa: E402
 from store import open_ledger  # noqa: E402
-from store.events import FOR_FACTS, HEAD, INSERT, LAST_POLICY  # noqa: E402
-from store.projection import (  # noqa: E402
+from store.rows import EVENT_COLUMNS  # noqa: E402
+from store.sqlite.events import FOR_FACTS, HEAD, INSERT, LAST_POLICY  # noqa: E402
+from store.sqlite.projection import (  # noqa: E402
     _FCOLS,
     _SCOLS,
     FACT_BY_ID,
@@ -56,8 +57,7 @@ from store.projection import (  # noqa: E402
     REPLACEMENTS,
     _as_of_sql,
 )
-from store.recall import FTS_INSERT, VEC_COLUMNS, VEC_INSERT  # noqa: E402
-from store.rows import EVENT_COLUMNS  # noqa: E402
+from store.sqlite.recall import FTS_INSERT, VEC_COLUMNS, VEC_INSERT  # noqa: E402
 
 # Targets (from the brief), checked at every size and judged at the largest one.
 TARGET_RATIO = 3.0  # service ingest within 3x of the raw floor

@@ -36,8 +36,8 @@ import bench_ledger as B  # noqa: E402
 
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from store import LedgerFile, open_ledger  # noqa: E402
-from store.recall import FTS_INSERT, VEC_COLUMNS, VEC_INSERT  # noqa: E402
 from store.rows import EVENT_COLUMNS  # noqa: E402
+from store.sqlite.recall import FTS_INSERT, VEC_COLUMNS, VEC_INSERT  # noqa: E402
 
 SUFFIXES = ("", ".keys", ".keys.master")
 

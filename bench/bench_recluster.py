@@ -34,7 +34,8 @@ import numpy as np  # noqa: E402
 
 from custody_app.recall import recluster as rc  # noqa: E402
 from store import LedgerFile, open_ledger  # noqa: E402
-from store.recall import VEC_DELETE, VEC_INSERT, VEC_META_ONE, vec_row  # noqa: E402
+from store.rows import vec_row  # noqa: E402
+from store.sqlite.recall import VEC_DELETE, VEC_INSERT, VEC_META_ONE  # noqa: E402
 
 DIMS = 256
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -93,3 +94,74 @@ fact_values = attrgetter(*FACT_COLUMNS)
 state_values = attrgetter(*STATE_COLUMNS)
 # An UPDATE's: every column but the key, then the key (its WHERE).
 fact_update_values = attrgetter(*(c for c in FACT_COLUMNS if c != "assert_seq"), "assert_seq")
+
+
+@dataclass(slots=True, frozen=True)
+class BeliefRow:
+    """One fact as of event `seq` (state then) beside its state now, for the beliefs screen."""
+
+    assert_seq: int
+    fact_id: str
+    subject: str
+    predicate: str
+    space: str
+    value: bytes | None
+    actor: str
+    valid_from: str
+    status_then: str | None
+    live_then: int
+    rank_then: int
+    vto_then: str | None
+    status_now: str
+    live_now: int
+    rank_now: int
+    vto_now: str | None
+    held: int
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A live row whose columns contain the bytes: its table, key, and the fact it is about."""
+
+    table: str
+    column: str
+    key: str
+    fact_id: str | None
+    subject: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteOutcome:
+    complete: bool  # the checkpoint after the VACUUM completed: the old pages are overwritten
+    bytes_before: int
+    bytes_after: int
+    detail: str
+
+
+# How an outcome's detail begins when the VACUUM ran but its checkpoint did not complete.
+VACUUMED = "VACUUM done, but"
+
+
+TextRow = tuple[str, str, bytes | None, str | None]
+
+
+MarkRow = tuple[int, int, str, str, bool, str | None]
+
+
+def filter_code(kind: str, value: str) -> int:
+    """The vector table's code of a filter value: `kind` "space" (a space's name) or "subject"
+    (a subject's keyed reference, never the subject itself), as a signed 64-bit integer from
+    its hash. Two values may share a code, however unlikely: a KNN filtered by code may return
+    another space's or subject's row, so the reader checks the fact itself (recall's hydrate)."""
+    digest = hashlib.blake2b(f"{kind}:{value}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+VecRow = tuple[int, int, bytes, str, int, int]  # fact_seq, cell, vector, status, space/subject codes
+
+
+def vec_row(fact_seq: int, cell: int, vector: bytes, status: str, space: str,
+            subject_ref: str) -> VecRow:
+    """The vector table's row of a fact."""
+    return (fact_seq, cell, vector, status, filter_code("space", space),
+            filter_code("subject", subject_ref))

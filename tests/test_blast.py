@@ -16,7 +16,7 @@ from custody_app import Ledger
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.timeutil import ManualClock
 from custody_app.interfaces.batch import run_batch
-from store.schema import SCHEMA_VERSION
+from store.sqlite.schema import SCHEMA_VERSION
 from tests.conftest import CAUSE, WRITER, Env, day
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import store.checkpointer as ckpt
+import store.sqlite.checkpointer as ckpt
 from custody_app import Ledger
 
 BLOB = "x" * 60_000  # ~15 pages a row

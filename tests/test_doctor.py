@@ -19,8 +19,8 @@ import pytest
 
 from custody_app.doctor.checks import _secure_delete, diagnose, sqlite_vec_ok
 from custody_app.ledger.facade import Ledger
-from store import health
-from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from store.sqlite import health
+from store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import CAUSE
 
 NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "pending-scrubs",

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from custody_app.domain.errors import LedgerError
 from custody_app.recall import text
-from store import recall as store_recall
-from store import scrub
-from store.scrub import find_in_file, fragment_of
+from store.sqlite import recall as store_recall
+from store.sqlite import scrub
+from store.sqlite.scrub import find_in_file, fragment_of
 from tests.conftest import Env, ledger_bytes
 
 DPO = "user:dpo"

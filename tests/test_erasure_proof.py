@@ -19,8 +19,8 @@ from custody_app.doctor.checks import diagnose
 from custody_app.erasure.certificate import ErasureCertificate, ScanHit
 from custody_app.erasure.proof import scan_places
 from custody_app.erasure.work import ErasureWork
-from store import blocks, scrub
-from store.scrub import find_in_file, scan_files
+from store.sqlite import blocks, scrub
+from store.sqlite.scrub import find_in_file, scan_files
 from tests.conftest import Env
 
 SECRET = "ZQX-PLANTED-7731-PRIYA"
@@ -216,7 +216,7 @@ def test_a_swept_short_string_planted_after_the_plan_is_still_a_leak(make_env) -
     from a sample of the file, taken before the proof's checkpoint. An attacker who plants one
     of them in a free page after that sample (so the sample never saw it) is still found, as a
     leak, and every other string is still absent."""
-    from store import scan_many
+    from store.sqlite import scan_many
 
     env: Env = make_env()
     strings = [f"owner-{6500 + n}" for n in range(30)]

@@ -18,8 +18,8 @@ import apsw
 import pytest
 
 from custody_app.erasure.certificate import ErasureCertificate
-from store.connection import LedgerFile
-from store.rewrite import rewrite_file
+from store.sqlite.connection import LedgerFile
+from store.sqlite.rewrite import rewrite_file
 from tests.conftest import Env, day, ledger_bytes
 from tests.test_erasure import _half_read_reader
 from tests.test_sweep_group import _tables

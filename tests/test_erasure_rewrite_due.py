@@ -123,8 +123,8 @@ def test_a_rewrite_that_cannot_be_recorded_as_due_is_pending_not_raised(
     """Another writer holding the ledger when the rewrite is to be recorded: the erasure has
     committed, so the proof reports the rewrite pending (not an exception), and the retry
     rewrites the file once the ledger is free."""
-    from store.erasure import ErasureStore
     from store.errors import StoreBusy
+    from store.sqlite.erasure import ErasureStore
 
     env, subjects = copy
     for s in subjects[:3]:

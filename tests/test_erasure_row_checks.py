@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from custody_app.erasure.certificate import ErasureCertificate, PlaceCheck
-from store.events import EventStore
-from store.recall import RecallStore
-from store.texts import TextStore
+from store.sqlite.events import EventStore
+from store.sqlite.recall import RecallStore
+from store.sqlite.texts import TextStore
 from tests.conftest import Env, day
 from tests.test_sweep_group import DPO, WINDOWS, _populate
 

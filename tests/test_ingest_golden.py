@@ -24,8 +24,8 @@ from custody_app.erasure import digests
 from custody_app.interfaces.batch import run_batch
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import index as recall_index
-from store import recall_meta
-from store.recall_search import filter_code
+from store.rows import filter_code
+from store.sqlite import recall_meta
 from tests.conftest import T0
 
 # sha256 over every event row, the projection and both recall indexes, at fa8660f.

@@ -23,7 +23,7 @@ from custody_app.domain.readmodels import RecallResult
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import text
 from custody_app.recall.text import fact_text
-from store import recall as recall_store
+from store.sqlite import recall as recall_store
 from tests.conftest import CAUSE, REVIEWER, WRITER, Env, day, ledger_bytes
 
 DPO = "user:dpo"

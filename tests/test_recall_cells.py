@@ -159,7 +159,7 @@ def test_the_vector_count_reads_no_vector_and_equals_a_scan_of_the_table(
     every chunk: the 1M ingest's memory peak): it equals a count of the vec0 table itself after
     inserts, a re-clustering's moves, supersessions, retractions and a forget, and falls back
     to that scan where the rowids table is missing."""
-    from store import recall as store_recall
+    from store.sqlite import recall as store_recall
 
     env = make_env(LOW)
     facts = fill(env, 300)
@@ -191,7 +191,7 @@ def test_after_a_hand_edit_of_the_rowids_table_the_count_still_equals_what_a_sca
     the copy wrongly)."""
     import apsw
 
-    from store.opening import configure_pragmas, load_sqlite_vec
+    from store.sqlite.opening import configure_pragmas, load_sqlite_vec
 
     env = make_env()
     fill(env, 40)

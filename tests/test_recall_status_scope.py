@@ -15,7 +15,7 @@ import pytest
 
 from custody_app import Ledger
 from store import open_ledger
-from store.schema import SCHEMA_VERSION
+from store.sqlite.schema import SCHEMA_VERSION
 from tests.conftest import fixture_copy
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v5"

@@ -209,7 +209,7 @@ def test_a_sqlite_vec_without_its_chunks_table_counts_no_chunk_and_the_move_ends
         make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the chunks cannot be numbered (another sqlite-vec's layout), the budget counts
     rows only and the re-clustering still ends with every vector in a new cell."""
-    from store import recall as store_recall
+    from store.sqlite import recall as store_recall
 
     env = _grown(make_env, monkeypatch)
     monkeypatch.setattr(store_recall, "VEC_LAST_CHUNK", "SELECT max(rowid) FROM no_such_chunks")
@@ -243,7 +243,7 @@ def test_a_chunk_number_that_goes_down_counts_no_chunk_made(
     """The chunks a move made are read as the newest chunk's number now less before; a number
     that went down (a hand edit, another sqlite-vec's numbering) counts as none made, never
     as fewer than none (which would lower the COMMIT estimate below what the rows cost)."""
-    from store.recall import RecallStore
+    from store.sqlite.recall import RecallStore
 
     env = _grown(make_env, monkeypatch)
     numbers = iter(range(10**6, 0, -1))

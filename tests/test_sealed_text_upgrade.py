@@ -21,7 +21,7 @@ from custody_app import Ledger
 from custody_app.domain.canonical import canonical
 from custody_app.domain.sealed_text import ERASED_TEXT
 from custody_app.evidence.offline import verify_export
-from store.schema import SCHEMA_VERSION
+from store.sqlite.schema import SCHEMA_VERSION
 from tests.conftest import fixture_copy
 from tests.reliability import verify_or_refusal
 

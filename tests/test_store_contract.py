@@ -16,7 +16,7 @@ from custody_app.domain.policy import load_policy
 from custody_app.ledger.facade import Ledger
 from store import LedgerTooNew, NotALedger, open_ledger
 from store.rows import EVENT_COLUMNS
-from store.schema import APPLICATION_ID, SCHEMA_VERSION
+from store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION
 from tests.conftest import REVIEWER, WRITER, Env, day
 from tests.reliability import MARK_REFUSALS, markless_keystore, verify_or_refusal
 

@@ -8,8 +8,8 @@ from unittest.mock import patch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import blocks, scan_many, scrub
-from store.scrub import find_in_file, scan_files
+from store.sqlite import blocks, scan_many, scrub
+from store.sqlite.scrub import find_in_file, scan_files
 
 _bytes = st.lists(st.sampled_from([b"{", b'"', b"a", b"Q", b"7", b"\x00", b"\xf3", b"CV1\x00", b" ",
                                    b"_", b"-"]),

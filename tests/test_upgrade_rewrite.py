@@ -13,9 +13,9 @@ import pytest
 
 from custody_app import Ledger
 from custody_app.core.upgrade import META_KEY, PENDING
-from store.connection import LedgerFile
-from store.rewrite import RewriteOutcome
-from store.schema import SCHEMA_VERSION
+from store.rows import RewriteOutcome
+from store.sqlite.connection import LedgerFile
+from store.sqlite.schema import SCHEMA_VERSION
 from tests.test_sealed_text_upgrade import MANIFEST, TEXTS, holding, old  # noqa: F401
 
 

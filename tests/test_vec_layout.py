@@ -23,10 +23,10 @@ import sqlite_vec
 from custody_app import Ledger
 from custody_app.domain.errors import LedgerError
 from custody_app.recall import matrix as matrix_mod
-from store import open_ledger, recall, recall_search, recall_upgrade
-from store.recall import VEC_COLUMNS, VEC_TABLE, RecallStore
-from store.recall_search import filter_code
-from store.schema import SCHEMA_VERSION
+from store.rows import filter_code
+from store.sqlite import open_ledger, recall, recall_search, recall_upgrade
+from store.sqlite.recall import VEC_COLUMNS, VEC_TABLE, RecallStore
+from store.sqlite.schema import SCHEMA_VERSION
 from tests.conftest import Env, fixture_copy
 
 # What schemas 6 and 7 made.

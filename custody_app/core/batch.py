@@ -18,8 +18,7 @@ from store.rows import EventRow, FactRow, StateRow
 if TYPE_CHECKING:
     from custody_app.keys.writer_keys import WriterKey
     from custody_app.recall.index import RecallIndex
-    from store import LedgerFile
-    from store.projection import FactStore
+    from store import FactStore, LedgerFile
 
 # Kinds a group may hold: events about an existing fact that carry no value and no sealed
 # text, whose fold reads only that fact and its latest state (and writes only those).

@@ -22,7 +22,7 @@ from custody_app.keys import crypto
 from custody_app.keys.keyring import KeyRing
 from custody_app.keys.values import TextCodec
 from store import LedgerFile
-from store.texts import TextRow
+from store.rows import TextRow
 
 Sealed = tuple[str, str, bytes, str]
 """(fact_id, subject_ref, sealed blob, salt): the event_texts row an append adds."""

@@ -10,10 +10,8 @@ from pathlib import Path
 from custody_app.doctor import keys as doctor_keys
 from custody_app.doctor.integrity import check_integrity
 from custody_app.doctor.report import DoctorCheck, DoctorReport, check, loose_mode
-from store import health
+from store import APPLICATION_ID, SCHEMA_VERSION, health, wal_path
 from store.errors import StoreError
-from store.schema import APPLICATION_ID, SCHEMA_VERSION
-from store.scrub import wal_path
 
 __all__ = ["DoctorCheck", "DoctorReport", "diagnose"]
 

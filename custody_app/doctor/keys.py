@@ -16,9 +16,8 @@ from custody_app.keys.keyring import (
     master_path_for,
     public_key_path_for,
 )
-from store import health
+from store import KeyStoreFile, health
 from store.errors import StoreError
-from store.keystore import KeyStoreFile
 
 KEYSTORE_VERSION = health.keystore_version()
 LOOSE = "anyone who can read it can unwrap every key of the ledger (chmod 600; custody-app init " \

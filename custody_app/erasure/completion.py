@@ -17,7 +17,7 @@ from custody_app.erasure.work import ErasureWork
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
-    from store.rewrite import RewriteOutcome
+    from store.rows import RewriteOutcome
 
 NOT_SCANNED = (
     "not scanned for the erased byte strings: the erasure was left pending by another process "

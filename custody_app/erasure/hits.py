@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from custody_app.domain.lifecycle import erased_subject
 from custody_app.erasure.certificate import ScanHit
-from store.locate import Holder, db_page, wal_page
+from store import db_page, wal_page
+from store.rows import Holder
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore

@@ -10,12 +10,12 @@ from custody_app.erasure.certificate import ErasureCertificate, Outcome, PlaceCh
 from custody_app.erasure.hits import classify
 from custody_app.erasure.rewrites import REWRITE_PLACE, rewrite
 from custody_app.erasure.work import MIN_SCAN_BYTES, ErasureWork, keyed_needles
-from store.rewrite import VACUUMED
+from store.rows import VACUUMED
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
-    from store.rewrite import RewriteOutcome
-    from store.scan_many import ManyPlan
+    from store import ManyPlan
+    from store.rows import RewriteOutcome
 
 ERASED = ("forgotten", "expired")
 

@@ -9,9 +9,9 @@ import os
 from typing import TYPE_CHECKING
 
 from custody_app.core.faults import FAULT_ENV, crash_point
+from store import file_size
 from store.errors import StoreError
-from store.rewrite import RewriteOutcome
-from store.scrub import file_size
+from store.rows import RewriteOutcome
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore

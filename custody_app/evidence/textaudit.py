@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from custody_app.core.texts import UNDECRYPTED, UNREAD, text_problem
 from custody_app.domain.sealed_text import BODY_KEY, Texts, UpgradeDigest, is_upgraded
 from custody_app.keys.crypto import Ciphers
-from store.rows import EventRow
-from store.texts import TextRow
+from store.rows import EventRow, TextRow
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore

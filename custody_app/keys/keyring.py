@@ -9,8 +9,9 @@ from pathlib import Path
 from custody_app.domain.errors import LedgerError
 from custody_app.files.output import write_output
 from custody_app.keys import crypto, marks
+from store import KeyStoreFile, open_keystore
 from store.errors import StoreError
-from store.keystore import KeyStoreFile, MarkRow, open_keystore
+from store.rows import MarkRow
 
 MASTER_ENV = "CUSTODY_MASTER_KEY"
 KEYSTORE_ENV = "CUSTODY_KEYSTORE"

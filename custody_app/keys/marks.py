@@ -10,7 +10,8 @@ import hmac
 from collections.abc import Iterator
 
 from custody_app.keys import crypto
-from store.keystore import KeyStoreFile, MarkRow
+from store import KeyStoreFile
+from store.rows import MarkRow
 
 
 def mark_key(master: bytes) -> bytes:

@@ -30,8 +30,7 @@ from custody_app.ledger.readmodels import (
     ReviewPage,
 )
 from custody_app.recall.salience import salience, salience_class
-from store.browse import BeliefRow
-from store.rows import FactRow
+from store.rows import BeliefRow, FactRow
 
 
 def _text(value: object) -> str | None:

@@ -11,8 +11,7 @@ import numpy as np
 
 from custody_app.recall import text
 from custody_app.recall.index import INDEXED, RecallIndex
-from store.recall import vec_row
-from store.rows import FactRow
+from store.rows import FactRow, vec_row
 
 # Vectors are compared with a tolerance: an embedder's float sums may differ in the last bit
 # between a batch of 1 and a batch of many.

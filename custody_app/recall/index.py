@@ -19,8 +19,7 @@ from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from custody_app.recall.removals import BatchedRemovals
 from store import LedgerFile
-from store.recall import VecRow, vec_row
-from store.rows import FactRow
+from store.rows import FactRow, VecRow, vec_row
 
 # Status in the indexes for each fact status; a fact in any other status is not indexed. The
 # status is a column of the vector rows only: the lexical rows hold no status (schema 6), and a

@@ -27,8 +27,7 @@ import numpy.typing as npt
 from custody_app.recall import codes as codes_mod
 from custody_app.recall.heap import give_back_freed_heap
 from store import LedgerFile
-from store.recall import VecRow
-from store.recall_search import filter_code
+from store.rows import VecRow, filter_code
 
 Matrix = npt.NDArray[np.float32]
 

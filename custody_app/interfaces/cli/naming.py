@@ -12,7 +12,7 @@ from pathlib import Path
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.escaping import escape_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV
-from store.schema import APPLICATION_ID
+from store import APPLICATION_ID
 
 # The subcommands that create a ledger path that does not exist (DESIGN 11); the others refuse.
 CREATES = ("init",)

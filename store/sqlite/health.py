@@ -11,15 +11,15 @@ from urllib.parse import quote
 
 import apsw
 
-from store.damage import damage
-from store.erasure import ErasureStore
 from store.errors import NotALedger, StoreError
-from store.keystore import _MIGRATIONS as KEYSTORE_MIGRATIONS
-from store.keystore import GET_META, KEYSTORE_APPLICATION_ID
-from store.opening import configure_pragmas, load_sqlite_vec
-from store.recall import RecallStore
-from store.schema import APPLICATION_ID, MIGRATIONS
-from store.scrub import wal_path
+from store.sqlite.damage import damage
+from store.sqlite.erasure import ErasureStore
+from store.sqlite.keystore import _MIGRATIONS as KEYSTORE_MIGRATIONS
+from store.sqlite.keystore import GET_META, KEYSTORE_APPLICATION_ID
+from store.sqlite.opening import configure_pragmas, load_sqlite_vec
+from store.sqlite.recall import RecallStore
+from store.sqlite.schema import APPLICATION_ID, MIGRATIONS
+from store.sqlite.scrub import wal_path
 
 VEC_VERSION = "SELECT vec_version()"
 TRIGGERS = "SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' ORDER BY name"

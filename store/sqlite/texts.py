@@ -9,7 +9,8 @@ from typing import Any
 import apsw
 
 from store.errors import StoreIntegrityError
-from store.schema import EVENTS_UPDATE_TRIGGER
+from store.rows import TextRow
+from store.sqlite.schema import EVENTS_UPDATE_TRIGGER
 
 INSERT = "INSERT INTO event_texts(seq, fact_id, subject_ref, sealed, salt) VALUES (?, ?, ?, ?, ?)"
 GET = "SELECT fact_id, subject_ref, sealed, salt FROM event_texts WHERE seq = ?"
@@ -36,7 +37,6 @@ SET_META = "INSERT OR REPLACE INTO ledger_meta(key, value) VALUES (?, ?)"
 WITH_TEXT = ("SELECT seq, kind, fact_id, subject, body FROM events WHERE seq > ? AND kind IN "
              "('assert', 'retract', 'confirm', 'reject', 'hold', 'release') ORDER BY seq LIMIT ?")
 
-TextRow = tuple[str, str, bytes | None, str | None]
 
 
 def _text_row(row: Sequence[Any]) -> TextRow:

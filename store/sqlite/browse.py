@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 
 import apsw
 
-from store.rows import FACT_COLUMNS, FactRow
+from store.rows import FACT_COLUMNS, BeliefRow, FactRow
 
 _FCOLS = ", ".join(f"f.{c}" for c in FACT_COLUMNS)
 EVENT_TX_AT = "SELECT tx_at FROM events WHERE seq = ?"
@@ -40,27 +39,6 @@ WITH RECURSIVE s(space, n) AS (
 SELECT space FROM s WHERE space IS NOT NULL"""
 
 
-@dataclass(slots=True, frozen=True)
-class BeliefRow:
-    """One fact as of event `seq` (state then) beside its state now, for the beliefs screen."""
-
-    assert_seq: int
-    fact_id: str
-    subject: str
-    predicate: str
-    space: str
-    value: bytes | None
-    actor: str
-    valid_from: str
-    status_then: str | None
-    live_then: int
-    rank_then: int
-    vto_then: str | None
-    status_now: str
-    live_now: int
-    rank_now: int
-    vto_now: str | None
-    held: int
 
 
 def _state(alias: str, bound: str) -> str:

@@ -11,27 +11,27 @@ from contextlib import contextmanager
 import apsw
 import apsw.bestpractice
 
-from store.actions import ActionStore
-from store.browse import BrowseStore
-from store.checkpointer import Checkpointer
-from store.damage import LedgerDamaged, damage
-from store.erasure import ErasureStore
 from store.errors import StoreBusy, StoreError, StoreFull
-from store.events import EventStore
-from store.locate import Locator
-from store.policies import PolicyStore
-from store.projection import FactStore
-from store.recall import RecallStore
-from store.rewrite import Hook, RewriteOutcome, rewrite_file
-from store.scrub import (
+from store.sqlite.actions import ActionStore
+from store.sqlite.browse import BrowseStore
+from store.sqlite.checkpointer import Checkpointer
+from store.sqlite.damage import LedgerDamaged, damage
+from store.sqlite.erasure import ErasureStore
+from store.sqlite.events import EventStore
+from store.sqlite.locate import Locator
+from store.sqlite.policies import PolicyStore
+from store.sqlite.projection import FactStore
+from store.sqlite.recall import RecallStore
+from store.sqlite.rewrite import Hook, RewriteOutcome, rewrite_file
+from store.sqlite.scrub import (
     CHECKPOINT_DELAYS,
     CheckpointOutcome,
     checkpoint_truncate,
     scan_files,
     wal_path,
 )
-from store.sessions import SessionStore
-from store.texts import TextStore
+from store.sqlite.sessions import SessionStore
+from store.sqlite.texts import TextStore
 
 FULL_MESSAGE = ("the disk is full (or the ledger reached its page limit): the write was rolled "
                 "back and nothing of it was stored")

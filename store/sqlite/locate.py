@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import ahocorasick_rs
 import apsw
 
-from store.scan_many import ManyPlan
-from store.scrub import find_in_file, fragment_of, plan_many, wal_path
+from store.rows import Holder
+from store.sqlite.scan_many import ManyPlan
+from store.sqlite.scrub import find_in_file, fragment_of, plan_many, wal_path
 
 TABLES = ("SELECT name, sql FROM sqlite_schema WHERE type = 'table' "
           "AND name NOT LIKE 'sqlite_%' ORDER BY name")
@@ -38,15 +38,6 @@ WAL_HEADER = 32
 WAL_FRAME_HEADER = 24
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """A live row whose columns contain the bytes: its table, key, and the fact it is about."""
-
-    table: str
-    column: str
-    key: str
-    fact_id: str | None
-    subject: str | None
 
 
 def _quote(name: str) -> str:

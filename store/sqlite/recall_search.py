@@ -3,9 +3,9 @@ by cell), and the document frequencies that weigh query terms."""
 
 from __future__ import annotations
 
-import hashlib
-
 import apsw
+
+from store.rows import filter_code
 
 DOC_FREQ = "SELECT doc FROM recall_vocab WHERE term = ?"
 DATA_VERSION = "PRAGMA data_version"
@@ -24,13 +24,6 @@ FTS_SEARCH_LIVE = ("SELECT rowid, bm25(recall_fts, 1.0, 0.0) FROM recall_fts WHE
 FTS_AVERAGES = "SELECT block FROM recall_fts_data WHERE id = 1"
 
 
-def filter_code(kind: str, value: str) -> int:
-    """The vector table's code of a filter value: `kind` "space" (a space's name) or "subject"
-    (a subject's keyed reference, never the subject itself), as a signed 64-bit integer from
-    its hash. Two values may share a code, however unlikely: a KNN filtered by code may return
-    another space's or subject's row, so the reader checks the fact itself (recall's hydrate)."""
-    digest = hashlib.blake2b(f"{kind}:{value}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
 
 
 class RecallSearch:

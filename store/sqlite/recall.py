@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterator, Sequence
 import apsw
 
 from store.errors import StoreFull
-from store.recall_hits import RecallHits
-from store.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
-from store.recall_search import RecallSearch, filter_code
+from store.rows import VecRow, vec_row
+from store.sqlite.recall_hits import RecallHits
+from store.sqlite.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
+from store.sqlite.recall_search import RecallSearch
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
 # for the space and subject tokens (which never change for a fact) so those filters act inside
@@ -80,15 +81,9 @@ VEC_TABLE = ("vec0(fact_seq integer primary key, "
              # Chunks of 256 vectors: every insert rewrites a chunk's blob, and at the default
              # 1024 that cost 200 us per 1024-dim insert here.
              "chunk_size=256)")
-VecRow = tuple[int, int, bytes, str, int, int]  # fact_seq, cell, vector, status, space/subject codes
 StoredVec = tuple[int, bytes, str, int, int]  # fact_seq, vector, status, space/subject codes
 
 
-def vec_row(fact_seq: int, cell: int, vector: bytes, status: str, space: str,
-            subject_ref: str) -> VecRow:
-    """The vector table's row of a fact."""
-    return (fact_seq, cell, vector, status, filter_code("space", space),
-            filter_code("subject", subject_ref))
 
 
 VEC_DELETE = "DELETE FROM recall_vec WHERE fact_seq = ?"

@@ -12,6 +12,7 @@ import apsw
 import apsw.bestpractice
 
 from store.errors import LedgerTooNew, NotALedger, StoreError, StoreFull
+from store.rows import MarkRow
 
 KEYSTORE_APPLICATION_ID = 0x4355534B  # 'CUSK'
 
@@ -128,7 +129,6 @@ FOREIGN_TABLES = "SELECT 1 FROM sqlite_schema LIMIT 1"
 
 KeyRow = tuple[int, bytes | None, str, str | None]
 # (n, seq, head hash, at, accepted, mac or None)
-MarkRow = tuple[int, int, str, str, bool, str | None]
 _KEYS_FULL = "the disk is full: the key store write was rolled back"
 
 

@@ -11,8 +11,8 @@ from io import RawIOBase
 import ahocorasick_rs
 import apsw
 
-from store.blocks import in_ranges, windows
-from store.scan_many import ManyPlan, find_many, plan_for
+from store.sqlite.blocks import in_ranges, windows
+from store.sqlite.scan_many import ManyPlan, find_many, plan_for
 
 # Backoff while a reader blocks the checkpoint: about 0.6 s in all, then report it pending.
 CHECKPOINT_DELAYS = (0.0, 0.01, 0.02, 0.04, 0.08, 0.16, 0.3)

@@ -11,10 +11,10 @@ import apsw
 import apsw.bestpractice
 import sqlite_vec
 
-from store.connection import LedgerFile, begin_immediate
 from store.errors import LedgerTooNew, NotALedger, StoreError
-from store.recall_upgrade import drop_status_scope, recode_vec_table
-from store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from store.sqlite.connection import LedgerFile, begin_immediate
+from store.sqlite.recall_upgrade import drop_status_scope, recode_vec_table
+from store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5000
 LEDGER_ID_PUT = ("INSERT OR IGNORE INTO ledger_meta(key, value) "

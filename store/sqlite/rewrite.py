@@ -6,26 +6,15 @@ moved away survive (and outlive their later deletion)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import apsw
 
-from store.scrub import CHECKPOINT_DELAYS, checkpoint_truncate, file_size
-
-
-@dataclass(frozen=True, slots=True)
-class RewriteOutcome:
-    complete: bool  # the checkpoint after the VACUUM completed: the old pages are overwritten
-    bytes_before: int
-    bytes_after: int
-    detail: str
-
+from store.rows import VACUUMED, RewriteOutcome
+from store.sqlite.scrub import CHECKPOINT_DELAYS, checkpoint_truncate, file_size
 
 # VM steps between calls of `during` while the VACUUM runs (a crash trial kills it there).
 PROGRESS_STEPS = 20_000
 Hook = Callable[[], None]
-# How an outcome's detail begins when the VACUUM ran but its checkpoint did not complete.
-VACUUMED = "VACUUM done, but"
 
 
 def rewrite_file(conn: apsw.Connection, db_path: str,

@@ -12,7 +12,7 @@ from io import RawIOBase
 import ahocorasick_rs
 import numpy as np
 
-from store.blocks import in_ranges, windows
+from store.sqlite.blocks import in_ranges, windows
 
 # The fragment of each needle in that search: short keeps the automaton small (119k needles of
 # a 20k-fact sweep: built in 0.68-0.73 s at 12 bytes, 0.93-1.17 s at 16, the search as fast).

@@ -276,7 +276,7 @@ UPDATE ledger_meta SET value = value WHERE 0;
 """
 
 # Issue 17. The vector table's space and subject filters become 64-bit integer codes
-# (`store.recall_search.filter_code`): sqlite-vec 0.1.9 leaks the SQL of every text metadata value over
+# (`store.rows.filter_code`): sqlite-vec 0.1.9 leaks the SQL of every text metadata value over
 # 12 bytes it writes, and a subject reference is 64 characters. The same copy as schema 7 (which
 # already writes this layout; this step then finds the table current).
 V8 = """

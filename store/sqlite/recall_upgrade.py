@@ -8,9 +8,9 @@ import os
 
 import apsw
 
-from store.recall import FTS_TABLE, LAYOUT, VEC_COLUMNS, VEC_TABLE, VOCAB
-from store.recall_meta import META_GET, META_PUT, VEC_VERSION
-from store.recall_search import filter_code
+from store.rows import filter_code
+from store.sqlite.recall import FTS_TABLE, LAYOUT, VEC_COLUMNS, VEC_TABLE, VOCAB
+from store.sqlite.recall_meta import META_GET, META_PUT, VEC_VERSION
 
 # The layouts the upgrade copies from: "ivf-l2-1" had the auxiliary `+embedder text` column
 # (schema 6 and older), "ivf-l2-2" the space and the subject reference as text (schema 7).
