@@ -12,6 +12,7 @@ import apsw
 import apsw.bestpractice
 
 from store.errors import StoreBusy, StoreError, StoreFull
+from store.rows import RewriteOutcome
 from store.sqlite.actions import ActionStore
 from store.sqlite.browse import BrowseStore
 from store.sqlite.checkpointer import Checkpointer
@@ -22,7 +23,7 @@ from store.sqlite.locate import Locator
 from store.sqlite.policies import PolicyStore
 from store.sqlite.projection import FactStore
 from store.sqlite.recall import RecallStore
-from store.sqlite.rewrite import Hook, RewriteOutcome, rewrite_file
+from store.sqlite.rewrite import Hook, rewrite_file
 from store.sqlite.scrub import (
     CHECKPOINT_DELAYS,
     CheckpointOutcome,
