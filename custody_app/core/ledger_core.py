@@ -30,12 +30,13 @@ from custody_app.domain.readmodels import RebuildResult
 from custody_app.domain.timeutil import Clock, WallClock, format_time
 from custody_app.files.output import require_regular
 from custody_app.keys import writer_keys
-from custody_app.keys.keyring import KeyRing, keystore_path_for, master_from_env
+from custody_app.keys.keyring import KeyRing, keystore_exists, keystore_path_for, master_from_env
 from custody_app.keys.values import ValueCodec
 from custody_app.keys.writer_keys import WriterKey
 from custody_app.recall.embedders import Embedder
 from custody_app.recall.index import RecallIndex
 from store import LedgerFile, StoreError, open_ledger
+from store.address import address_of
 from store.rows import EventRow, FactRow
 
 SYSTEM_ACTOR = "system:custody"
@@ -124,8 +125,11 @@ class LedgerCore:
         loaded = (policy if isinstance(policy, LoadedPolicy)
                   else None if policy is None else load_policy(policy))
         master_from_env()  # a malformed master key is refused before any file is created
-        require_regular(path, "ledger", "ledger_unopenable")
-        require_regular(keystore_path_for(path, keystore), "key store", "keystore_unopenable")
+        for own, what, code in ((address_of(path).own_file(), "ledger", "ledger_unopenable"),
+                                (address_of(keystore_path_for(path, keystore)).own_file(),
+                                 "key store", "keystore_unopenable")):
+            if own is not None:
+                require_regular(own, what, code)
         try:
             db = open_ledger(path, readonly=readonly or immutable, immutable=immutable)
             readonly = readonly or immutable
@@ -143,7 +147,7 @@ class LedgerCore:
                     # Reads (verify above all, to name the edit) go on under the shipped
                     # default; a write that would record a policy is refused (_record_policy).
                     loaded, refusal = load_policy(None), exc
-            if not readonly or keystore_path_for(path, keystore).exists():
+            if not readonly or keystore_exists(keystore_path_for(path, keystore)):
                 keys = KeyRing.open(path, keystore)
             if keys is not None:
                 check_high_water(db, keys, str(path), readonly=readonly)

@@ -24,7 +24,7 @@ LOOSE = "anyone who can read it can unwrap every key of the ledger (chmod 600; c
         "sets 0600)"
 
 
-def _keystore(path: Path) -> tuple[DoctorCheck, health.Inspection | None]:
+def _keystore(path: str | Path) -> tuple[DoctorCheck, health.Inspection | None]:
     if not path.exists():
         return check("key-store", "FAIL", f"the key store {path} does not exist: the ledger's "
                      "values cannot be read, and a read-write open would start an empty one "
@@ -49,7 +49,7 @@ def _keystore(path: Path) -> tuple[DoctorCheck, health.Inspection | None]:
                  f"{len(expected)} write-once triggers."), store
 
 
-def _master(keystore: Path, store: health.Inspection | None) -> tuple[DoctorCheck, bytes | None]:
+def _master(keystore: str | Path, store: health.Inspection | None) -> tuple[DoctorCheck, bytes | None]:
     from_env = bool(os.environ.get(MASTER_ENV))
     path = master_path_for(keystore)
     where = f"${MASTER_ENV}" if from_env else str(path)
@@ -79,7 +79,7 @@ def _master(keystore: Path, store: health.Inspection | None) -> tuple[DoctorChec
                  f"store {keystore}."), master
 
 
-def _slot(name: str, label: str, store: health.Inspection | None, keystore: Path,
+def _slot(name: str, label: str, store: health.Inspection | None, keystore: str | Path,
           master: bytes | None) -> tuple[DoctorCheck | None, bytes | None]:
     """A named key of the key store, unwrapped; or the check saying why it cannot be."""
     if store is None:
@@ -99,14 +99,14 @@ def _slot(name: str, label: str, store: health.Inspection | None, keystore: Path
                      "key: it was damaged or replaced."), None
 
 
-def _forget(store: health.Inspection | None, keystore: Path, master: bytes | None) -> DoctorCheck:
+def _forget(store: health.Inspection | None, keystore: str | Path, master: bytes | None) -> DoctorCheck:
     failed, _ = _slot("forget-key", "forget key", store, keystore, master)
     return failed or check("forget-key", "ok", f"the forget key (digests of values forgotten "
                            "before digests were keyed per subject) is in the key store "
                            f"{keystore}, outside the ledger, and unwraps.")
 
 
-def _signing(ledger: str, store: health.Inspection | None, keystore: Path,
+def _signing(ledger: str, store: health.Inspection | None, keystore: str | Path,
              master: bytes | None) -> DoctorCheck:
     failed, raw = _slot("signing-key", "signing key", store, keystore, master)
     if failed is not None or raw is None:
@@ -152,7 +152,7 @@ def _match(ledger: str, sample: tuple[int, str, str] | None, store: health.Inspe
                  f"event {seq} in {ledger}: it is this ledger's key store.")
 
 
-def _marks(store: health.Inspection | None, keystore: Path, master: bytes | None) -> DoctorCheck:
+def _marks(store: health.Inspection | None, keystore: str | Path, master: bytes | None) -> DoctorCheck:
     """Every mark row's MAC (DESIGN 14): a row that fails it is named, and never trusted."""
     if store is None or master is None:
         return check("ledger-marks", "warn", f"the marks of the key store {keystore} cannot be "
@@ -173,7 +173,7 @@ def _marks(store: health.Inspection | None, keystore: Path, master: bytes | None
                  "carries a valid MAC under the master key.")
 
 
-def _rotation(store: health.Inspection | None, keystore: Path) -> DoctorCheck:
+def _rotation(store: health.Inspection | None, keystore: str | Path) -> DoctorCheck:
     """A rotate-index-key cut short leaves its intent (the new key) in the key store."""
     if store is not None and store.meta("index_next") is not None:
         return check("index-key", "warn", f"a rotation of the word index key in {keystore} was "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from custody_app.domain.errors import LedgerError
+from store.address import address_of
 
 SECRET_MODE = 0o600
 PUBLIC_MODE = 0o644
@@ -31,11 +32,14 @@ _SQLITE_WHY = "it is a SQLite database (a ledger or key store)"
 def ledger_files(ledger: str | Path, keystore: str | Path | None = None) -> list[Path]:
     """A ledger's own files: the database, its WAL, SHM and journal, its key store, master key
     and public key; none of them may be an output."""
-    base = str(ledger)
-    found = [Path(base), *(Path(base + suffix) for suffix in _PROTECTED_SUFFIXES)]
+    own = address_of(ledger)
+    found = [own.sibling(suffix) for suffix in ("", *_PROTECTED_SUFFIXES)
+             if suffix or own.own_file() is not None]
     if keystore is not None:
-        found += [Path(keystore), Path(f"{keystore}.master"), Path(f"{keystore}-wal"),
-                  Path(f"{keystore}-shm"), Path(f"{keystore}-journal")]
+        store = address_of(keystore)
+        found.append(store.master_key_file())
+        if (file := store.own_file()) is not None:
+            found += [Path(file), *(Path(f"{file}{suffix}") for suffix in _SIDECARS)]
     return found
 
 

@@ -10,6 +10,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.files.output import write_output
 from custody_app.keys import crypto, marks
 from store import KeyStoreFile, open_keystore
+from store.address import address_of
 from store.errors import StoreError
 from store.rows import MarkRow
 
@@ -20,24 +21,30 @@ KEYSTORE_ENV = "CUSTODY_KEYSTORE"
 CACHED_SUBJECTS = 65_536
 
 
-def keystore_path_for(ledger_path: str | Path, keystore: str | Path | None = None) -> Path:
-    """`--keystore`, else $CUSTODY_KEYSTORE, else `<ledger>.keys` beside the ledger."""
+def keystore_path_for(ledger_path: str | Path, keystore: str | Path | None = None) -> str:
+    """`--keystore`, else $CUSTODY_KEYSTORE, else the ledger's own (`<ledger>.keys` beside a
+    file ledger; the server ledger's database for a server ledger)."""
     chosen = keystore or os.environ.get(KEYSTORE_ENV)
-    return Path(chosen) if chosen else Path(f"{ledger_path}.keys")
+    return str(chosen) if chosen else address_of(ledger_path).default_keystore()
 
 
-def master_path_for(keystore: Path) -> Path:
-    return Path(f"{keystore}.master")
+def keystore_exists(keystore: str | Path) -> bool:
+    return address_of(keystore).exists()
+
+
+def master_path_for(keystore: str | Path) -> Path:
+    return address_of(keystore).master_key_file()
 
 
 def public_key_path_for(ledger_path: str | Path) -> Path:
-    return Path(f"{ledger_path}.pub")
+    return address_of(ledger_path).sibling(".pub")
 
 
 def write_public_key(ledger_path: str | Path, pem: str) -> Path:
     """`<ledger>.pub` (0644), written once: an existing file holding this key is kept, and one
     holding anything else is never replaced (`output_protected`)."""
     path = public_key_path_for(ledger_path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         if path.is_file() and path.read_text(encoding="utf-8") == pem:
             return path
@@ -49,6 +56,8 @@ def write_public_key(ledger_path: str | Path, pem: str) -> Path:
 def _write_secret(path: Path, data: bytes) -> None:
     """Create `path` (0600) holding `data`, all or nothing: a process killed half-way leaves no
     empty key file behind (that would make the ledger unopenable). Never replaces a file."""
+    # A server ledger's local key files live in a per-user folder made on first use (0700).
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
     try:
@@ -75,7 +84,7 @@ def master_from_env() -> bytes | None:
     return key
 
 
-def load_master(keystore: Path, *, create: bool) -> bytes:
+def load_master(keystore: str | Path, *, create: bool) -> bytes:
     """The master key: $CUSTODY_MASTER_KEY (64 hex digits), else the key file beside the store."""
     env = master_from_env()
     if env is not None:

@@ -19,6 +19,7 @@ from custody_app.evidence.packs import EvidencePack, build_pack, pack_text
 from custody_app.evidence.readmodels import ActionAccount, ActionsResult, BlastResult, ExplainResult
 from custody_app.files.output import ledger_files, write_output
 from custody_app.ledger.browse import BrowseReads
+from store.address import address_of
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -55,7 +56,7 @@ class EvidenceViews(BrowseReads):
     def pack_beside(self, fact_id: str) -> tuple[Path, EvidencePack]:
         """The terminal app's pack export: `pack-FACT.json` in the ledger's folder, or the first
         `pack-FACT-N.json` that does not exist yet (an earlier pack is never replaced)."""
-        folder = Path(self.db.path).resolve().parent
+        folder = address_of(self.db.path).folder()
         for n in range(1, 1000):
             target = folder / (f"pack-{fact_id}.json" if n == 1 else f"pack-{fact_id}-{n}.json")
             if not os.path.lexists(target):

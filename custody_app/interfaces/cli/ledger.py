@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -64,7 +63,7 @@ def _init(ledger: Ledger, args: argparse.Namespace) -> int:
     pem = ledger.keys.public_pem()
     _ = ledger.keys.forget_key
     pub = write_public_key(ledger.db.path, pem)
-    files = [ledger.db.path, ledger.keys.path, str(master_path_for(Path(ledger.keys.path)))]
+    files = [ledger.db.path, ledger.keys.path, str(master_path_for(ledger.keys.path))]
     for path in files:
         if os.path.exists(path):
             os.chmod(path, 0o600)

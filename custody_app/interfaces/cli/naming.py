@@ -13,6 +13,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.escaping import escape_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV
 from store import APPLICATION_ID
+from store.address import address_of
 
 # The subcommands that create a ledger path that does not exist (DESIGN 11); the others refuse.
 CREATES = ("init",)
@@ -61,7 +62,7 @@ def _similar_files(path: str, n: int = 2) -> list[str]:
 
 def missing_ledger(path: str) -> LedgerError:
     """A ledger that does not exist, with how to name one (and a close existing name, if any)."""
-    close = _similar_files(path)
+    close = _similar_files(path) if address_of(path).own_file() is not None else []
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     return LedgerError("ledger_missing", f"no ledger at {path}; {hint}name one with --ledger PATH "
                        f"(or ${LEDGER_ENV}; default ./{DEFAULT_LEDGER}), create one with "
@@ -73,7 +74,7 @@ def refuse_missing(path: str, *, create: bool = False) -> LedgerError | None:
     """Why `path` may not be opened as a ledger by a command that does not create one (DESIGN
     11 and 14: only init, --demo and an explicit --create do), else None. A symbolic link to
     nothing is refused even with --create: creating through it would write elsewhere."""
-    if os.path.exists(path):
+    if address_of(path).exists():
         return None
     if os.path.islink(path):
         return LedgerError("ledger_missing", f"no ledger at {path}: it is a symbolic link to "

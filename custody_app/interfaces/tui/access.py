@@ -15,6 +15,7 @@ from custody_app.domain.models import ACTOR_KINDS
 from custody_app.domain.policy import LoadedPolicy, load_policy
 from custody_app.domain.timeutil import Clock
 from custody_app.ledger.facade import Ledger
+from store.address import address_of
 
 REVIEWER_ENV = "CUSTODY_REVIEWER"
 CONFIG_ENV = "CUSTODY_CONFIG"
@@ -99,7 +100,7 @@ class LedgerAccess:
     @property
     def watched_files(self) -> list[str]:
         """The files whose change means the open screen must refresh."""
-        files = [self.path, f"{self.path}-wal"]
+        files = address_of(self.path).watched_files()
         if self.policy_path is not None:
-            files.append(self.policy_path)
-        return [os.path.abspath(f) for f in files]
+            files.append(os.path.abspath(self.policy_path))
+        return files

@@ -1,0 +1,123 @@
+"""Where a ledger lives, as the layers above see it: a file path (SQLite) or a `postgresql://`
+URL (a team ledger on a server). The code above never asks which: it asks an address what it
+needs (whether the ledger exists, the local files named after it, what to print, what to watch),
+and the answer differs here, in the store, not up there.
+
+- A **file** ledger's own files sit beside it (`<ledger>-wal`, `<ledger>.keys`, `<ledger>.pub`).
+- A **server** ledger has no file: its key store lives in the same database (its own schema),
+  and the few local files a host keeps for it (the master key when not in the environment, the
+  published public key) live in a per-user folder named after the server, database and schema:
+  `$XDG_DATA_HOME/custody-app/servers/<host>-<port>-<database>-<schema>/` (default
+  `~/.local/share/...`). What it prints never carries a password.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
+
+SERVER_SCHEMES = ("postgresql", "postgres")
+DEFAULT_SCHEMA = "custody"
+# A server's local folder name keeps only these characters (a hostile URL names no path).
+_SAFE = re.compile(r"[^A-Za-z0-9_.]+")
+
+
+def is_server_text(text: str | os.PathLike[str]) -> bool:
+    """Whether a ledger address names a server (`postgresql://...`), not a file."""
+    head = str(text).split(":", 1)[0].lower()
+    return str(text).lower().startswith(tuple(f"{s}://" for s in SERVER_SCHEMES)) and \
+        head in SERVER_SCHEMES
+
+
+@dataclass(frozen=True)
+class LedgerAddress:
+    """One ledger's address: `text` as given (a path, or a URL with its password)."""
+
+    text: str
+
+    @property
+    def server(self) -> bool:
+        return is_server_text(self.text)
+
+    @property
+    def display(self) -> str:
+        """The address as printed: a URL without its password (user, host, port, database and
+        the schema kept), a path as given."""
+        if not self.server:
+            return self.text
+        parts = urlsplit(self.text)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, host = netloc.rsplit("@", 1)
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}@{host}"
+        query = "&".join(f"{k}={quote(v[-1], safe='/')}"
+                         for k, v in parse_qs(parts.query, keep_blank_values=True).items()
+                         if k.lower() not in ("password", "passfile", "sslpassword"))
+        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+    @property
+    def schema(self) -> str:
+        """The server ledger's schema (`?schema=NAME`, default `custody`)."""
+        values = parse_qs(urlsplit(self.text).query).get("schema")
+        return values[-1] if values else DEFAULT_SCHEMA
+
+    def _server_folder(self) -> Path:
+        parts = urlsplit(self.text)
+        query = parse_qs(parts.query)
+        host = parts.hostname or (query.get("host", ["local"])[-1])
+        port = str(parts.port or query.get("port", ["5432"])[-1])
+        database = unquote(parts.path.lstrip("/")) or "postgres"
+        name = "-".join(_SAFE.sub("_", p).strip("._") or "_"
+                        for p in (host, port, database, self.schema))
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+        return Path(base) / "custody-app" / "servers" / name
+
+    def sibling(self, suffix: str) -> Path:
+        """The local file named after the ledger with `suffix` (`.pub`, `.keys`...): beside a
+        file ledger; in the server's folder for a server ledger."""
+        if self.server:
+            return self._server_folder() / f"ledger{suffix}"
+        return Path(f"{self.text}{suffix}")
+
+    def folder(self) -> Path:
+        """Where a command writes its outputs when not told: beside a file ledger; the working
+        folder for a server ledger."""
+        if self.server:
+            return Path.cwd()
+        return Path(self.text).resolve().parent
+
+    def default_keystore(self) -> str:
+        """The key store's address when none is named: `<ledger>.keys` beside a file ledger;
+        the server ledger's own database (its key store schema) for a server ledger."""
+        return self.text if self.server else f"{self.text}.keys"
+
+    def master_key_file(self) -> Path:
+        """The master key file of this key store address (when `$CUSTODY_MASTER_KEY` is unset)."""
+        return self.sibling(".master") if self.server else Path(f"{self.text}.master")
+
+    def own_file(self) -> str | None:
+        """The ledger's own file (None for a server ledger, which has none)."""
+        return None if self.server else self.text
+
+    def exists(self) -> bool:
+        """Whether a ledger is there (a server is asked: its schema holds a ledger)."""
+        if not self.server:
+            return os.path.exists(self.text)
+        from store import ledger_exists  # the factory: this module imports no backend
+
+        return ledger_exists(self.text)
+
+    def watched_files(self) -> list[str]:
+        """The local files whose change means the ledger changed (none for a server: a reader
+        polls, or listens, instead)."""
+        if self.server:
+            return []
+        return [os.path.abspath(self.text), os.path.abspath(f"{self.text}-wal")]
+
+
+def address_of(text: str | os.PathLike[str] | LedgerAddress) -> LedgerAddress:
+    return text if isinstance(text, LedgerAddress) else LedgerAddress(os.fspath(text))
