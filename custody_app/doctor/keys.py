@@ -188,7 +188,7 @@ def check_keys(ledger: str, keystore: str | Path | None,
     """The key store beside the ledger (or where `keystore`/$CUSTODY_KEYSTORE says), its master
     key, the forget and signing keys inside it, and that it is this ledger's (`sample`: the
     newest assert with its subject, from the ledger)."""
-    path = keystore_path_for(ledger, keystore)
+    path = Path(keystore_path_for(ledger, keystore))
     store = None
     try:
         first, store = _keystore(path)
