@@ -1,19 +1,51 @@
-"""The store: all database code, one folder per backend (`store/sqlite/`, later
-`store/postgres/`) behind one port. `custody_app/` imports only this package's face, `store.rows`
+"""The store: all database code, one folder per backend (`store/sqlite/`, `store/postgres/`)
+behind one port (`store.port`). `custody_app/` imports only this package's face, `store.rows`
 (the plain row types every backend hands up) and `store.errors`; never a backend's own modules
 (the import-linter contracts in pyproject.toml say so)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError
 from store.sqlite import health
 from store.sqlite.connection import LedgerFile
 from store.sqlite.keystore import KeyStoreFile, open_keystore
 from store.sqlite.locate import db_page, wal_page
-from store.sqlite.opening import open_ledger
+from store.sqlite.opening import open_ledger as open_sqlite_ledger
 from store.sqlite.projection import FactStore
 from store.sqlite.scan_many import ManyPlan
 from store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION
 from store.sqlite.scrub import file_size, wal_path
 
+SERVER_SCHEMES = ("postgresql://", "postgres://")
+CLIENT_MISSING = ("a postgresql:// ledger needs the PostgreSQL client: "
+                  "pip install 'custody-app[postgres]'")
+
+
+def is_server_address(address: str | Path) -> bool:
+    """Whether `address` names a ledger on a PostgreSQL server (else it is a SQLite file)."""
+    return isinstance(address, str) and address.lower().startswith(SERVER_SCHEMES)
+
+
+def open_ledger(address: str | Path, *, readonly: bool = False, immutable: bool = False,
+                create: bool = False) -> Any:
+    """Open the ledger at `address`: a `postgresql://` (or `postgres://`) URL is a ledger on a
+    server (store.postgres: refused when missing unless `create`), anything else a SQLite file
+    (made when missing, whatever `create` says, as it always was). The PostgreSQL backend is
+    imported here, only for a server address, so an install without psycopg never loads it."""
+    if not is_server_address(address):
+        return open_sqlite_ledger(address, readonly=readonly, immutable=immutable)
+    try:
+        from store.postgres.opening import open_ledger as open_server_ledger
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "psycopg":
+            raise
+        raise StoreError(CLIENT_MISSING, "postgres_client_missing") from None
+    return open_server_ledger(str(address), readonly=readonly, immutable=immutable, create=create)
+
+
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "FactStore", "KeyStoreFile", "LedgerFile", "LedgerTooNew",
            "ManyPlan", "NotALedger", "StoreBusy", "StoreError", "db_page", "file_size", "health",
-           "open_keystore", "open_ledger", "wal_page", "wal_path"]
+           "is_server_address", "open_keystore", "open_ledger", "wal_page", "wal_path"]
