@@ -48,13 +48,14 @@ def parse_address(url: str) -> tuple[str, str, str]:
         raise StoreError(f"the ledger address names the schema {schema!r}: a schema name is "
                          "lower-case letters, digits and _", "ledger_unopenable")
     kept = [(k, v) for k, v in query if k != "schema"]
-    conninfo = urlunsplit(parts._replace(query=urlencode(kept)))
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), parts.fragment))
     netloc = parts.netloc
     if "@" in netloc:
         user, _, host = netloc.rpartition("@")
         netloc = f"{user.split(':', 1)[0]}@{host}"
     shown_query = [(k, v) for k, v in query if k != "password"]
-    shown = urlunsplit(parts._replace(netloc=netloc, query=urlencode(shown_query, safe="/")))
+    shown = urlunsplit((parts.scheme, netloc, parts.path, urlencode(shown_query, safe="/"),
+                       parts.fragment))
     return conninfo, schema, shown
 
 
