@@ -90,6 +90,32 @@ def test_a_missing_ledger_is_refused_unless_created(pg_url: str) -> None:
         again.close()
 
 
+def test_concurrent_creates_make_one_ledger(pg_url: str) -> None:
+    """`init` run three times at once (three sessions): the advisory lock and the re-read
+    under it make one schema."""
+    failed: list[BaseException] = []
+    opened: list[Any] = []
+
+    def create() -> None:
+        try:
+            opened.append(open_ledger(pg_url, create=True))
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for db in opened:
+        db.close()
+    assert not failed, failed
+    with raw(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM schema_version").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM ledger_meta WHERE key = 'ledger_id'"
+                            ).fetchone() == (1,)
+
+
 def test_a_readonly_ledger_refuses_writes(pg: PgLedger, pg_url: str) -> None:
     reader = open_ledger(pg_url, readonly=True)
     try:
