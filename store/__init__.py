@@ -5,6 +5,8 @@ behind one port (`store.port`). `custody_app/` imports only this package's face,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +39,31 @@ def open_ledger(address: str | Path, *, readonly: bool = False, immutable: bool 
     imported here, only for a server address, so an install without psycopg never loads it."""
     if not is_server_address(address):
         return open_sqlite_ledger(address, readonly=readonly, immutable=immutable)
-    try:
+    with _server_client():
         from store.postgres.opening import open_ledger as open_server_ledger
+    return open_server_ledger(str(address), readonly=readonly, immutable=immutable, create=create)
+
+
+def server_health(address: str) -> Any:
+    """What `doctor` reports for a ledger on a server (store.postgres.health.ServerHealth: the
+    server and pgvector versions, the schema version, the append-only triggers, the role's
+    rights), read without changing anything."""
+    with _server_client():
+        from store.postgres.health import inspect_server
+    return inspect_server(address)
+
+
+@contextmanager
+def _server_client() -> Iterator[None]:
+    """Import the PostgreSQL backend; without psycopg, a StoreError naming the extra."""
+    try:
+        yield
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] != "psycopg":
             raise
         raise StoreError(CLIENT_MISSING, "postgres_client_missing") from None
-    return open_server_ledger(str(address), readonly=readonly, immutable=immutable, create=create)
 
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "FactStore", "KeyStoreFile", "LedgerFile", "LedgerTooNew",
            "ManyPlan", "NotALedger", "StoreBusy", "StoreError", "db_page", "file_size", "health",
-           "is_server_address", "open_keystore", "open_ledger", "wal_page", "wal_path"]
+           "is_server_address", "open_keystore", "open_ledger", "server_health", "wal_page", "wal_path"]

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from store import open_ledger
+from store import open_ledger, server_health
 from store.errors import NotALedger
 from store.postgres.health import expected_triggers, inspect_server
 from store.postgres.schema import SCHEMA_VERSION
@@ -29,6 +29,7 @@ def as_role(url: str, role: str) -> str:
 def test_a_fresh_ledger_reports_its_versions_and_triggers(pg_url: str) -> None:
     open_ledger(pg_url, create=True).close()
     health = inspect_server(pg_url)
+    assert server_health(pg_url) == health  # the port's face, for the doctor
     assert health.schema == "custody" and health.schema_version == SCHEMA_VERSION
     assert health.server_version.split(".")[0].isdigit()
     assert int(health.server_version.split(".")[0]) >= 15

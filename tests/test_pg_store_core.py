@@ -466,13 +466,15 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_without_psycopg_a_server_address_names_the_extra(tmp_path: Path) -> None:
     code = ("import sys; sys.modules['psycopg'] = None\n"
-            "from store import open_ledger, StoreError\n"
+            "from store import open_ledger, server_health, StoreError\n"
             f"open_ledger({str(tmp_path / 'a.db')!r}).close()\n"
-            "try:\n    open_ledger('postgresql://u@h/db')\n"
-            "except StoreError as e:\n    print(e.code, e)\n")
+            "for call in (open_ledger, server_health):\n"
+            "    try:\n        call('postgresql://u@h/db')\n"
+            "    except StoreError as e:\n        print(e.code, e)\n")
     done = run_python(code)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("postgres_client_missing")
+    assert [line.split()[0] for line in done.stdout.splitlines()] == [
+        "postgres_client_missing"] * 2
     assert "pip install 'custody-app[postgres]'" in done.stdout
 
 
