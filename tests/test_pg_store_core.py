@@ -392,6 +392,38 @@ def test_a_lock_held_past_the_timeout_is_busy(pg: PgLedger, pg_url: str) -> None
         other.close()
 
 
+WRITER_CHILD = """
+import sys, time
+from store import open_ledger
+from tests.test_pg_store_core import GENESIS, event
+db = open_ledger(sys.argv[1])
+with db.write():
+    db.events.append(event(1, GENESIS))
+    print("appended", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_writer_killed_mid_transaction_leaves_nothing(pg: PgLedger, pg_url: str) -> None:
+    child = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, pg_url], cwd=ROOT,
+                             stdout=subprocess.PIPE, text=True,
+                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "appended"
+        pg.busy_timeout_ms = 100
+        with pytest.raises(StoreBusy), pg.write():  # the child holds the ledger's lock
+            pg.events.append(after(pg))
+        assert pg.events.count() == 0  # and nothing it wrote is visible
+    finally:
+        child.kill()
+        child.wait(30)
+    pg.busy_timeout_ms = 30_000
+    mine = event(1, GENESIS, tx_at="2026-09-02T00:00:00.000000Z")
+    with pg.write():  # the server rolled the dead writer back and freed its lock
+        pg.events.append(mine)
+    assert list(pg.events.iter_all()) == [mine]
+
+
 def test_a_failed_savepoint_rolls_back_only_itself(pg: PgLedger) -> None:
     first = event(1, GENESIS)
     with pg.write():
