@@ -1,9 +1,15 @@
-"""The store: all database code, one folder per backend (`store/sqlite/`, later
-`store/postgres/`) behind one port. `custody_app/` imports only this package's face, `store.rows`
+"""The store: all database code, one folder per backend (`store/sqlite/`, `store/postgres/`)
+behind one port (`store.port`). `custody_app/` imports only this package's face, `store.rows`
 (the plain row types every backend hands up) and `store.errors`; never a backend's own modules
 (the import-linter contracts in pyproject.toml say so)."""
 
+from __future__ import annotations
+
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from store.address import is_server_text
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError
@@ -11,22 +17,65 @@ from store.sqlite import health
 from store.sqlite.connection import LedgerFile
 from store.sqlite.keystore import KeyStoreFile, open_keystore
 from store.sqlite.locate import db_page, wal_page
-from store.sqlite.opening import open_ledger
+from store.sqlite.opening import open_ledger as open_sqlite_ledger
 from store.sqlite.projection import FactStore
 from store.sqlite.scan_many import ManyPlan
 from store.sqlite.schema import APPLICATION_ID, SCHEMA_VERSION
 from store.sqlite.scrub import file_size, wal_path
 
+CLIENT_MISSING = ("a postgresql:// ledger needs the PostgreSQL client: "
+                  "pip install 'custody-app[postgres]'")
+
+
+def is_server_address(address: str | Path) -> bool:
+    """Whether `address` names a ledger on a PostgreSQL server (else it is a SQLite file)."""
+    return isinstance(address, str) and is_server_text(address)
+
+
+def open_ledger(address: str | Path, *, readonly: bool = False, immutable: bool = False,
+                create: bool = False) -> Any:
+    """Open the ledger at `address`: a `postgresql://` (or `postgres://`) URL is a ledger on a
+    server (store.postgres: refused when missing unless `create`), anything else a SQLite file
+    (made when missing, whatever `create` says, as it always was). The PostgreSQL backend is
+    imported here, only for a server address, so an install without psycopg never loads it."""
+    if not is_server_address(address):
+        return open_sqlite_ledger(address, readonly=readonly, immutable=immutable)
+    with _server_client():
+        from store.postgres.opening import open_ledger as open_server_ledger
+    return open_server_ledger(str(address), readonly=readonly, immutable=immutable, create=create)
+
+
+def server_health(address: str) -> Any:
+    """What `doctor` reports for a ledger on a server (store.postgres.health.ServerHealth: the
+    server and pgvector versions, the schema version, the append-only triggers, the role's
+    rights), read without changing anything."""
+    with _server_client():
+        from store.postgres.health import inspect_server
+    return inspect_server(address)
+
+
+@contextmanager
+def _server_client() -> Iterator[None]:
+    """Import the PostgreSQL backend; without psycopg, a StoreError naming the extra."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "psycopg":
+            raise
+        raise StoreError(CLIENT_MISSING, "postgres_client_missing") from None
+
+
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "FactStore", "KeyStoreFile", "LedgerFile", "LedgerTooNew",
            "ManyPlan", "NotALedger", "StoreBusy", "StoreError", "db_page", "file_size", "health",
-           "ledger_exists", "open_keystore", "open_ledger", "wal_page", "wal_path"]
+           "is_server_address", "ledger_exists", "open_keystore", "open_ledger", "server_health",
+           "wal_page", "wal_path"]
 
 
-def ledger_exists(address: str) -> bool:
+def ledger_exists(address: str | Path) -> bool:
     """Whether a ledger is at `address` (a file there; a server asked whether its schema holds
-    one)."""
-    if is_server_text(address):
+    one: an unreachable server or another application's schema is not a ledger)."""
+    if not is_server_address(address):
+        return os.path.exists(address)
+    with _server_client():
         from store.postgres.opening import ledger_exists as on_server
-
-        return on_server(address)
-    return os.path.exists(address)
+    return on_server(str(address))

@@ -17,10 +17,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 SERVER_SCHEMES = ("postgresql", "postgres")
 DEFAULT_SCHEMA = "custody"
+# Connection parameters never printed.
+SECRET_PARAMETERS = ("password", "passfile", "sslpassword", "sslkey")
 # A server's local folder name keeps only these characters (a hostile URL names no path).
 _SAFE = re.compile(r"[^A-Za-z0-9_.]+")
 
@@ -51,13 +53,11 @@ class LedgerAddress:
         parts = urlsplit(self.text)
         netloc = parts.netloc
         if "@" in netloc:
-            userinfo, host = netloc.rsplit("@", 1)
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}@{host}"
-        query = "&".join(f"{k}={quote(v[-1], safe='/')}"
-                         for k, v in parse_qs(parts.query, keep_blank_values=True).items()
-                         if k.lower() not in ("password", "passfile", "sslpassword"))
-        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+            userinfo, _, host = netloc.rpartition("@")
+            netloc = f"{userinfo.split(':', 1)[0]}@{host}"
+        query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                 if k.lower() not in SECRET_PARAMETERS]
+        return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="/"), ""))
 
     @property
     def schema(self) -> str:
@@ -102,14 +102,6 @@ class LedgerAddress:
     def own_file(self) -> str | None:
         """The ledger's own file (None for a server ledger, which has none)."""
         return None if self.server else self.text
-
-    def exists(self) -> bool:
-        """Whether a ledger is there (a server is asked: its schema holds a ledger)."""
-        if not self.server:
-            return os.path.exists(self.text)
-        from store import ledger_exists  # the factory: this module imports no backend
-
-        return ledger_exists(self.text)
 
     def watched_files(self) -> list[str]:
         """The local files whose change means the ledger changed (none for a server: a reader

@@ -42,3 +42,13 @@ class StoreFull(StoreError):
     """The disk (or the connection's page limit) is full: the write was rolled back whole."""
 
     code = "disk_full"
+
+
+class LedgerDamaged(StoreError):
+    """The ledger holds bytes the database or the ledger cannot read; `seq` where known."""
+
+    code = "ledger_damaged"
+
+    def __init__(self, message: str, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.seq = seq

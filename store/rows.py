@@ -138,6 +138,16 @@ class RewriteOutcome:
     detail: str
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointOutcome:
+    """A WAL checkpoint's result: complete when no WAL of the ledger's own holds old bytes."""
+
+    complete: bool
+    attempts: int
+    wal_bytes: int
+    detail: str
+
+
 # How an outcome's detail begins when the VACUUM ran but its checkpoint did not complete.
 VACUUMED = "VACUUM done, but"
 

@@ -131,7 +131,8 @@ class LedgerCore:
             if own is not None:
                 require_regular(own, what, code)
         try:
-            db = open_ledger(path, readonly=readonly or immutable, immutable=immutable)
+            db = open_ledger(path, readonly=readonly or immutable, immutable=immutable,
+                             create=not (readonly or immutable))
             readonly = readonly or immutable
             if not readonly:
                 db.checkpoint_in_background()  # no WAL checkpoint inside a write's COMMIT

@@ -24,7 +24,7 @@ LOOSE = "anyone who can read it can unwrap every key of the ledger (chmod 600; c
         "sets 0600)"
 
 
-def _keystore(path: str | Path) -> tuple[DoctorCheck, health.Inspection | None]:
+def _keystore(path: Path) -> tuple[DoctorCheck, health.Inspection | None]:
     if not path.exists():
         return check("key-store", "FAIL", f"the key store {path} does not exist: the ledger's "
                      "values cannot be read, and a read-write open would start an empty one "

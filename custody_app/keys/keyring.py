@@ -9,7 +9,7 @@ from pathlib import Path
 from custody_app.domain.errors import LedgerError
 from custody_app.files.output import write_output
 from custody_app.keys import crypto, marks
-from store import KeyStoreFile, open_keystore
+from store import KeyStoreFile, ledger_exists, open_keystore
 from store.address import address_of
 from store.errors import StoreError
 from store.rows import MarkRow
@@ -29,7 +29,7 @@ def keystore_path_for(ledger_path: str | Path, keystore: str | Path | None = Non
 
 
 def keystore_exists(keystore: str | Path) -> bool:
-    return address_of(keystore).exists()
+    return ledger_exists(str(keystore))
 
 
 def master_path_for(keystore: str | Path) -> Path:

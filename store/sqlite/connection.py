@@ -11,12 +11,12 @@ from contextlib import contextmanager
 import apsw
 import apsw.bestpractice
 
-from store.errors import StoreBusy, StoreError, StoreFull
-from store.rows import RewriteOutcome
+from store.errors import LedgerDamaged, StoreBusy, StoreError, StoreFull
+from store.rows import CheckpointOutcome, RewriteOutcome
 from store.sqlite.actions import ActionStore
 from store.sqlite.browse import BrowseStore
 from store.sqlite.checkpointer import Checkpointer
-from store.sqlite.damage import LedgerDamaged, damage
+from store.sqlite.damage import damage
 from store.sqlite.erasure import ErasureStore
 from store.sqlite.events import EventStore
 from store.sqlite.locate import Locator
@@ -26,7 +26,6 @@ from store.sqlite.recall import RecallStore
 from store.sqlite.rewrite import Hook, rewrite_file
 from store.sqlite.scrub import (
     CHECKPOINT_DELAYS,
-    CheckpointOutcome,
     checkpoint_truncate,
     scan_files,
     wal_path,

@@ -6,23 +6,13 @@ from __future__ import annotations
 
 import apsw
 
-from store.errors import StoreError
+from store.errors import LedgerDamaged
 from store.rows import EVENT_COLUMNS
 
 _TEXT_COLUMNS = tuple(c for c in EVENT_COLUMNS if c not in ("seq", "value"))
 # Every text column as raw bytes, so a bad byte is found here instead of failing the read.
 _RAW = ("SELECT seq, " + ", ".join(f"CAST({c} AS BLOB)" for c in _TEXT_COLUMNS)
         + " FROM events ORDER BY seq")
-
-
-class LedgerDamaged(StoreError):
-    """The ledger file holds bytes SQLite or the ledger cannot read; `seq` where known."""
-
-    code = "ledger_damaged"
-
-    def __init__(self, message: str, seq: int | None = None) -> None:
-        super().__init__(message)
-        self.seq = seq
 
 
 def damage(exc: BaseException, path: str, conn: apsw.Connection) -> LedgerDamaged | None:

@@ -5,25 +5,17 @@ from __future__ import annotations
 import mmap
 import os
 import time
-from dataclasses import dataclass
 from io import RawIOBase
 
 import ahocorasick_rs
 import apsw
 
+from store.rows import CheckpointOutcome
 from store.sqlite.blocks import in_ranges, windows
 from store.sqlite.scan_many import ManyPlan, find_many, plan_for
 
 # Backoff while a reader blocks the checkpoint: about 0.6 s in all, then report it pending.
 CHECKPOINT_DELAYS = (0.0, 0.01, 0.02, 0.04, 0.08, 0.16, 0.3)
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointOutcome:
-    complete: bool
-    attempts: int
-    wal_bytes: int
-    detail: str
 
 
 def wal_path(db_path: str) -> str:

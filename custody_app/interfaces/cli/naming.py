@@ -12,7 +12,7 @@ from pathlib import Path
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.escaping import escape_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV
-from store import APPLICATION_ID
+from store import APPLICATION_ID, ledger_exists
 from store.address import address_of
 
 # The subcommands that create a ledger path that does not exist (DESIGN 11); the others refuse.
@@ -74,7 +74,7 @@ def refuse_missing(path: str, *, create: bool = False) -> LedgerError | None:
     """Why `path` may not be opened as a ledger by a command that does not create one (DESIGN
     11 and 14: only init, --demo and an explicit --create do), else None. A symbolic link to
     nothing is refused even with --create: creating through it would write elsewhere."""
-    if address_of(path).exists():
+    if ledger_exists(path):
         return None
     if os.path.islink(path):
         return LedgerError("ledger_missing", f"no ledger at {path}: it is a symbolic link to "

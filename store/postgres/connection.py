@@ -1,0 +1,242 @@
+"""LedgerFile on PostgreSQL: one server connection (autocommit outside transactions), its write
+transactions (READ COMMITTED, the ledger's advisory lock first; savepoints inside), its reads
+(one REPEATABLE READ snapshot) and the stores over it (opened by
+`store.postgres.opening.open_ledger`). The same public surface as store.sqlite.connection's;
+what only a file has (a WAL, mmap, byte scans, VACUUM into a new file) has an honest server
+meaning here, said on each method."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from store.errors import LedgerDamaged, StoreError
+from store.postgres.damage import damage
+from store.postgres.events import EventStore
+from store.postgres.failures import translated
+from store.postgres.locate import Locator
+from store.rows import CheckpointOutcome, RewriteOutcome
+
+# How long a write waits for another writer's lock before it is a StoreBusy (as SQLite's
+# busy timeout, store.sqlite.opening.BUSY_TIMEOUT_MS).
+BUSY_TIMEOUT_MS = 5000
+SAVEPOINT = "SAVEPOINT {}"
+RELEASE = "RELEASE SAVEPOINT {}"
+ROLLBACK_TO = "ROLLBACK TO SAVEPOINT {}"
+# One round trip: the transaction, its lock wait bound, and the ledger's lock. Every writer
+# takes the lock before it reads the head, so appends are serialized across machines.
+BEGIN_WRITE = ("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{ms}ms'; "
+               "SELECT pg_advisory_xact_lock({key})")
+BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+NO_FILE_WAL = ("a server ledger has no WAL file of its own to checkpoint: complete (the "
+               "server's WAL, archives and replicas are beyond this check)")
+Hook = Callable[[], None]
+
+
+class _SubStore:
+    """A store over the connection made at first use from `store.postgres.<module>.<cls>`, so a
+    statement group not written yet fails only where it is used (StoreError
+    `postgres_unsupported`), not at open."""
+
+    def __init__(self, module: str, cls: str) -> None:
+        self.module, self.cls = module, cls
+        self.name = cls
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: LedgerFile | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        try:
+            module = importlib.import_module(f"store.postgres.{self.module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"store.postgres.{self.module}":
+                raise
+            raise StoreError(f"the {self.name} of a PostgreSQL ledger is not built yet "
+                             f"(store/postgres/{self.module}.py)", "postgres_unsupported") from None
+        store = getattr(module, self.cls)(obj.conn)
+        obj.__dict__[self.name] = store  # later reads find it on the object itself
+        return store
+
+
+class LedgerFile:
+    """An open ledger on a PostgreSQL server: the connection and the statement groups over it.
+    `path` is the ledger's address without any password."""
+
+    facts = _SubStore("projection", "FactStore")
+    policies = _SubStore("policies", "PolicyStore")
+    erasure = _SubStore("erasure", "ErasureStore")
+    recall = _SubStore("recall", "RecallStore")
+    browse = _SubStore("browse", "BrowseStore")
+    sessions = _SubStore("sessions", "SessionStore")
+    actions = _SubStore("actions", "ActionStore")
+    texts = _SubStore("texts", "TextStore")
+
+    def __init__(self, conn: psycopg.Connection[Any], path: str, *, schema: str = "custody",
+                 lock_key: int = 0) -> None:
+        self.conn = conn
+        self.path = path
+        self.schema = schema
+        self.lock_key = lock_key
+        self.busy_timeout_ms = BUSY_TIMEOUT_MS
+        self.events = EventStore(conn)
+        self.locate = Locator(conn, path)
+        self._depth = 0
+        # No background checkpointer on a server (the SQLite attribute, always None here).
+        self.checkpointer: None = None
+        self.timer: Callable[[], float] = time.perf_counter
+        self.committed_at = 0.0
+
+    def damage(self, exc: BaseException) -> LedgerDamaged | None:
+        """What a failed read says about the ledger: damage the server reported, else None."""
+        return damage(exc, self.path)
+
+    def checkpoint_in_background(self) -> None:
+        """Nothing to do: the server checkpoints its own WAL."""
+
+    @property
+    def depth(self) -> int:
+        """0 outside a transaction, 1 in the outermost write or read, more inside savepoints."""
+        return self._depth
+
+    @property
+    def sqlite_vec_version(self) -> str:
+        """'' : a server ledger loads no sqlite-vec (its vectors are pgvector's:
+        store.postgres.health.pgvector)."""
+        return ""
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM ledger_meta WHERE key = %s", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _run(self, statement: str) -> None:
+        self.conn.execute(statement)
+
+    def _status(self) -> TransactionStatus:
+        return self.conn.info.transaction_status
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        """One write transaction (READ COMMITTED, after the ledger's advisory lock, waiting at
+        most `busy_timeout_ms` for it: then StoreBusy), or a savepoint when already inside
+        one. A block that fails rolls back what it wrote (to its savepoint when nested); a
+        transaction the server aborted (a statement failed and the failure was caught inside
+        the block) is rolled back and its end raises, so nothing claims to be stored."""
+        if self._depth:
+            if self._status() == TransactionStatus.INERROR:
+                raise StoreError("the transaction was aborted by the server before this savepoint")
+            name = f"custody_sp{self._depth}"
+            self._run(SAVEPOINT.format(name))
+            self._depth += 1
+            try:
+                yield
+            except BaseException as exc:
+                self._undo_savepoint(name)
+                if isinstance(exc, psycopg.Error):
+                    raise translated(exc) from exc
+                raise
+            else:
+                if self._status() == TransactionStatus.INERROR:
+                    self._undo_savepoint(name)
+                    raise StoreError("a statement of this savepoint failed on the server: "
+                                     "what it wrote was rolled back")
+                self._run(RELEASE.format(name))
+            finally:
+                self._depth -= 1
+            return
+        try:
+            self._run(BEGIN_WRITE.format(ms=int(self.busy_timeout_ms), key=int(self.lock_key)))
+        except BaseException:
+            self._rollback()
+            raise
+        self._depth = 1
+        try:
+            yield
+        except BaseException as exc:
+            self._depth = 0
+            self._rollback()
+            if isinstance(exc, psycopg.Error):
+                raise translated(exc) from exc
+            raise
+        try:
+            if self._status() != TransactionStatus.INTRANS:
+                raise StoreError("the transaction was aborted by the server before its commit: "
+                                 "nothing of it was stored")
+            self._run("COMMIT")
+            self.committed_at = self.timer()
+        except StoreError:
+            self._rollback()
+            raise
+        finally:
+            self._depth = 0
+
+    def _undo_savepoint(self, name: str) -> None:
+        """Roll a failed savepoint back (what it wrote is gone, the transaction goes on)."""
+        try:
+            self._run(ROLLBACK_TO.format(name))
+            self._run(RELEASE.format(name))
+        except StoreError:
+            pass  # the connection is gone: the outer transaction's end reports it
+
+    def _rollback(self) -> None:
+        if self._status() in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            try:
+                self._run("ROLLBACK")
+            except StoreError:
+                pass
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        """A consistent snapshot for several reads (REPEATABLE READ, READ ONLY)."""
+        if self._depth:
+            yield
+            return
+        self._run(BEGIN_READ)
+        self._depth = 1
+        try:
+            yield
+        except BaseException as exc:
+            self._depth = 0
+            self._rollback()
+            if isinstance(exc, psycopg.Error):
+                raise translated(exc) from exc
+            raise
+        self._depth = 0
+        if self._status() == TransactionStatus.INTRANS:
+            self._run("COMMIT")
+        else:
+            self._rollback()
+
+    def limit_mmap(self, nbytes: int) -> None:
+        """Nothing to do: the server's memory is its own (the client maps no file)."""
+
+    def wal_checkpoint(self, *, wait: bool = True) -> CheckpointOutcome:
+        """Complete at once: there is no WAL file of the ledger's own to empty (what the
+        server's WAL holds after an erasure is issue 34's certificate)."""
+        return CheckpointOutcome(True, 1, 0, NO_FILE_WAL)
+
+    def rewrite(self, *, wait: bool = True, during: Hook | None = None,
+                vacuumed: Hook | None = None) -> RewriteOutcome:
+        """Not done on a server: its files are the server's, not the ledger's (a VACUUM FULL of
+        its tables, and what it can prove, is issue 34's work). Never claims completion."""
+        return RewriteOutcome(False, 0, 0, "not done: a server ledger's files belong to the "
+                              "server; rewriting them is not available on PostgreSQL yet")
+
+    def scan(self, needles: list[bytes]) -> dict[str, list[int]]:
+        """Nothing to scan: a server ledger has no file this process may read (an erasure
+        certificate on a server must say so, not claim a clean scan)."""
+        return {}
+
+    def files(self) -> list[str]:
+        """None: the ledger's bytes are in the server's files, out of this process's reach."""
+        return []
+
+    def close(self) -> None:
+        self.conn.close()

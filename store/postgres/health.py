@@ -1,0 +1,171 @@
+"""Read-only inspection of a ledger on a PostgreSQL server for `custody-app doctor`: the server's
+version, pgvector, the schema's version, the append-only triggers (present and enabled), and
+what the connecting role may do to the ledger's tables (an owner or a superuser may drop or
+alter them, or switch their triggers off). Plain data; the doctor prints it. Writes nothing."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from store.errors import NotALedger, StoreError
+from store.postgres.opening import connect
+from store.postgres.schema import APPLICATION, TOMBSTONE_TRIGGERS, migration_1
+
+VECTOR = ("SELECT default_version, installed_version FROM pg_available_extensions "
+          "WHERE name = 'vector'")
+VECTOR_SCHEMA = ("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n "
+                 "ON n.oid = e.extnamespace WHERE e.extname = 'vector'")
+HAS_VERSION_TABLE = ("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                     "WHERE n.nspname = %s AND c.relname = 'schema_version'")
+VERSION = "SELECT version, application FROM schema_version"
+# tgenabled: O fires (origin and local), A always, R only on a replica, D never.
+TRIGGERS = ("SELECT t.tgname, c.relname, t.tgenabled FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND NOT t.tgisinternal ORDER BY t.tgname")
+TABLES = ("SELECT c.relname, pg_has_role(c.relowner, 'USAGE') FROM pg_class c "
+          "JOIN pg_namespace n ON n.oid = c.relnamespace "
+          "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname")
+ROLE = ("SELECT current_user, r.rolsuper, has_schema_privilege(%s, 'CREATE') "
+        "FROM pg_roles r WHERE r.rolname = current_user")
+PRIVILEGE = "SELECT has_table_privilege(%s, %s)"
+_NAMED = re.compile(r"CREATE TRIGGER (\w+) BEFORE [A-Z ]+? ON (\w+)")
+FIRES = ("O", "A")
+
+
+@dataclass(frozen=True, slots=True)
+class RoleRights:
+    """What the connecting role may do to the ledger's tables."""
+
+    role: str
+    superuser: bool  # may do anything, triggers off included (session_replication_role)
+    owned_tables: list[str]  # owner (or member of the owner): may DROP, ALTER, DISABLE TRIGGER
+    may_create_in_schema: bool
+    # Privileges on events the triggers still refuse (a least-privilege writer has none of them).
+    events_update: bool
+    events_delete: bool
+    events_truncate: bool
+
+    @property
+    def may_bypass_triggers(self) -> bool:
+        return self.superuser or bool(self.owned_tables)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerHealth:
+    """What `doctor` reports for a server ledger."""
+
+    address: str
+    schema: str
+    server_version: str
+    pgvector_available: str | None  # the version the server could install, None: not there
+    pgvector_installed: str | None
+    pgvector_schema: str | None
+    schema_version: int | None
+    triggers: dict[str, tuple[str, str]]  # name -> (table, tgenabled)
+    trigger_problems: list[str]
+    rights: RoleRights
+    notes: list[str] = field(default_factory=list)
+
+
+def expected_triggers(tables: set[str]) -> dict[str, str]:
+    """The append-only and chain triggers a ledger's schema has (name -> table), taken from
+    the DDL itself; the tombstone triggers when the schema has its tombstones table."""
+    statements = list(migration_1()) + (list(TOMBSTONE_TRIGGERS) if "tombstones" in tables else [])
+    return {m.group(1): m.group(2) for s in statements if (m := _NAMED.search(s))}
+
+
+def server_version(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT current_setting('server_version')").fetchone()
+    return str(row[0]) if row else ""
+
+
+def pgvector(conn: psycopg.Connection[Any]) -> tuple[str | None, str | None, str | None]:
+    """(version the server can install, version installed in this database, its schema)."""
+    row = conn.execute(VECTOR).fetchone()
+    where = conn.execute(VECTOR_SCHEMA).fetchone()
+    available = None if row is None else str(row[0])
+    installed = None if row is None or row[1] is None else str(row[1])
+    return available, installed, None if where is None else str(where[0])
+
+
+def schema_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The ledger schema's version (None: no version table); refuses another application's."""
+    if conn.execute(HAS_VERSION_TABLE, (schema,)).fetchone() is None:
+        return None
+    rows = conn.execute(VERSION).fetchall()
+    if len(rows) != 1 or rows[0][1] != APPLICATION:
+        raise NotALedger(f"the schema {schema} belongs to another application")
+    return int(rows[0][0])
+
+
+def triggers(conn: psycopg.Connection[Any], schema: str) -> dict[str, tuple[str, str]]:
+    return {str(n): (str(t), str(e)) for n, t, e in conn.execute(TRIGGERS, (schema,))}
+
+
+def trigger_problems(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+    """Each expected trigger that is missing, on another table, or does not fire."""
+    tables = {str(r[0]) for r in conn.execute(TABLES, (schema,))}
+    have = triggers(conn, schema)
+    problems = []
+    for name, table in expected_triggers(tables).items():
+        if name not in have:
+            problems.append(f"trigger {name} on {table} is missing")
+        elif have[name][0] != table:
+            problems.append(f"trigger {name} is on {have[name][0]}, not {table}")
+        elif have[name][1] not in FIRES:
+            state = "disabled" if have[name][1] == "D" else "set to fire only on a replica"
+            problems.append(f"trigger {name} on {table} is {state}")
+    return problems
+
+
+def role_rights(conn: psycopg.Connection[Any], schema: str) -> RoleRights:
+    row = conn.execute(ROLE, (schema,)).fetchone()
+    if row is None:
+        raise StoreError("the connecting role is not in pg_roles", "postgres_error")
+    owned = [str(t) for t, mine in conn.execute(TABLES, (schema,)) if mine]
+    events = f"{_quoted(schema)}.events"
+    privileges = []
+    for privilege in ("UPDATE", "DELETE", "TRUNCATE"):
+        try:
+            got = conn.execute(PRIVILEGE, (events, privilege)).fetchone()
+        except StoreError:  # no events table: nothing to write to
+            got = (False,)
+        privileges.append(bool(got and got[0]))
+    return RoleRights(str(row[0]), bool(row[1]), owned, bool(row[2]), *privileges)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def report(conn: psycopg.Connection[Any], schema: str, address: str) -> ServerHealth:
+    available, installed, where = pgvector(conn)
+    version = schema_version(conn, schema)
+    rights = role_rights(conn, schema)
+    notes = []
+    if available is None:
+        notes.append("pgvector is not available on this server: vector recall cannot use it")
+    if rights.may_bypass_triggers:
+        notes.append(f"the role {rights.role} "
+                     + ("is a superuser" if rights.superuser else
+                        f"owns {', '.join(rights.owned_tables)}")
+                     + ": it may drop or alter the ledger's tables and switch their triggers "
+                       "off; run agents and reviewers as a role that only reads and inserts")
+    return ServerHealth(address, schema, server_version(conn), available, installed, where,
+                        version, triggers(conn, schema),
+                        trigger_problems(conn, schema) if version is not None else [],
+                        rights, notes)
+
+
+def inspect_server(url: str) -> ServerHealth:
+    """Connect read-only to the ledger at `url` (no migration, nothing written) and report."""
+    conn, schema, shown = connect(url)
+    try:
+        conn.execute("SET default_transaction_read_only = on")
+        return report(conn, schema, shown)
+    finally:
+        conn.close()

@@ -1,0 +1,78 @@
+"""The PostgreSQL schema as a version ladder: migration N takes a ledger schema from version N-1
+to N. Migration 1 is gathered from every statement-group module's `DDL` tuple, in `DDL_MODULES`
+order (events first), after the two tables this module declares (`schema_version`,
+`ledger_meta`). Every statement runs with `search_path` set to the ledger's schema, so names
+stay unqualified."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import psycopg
+
+# What `schema_version.application` says in a custody-app ledger's schema.
+APPLICATION = "custody-app"
+
+DDL: tuple[str, ...] = (
+    # One row: the schema's version and the application that made it.
+    """CREATE TABLE schema_version(
+    version     integer NOT NULL,
+    application text NOT NULL
+)""",
+    """CREATE TABLE ledger_meta(
+    key   text COLLATE "C" PRIMARY KEY,
+    value text COLLATE "C" NOT NULL
+)""",
+)
+
+# The modules whose `DDL` makes up migration 1, in order (the events table first: others
+# reference it). A module not delivered yet contributes nothing (see `module_ddl`).
+DDL_MODULES: tuple[str, ...] = ("events", "policies", "projection", "texts", "sessions",
+                                "actions", "browse", "erasure", "recall")
+
+# Erasure tombstones (the `tombstones` table, declared by store.postgres.erasure) are written
+# once and never changed; these triggers are added after the modules' DDL when it made one.
+TOMBSTONE_TRIGGERS: tuple[str, ...] = (
+    """CREATE TRIGGER tombstones_no_update BEFORE UPDATE ON tombstones
+FOR EACH ROW EXECUTE FUNCTION custody_refuse('an erasure tombstone cannot be changed')""",
+    """CREATE TRIGGER tombstones_no_delete BEFORE DELETE ON tombstones
+FOR EACH ROW EXECUTE FUNCTION custody_refuse('an erasure tombstone cannot be deleted')""",
+    """CREATE TRIGGER tombstones_no_truncate BEFORE TRUNCATE ON tombstones
+FOR EACH STATEMENT EXECUTE FUNCTION custody_refuse('erasure tombstones cannot be truncated')""",
+)
+HAS_TABLE = ("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+             "WHERE n.nspname = current_schema() AND c.relname = %s AND c.relkind IN ('r', 'p')")
+
+
+def module_ddl(name: str) -> tuple[str, ...]:
+    """`store.postgres.<name>.DDL`; () while that module is not written yet (issue 33 is built
+    by several people at once: a missing module must not block the others)."""
+    try:
+        module = importlib.import_module(f"store.postgres.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"store.postgres.{name}":
+            return ()
+        raise
+    return tuple(getattr(module, "DDL", ()))
+
+
+def migration_1() -> tuple[str, ...]:
+    """Every statement of migration 1 but the tombstone triggers, in order."""
+    out = list(DDL)
+    for name in DDL_MODULES:
+        out.extend(module_ddl(name))
+    return tuple(out)
+
+
+def run_migration_1(conn: psycopg.Connection[Any]) -> None:
+    for statement in migration_1():
+        conn.execute(statement)
+    if conn.execute(HAS_TABLE, ("tombstones",)).fetchone() is not None:
+        for statement in TOMBSTONE_TRIGGERS:
+            conn.execute(statement)
+
+
+# Index i holds the step that upgrades version i to i+1 (run inside one transaction).
+MIGRATIONS = (run_migration_1,)
+SCHEMA_VERSION = len(MIGRATIONS)
