@@ -205,6 +205,8 @@ def test_texts(twins: Twins) -> None:
     "UPDATE event_texts SET salt = 'x' WHERE seq = 1",
     "UPDATE event_texts SET sealed = NULL, salt = NULL, fact_id = 'other' WHERE seq = 1",
     "UPDATE event_texts SET sealed = NULL, salt = NULL, seq = 99999 WHERE seq = 1",
+    "UPDATE event_texts SET sealed = NULL, salt = NULL, subject_ref = 'o' WHERE seq = 1",
+    "UPDATE event_texts SET sealed = NULL WHERE seq = 1",
     "DELETE FROM event_texts WHERE seq = 1",
     "INSERT INTO event_texts(seq, fact_id, subject_ref) VALUES (1, 'f', 's')",
 ])
@@ -260,3 +262,21 @@ def test_rewrite_bodies_and_meta(twins: Twins) -> None:
     for key in ("k", "é", "nope"):
         assert t.lf.meta(key) == (t.pg.execute("SELECT value FROM ledger_meta WHERE key = %s",
                                                (key,)).fetchone() or (None,))[0]
+
+
+def test_refusals_in_pipeline_mode(twins: Twins) -> None:
+    """A store run inside a pipeline (as the connection may group a write's statements) still
+    refuses a taken fact or text row at the call, and the transaction goes on."""
+    w = world(seed=12, n_events=20)
+    twins.add_events(w.events)
+    facts, texts = twins.stores("facts")[1], twins.stores("texts")[1]
+    with twins.pg.transaction(), twins.pg.pipeline():
+        facts.insert(w.facts[0])
+        texts.put(1, "f", "s", b"\x00", None)
+        with pytest.raises(StoreIntegrityError):
+            facts.insert(w.facts[0])
+        with pytest.raises(StoreIntegrityError):
+            texts.put(1, "f", "s", None, None)
+        facts.insert(w.facts[1])
+    assert [f.fact_id for f in facts.dump()[0]] == [w.facts[0].fact_id, w.facts[1].fact_id]
+    assert texts.get(1) == ("f", "s", b"\x00", None)

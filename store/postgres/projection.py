@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from functools import cache
+from itertools import count
 from typing import Any
 
 import psycopg
@@ -80,7 +81,7 @@ FACT_BY_SEQ = f"SELECT {_FCOLS} FROM facts WHERE assert_seq = %s"
 # instead of an error: a failed statement would abort the whole PostgreSQL transaction, where
 # SQLite refuses the one statement and the transaction goes on.
 INSERT_FACT = (f"INSERT INTO facts({_FCOLS}) VALUES ({', '.join(['%s'] * len(FACT_COLUMNS))}) "
-               "ON CONFLICT DO NOTHING")
+               "ON CONFLICT DO NOTHING RETURNING assert_seq")
 UPDATE_FACT = (
     "UPDATE facts SET "
     + ", ".join(f"{c} = %s" for c in FACT_COLUMNS if c != "assert_seq")
@@ -160,12 +161,16 @@ ORDER BY f.assert_seq
 LIMIT %(limit)s"""
 
 
-def lazy_rows(conn: psycopg.Connection[Any], sql: str, name: str) -> Iterator[tuple[Any, ...]]:
-    """The rows of `sql` fetched a batch at a time through a server-side cursor (never all
-    held on the client). Outside a transaction the cursor is WITH HOLD (it outlives the
-    statement's implicit commit); inside one it lives as long as the transaction."""
+_CURSORS = count(1)
+
+
+def lazy_rows(conn: psycopg.Connection[Any], sql: str) -> Iterator[tuple[Any, ...]]:
+    """The rows of `sql` fetched a batch at a time through a server-side cursor of its own
+    (never all held on the client), opened on the first row asked for. Outside a transaction
+    the cursor is WITH HOLD (it outlives the statement's implicit commit); inside one it lives
+    as long as the transaction."""
     hold = conn.info.transaction_status == pq.TransactionStatus.IDLE
-    with conn.cursor(name=name, withhold=hold) as cur:
+    with conn.cursor(name=f"custody_rows_{next(_CURSORS)}", withhold=hold) as cur:
         cur.itersize = BATCH
         cur.execute(sql)
         yield from cur
@@ -194,10 +199,10 @@ class FactStore:
 
     def insert(self, fact: FactRow) -> None:
         try:
-            cur = self._conn.execute(INSERT_FACT, fact_values(fact))
+            row = self._conn.execute(INSERT_FACT, fact_values(fact)).fetchone()
         except psycopg.IntegrityError as exc:
             raise StoreIntegrityError(f"fact {fact.fact_id} refused: {exc}") from exc
-        if cur.rowcount != 1:
+        if row is None:
             raise StoreIntegrityError(
                 f"fact {fact.fact_id} refused: its fact_id or assert_seq is taken")
 
@@ -313,8 +318,7 @@ class FactStore:
         """The same rows in the same order as `dump`, as plain tuples read lazily (verify
         compares them one by one and never holds the stored projection whole): each through a
         server-side cursor of its own, opened on its first row."""
-        return tuple(lazy_rows(self._conn, sql, f"custody_dump_{name}") for name, sql in
-                     (("facts", ALL_FACTS), ("states", ALL_STATES), ("sources", ALL_SOURCES)))
+        return tuple(lazy_rows(self._conn, sql) for sql in (ALL_FACTS, ALL_STATES, ALL_SOURCES))
 
     def replace_all(
         self, facts: list[FactRow], states: list[StateRow], sources: list[tuple[str, str]]

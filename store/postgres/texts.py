@@ -54,7 +54,7 @@ $$""",
 # A second row of a seq inserts nothing (and put raises StoreIntegrityError) instead of an
 # error that would abort the caller's whole transaction (SQLite refuses the one statement).
 INSERT = ("INSERT INTO event_texts(seq, fact_id, subject_ref, sealed, salt) "
-          "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING")
+          "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq")
 GET = "SELECT fact_id, subject_ref, sealed, salt FROM event_texts WHERE seq = %s"
 FOR_FACT = "SELECT seq, sealed FROM event_texts WHERE fact_id = %s ORDER BY seq"
 ERASE_FACTS = ("UPDATE event_texts SET sealed = NULL, salt = NULL "
@@ -105,10 +105,10 @@ class TextStore:
     def put(self, seq: int, fact_id: str, subject_ref: str, sealed: bytes | None,
             salt: str | None) -> None:
         try:
-            cur = self._conn.execute(INSERT, (seq, fact_id, subject_ref, sealed, salt))
+            row = self._conn.execute(INSERT, (seq, fact_id, subject_ref, sealed, salt)).fetchone()
         except psycopg.IntegrityError as exc:
             raise StoreIntegrityError(f"sealed text of event {seq} refused: {exc}") from exc
-        if cur.rowcount != 1:
+        if row is None:
             raise StoreIntegrityError(
                 f"sealed text of event {seq} refused: the event has sealed text already")
 
