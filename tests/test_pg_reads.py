@@ -5,6 +5,8 @@ in the same order."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,3 +257,27 @@ def test_text_with_a_nul_character_is_refused_by_postgresql(twins: Twins) -> Non
     _, pg = twins.stores("policies")
     with pytest.raises(psycopg.DataError):
         pg.put("h", "canon\x00", "s", None)
+
+
+@pytest.mark.parametrize("name", ["policies.PolicyStore", "projection.FactStore",
+                                  "browse.BrowseStore", "sessions.SessionStore",
+                                  "actions.ActionStore", "texts.TextStore"])
+def test_same_public_methods_as_the_sqlite_twin(name: str) -> None:
+    """The layers above cannot tell the backends apart: the same public methods, each with
+    the same parameters (names, kinds, defaults) and the same return annotation."""
+    module, cls = name.split(".")
+    sq = getattr(importlib.import_module(f"store.sqlite.{module}"), cls)
+    pg = getattr(importlib.import_module(f"store.postgres.{module}"), cls)
+
+    def face(c: type) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for attr, fn in vars(c).items():
+            if attr.startswith("_") or not callable(fn):
+                continue
+            sig = inspect.signature(fn)
+            out[attr] = ([(p.name, p.kind, p.default, p.annotation)
+                          for p in sig.parameters.values()], sig.return_annotation)
+        return out
+
+    assert face(pg) == face(sq)
+    assert face(pg)
