@@ -19,9 +19,14 @@ from store.sqlite.connection import LedgerFile
 from store.sqlite.opening import open_ledger
 
 MODULES = (policies, projection, browse, sessions, actions, texts)
-# Stand-ins for the tables pga's modules declare (events.py, connection.py): the columns of
-# the SQLite schema, default collation, no chain trigger (these tests write events by hand).
+# Stand-ins for what the modules of others declare (events.py, schema.py): the columns of the
+# SQLite schema in the default collation, no chain trigger (these tests write events by hand),
+# and events.py's refusal function, as it is there.
 STAND_INS = (
+    """CREATE FUNCTION custody_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'custody: %', TG_ARGV[0] USING ERRCODE = 'integrity_constraint_violation';
+END $$""",
     """CREATE TABLE events(
     seq bigint PRIMARY KEY, kind text NOT NULL, tx_at text NOT NULL, actor text NOT NULL,
     policy_hash text NOT NULL, fact_id text, subject text, body text NOT NULL, value bytea,

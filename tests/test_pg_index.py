@@ -212,11 +212,14 @@ def test_texts(twins: Twins) -> None:
 ])
 def test_sealed_texts_change_only_by_erasure(twins: Twins, change: str) -> None:
     _texts(twins)
-    with pytest.raises(apsw.ConstraintError):
+    with pytest.raises(apsw.ConstraintError) as sq:
         twins.lf.conn.execute(change.format(blob="x'00'"))
-    with pytest.raises(psycopg.IntegrityError), twins.pg.transaction():
+    with pytest.raises(psycopg.IntegrityError) as pg, twins.pg.transaction():
         twins.pg.execute(change.format(blob="'\\x00'::bytea"))
     twins.same("texts", "get", 1)
+    if not change.startswith("INSERT"):  # the same words (a second row: the primary key's)
+        said = str(sq.value)
+        assert said[said.index("custody:"):] == pg.value.diag.message_primary
 
 
 def test_sealed_texts_refuse_truncate_and_upsert(twins: Twins) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from store.errors import StoreIntegrityError
+from store.errors import StoreError, StoreIntegrityError
 from store.postgres import projection
 from tests.pg_twins import MODULES, STATUSES, WORDS, Twins, load, make_twins, world
 
@@ -281,3 +281,16 @@ def test_same_public_methods_as_the_sqlite_twin(name: str) -> None:
 
     assert face(pg) == face(sq)
     assert face(pg)
+
+
+def test_bulk_failures_are_store_errors(twins: Twins) -> None:
+    """A COPY refused (a taken key) is the store's integrity error, not psycopg's: the
+    connection's cursors translate statements, and a COPY goes around them."""
+    w = world(seed=5, n_events=40)
+    _, pg = twins.stores("facts")
+    with pytest.raises(StoreIntegrityError), twins.pg.transaction():
+        pg.replace_all(w.facts, w.states + w.states[:1], [])
+    assert pg.dump() == ([], [], [])
+    with pytest.raises(StoreError) as refused, twins.pg.transaction():
+        list(projection.lazy_rows(twins.pg, "SELECT 1/0"))
+    assert refused.value.code == "postgres_error"

@@ -14,11 +14,11 @@ from store.postgres.projection import no_limit
 from store.rows import TextRow
 
 # Written here: event_texts. Only erasure changes a row (sealed and salt to NULL), as the
-# SQLite triggers say; a refusal is SQLSTATE 23000 (integrity_constraint_violation), the class
-# the connection reports as an integrity error. TRUNCATE fires no row trigger, so it is
-# refused by a statement trigger of its own; an INSERT ... ON CONFLICT DO UPDATE fires the
-# UPDATE trigger (SQLite's "no replace" trigger guards its INSERT OR REPLACE, which has no
-# PostgreSQL twin: a second row of a seq is refused by the primary key).
+# SQLite triggers say; each refusal is events.DDL's `custody_refuse` (SQLSTATE 23000, an
+# integrity error), with SQLite's message. TRUNCATE fires no row trigger, so it is refused by
+# a statement trigger of its own; an INSERT ... ON CONFLICT DO UPDATE fires the UPDATE
+# trigger (SQLite's "no replace" trigger guards its INSERT OR REPLACE, which has no PostgreSQL
+# twin: a second row of a seq is refused by the primary key).
 DDL: tuple[str, ...] = (
     """CREATE TABLE event_texts(
     seq         bigint PRIMARY KEY,
@@ -28,27 +28,15 @@ DDL: tuple[str, ...] = (
     salt        text COLLATE "C"
 )""",
     "CREATE INDEX event_texts_by_fact ON event_texts(fact_id, seq)",
-    """CREATE FUNCTION event_texts_erase_only() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'UPDATE' THEN
-        IF NEW.sealed IS NULL AND NEW.salt IS NULL AND NEW.seq IS NOT DISTINCT FROM OLD.seq
+    """CREATE TRIGGER event_texts_erase_only BEFORE UPDATE ON event_texts FOR EACH ROW
+WHEN (NOT (NEW.sealed IS NULL AND NEW.salt IS NULL AND NEW.seq IS NOT DISTINCT FROM OLD.seq
            AND NEW.fact_id IS NOT DISTINCT FROM OLD.fact_id
-           AND NEW.subject_ref IS NOT DISTINCT FROM OLD.subject_ref THEN
-            RETURN NEW;
-        END IF;
-        RAISE EXCEPTION 'custody: sealed free text can only be erased'
-            USING ERRCODE = 'integrity_constraint_violation';
-    END IF;
-    RAISE EXCEPTION 'custody: sealed free text cannot be deleted, only erased'
-        USING ERRCODE = 'integrity_constraint_violation';
-END
-$$""",
-    "CREATE TRIGGER event_texts_erase_only BEFORE UPDATE ON event_texts "
-    "FOR EACH ROW EXECUTE FUNCTION event_texts_erase_only()",
-    "CREATE TRIGGER event_texts_no_delete BEFORE DELETE ON event_texts "
-    "FOR EACH ROW EXECUTE FUNCTION event_texts_erase_only()",
-    "CREATE TRIGGER event_texts_no_truncate BEFORE TRUNCATE ON event_texts "
-    "FOR EACH STATEMENT EXECUTE FUNCTION event_texts_erase_only()",
+           AND NEW.subject_ref IS NOT DISTINCT FROM OLD.subject_ref))
+EXECUTE FUNCTION custody_refuse('sealed free text can only be erased')""",
+    """CREATE TRIGGER event_texts_no_delete BEFORE DELETE ON event_texts FOR EACH ROW
+EXECUTE FUNCTION custody_refuse('sealed free text cannot be deleted, only erased')""",
+    """CREATE TRIGGER event_texts_no_truncate BEFORE TRUNCATE ON event_texts FOR EACH STATEMENT
+EXECUTE FUNCTION custody_refuse('sealed free text cannot be truncated, only erased')""",
 )
 
 # A second row of a seq inserts nothing (and put raises StoreIntegrityError) instead of an
