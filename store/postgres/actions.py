@@ -46,10 +46,16 @@ ActionIndexRow = tuple[int, str, str, str, "str | None", str]
 
 
 @cache
-def search_sql(given: tuple[bool, ...]) -> str:
-    """The search for one combination of filters (`given[i]`: filter i of _FILTERS is set)."""
+def search_sql(given: tuple[bool, ...], window: bool) -> str:
+    """The search for one combination of filters (`given[i]`: filter i of _FILTERS is set).
+    A `window` (a time bound and no name filter) reads just the window's rows by time, then
+    sorts them by seq, as SQLite's "window" shape does: walking seq backwards instead, as the
+    planner would, reads every newer action before an old window's first."""
     where = [cond for (_, cond), on in zip(_FILTERS, given, strict=True) if on]
     where.append("seq < %s")
+    if window:
+        return (f"WITH w AS MATERIALIZED (SELECT seq FROM actions WHERE {' AND '.join(where)}) "
+                "SELECT seq FROM w ORDER BY seq DESC LIMIT %s")
     return f"SELECT seq FROM actions WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT %s"
 
 
@@ -67,7 +73,8 @@ class ActionStore:
                before_seq: int | None, limit: int) -> list[int]:
         """Seqs of matching actions, newest first, below `before_seq` (the page cursor)."""
         values = (tool, actor, session, subject_ref, since, until)
-        sql = search_sql(tuple(v is not None for v in values))
+        window = bool(until) and not (tool or session or subject_ref or actor)
+        sql = search_sql(tuple(v is not None for v in values), window)
         args: list[object] = [v for v in values if v is not None]
         args += [before_seq if before_seq is not None else 2**62, no_limit(limit)]
         return [int(r[0]) for r in self._conn.execute(sql, args)]

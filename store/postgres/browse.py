@@ -62,10 +62,12 @@ SELECT space FROM s WHERE space IS NOT NULL ORDER BY n"""
 
 
 def _state(alias: str, bound: str) -> str:
-    """Join the state row of fact f as of event `bound` (the newest from_seq at or before it)."""
-    return (f"LEFT JOIN fact_states {alias} ON {alias}.fact_seq = f.assert_seq AND "
-            f"{alias}.from_seq = (SELECT max(x.from_seq) FROM fact_states x "
-            f"WHERE x.fact_seq = f.assert_seq AND x.from_seq <= {bound})")
+    """Join the state row of fact f as of event `bound` (the newest from_seq at or before it;
+    none: NULLs), as SQLite's `from_seq = (SELECT max(...))` join does; a LATERAL subquery,
+    so the planner walks the facts in order and stops at the page's end instead of
+    hash-joining every state row."""
+    return (f"LEFT JOIN LATERAL (SELECT * FROM fact_states x WHERE x.fact_seq = f.assert_seq "
+            f"AND x.from_seq <= {bound} ORDER BY x.from_seq DESC LIMIT 1) {alias} ON true")
 
 
 def _believed(alias: str, sfx: str) -> str:

@@ -138,7 +138,11 @@ def no_limit(limit: int) -> int | None:
 
 @cache
 def _as_of_sql(subject: bool, predicate: bool, space: bool, include_pending: bool) -> str:
-    """The as-of query for one combination of filters; every value is bound, never spliced."""
+    """The as-of query for one combination of filters; every value is bound, never spliced.
+    Each fact's state as of T is its newest state row learned by T, as SQLite's `from_seq =
+    (SELECT max(from_seq) ...)` join gives it, but spelled as a LATERAL subquery: PostgreSQL
+    cannot estimate that join, hash-joins every state row and sorts, where this walks the
+    facts in assert order and stops at the page's end."""
     sfx = "all" if include_pending else "trusted"
     where = ["s.live = 1", "s.prov_rank >= %(inc)s", "f.valid_from <= %(v)s",
              f"(s.vto_{sfx} IS NULL OR s.vto_{sfx} > %(v)s)", "f.assert_seq > %(after)s"]
@@ -152,9 +156,9 @@ def _as_of_sql(subject: bool, predicate: bool, space: bool, include_pending: boo
 SELECT f.fact_id, f.subject, f.predicate, f.space, e.value, s.status_{sfx}, s.prov_rank,
        f.valid_from, s.vto_{sfx}, f.actor, f.assert_seq
 FROM facts f
-JOIN fact_states s ON s.fact_seq = f.assert_seq AND s.from_seq = (
-    SELECT max(s2.from_seq) FROM fact_states s2
-    WHERE s2.fact_seq = f.assert_seq AND s2.tx_from <= %(t)s)
+CROSS JOIN LATERAL (
+    SELECT * FROM fact_states s2 WHERE s2.fact_seq = f.assert_seq AND s2.tx_from <= %(t)s
+    ORDER BY s2.from_seq DESC LIMIT 1) s
 JOIN events e ON e.seq = f.assert_seq
 WHERE {' AND '.join(where)}
 ORDER BY f.assert_seq
