@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from store.errors import StoreError, StoreIntegrityError
-from store.postgres import projection
+from store.postgres import bulk
 from tests.pg_twins import MODULES, STATUSES, WORDS, Twins, load, make_twins, world
 
 
@@ -181,7 +181,7 @@ def test_replace_all(twins: Twins) -> None:
     load(twins, world(seed=5, n_events=60))
     other = world(seed=9, n_events=500)
     # More links than one array batch, with repeats that are ignored.
-    links = [(f"d{i % 9000:05d}", f"s{i % 7}") for i in range(projection.BATCH * 2 + 17)]
+    links = [(f"d{i % 9000:05d}", f"s{i % 7}") for i in range(bulk.BATCH * 2 + 17)]
     twins.write_both("facts", "replace_all", other.facts, other.states, links)
     sq, pg = twins.stores("facts")
     assert pg.dump() == sq.dump()
@@ -209,9 +209,9 @@ def test_browse(loaded: Twins) -> None:
             t.same("browse", "last_event_of_kind", f.fact_id, kind)
     spaces = t.same("browse", "spaces_page", "", 1000)
     assert len(spaces) > 5
-    for after in ("", "a", "Z", "é", "\U0010ffff"):
+    for space_after in ("", "a", "Z", "é", "\U0010ffff"):
         for limit in (0, -1, 1, 3, 100):
-            t.same("browse", "spaces_page", after, limit)
+            t.same("browse", "spaces_page", space_after, limit)
     t.same("browse", "policy_history")
 
 
@@ -292,5 +292,5 @@ def test_bulk_failures_are_store_errors(twins: Twins) -> None:
         pg.replace_all(w.facts, w.states + w.states[:1], [])
     assert pg.dump() == ([], [], [])
     with pytest.raises(StoreError) as refused, twins.pg.transaction():
-        list(projection.lazy_rows(twins.pg, "SELECT 1/0"))
+        list(bulk.lazy_rows(twins.pg, "SELECT 1/0"))
     assert refused.value.code == "postgres_error"

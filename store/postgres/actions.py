@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from store.postgres.projection import copy_rows, no_limit
+from store.postgres.bulk import copy_rows, no_limit
 
 # Written here: actions (ActionStore.record); sessions.py reads it. Text compares bytewise
 # (COLLATE "C"), as SQLite's BINARY does: `since`/`until` are string bounds on tx_at.

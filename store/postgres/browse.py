@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from store.postgres.projection import no_limit
+from store.postgres.bulk import no_limit
 from store.rows import FACT_COLUMNS, BeliefRow, FactRow
 
 DDL: tuple[str, ...] = ()

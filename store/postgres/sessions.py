@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from store.postgres.projection import BATCH, copy_rows
+from store.postgres.bulk import BATCH, copy_rows
 
 # Written here: served_facts, session_events, sessions (SessionStore.record). Text compares
 # bytewise (COLLATE "C"), as SQLite's BINARY does.

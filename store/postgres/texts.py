@@ -10,7 +10,7 @@ import psycopg
 from psycopg import sql
 
 from store.errors import StoreIntegrityError
-from store.postgres.projection import no_limit
+from store.postgres.bulk import no_limit
 from store.rows import TextRow
 
 # Written here: event_texts. Only erasure changes a row (sealed and salt to NULL), as the
