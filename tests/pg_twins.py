@@ -49,6 +49,12 @@ class Twins:
 
     lf: LedgerFile
     pg: psycopg.Connection[Any]
+    world: World | None = None
+
+    def loaded(self) -> World:
+        """The world `load` wrote into both."""
+        assert self.world is not None
+        return self.world
 
     def stores(self, group: str) -> tuple[Any, Any]:
         pg_class = {"facts": projection.FactStore, "policies": policies.PolicyStore,
