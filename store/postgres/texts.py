@@ -71,6 +71,7 @@ WHERE tgrelid = 'events'::regclass AND NOT tgisinternal AND tgtype & 16 <> 0
 ORDER BY tgname"""
 _ENABLE = {"O": "ENABLE TRIGGER", "A": "ENABLE ALWAYS TRIGGER", "R": "ENABLE REPLICA TRIGGER"}
 REWRITE_BODY = "UPDATE events SET body = %s WHERE seq = %s"
+# ledger_meta is declared by schema.py (read by connection.meta); SQLite's INSERT OR REPLACE.
 SET_META = ("INSERT INTO ledger_meta(key, value) VALUES (%s, %s) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
 # Candidate events of the upgrade: those that may hold free text in their body.
