@@ -27,7 +27,7 @@ def day(n: float) -> str:
 class Env:
     """A ledger and its manual clock, with helpers that keep the tests short."""
 
-    def __init__(self, path: Path, policy: Path | None = None) -> None:
+    def __init__(self, path: Path | str, policy: Path | None = None) -> None:
         self.path = path
         self.policy = policy
         self.clock = ManualClock(T0)
@@ -64,16 +64,65 @@ class Env:
         return report.events, report.head, self.ledger.db.facts.dump()
 
 
+# --- the contract suite: one source, two backends ---------------------------------------------
+# The tests of these modules that build their ledgers through `env` or `make_env` define the
+# ledger's behaviour: each runs twice, on a SQLite file and on a PostgreSQL server
+# (`[sqlite]`/`[postgres]` in its id). A test of theirs about one backend's own mechanics (bytes
+# in a file, a WAL) is marked `sqlite_only` and runs once.
+CONTRACT = frozenset({
+    "test_lifecycle", "test_bitemporal", "test_retractions", "test_corroboration", "test_blast",
+    "test_actions_search", "test_receipts", "test_review_binding", "test_sweep_group",
+})
+BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if (metafunc.module.__name__.rsplit(".", 1)[-1] in CONTRACT
+            and {"env", "make_env"} & set(metafunc.fixturenames)
+            and metafunc.definition.get_closest_marker("sqlite_only") is None):
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path / "ledger.db")
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend a contract test runs on (SQLite for every other test)."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture(autouse=True)
+def _own_data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server ledger's local key files go to $XDG_DATA_HOME: never the real home's."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+
+
+@pytest.fixture
+def ledger_at(backend: str, tmp_path: Path,
+              request: pytest.FixtureRequest) -> Iterator[Callable[[str], Any]]:
+    """A new ledger address on the test's backend: a file in tmp_path, or a fresh database."""
+    databases: list[str] = []
+    server = request.getfixturevalue("pg_server") if backend == "postgres" else None
+
+    def at(name: str = "ledger.db") -> Any:
+        if server is None:
+            return tmp_path / name
+        databases.append(server.fresh_database())
+        return databases[-1]
+
+    yield at
+    for url in databases:
+        server.drop_database(url)
+
+
+@pytest.fixture
+def env(ledger_at: Callable[[str], Any]) -> Iterator[Env]:
+    e = Env(ledger_at("ledger.db"))
     yield e
     e.ledger.close()
 
 
 @pytest.fixture
-def make_env(tmp_path: Path) -> Iterator[Callable[..., Env]]:
-    """Ledgers in tmp_path, each optionally under a policy written from TOML text."""
+def make_env(tmp_path: Path, ledger_at: Callable[[str], Any]) -> Iterator[Callable[..., Env]]:
+    """Ledgers on the test's backend, each optionally under a policy written from TOML text."""
     made: list[Env] = []
 
     def make(policy_text: str | None = None, name: str = "ledger.db") -> Env:
@@ -81,7 +130,7 @@ def make_env(tmp_path: Path) -> Iterator[Callable[..., Env]]:
         if policy_text is not None:
             policy = tmp_path / f"{name}.policy.toml"
             policy.write_text(policy_text, encoding="utf-8")
-        made.append(Env(tmp_path / name, policy))
+        made.append(Env(ledger_at(name), policy))
         return made[-1]
 
     yield make
@@ -146,7 +195,9 @@ def pg_url(pg_server: Any) -> Iterator[str]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "pg_server" in getattr(item, "fixturenames", ()):
+        callspec = getattr(item, "callspec", None)
+        on_server = callspec is not None and callspec.params.get("backend") == "postgres"
+        if on_server or "pg_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.postgres)
 
 
