@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: one module per statement group, mirroring `store/sqlite/`."""
