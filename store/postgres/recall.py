@@ -239,18 +239,23 @@ class RecallStore(RecallMeta, RecallSearch):
              below: int, enough: Callable[[int], bool] | None = None) -> tuple[int, int]:
         """Move those of `vectors` whose row is still in a cell below `below` into the cell
         `cell_of` gives (inside the caller's transaction); only the cell changes, so the
-        version token is kept. A statement per MOVE_BATCH rows; `enough` is asked after each
-        row with the chunks made so far (always 0 here: a server table has no vector chunks)
-        and ends the move after that row's statement. Returns (rows gone through, 0)."""
-        used = 0
+        version token is kept. A statement per batch of rows (1, 2, 4, ... up to MOVE_BATCH:
+        a round trip a row would cost more than the move); `enough` is asked after each row
+        with the chunks made so far (always 0: a server table has no vector chunks), and once
+        it says so the move ends with that batch. Returns how many of `vectors` it went
+        through, moved or found gone (the rest are left for the next call), and 0."""
+        used, size = 0, 1
         while used < len(vectors):
-            batch = vectors[used:used + MOVE_BATCH]
+            batch = vectors[used:used + size]
             self._conn.execute(VEC_MOVE, ([int(s) for s, _ in batch],
                                           [int(cell_of(v)) for _, v in batch], int(below)))
-            for _ in batch:
-                used += 1
-                if enough is not None and enough(0):
-                    return used, 0
+            asked = 0
+            while enough is not None and asked < len(batch):
+                asked += 1
+                if enough(0):
+                    return used + len(batch), 0
+            used += len(batch)
+            size = min(size * 2, MOVE_BATCH)
         return used, 0
 
     def repartition(self, dimensions: int, centroids: list[bytes],
