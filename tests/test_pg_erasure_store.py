@@ -3,6 +3,7 @@ the same results, on a real PostgreSQL server; the tombstones refuse every chang
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,13 @@ def test_tombstones_refuse_update_delete_truncate(pg_url: str) -> None:
                 with pg.transaction():
                     pg.execute(attack)
         assert ErasureStore(pg).tombstones() == [(7, "sh", "forget_subject", "{}", "2026-01-01")]
+
+
+def test_every_public_method_of_the_sqlite_store_with_its_signature() -> None:
+    from store.sqlite.erasure import ErasureStore as SqliteErasure
+
+    names = [n for n in dir(SqliteErasure) if not n.startswith("_")]
+    assert set(names) <= set(dir(ErasureStore))
+    for name in names:
+        want = inspect.signature(getattr(SqliteErasure, name))
+        assert inspect.signature(getattr(ErasureStore, name)) == want, name

@@ -5,6 +5,7 @@ refuses a schema that is not a key store."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,12 @@ def test_opening_schemas(pg_url: str) -> None:
         pg_keystore.open_keystore(pg_url + "&schema=other")
     with pytest.raises(LedgerTooNew):
         pg_keystore.open_keystore(pg_url)
+
+
+def test_every_public_method_of_the_sqlite_store_with_its_signature() -> None:
+    skip = {"conn", "path"}
+    names = [n for n in dir(sqlite_keystore.KeyStoreFile) if not n.startswith("_")]
+    for name in set(names) - skip:
+        want = inspect.signature(getattr(sqlite_keystore.KeyStoreFile, name))
+        assert inspect.signature(getattr(pg_keystore.KeyStoreFile, name)) == want, name
+    assert inspect.signature(pg_keystore.open_keystore).parameters.keys() >= {"url"}

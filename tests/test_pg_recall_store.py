@@ -4,6 +4,7 @@ adds, removals and status moves), and the vector KNN is exact with the same filt
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from custody_app.recall import text
 from store.postgres import recall as pg_recall
+from store.postgres import recall_search
 from store.postgres.recall import RecallStore
 from store.rows import FactRow, vec_row
 from store.sqlite.opening import open_ledger
@@ -99,7 +101,11 @@ def _same_ranking(sq: Any, pg: Any, limit: int = 10) -> tuple[int, int]:
     return with_hits, exact
 
 
-def test_bm25_and_knn_as_sqlite_through_changes(both: Any) -> None:
+@pytest.mark.parametrize("page", [8192, 7])
+def test_bm25_and_knn_as_sqlite_through_changes(both: Any, page: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """(A page of 7 rows makes the vector search keep its best across many pages.)"""
+    monkeypatch.setattr(recall_search, "VEC_PAGE", page)
     lf, pg, store = both
     lexical, vectors, facts, events = _corpus(400)
     with lf.write(), pg.transaction():
@@ -239,3 +245,13 @@ def test_move_stops_when_enough(both: Any) -> None:
         moved = sorted(s for s, c in store.vector_cells() if c == 7)
         assert (made, asked) == (0, [0] * 5)
         assert moved == list(range(1, used + 1)) and 5 <= used < 40
+
+
+def test_every_public_method_of_the_sqlite_store_with_its_signature() -> None:
+    from store.sqlite.recall import RecallStore as SqliteRecall
+
+    for name in dir(SqliteRecall):
+        if not name.startswith("_"):
+            assert name in dir(RecallStore), name
+            want = inspect.signature(getattr(SqliteRecall, name))
+            assert inspect.signature(getattr(RecallStore, name)) == want, name

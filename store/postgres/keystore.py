@@ -350,7 +350,7 @@ class KeyStoreFile:
             self._quiet_rollback()
             _raise(exc, "the commit")
 
-    def _statement(self, statement: sql.Composable) -> None:
+    def _statement(self, statement: sql.SQL | sql.Composed) -> None:
         try:
             self.conn.execute(statement)
         except psycopg.Error as exc:

@@ -183,10 +183,11 @@ class RecallStore(RecallMeta, RecallSearch):
         """Rows (fact_seq, terms, scope) with their postings and the stored statistics."""
         start = 0
         while start < len(rows):
-            batch, postings = [], 0
+            batch: list[tuple[int, str, str]] = []
+            postings = 0
             while start < len(rows) and (not batch or postings < LEX_BATCH):
                 batch.append(rows[start])
-                postings += len(rows[start][1]) // 8 + 2
+                postings += len(rows[start][1]) // 14 + 3  # a keyed term and a space: 14
                 start += 1
             self._conn.execute(LEX_INSERT, _lexical_params(batch))
 

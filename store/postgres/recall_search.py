@@ -50,7 +50,11 @@ LIVE = "EXISTS (SELECT 1 FROM facts f WHERE f.assert_seq = p.fact_seq AND f.stat
 DOC_FREQ = "SELECT term, docs FROM recall_terms WHERE term = ANY(%s::text[])"
 ROWS = "SELECT docs FROM recall_stats"
 CREATED = "SELECT 1 FROM ledger_meta WHERE key = 'recall_layout'"
-VEC_SEARCH = "SELECT fact_seq, embedding FROM recall_vec WHERE {where}"
+# A page of the rows passing the filters, in fact seq order (the search keeps only its best
+# `limit` between pages, so its memory does not grow with the index).
+VEC_SEARCH = ("SELECT fact_seq, embedding FROM recall_vec WHERE {where} AND fact_seq > %s "
+              "ORDER BY fact_seq LIMIT %s")
+VEC_PAGE = 8192
 
 # The MATCH expressions the layer above builds (custody_app.recall.search.lexical_match):
 # `terms: (t1 OR t2 ...)` then any number of ` AND scope: s`.
@@ -134,19 +138,35 @@ class RecallSearch:
         if subject_ref is not None:
             where.append("subject_code = %s")
             params.append(filter_code("subject", subject_ref))
-        rows = self._conn.execute(VEC_SEARCH.format(where=" AND ".join(where)),
-                                  params).fetchall()
-        if not rows or limit <= 0:
+        if limit <= 0:
             return []
         target = np.frombuffer(query, dtype=np.float32)
-        width = target.size * 4
-        if any(len(r[1]) != width for r in rows):
-            raise StoreError(f"a stored vector and the query ({target.size} dimensions) differ "
-                             "in length", "recall_dimensions")
-        seqs = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
-        matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows),
-                               dtype=np.float32).reshape(len(rows), target.size)
-        diff = matrix - target
-        distance = np.sqrt(np.einsum("ij,ij->i", diff, diff, dtype=np.float32))
-        order = np.lexsort((seqs, distance))[:limit]
-        return [(int(seqs[i]), float(distance[i])) for i in order]
+        statement = VEC_SEARCH.format(where=" AND ".join(where))
+        best_seqs, best = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        after = -(2**63)
+        while True:
+            rows = self._conn.execute(statement, [*params, after, VEC_PAGE]).fetchall()
+            if not rows:
+                break
+            seqs, distance = _distances(rows, target)
+            seqs, distance = np.concatenate((best_seqs, seqs)), np.concatenate((best, distance))
+            keep = np.lexsort((seqs, distance))[:limit]
+            best_seqs, best = seqs[keep], distance[keep]
+            if len(rows) < VEC_PAGE:
+                break
+            after = int(rows[-1][0])
+        return [(int(q), float(d)) for q, d in zip(best_seqs, best, strict=True)]
+
+
+def _distances(rows: list[Any], target: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
+                                                                       np.ndarray[Any, Any]]:
+    """(fact seqs, L2 distances in float32) of a page of (fact_seq, vector) rows."""
+    width = target.size * 4
+    if any(len(r[1]) != width for r in rows):
+        raise StoreError(f"a stored vector and the query ({target.size} dimensions) differ "
+                         "in length", "recall_dimensions")
+    seqs = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
+    matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows),
+                           dtype=np.float32).reshape(len(rows), target.size)
+    diff = matrix - target
+    return seqs, np.sqrt(np.einsum("ij,ij->i", diff, diff, dtype=np.float32))
