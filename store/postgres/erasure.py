@@ -59,7 +59,8 @@ HAS_DIGEST = ("SELECT 1 FROM forgotten_digests WHERE subject_ref = %s AND predic
 DIGEST_KEYS = ("SELECT DISTINCT subject_ref, predicate FROM forgotten_digests "
                "ORDER BY subject_ref, predicate")
 DROP_DIGESTS = "DELETE FROM forgotten_digests WHERE subject_ref = %s"
-ERASURE_EVENTS = ("SELECT e.seq, e.kind, e.body, a.body FROM events e "
+# Bodies as text (`::text` is a no-op on the text column the chain hashes).
+ERASURE_EVENTS = ("SELECT e.seq, e.kind, e.body::text, a.body::text FROM events e "
                   "LEFT JOIN events a ON a.fact_id = e.fact_id AND a.kind = 'assert' "
                   "WHERE e.kind IN ('forget', 'expire', 'forget_subject') ORDER BY e.seq")
 # The lexical index's row of a fact (store.postgres.recall keeps its scope text there).
@@ -95,7 +96,7 @@ WITH RECURSIVE s(space) AS (
     WHERE s.space IS NOT NULL
 )
 SELECT space FROM s WHERE space IS NOT NULL"""
-SPECIAL_EVENTS = "SELECT seq, body FROM events WHERE kind = %s ORDER BY seq"
+SPECIAL_EVENTS = "SELECT seq, body::text FROM events WHERE kind = %s ORDER BY seq"
 NAMES = "SELECT subject FROM facts UNION SELECT space FROM facts"
 IS_NAME = ("SELECT 1 FROM facts WHERE subject = %s UNION ALL "
            "SELECT 1 FROM facts WHERE space = %s LIMIT 1")
@@ -106,7 +107,8 @@ META_DELETE = "DELETE FROM ledger_meta WHERE key = %s"
 LEAKS = "erasure_leaks"
 LEAKS_KEPT = 100
 REWRITE = "erasure_rewrite_due"
-HELD = f"SELECT {_FCOLS} FROM facts f WHERE f.held = 1 ORDER BY f.assert_seq"
+# `held::integer`: the same whether the projection keeps the flag as an integer or a boolean.
+HELD = f"SELECT {_FCOLS} FROM facts f WHERE f.held::integer = 1 ORDER BY f.assert_seq"
 
 
 class ErasureStore:
