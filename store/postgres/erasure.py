@@ -20,7 +20,9 @@ DDL: tuple[str, ...] = (
     predicate   text COLLATE "C" NOT NULL,
     digest      text COLLATE "C" NOT NULL,
     PRIMARY KEY(subject_ref, predicate, digest))""",
-    # Content-free erasure tombstones of data principals: written once, never changed.
+    # Content-free erasure tombstones of data principals: written once, never changed (the
+    # triggers refusing UPDATE, DELETE and TRUNCATE are schema.TOMBSTONE_TRIGGERS, added after
+    # every module's DDL with the events module's custody_refuse()).
     """CREATE TABLE tombstones(
     seq          bigint PRIMARY KEY,
     subject_hash text COLLATE "C" NOT NULL,
@@ -28,20 +30,6 @@ DDL: tuple[str, ...] = (
     counts       text NOT NULL,
     at           text COLLATE "C" NOT NULL)""",
     "CREATE INDEX tombstones_by_subject ON tombstones(subject_hash, at)",
-    """CREATE FUNCTION tombstones_immutable() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        RAISE EXCEPTION 'custody: an erasure tombstone cannot be deleted'
-            USING ERRCODE = 'integrity_constraint_violation';
-    END IF;
-    RAISE EXCEPTION 'custody: an erasure tombstone cannot be changed'
-        USING ERRCODE = 'integrity_constraint_violation';
-END $$""",
-    """CREATE TRIGGER tombstones_no_change BEFORE UPDATE OR DELETE ON tombstones
-    FOR EACH ROW EXECUTE FUNCTION tombstones_immutable()""",
-    # TRUNCATE removes rows without row triggers: refused the same way.
-    """CREATE TRIGGER tombstones_no_truncate BEFORE TRUNCATE ON tombstones
-    FOR EACH STATEMENT EXECUTE FUNCTION tombstones_immutable()""",
     # Erasures whose clean-up could not complete yet. On a server the SQLite meaning (a WAL
     # checkpoint a reader blocked) has no twin; the table keeps the same rows for issue 34's
     # pending places (an old snapshot, an epoch not yet destroyed).
@@ -107,8 +95,7 @@ META_DELETE = "DELETE FROM ledger_meta WHERE key = %s"
 LEAKS = "erasure_leaks"
 LEAKS_KEPT = 100
 REWRITE = "erasure_rewrite_due"
-# `held::integer`: the same whether the projection keeps the flag as an integer or a boolean.
-HELD = f"SELECT {_FCOLS} FROM facts f WHERE f.held::integer = 1 ORDER BY f.assert_seq"
+HELD = f"SELECT {_FCOLS} FROM facts f WHERE f.held = 1 ORDER BY f.assert_seq"
 
 
 class ErasureStore:
