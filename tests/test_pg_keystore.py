@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import store
-from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreIntegrityError
+from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError, StoreIntegrityError
 from store.postgres import keystore as pg_keystore
 from store.sqlite import keystore as sqlite_keystore
 
@@ -225,14 +225,18 @@ def test_opening_schemas(pg_url: str) -> None:
     team = pg_keystore.open_keystore(pg_url + "&schema=team")
     assert team.schema == "team_keys" and team.meta("check") is None
     team.close()
-    assert pg_keystore.split_address(
-        "postgresql://u@h/db?options=-c%20search_path%3Dops%2Cpublic")[1] == "ops"
+    assert pg_keystore.split_address("postgresql://u:pw@h/db?schema=a&sslmode=require"
+                                     "&schema=ops") == ("postgresql://u:pw@h/db?sslmode=require",
+                                                        "ops")
+    assert pg_keystore.shown("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
     with psycopg.connect(pg_url, autocommit=True) as raw:
         raw.execute("CREATE SCHEMA other_keys")
         raw.execute("CREATE TABLE other_keys.stuff(x int)")
         raw.execute("UPDATE custody_keys.schema_version SET version = 99")
     with pytest.raises(NotALedger):
         pg_keystore.open_keystore(pg_url + "&schema=other")
+    with pytest.raises(StoreError, match="63"):
+        pg_keystore.open_keystore(pg_url + "&schema=" + "a" * 59)
     with pytest.raises(LedgerTooNew):
         pg_keystore.open_keystore(pg_url)
 

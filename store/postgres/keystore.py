@@ -6,6 +6,7 @@ same methods, and the same write-once rules enforced by triggers."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -27,6 +28,7 @@ from store.rows import MarkRow
 APPLICATION = "custody-app key store"
 KEYSTORE_VERSION = 1
 DEFAULT_SCHEMA = "custody"
+KEYS_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
 # SQLite's key store waits 5 s for its write lock.
 LOCK_TIMEOUT = "5s"
 _REFUSED = "integrity_constraint_violation"
@@ -372,20 +374,15 @@ def _key_row(row: Any) -> KeyRow:
 
 
 def split_address(url: str) -> tuple[str, str]:
-    """(the libpq URL, the ledger's schema) of a ledger address: the schema from a `schema=`
-    query parameter (taken out: libpq does not know it), else the first entry of a
-    `search_path` in `options`, else `custody`."""
+    """(the libpq URL, the ledger's schema) of a ledger address, read as the ledger's opening
+    reads it: the schema is the last `schema=` query parameter (taken out: libpq does not know
+    it), else `custody`."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
+    schemas = [v for k, v in query if k == "schema"]
     rest = [(k, v) for k, v in query if k != "schema"]
-    if schema is None:
-        options = next((v for k, v in rest if k == "options"), "")
-        for word in options.replace("-c ", "-c").split():
-            if word.startswith("-csearch_path="):
-                schema = word.split("=", 1)[1].split(",")[0].strip().strip('"')
     clean = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
-    return clean, schema or DEFAULT_SCHEMA
+    return clean, schemas[-1] if schemas else DEFAULT_SCHEMA
 
 
 def shown(url: str) -> str:
@@ -404,6 +401,11 @@ def open_keystore(url: str, *, schema: str | None = None) -> KeyStoreFile:
     conninfo, ledger_schema = split_address(url)
     keys = schema or f"{ledger_schema}_keys"
     where = f"{shown(url)} (schema {keys})"
+    if not KEYS_SCHEMA.match(keys):
+        # PostgreSQL would cut a longer name to 63 bytes, and two ledgers could share one.
+        raise StoreError(f"cannot open key store {where}: its schema name must be 1-63 "
+                         "lower-case letters, digits or underscores (a ledger schema of up to "
+                         "58, as the key store adds '_keys')", "keystore_unopenable")
     try:
         conn = psycopg.connect(conninfo, autocommit=True)
     except psycopg.Error as exc:
