@@ -192,6 +192,11 @@ def test_triggers_refuse_what_sqlite_refuses(pg_url: str, tmp_path: Path) -> Non
         raw.execute("DELETE FROM keystore_meta WHERE name = 'index_next'")
         with pytest.raises(psycopg.errors.IntegrityError):
             raw.execute("UPDATE keystore_meta SET name = 'check2' WHERE name = 'check'")
+        # A session on another search_path (a ledger's) writing the key store is counted too.
+        seen = ks.data_version()
+        with psycopg.connect(pg_url, autocommit=True) as elsewhere:
+            elsewhere.execute("INSERT INTO custody_keys.keystore_meta VALUES ('hand', 'x')")
+        assert ks.data_version() != seen and ks.meta("hand") == b"x"
     finally:
         raw.close()
         ks.close()
