@@ -15,7 +15,8 @@ from store.address import is_server_text
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError
 from store.sqlite import health
 from store.sqlite.connection import LedgerFile
-from store.sqlite.keystore import KeyStoreFile, open_keystore
+from store.sqlite.keystore import KeyStoreFile
+from store.sqlite.keystore import open_keystore as open_sqlite_keystore
 from store.sqlite.locate import db_page, wal_page
 from store.sqlite.opening import open_ledger as open_sqlite_ledger
 from store.sqlite.projection import FactStore
@@ -79,3 +80,14 @@ def ledger_exists(address: str | Path) -> bool:
     with _server_client():
         from store.postgres.opening import ledger_exists as on_server
     return on_server(str(address))
+
+
+def open_keystore(address: str | Path) -> Any:
+    """Open (creating if missing) a key store by its address: a `postgresql://` URL names the
+    key store schema of that ledger's database (store.postgres.keystore), anything else a
+    SQLite key store file."""
+    if not is_server_address(str(address)):
+        return open_sqlite_keystore(address)
+    with _server_client():
+        from store.postgres.keystore import open_keystore as open_server_keystore
+    return open_server_keystore(str(address))

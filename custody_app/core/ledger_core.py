@@ -216,7 +216,7 @@ class LedgerCore:
             raise LedgerError("read_only", "this ledger was opened read-only")
         keys = self.keys.store.write() if self.keys is not None else nullcontext()
         outermost = self.db.depth == 0
-        changes = self.keys.store.conn.total_changes() if outermost and self.keys else 0
+        changes = self.keys.store.total_changes() if outermost and self.keys else 0
         start = self.db.events.head() if outermost and self.keys else None
         try:
             # The key store commits first (inner), so no committed value ever lacks its key.
@@ -242,7 +242,7 @@ class LedgerCore:
                         raise
                 if self.db.depth == 1:
                     crash_point("tx.keys_committed")
-            if outermost and self.keys and self.keys.store.conn.total_changes() != changes:
+            if outermost and self.keys and self.keys.store.total_changes() != changes:
                 # A key changed: the key store remembers how far the ledger had come. Only if
                 # the ledger moved too: a refused op's rolled-back key writes count in
                 # total_changes, and a refused op writes no mark (DESIGN 14).

@@ -16,7 +16,7 @@ from custody_app.keys.keyring import (
     master_path_for,
     public_key_path_for,
 )
-from store import KeyStoreFile, health
+from store import health
 from store.errors import StoreError
 
 KEYSTORE_VERSION = health.keystore_version()
@@ -160,8 +160,7 @@ def _marks(store: health.Inspection | None, keystore: str | Path, master: bytes 
     if (store.pragma("user_version") or 0) < KEYSTORE_VERSION:
         return check("ledger-marks", "warn", f"the key store {keystore} predates authenticated "
                      "marks: the next read-write open upgrades it.")
-    rows = KeyStoreFile(store.conn, str(keystore))
-    bad = marks.untrusted_marks(rows, marks.mark_key(master))
+    bad = marks.untrusted_marks(store.keystore(), marks.mark_key(master))
     if bad:
         named = ", ".join(marks.describe(row) for row in bad[:5])
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""

@@ -15,7 +15,7 @@ from store.errors import NotALedger, StoreError
 from store.sqlite.damage import damage
 from store.sqlite.erasure import ErasureStore
 from store.sqlite.keystore import _MIGRATIONS as KEYSTORE_MIGRATIONS
-from store.sqlite.keystore import GET_META, KEYSTORE_APPLICATION_ID
+from store.sqlite.keystore import GET_META, KEYSTORE_APPLICATION_ID, KeyStoreFile
 from store.sqlite.opening import configure_pragmas, load_sqlite_vec
 from store.sqlite.recall import RecallStore
 from store.sqlite.schema import APPLICATION_ID, MIGRATIONS
@@ -177,6 +177,10 @@ class Inspection:
             return None
         row = self.conn.execute(LAST_SUBJECT).fetchone()
         return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+
+    def keystore(self) -> KeyStoreFile:
+        """The key store's rows over this read-only connection (the doctor reads its marks)."""
+        return KeyStoreFile(self.conn, self.path)
 
     @_translated
     def meta(self, name: str) -> bytes | None:

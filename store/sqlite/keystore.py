@@ -147,6 +147,11 @@ class KeyStoreFile:
         """Changes whenever another connection commits to the key store (cheap: no disk I/O)."""
         return int(self.conn.pragma("data_version"))
 
+    def total_changes(self) -> int:
+        """Rows changed through this key store's connection since it opened, rolled back or
+        not (a write that changed no key leaves it as it was)."""
+        return int(self.conn.total_changes())
+
     def meta(self, name: str) -> bytes | None:
         row = self.conn.execute(GET_META, (name,)).fetchone()
         return None if row is None else bytes(row[0])

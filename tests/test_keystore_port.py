@@ -1,0 +1,63 @@
+"""The key store behind the port: `store.open_keystore` chooses the backend by address, and
+`total_changes()` / `Inspection.keystore()` are what the layers above use instead of reaching
+into a key store's connection."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import store
+from store.sqlite import health
+from store.sqlite import keystore as sqlite_keystore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_path_opens_a_sqlite_key_store(tmp_path: Path) -> None:
+    ks = store.open_keystore(tmp_path / "k.keys")
+    try:
+        assert isinstance(ks, sqlite_keystore.KeyStoreFile)
+        assert (tmp_path / "k.keys").exists()
+    finally:
+        ks.close()
+
+
+def test_total_changes_counts_rows_even_rolled_back(tmp_path: Path) -> None:
+    ks = sqlite_keystore.open_keystore(tmp_path / "k.keys")
+    try:
+        start = ks.total_changes()
+        ks.put_meta("check", b"c")
+        assert ks.total_changes() == start + 1
+        ks.put_meta("check", b"c")  # already there: nothing written
+        assert ks.total_changes() == start + 1
+        try:
+            with ks.write():
+                ks.add("r", 1, b"k", "2026-01-01")
+                raise RuntimeError
+        except RuntimeError:
+            pass
+        assert ks.total_changes() == start + 2 and ks.latest("r") is None
+    finally:
+        ks.close()
+
+
+def test_inspection_reads_the_marks_without_the_connection(tmp_path: Path) -> None:
+    ks = sqlite_keystore.open_keystore(tmp_path / "k.keys")
+    ks.add_mark(3, "h3", "2026-01-01", lambda row: "mac")
+    ks.close()
+    seen = health.inspect_keystore(tmp_path / "k.keys")
+    try:
+        assert list(seen.keystore().marks()) == [(1, 3, "h3", "2026-01-01", False, "mac")]
+    finally:
+        seen.close()
+
+
+def test_no_layer_above_reaches_into_a_key_store_connection() -> None:
+    for path in (ROOT / "custody_app").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "conn":
+                inner = node.value
+                name = inner.attr if isinstance(inner, ast.Attribute) else getattr(inner, "id", "")
+                assert name not in ("store", "keys"), f"{path}: {ast.unparse(node)}"
