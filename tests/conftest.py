@@ -147,6 +147,18 @@ def fixture_copy(fixture: Path, into: Path) -> Path:
     return into / "ledger.db"
 
 
+def stored_state(env: Env) -> Any:
+    """What a refused operation must leave exactly as it was: the bytes of a SQLite ledger, its
+    WAL (checkpointed first) and its key store; every row of a server ledger's schemas."""
+    if str(env.path).startswith("postgresql://"):
+        from tests import pgserver
+
+        return pgserver.dump(str(env.path))
+    env.ledger.db.wal_checkpoint()
+    return tuple(Path(f"{env.path}{s}").read_bytes() if Path(f"{env.path}{s}").exists() else b""
+                 for s in ("", "-wal", ".keys"))
+
+
 def ledger_bytes(path: Path) -> bytes:
     """The raw bytes of the ledger file followed by its WAL's (if any)."""
     out = b""

@@ -203,3 +203,23 @@ def start(*, tcp_port: int | None = None) -> Server:
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
+
+
+def dump(url: str) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of every table of the database's custody-app schemas (the ledger's and its key
+    store's), each table's rows sorted: what "left as it was" means on a server, where there are
+    no file bytes to compare."""
+    import psycopg
+
+    head, _, query = url.partition("?")
+    kept = "&".join(p for p in query.split("&") if not p.startswith("schema="))
+    out: dict[str, list[tuple[object, ...]]] = {}
+    with psycopg.connect(head + (f"?{kept}" if kept else "")) as conn:
+        tables = conn.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_type = 'BASE TABLE' AND table_schema NOT IN "
+            "('pg_catalog', 'information_schema') ORDER BY 1, 2").fetchall()
+        for schema, table in tables:
+            rows = conn.execute(f'SELECT * FROM "{schema}"."{table}"').fetchall()
+            out[f"{schema}.{table}"] = sorted(rows, key=repr)
+    return out

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from custody_app import Ledger
 from custody_app.domain.timeutil import ManualClock
 from tests.conftest import Env, day
@@ -70,6 +72,7 @@ def test_batch_op_and_cli(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "invalid_time" in bad.stderr
 
 
+@pytest.mark.sqlite_only  # builds an older SQLite schema
 def test_an_older_ledger_gets_the_index_backfilled_and_repair_rebuilds_it(env: Env) -> None:
     seqs = seed(env)
     conn = env.ledger.db.conn

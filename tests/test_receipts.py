@@ -17,7 +17,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.keys import crypto
 from custody_app.ledger.facade import Ledger
 from custody_app.receipts import json_sha256, public_hex, sign
-from tests.conftest import Env
+from tests.conftest import Env, stored_state
 
 KEY = bytes(range(32))  # test material: a fixed issuer key
 OTHER = bytes(range(1, 33))
@@ -53,13 +53,6 @@ def write(env: Env, value: Any, rc: dict[str, Any], *, session: str | None = SES
                                   session=session, provenance=provenance, **extra)
 
 
-def files(env: Env) -> tuple[bytes, ...]:
-    """The bytes of the ledger and its key store (after a checkpoint of the WAL)."""
-    env.ledger.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return tuple(Path(f"{env.path}{s}").read_bytes() if Path(f"{env.path}{s}").exists() else b""
-                 for s in ("", "-wal", ".keys"))
-
-
 def test_a_receipt_covering_the_value_makes_it_verified_and_verify_rechecks_it(
         make_env: Any) -> None:
     env = make_env(policy(allow_declared=False))
@@ -90,7 +83,7 @@ def test_each_bad_receipt_is_refused_with_its_check_and_writes_nothing(
         make_env: Any, case: str, check: str) -> None:
     env = make_env(policy())
     env.put("acct:1", "name", "x")
-    before, disk = env.snapshot(), files(env)
+    before, disk = env.snapshot(), stored_state(env)
     rc, kwargs = receipt(), {}
     if case == "unknown_issuer":
         rc = receipt(OTHER, issuer="gateway:rogue")
@@ -118,7 +111,7 @@ def test_each_bad_receipt_is_refused_with_its_check_and_writes_nothing(
         write(env, value, rc, **kwargs)
     assert refused.value.code == "receipt_invalid"
     assert refused.value.details["check"] == check
-    assert env.snapshot() == before and files(env) == disk
+    assert env.snapshot() == before and stored_state(env) == disk
 
 
 def test_an_action_carries_its_receipt_checked_for_tool_and_session(make_env: Any) -> None:
@@ -206,6 +199,7 @@ def test_explain_escapes_control_characters_from_stored_action_fields(make_env: 
     assert "\x1b" not in text and "\x07" not in text and "\\x1b]0;pwned\\x07" in text
 
 
+@pytest.mark.sqlite_only  # hand-edits the SQLite file
 def test_verify_names_a_forged_receipt_in_a_hand_edited_ledger_with_its_chain_recomputed(
         make_env: Any) -> None:
     """The attacker has the file and this code, drops the triggers, swaps an assert's receipt

@@ -100,6 +100,7 @@ def _run(src: Env, where: Path, grouped: bool, monkeypatch: pytest.MonkeyPatch) 
     return json.loads(text), _tables(path), _tables(Path(f"{path}.keys"))
 
 
+@pytest.mark.sqlite_only  # copies the SQLite files and compares their tables
 @pytest.mark.parametrize("names_read_at", [1, 10_000])
 def test_a_grouped_sweep_stores_what_one_event_at_a_time_stores(make_env, tmp_path, monkeypatch,
                                                                 names_read_at: int) -> None:
