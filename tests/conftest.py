@@ -65,20 +65,21 @@ class Env:
 
 
 # --- the contract suite: one source, two backends ---------------------------------------------
-# The tests of these modules that build their ledgers through `env` or `make_env` define the
+# The tests of these modules that build their ledgers through `env`, `make_env` or `ledger_at` define the
 # ledger's behaviour: each runs twice, on a SQLite file and on a PostgreSQL server
 # (`[sqlite]`/`[postgres]` in its id). A test of theirs about one backend's own mechanics (bytes
 # in a file, a WAL) is marked `sqlite_only` and runs once.
 CONTRACT = frozenset({
     "test_lifecycle", "test_bitemporal", "test_retractions", "test_corroboration", "test_blast",
     "test_actions_search", "test_receipts", "test_review_binding", "test_sweep_group",
+    "test_browse",
 })
 BACKENDS = ("sqlite", "postgres")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if (metafunc.module.__name__.rsplit(".", 1)[-1] in CONTRACT
-            and {"env", "make_env"} & set(metafunc.fixturenames)
+            and {"env", "make_env", "ledger_at"} & set(metafunc.fixturenames)
             and metafunc.definition.get_closest_marker("sqlite_only") is None):
         metafunc.parametrize("backend", BACKENDS, indirect=True)
 

@@ -3,7 +3,9 @@ pages concatenate to the whole, diffs mark what changed, queues and holds come o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,8 +17,8 @@ from tests.tuikit import FROZEN, REVIEWER, WRITER, Story, build_story
 
 
 @pytest.fixture
-def story(tmp_path: Path) -> Story:
-    return build_story(tmp_path / "story.db")
+def story(ledger_at: Callable[[str], Any]) -> Story:
+    return build_story(ledger_at("story.db"))
 
 
 @pytest.fixture
@@ -69,8 +71,8 @@ def test_tx_at_jump_finds_the_last_event_learned_by_then(ledger: Ledger, story: 
     assert err.value.code == "invalid_time"
 
 
-def test_pages_concatenate_to_the_whole(tmp_path: Path) -> None:
-    story = build_story(tmp_path / "big.db", extra_facts=23)
+def test_pages_concatenate_to_the_whole(ledger_at: Callable[[str], Any]) -> None:
+    story = build_story(ledger_at("big.db"), extra_facts=23)
     with Ledger.open(story.path) as led:
         whole = ids(led.beliefs(limit=500).facts)
         pages, after = [], 0

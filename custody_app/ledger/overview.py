@@ -4,8 +4,6 @@ force; and the one page-size check every paged read uses."""
 
 from __future__ import annotations
 
-import os
-
 from custody_app.core.ledger_core import LedgerCore
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.retention import cutoff_for, window_for
@@ -67,14 +65,11 @@ class LedgerOverview(LedgerCore):
             recorded = self.db.events.last_policy_hash()
             counts = self.db.facts.counts_by_status()
         path = self.db.path
-
-        def size(name: str) -> int:
-            return os.path.getsize(name) if os.path.exists(name) else 0
-
+        db_bytes, wal_bytes = self.db.stored_bytes()
         return LedgerStatus(
             path=path, events=head[0] if head else 0, head_hash=head[1] if head else None,
-            head_tx_at=head[2] if head else None, db_bytes=size(path),
-            wal_bytes=size(f"{path}-wal"), pending_scrubs=pending,
+            head_tx_at=head[2] if head else None, db_bytes=db_bytes,
+            wal_bytes=wal_bytes, pending_scrubs=pending,
             policy_in_force=self.policy.hash, policy_recorded=recorded,
             policy_history=self.policy_history(), counts=counts)
 

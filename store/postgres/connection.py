@@ -66,6 +66,10 @@ class _SubStore:
         return store
 
 
+STORED_BYTES = ("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind = 'r'")
+
 class LedgerFile:
     """An open ledger on a PostgreSQL server: the connection and the statement groups over it.
     `path` is the ledger's address without any password."""
@@ -237,6 +241,12 @@ class LedgerFile:
     def files(self) -> list[str]:
         """None: the ledger's bytes are in the server's files, out of this process's reach."""
         return []
+
+    def stored_bytes(self) -> tuple[int, int]:
+        """(the bytes the ledger's tables take on the server, indexes and TOAST included; 0:
+        the server's WAL is shared by every database, none of it this ledger's alone)."""
+        row = self.conn.execute(STORED_BYTES, (self.schema,)).fetchone()
+        return int(row[0] if row and row[0] is not None else 0), 0
 
     def close(self) -> None:
         self.conn.close()

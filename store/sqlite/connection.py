@@ -27,6 +27,7 @@ from store.sqlite.rewrite import Hook, rewrite_file
 from store.sqlite.scrub import (
     CHECKPOINT_DELAYS,
     checkpoint_truncate,
+    file_size,
     scan_files,
     wal_path,
 )
@@ -228,6 +229,10 @@ class LedgerFile:
     def files(self) -> list[str]:
         """The files that hold this ledger's bytes: the database and its WAL."""
         return [self.path, wal_path(self.path)]
+
+    def stored_bytes(self) -> tuple[int, int]:
+        """(the database file's bytes, its WAL's)."""
+        return file_size(self.path), file_size(wal_path(self.path))
 
     def close(self) -> None:
         if self.checkpointer is not None:
