@@ -167,7 +167,8 @@ def code_map_problems(readme: str) -> list[str]:
     top, inside = section.split("Inside `custody_app/`", 1)
     for name in re.findall(r"`([a-z_]+)`", top):
         if name not in {"custody_app", "store", "screens"} and not any(
-                (ROOT / folder / f"{name}.py").exists() for folder in ("store", "store/sqlite", "store/postgres", "screens")):
+                (ROOT / folder / f"{name}.py").exists()
+                for folder in ("store", "store/sqlite", "store/postgres", "screens")):
             found.append(f"top level: {name}")
     for row in (line for line in inside.splitlines() if line.startswith("| `")):
         first, owns = (cell.strip() for cell in row.strip("|").split("|")[:2])

@@ -74,13 +74,15 @@ def row_places(ledger: LedgerCore, work: ErasureWork, *,
         checks.append(PlaceCheck(
             place="recall indexes (FTS5, sqlite-vec, its in-process copy)",
             outcome="found" if stale else "clean",
-            detail="no erased fact is indexed (removed with secure-delete in the erasure's "
-            "transaction)" if not stale else f"still indexed: {', '.join(stale)}"))
+            detail="no erased fact is indexed (its rows removed in the erasure's transaction)"
+            if not stale else f"still indexed: {', '.join(stale)}"))
     else:
         checks.append(PlaceCheck(place="recall indexes (FTS5, sqlite-vec)",
                                  outcome="not_applicable", detail="this ledger has no recall index"))
     checks.append(keys_place)
     checks += work.notes
+    checks += [PlaceCheck(place=place, outcome="pending", detail=detail)
+               for place, detail in ledger.db.places_beyond_scan()]
     return checks
 
 

@@ -66,6 +66,13 @@ class _SubStore:
         return store
 
 
+SERVER_FILES = "the server's files: old row versions, its WAL, WAL archives, backups, replicas"
+SERVER_FILES_DETAIL = (
+    "the erasure nulled and deleted the rows in its transaction, but the server keeps their old "
+    "versions in its table files until VACUUM, in its WAL until the segments are recycled, and "
+    "in every archive, base backup or replica made meanwhile; this process can neither read nor "
+    "scan them, and nothing yet makes those copies unreadable (epoch keys are not built yet)")
+
 STORED_BYTES = ("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = %s AND c.relkind = 'r'")
@@ -241,6 +248,12 @@ class LedgerFile:
     def files(self) -> list[str]:
         """None: the ledger's bytes are in the server's files, out of this process's reach."""
         return []
+
+    def places_beyond_scan(self) -> list[tuple[str, str]]:
+        """Where a server keeps erased bytes that no scan of this process reads: old row
+        versions in its table files (until VACUUM), its WAL, and the archives, base backups and
+        replicas made from them. An erasure certificate lists it as pending."""
+        return [(SERVER_FILES, SERVER_FILES_DETAIL)]
 
     def stored_bytes(self) -> tuple[int, int]:
         """(the bytes the ledger's tables take on the server, indexes and TOAST included; 0:
