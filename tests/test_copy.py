@@ -171,13 +171,14 @@ def test_the_demo_ledger_copied_to_postgresql_and_back_reads_the_same(
 
 def test_a_copy_into_a_file_keeps_the_master_key_of_the_environment(
         source: tuple[Path, str, str], tmp_path: Path) -> None:
-    """With $CUSTODY_MASTER_KEY the copy writes no master key file (the environment gives it);
-    one that is not the source's key is refused before anything is written."""
+    """With $CUSTODY_MASTER_KEY the copy writes no master key file (the environment gives it
+    to both); one that does not open the source's key store is refused before anything is
+    written."""
     ledger = source[0]
     master = Path(f"{ledger}.keys.master").read_text().strip()
     copy = tmp_path / "copy.db"
     wrong = cli("copy", ledger, copy, CUSTODY_MASTER_KEY="ab" * 32)
-    assert wrong.returncode == 3 and "(master_key_conflict)" in wrong.stderr
+    assert wrong.returncode == 3 and "(master_key_wrong)" in wrong.stderr
     assert sorted(os.listdir(tmp_path)) == []
     done = ok("copy", ledger, copy, "--json", CUSTODY_MASTER_KEY=master)
     assert json.loads(done.stdout)["master_key"] == "$CUSTODY_MASTER_KEY"

@@ -15,7 +15,8 @@ import psycopg
 from psycopg import sql
 
 from store.errors import StoreError
-from store.postgres.bulk import BATCH, copy_rows, lazy_rows
+from store.postgres.bulk import BATCH as BATCH
+from store.postgres.bulk import copy_rows, lazy_rows
 
 COLUMNS = ("SELECT column_name, data_type FROM information_schema.columns "
            "WHERE table_schema = current_schema() AND table_name = %s ORDER BY ordinal_position")
