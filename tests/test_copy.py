@@ -330,3 +330,47 @@ def test_every_table_of_both_backends_is_copied_or_rebuilt(
         assert led.db.meta("ledger_id") == Ledger.open(here, readonly=True).db.meta("ledger_id")
     assert {"embedder", "recall_layout", "sqlite_vec_version"} <= NOT_COPIED_META
     assert address_of(pg_url).place() == address_of(pg_url + "&schema=custody").place()
+
+
+# ---- the store's part: a batch at a time, values converted to the column's type -------------
+
+def test_rows_come_a_batch_at_a_time_and_load_converted_on_both_backends(
+        here: Path, pg_url: str) -> None:
+    ok("copy", here, pg_url)
+    for address in (here, pg_url):
+        with Ledger.open(address, readonly=True) as led, led.db.read():
+            names = led.db.columns("events")
+            whole = [r for b in led.db.copy_rows("events", names, 10_000) for r in b]
+            batches = list(led.db.copy_rows("events", names, 7))
+            assert [len(b) for b in batches[:-1]] == [7] * (len(batches) - 1)
+            assert [r for b in batches for r in b] == whole
+            assert [r[names.index("seq")] for r in whole] == list(range(1, len(whole) + 1))
+    # A SQLite file may hold bytes in a text column: the server's store loads them as text;
+    # a table's columns must all be named (none dropped silently).
+    from store import StoreError, open_ledger
+
+    db = open_ledger(pg_url)
+    try:
+        db.load_rows("ledger_meta", ["key", "value"], [("copied_bytes", b"as text")])
+        assert db.meta("copied_bytes") == "as text"
+        with pytest.raises(StoreError) as caught:
+            db.load_rows("ledger_meta", ["key"], [("only_a_key",)])
+        assert caught.value.code == "copy_schema_mismatch"
+        # The chain trigger still guards a load: an event that does not link is refused.
+        head = db.copy_rows("events", db.columns("events"))
+        last = [r for b in head for r in b][-1]
+        seq = db.columns("events").index("seq")
+        forged = tuple(v + 1 if i == seq else v for i, v in enumerate(last))
+        with pytest.raises(StoreError):
+            db.load_rows("events", db.columns("events"), [forged])
+    finally:
+        db.close()
+
+
+def test_two_ledgers_in_one_database_each_in_its_own_schema(here: Path, pg_url: str) -> None:
+    ok("copy", here, pg_url)
+    second = pg_url + "&schema=team2"
+    done = json.loads(ok("copy", pg_url, second, "--json").stdout)
+    assert done["keystore"].endswith("schema=team2")
+    assert {"team2.events", "team2_keys.subject_keys"} <= set(pgserver.dump(pg_url))
+    assert as_json("verify", "--ledger", second, "--key", f"{here}.pub")["valid"] is True
