@@ -134,6 +134,14 @@ def differences(have: Any, want: Any, at: str = "") -> list[str]:
     return [] if have == want else [f"{at}: {have!r} != {want!r}"]
 
 
+def rebuilt_by_copy(address: str | Path) -> None:
+    """The copy rebuilt the recall indexes itself (read-only: no open rebuilds them here)."""
+    with Ledger.open(address, readonly=True) as led:
+        assert led.db.recall.embedder() is not None
+        assert led.index.differences() == []
+        assert sum(led.db.recall.counts()) > 0
+
+
 def test_the_demo_ledger_copied_to_postgresql_and_back_reads_the_same(
         source: tuple[Path, str, str], pg_url: str, tmp_path: Path) -> None:
     ledger, forgotten, erased = source
@@ -141,7 +149,9 @@ def test_the_demo_ledger_copied_to_postgresql_and_back_reads_the_same(
     back = tmp_path / "back.db"
     to_server = ok("copy", ledger, pg_url)
     assert to_server.stdout.startswith(f"copied {ledger} to ")
+    rebuilt_by_copy(pg_url)
     done = ok("copy", pg_url, back, "--json")
+    rebuilt_by_copy(back)
     result = json.loads(done.stdout)
     assert result["events"] == len(events_of(ledger)) and result["destroyed_keys"] >= 1
     assert result["master_key"] == str(back) + ".keys.master"
