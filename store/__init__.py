@@ -68,7 +68,7 @@ def _server_client() -> Iterator[None]:
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "FactStore", "KeyStoreFile", "LedgerFile", "LedgerTooNew",
            "ManyPlan", "NotALedger", "StoreBusy", "StoreError", "db_page", "file_size", "health",
-           "is_server_address", "ledger_exists", "open_keystore", "open_ledger", "server_health",
+           "is_server_address", "ledger_exists", "occupied", "open_keystore", "open_ledger", "server_health",
            "wal_page", "wal_path"]
 
 
@@ -91,3 +91,23 @@ def open_keystore(address: str | Path) -> Any:
     with _server_client():
         from store.postgres.keystore import open_keystore as open_server_keystore
     return open_server_keystore(str(address))
+
+
+def occupied(address: str | Path) -> str | None:
+    """What already is at `address`, a place `custody-app copy` would write a ledger or a key
+    store to (None: nothing, so a copy may go there). A file path: anything but a missing or
+    empty regular file; a server address: its ledger schema or its key store schema holding
+    any relation (another ledger, another application's tables). Changes nothing."""
+    if is_server_address(address):
+        with _server_client():
+            from store.postgres.vacancy import occupant
+        return occupant(str(address))
+    path = str(address)
+    if os.path.islink(path):
+        return f"a symbolic link to {os.readlink(path)}"
+    if not os.path.exists(path):
+        return None
+    if not os.path.isfile(path):
+        return "a directory" if os.path.isdir(path) else "something that is not a regular file"
+    size = os.path.getsize(path)
+    return None if size == 0 else f"a file of {size:,} bytes"

@@ -99,6 +99,19 @@ class LedgerAddress:
         """The master key file of this key store address (when `$CUSTODY_MASTER_KEY` is unset)."""
         return self.sibling(".master") if self.server else Path(f"{self.text}.master")
 
+    def place(self) -> tuple[str, ...]:
+        """What tells two addresses of one ledger apart from two ledgers: a server's host,
+        port, database and schema (whatever user or options the URL carries); a file's real
+        path (through symbolic links)."""
+        if self.server:
+            parts = urlsplit(self.text)
+            query = parse_qs(parts.query)
+            host = parts.hostname or query.get("host", ["local"])[-1]
+            port = str(parts.port or query.get("port", ["5432"])[-1])
+            return ("server", host, port, unquote(parts.path.lstrip("/")) or "postgres",
+                    self.schema)
+        return ("file", os.path.realpath(self.text))
+
     def own_file(self) -> str | None:
         """The ledger's own file (None for a server ledger, which has none)."""
         return None if self.server else self.text

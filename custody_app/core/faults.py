@@ -22,6 +22,8 @@ POINTS = (
     "reindex.before_commit",     # recall indexes rebuilt, their transaction not committed
     "upgrade.before_commit",     # free text sealed and bodies rewritten, not committed
     "upgrade.committed",         # the free-text upgrade committed, its WAL checkpoint not done
+    "copy.loading",              # copy: a batch of rows loaded into the destination (`#N`: the N-th)
+    "copy.indexed",              # copy: every row and key loaded, indexes rebuilt, not marked done
 )
 
 

@@ -40,6 +40,21 @@ from store.address import address_of
 from store.rows import EventRow, FactRow
 
 SYSTEM_ACTOR = "system:custody"
+# ledger_meta: present while `custody-app copy` fills this ledger (written before its first row,
+# removed after its last); a ledger holding it is an interrupted copy and is never opened.
+COPY_INCOMPLETE = "copy_incomplete"
+
+
+def refuse_incomplete_copy(db: LedgerFile, path: str | Path) -> None:
+    """An interrupted `custody-app copy` left this ledger part-filled: refused (`copy_incomplete`)."""
+    note = db.meta(COPY_INCOMPLETE)
+    if note is not None:
+        shown = address_of(path).display
+        raise LedgerError(
+            "copy_incomplete",
+            f"{shown} is an incomplete copy ({note}): `custody-app copy` did not finish, so it "
+            f"is not opened; remove it (and its key store and master key file) and run "
+            f"`custody-app copy SOURCE {shown}` again", path=shown)
 
 
 class LedgerCore:
@@ -140,6 +155,7 @@ class LedgerCore:
             raise LedgerError(exc.code, str(exc)) from None
         keys = None
         try:
+            refuse_incomplete_copy(db, path)
             refusal = None
             if loaded is None:
                 try:

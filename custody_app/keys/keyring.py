@@ -106,6 +106,40 @@ def load_master(keystore: str | Path, *, create: bool) -> bytes:
     return key
 
 
+def place_master(keystore: str | Path, key: bytes, *, check_only: bool = False) -> str:
+    """Make `key` the master key of the key store at `keystore` (a copy's: its wrapped keys
+    are under the source's master key): nothing to write when `$CUSTODY_MASTER_KEY` gives
+    it; else its master key file, 0600, kept when it holds this key already, never
+    replaced when it holds another (`master_key_conflict`). Returns where the key is (with
+    `check_only`: where it would be, refusing the same conflicts, writing nothing)."""
+    env = master_from_env()
+    if env is not None:
+        if env != key:
+            raise LedgerError("master_key_conflict",
+                              f"${MASTER_ENV} is not the source's master key: unset it (the "
+                              "copy then writes the key file) or set it to the source's key")
+        return f"${MASTER_ENV}"
+    path = master_path_for(keystore)
+    if not path.exists() and not path.is_symlink():
+        if check_only:
+            return str(path)
+        try:
+            _write_secret(path, key.hex().encode())
+            return str(path)
+        except FileExistsError:
+            pass
+    try:
+        held = bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        held = b""
+    if held != key:
+        raise LedgerError("master_key_conflict",
+                          f"the master key file {path} exists and holds another key: a copy "
+                          "keeps the source's master key (its keys are wrapped under it); "
+                          "move that file away or name another destination")
+    return str(path)
+
+
 def index_key_id(key: bytes) -> str:
     """A fingerprint of a word index key, kept in the ledger (a random 256-bit key: it gives
     nothing away)."""

@@ -21,6 +21,7 @@ from store.postgres.damage import damage
 from store.postgres.events import EventStore
 from store.postgres.failures import translated
 from store.postgres.locate import Locator
+from store.postgres.tables import BATCH, column_types, load_rows, read_rows
 from store.rows import CheckpointOutcome, RewriteOutcome
 
 # How long a write waits for another writer's lock before it is a StoreBusy (as SQLite's
@@ -126,6 +127,35 @@ class LedgerFile:
     def meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM ledger_meta WHERE key = %s", (key,)).fetchone()
         return None if row is None else str(row[0])
+
+    def put_meta(self, key: str, value: str | None) -> None:
+        """Set a ledger_meta entry (None: remove it), in a transaction of its own or the
+        caller's."""
+        with self.write():
+            if value is None:
+                self.conn.execute("DELETE FROM ledger_meta WHERE key = %s", (key,))
+            else:
+                self.conn.execute("INSERT INTO ledger_meta(key, value) VALUES (%s, %s) "
+                                  "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                                  (key, value))
+
+    # ---- whole tables (custody-app copy: store.postgres.tables) ----------------------------
+    def columns(self, table: str) -> list[str]:
+        """The table's column names (StoreError `copy_unknown_table` when it has none)."""
+        return list(column_types(self.conn, table))
+
+    def copy_rows(self, table: str, names: list[str],
+                  batch: int = BATCH) -> Iterator[list[tuple[Any, ...]]]:
+        """The table's rows (columns `names`, in that order) in primary-key order, `batch` at
+        a time through a server-side cursor; read inside the caller's transaction for one
+        consistent view."""
+        return read_rows(self.conn, table, names, batch)
+
+    def load_rows(self, table: str, names: list[str], rows: list[tuple[Any, ...]]) -> int:
+        """Insert `rows` (columns `names`) by one COPY in one transaction (every trigger
+        still applies); returns how many."""
+        with self.write():
+            return load_rows(self.conn, table, names, rows)
 
     def _run(self, statement: str) -> None:
         self.conn.execute(statement)

@@ -16,6 +16,7 @@ import psycopg
 from psycopg import errors, sql
 
 from store.errors import StoreBusy, StoreError, StoreFull, StoreIntegrityError
+from store.postgres import tables
 from store.postgres.keystore_schema import ensure
 from store.rows import MarkRow
 
@@ -198,6 +199,26 @@ class KeyStoreFile:
             return int(value or b"0")
         except ValueError:
             return 0
+
+    # ---- whole tables (custody-app copy: store.postgres.tables) ----------------------------
+    def columns(self, table: str) -> list[str]:
+        """The table's column names (StoreError `copy_unknown_table` when it has none)."""
+        return list(tables.column_types(self.conn, table))
+
+    def copy_rows(self, table: str, names: list[str],
+                  batch: int = tables.BATCH) -> Iterator[list[tuple[Any, ...]]]:
+        """The table's rows (columns `names`, in that order) in primary-key order, `batch` at
+        a time through a server-side cursor."""
+        return tables.read_rows(self.conn, table, names, batch)
+
+    def load_rows(self, table: str, names: list[str], rows: list[tuple[Any, ...]]) -> int:
+        """Insert `rows` (columns `names`) by one COPY in one key store transaction (the
+        write-once triggers still apply); returns how many."""
+        with self.write():
+            loaded = tables.load_rows(self.conn, table, names, rows)
+            self._dirty = self._dirty or loaded > 0
+            self._changes += loaded
+            return loaded
 
     @contextmanager
     def write(self) -> Iterator[None]:

@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import apsw
 import apsw.bestpractice
@@ -32,6 +33,7 @@ from store.sqlite.scrub import (
     wal_path,
 )
 from store.sqlite.sessions import SessionStore
+from store.sqlite.tables import BATCH, columns, load_rows, read_rows
 from store.sqlite.texts import TextStore
 
 FULL_MESSAGE = ("the disk is full (or the ledger reached its page limit): the write was rolled "
@@ -101,6 +103,33 @@ class LedgerFile:
     def meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM ledger_meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
+
+    def put_meta(self, key: str, value: str | None) -> None:
+        """Set a ledger_meta entry (None: remove it), in a transaction of its own or the
+        caller's."""
+        with self.write():
+            if value is None:
+                self.conn.execute("DELETE FROM ledger_meta WHERE key = ?", (key,))
+            else:
+                self.conn.execute("INSERT OR REPLACE INTO ledger_meta(key, value) VALUES (?, ?)",
+                                  (key, value))
+
+    # ---- whole tables (custody-app copy: store.sqlite.tables) ------------------------------
+    def columns(self, table: str) -> list[str]:
+        """The table's column names (StoreError `copy_unknown_table` when it has none)."""
+        return columns(self.conn, table)
+
+    def copy_rows(self, table: str, names: list[str],
+                  batch: int = BATCH) -> Iterator[list[tuple[Any, ...]]]:
+        """The table's rows (columns `names`, in that order) in primary-key order, `batch` at
+        a time; read inside the caller's transaction for one consistent snapshot."""
+        return read_rows(self.conn, table, names, batch)
+
+    def load_rows(self, table: str, names: list[str], rows: list[tuple[Any, ...]]) -> int:
+        """Insert `rows` (columns `names`) in one transaction (every trigger still applies);
+        returns how many."""
+        with self.write():
+            return load_rows(self.conn, table, names, rows)
 
     @contextmanager
     def write(self) -> Iterator[None]:

@@ -6,13 +6,14 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import apsw
 import apsw.bestpractice
 
 from store.errors import LedgerTooNew, NotALedger, StoreError, StoreFull
 from store.rows import MarkRow
+from store.sqlite import tables
 
 KEYSTORE_APPLICATION_ID = 0x4355534B  # 'CUSK'
 
@@ -247,6 +248,25 @@ class KeyStoreFile:
             return int(value or b"0")
         except ValueError:
             return 0
+
+    # ---- whole tables (custody-app copy: store.sqlite.tables) ------------------------------
+    def columns(self, table: str) -> list[str]:
+        """The table's column names (StoreError `copy_unknown_table` when it has none)."""
+        return tables.columns(self.conn, table)
+
+    def copy_rows(self, table: str, names: list[str],
+                  batch: int = tables.BATCH) -> Iterator[list[tuple[Any, ...]]]:
+        """The table's rows (columns `names`, in that order) in primary-key order, `batch` at
+        a time."""
+        return tables.read_rows(self.conn, table, names, batch)
+
+    def load_rows(self, table: str, names: list[str], rows: list[tuple[Any, ...]]) -> int:
+        """Insert `rows` (columns `names`) in one key store transaction (the write-once
+        triggers still apply: a row already there is refused); returns how many."""
+        with self.write():
+            loaded = tables.load_rows(self.conn, table, names, rows)
+            self._dirty = self._dirty or loaded > 0
+            return loaded
 
     @contextmanager
     def write(self) -> Iterator[None]:

@@ -224,6 +224,7 @@ _OWN_PARSERS: dict[str, tuple[str, str]] = {
     "writer-key": ("custody_app.interfaces.cli.serve", "writer_key_main"),
     "receipt-key": ("custody_app.interfaces.cli.receipts", "receipt_key_main"),
     "receipt": ("custody_app.interfaces.cli.receipts", "receipt_main"),
+    "copy": ("custody_app.interfaces.cli.copy", "copy_main"),
 }
 
 
