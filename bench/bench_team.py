@@ -214,6 +214,8 @@ def main() -> None:
     ap.add_argument("--tmp", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--child", nargs=5, default=None)
+    ap.add_argument("--commit", default=None,
+                    help="the commit measured, when run from an export of it (no .git)")
     args = ap.parse_args()
     if args.child:
         address, seed, groups, size, start_at = args.child
@@ -228,7 +230,7 @@ def main() -> None:
     load_start, started = loadavg(), time.time()
     dirty = git("status", "--porcelain", "--", "store", "custody_app")
     lines = ["# Team ledger: PostgreSQL over loopback TCP beside SQLite (issue 33)", "",
-             f"- commit measured: {git('rev-parse', '--short', 'HEAD')}"
+             f"- commit measured: {args.commit or git('rev-parse', '--short', 'HEAD')}"
              + (" (with uncommitted changes in store/ or custody_app/)" if dirty else ""),
              f"- command: `PYTHONPATH=. .venv/bin/python bench/bench_team.py --asserts "
              f"{args.asserts} --groups {args.groups} --group {args.group} --facts {args.facts} "

@@ -12,6 +12,7 @@ when the key exists; after (9, 8) and (10, 3)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -33,6 +34,10 @@ def counted(pg_url: str) -> Iterator[tuple[Ledger, TurnCounter]]:
     finally:
         ledger.close()
         proxy.close()
+
+
+class Undo(Exception):
+    """Raised to roll a test's write transaction back."""
 
 
 def turns_of(ledger: Ledger, proxy: TurnCounter, call: Any) -> tuple[int, int]:
@@ -91,6 +96,21 @@ def test_cached_reads_see_the_transactions_own_writes(pg_url: str) -> None:
             assert store.meta("probe") is None
             store.put_meta("probe", b"one")
             assert store.meta("probe") == b"one"
+        # A state row goes out with the next statement (store.postgres.failures.later): every
+        # way of reading sees it, a server-side cursor's too; then all of it is rolled back.
+        fact = db.facts.get(ledger.as_of(subject="acct:c").facts[0].fact_id)
+        assert fact is not None
+        with pytest.raises(Undo), ledger.transaction():
+            state = db.facts.latest_state(fact.assert_seq)
+            assert state is not None
+            pushed = replace(state, from_seq=after[0] + 100, tx_from="2999-01-01T00:00:00Z")
+            db.facts.push_state(pushed)
+            assert [r for r in db.facts.dump_rows()[1] if r[1] == pushed.from_seq]
+            db.facts.push_state(replace(pushed, from_seq=after[0] + 101))
+            assert db.facts.latest_state(fact.assert_seq) == replace(pushed,
+                                                                     from_seq=after[0] + 101)
+            raise Undo
+        assert db.facts.latest_state(fact.assert_seq) == state
         with ledger.transaction():
             assert db.events.head() == after
             assert db.meta("probe") == "two"

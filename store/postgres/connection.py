@@ -19,7 +19,7 @@ from psycopg.pq import TransactionStatus
 from store.errors import LedgerDamaged, StoreError
 from store.postgres.damage import damage
 from store.postgres.events import EventStore
-from store.postgres.failures import flush_queued, forget_queued, translated
+from store.postgres.failures import flush_queued, forget_queued, later, translated
 from store.postgres.locate import Locator
 from store.postgres.readcache import PRIME, ReadCache
 from store.rows import CheckpointOutcome, RewriteOutcome
@@ -141,7 +141,8 @@ class LedgerFile:
             if self._status() == TransactionStatus.INERROR:
                 raise StoreError("the transaction was aborted by the server before this savepoint")
             name = f"custody_sp{self._depth}"
-            self._run(SAVEPOINT.format(name))
+            # Sent with the savepoint's first statement (none: never sent, nothing to undo).
+            later(self.conn, SAVEPOINT.format(name), None)
             self._depth += 1
             try:
                 yield
@@ -151,8 +152,13 @@ class LedgerFile:
                     raise translated(exc) from exc
                 raise
             else:
+                queued = getattr(self.conn, "queued", None) or []
+                if queued[-1:] == [(SAVEPOINT.format(name), None)]:
+                    queued.pop()  # nothing ran inside: no savepoint to send or release
+                    return
                 try:
-                    flush_queued(self.conn)  # the savepoint's queued writes, in its scope
+                    if queued:
+                        flush_queued(self.conn)  # the savepoint's queued writes, in its scope
                 except StoreError:
                     self._undo_savepoint(name)
                     raise
@@ -160,7 +166,7 @@ class LedgerFile:
                     self._undo_savepoint(name)
                     raise StoreError("a statement of this savepoint failed on the server: "
                                      "what it wrote was rolled back")
-                self._run(RELEASE.format(name))
+                later(self.conn, RELEASE.format(name), None)  # with the next statement
             finally:
                 self._depth -= 1
             return
@@ -210,6 +216,13 @@ class LedgerFile:
     def _undo_savepoint(self, name: str) -> None:
         """Roll a failed savepoint back (what it wrote is gone, the transaction goes on)."""
         self.cache.forget()
+        queued = getattr(self.conn, "queued", None) or []
+        marker = (SAVEPOINT.format(name), None)
+        if marker in queued:
+            # Never sent: nothing of the savepoint reached the server; what was queued inside
+            # it is dropped, what was queued before it (a sibling's release) stays.
+            del queued[len(queued) - 1 - queued[::-1].index(marker):]
+            return
         forget_queued(self.conn)
         try:
             self._run(ROLLBACK_TO.format(name))

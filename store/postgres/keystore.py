@@ -114,11 +114,15 @@ class KeyStoreFile:
                 top = cache[(MARKS, (2**62,))]  # the newest page of marks, read just now
                 return _Answer([(int(top[0][0]) + 1 if top else 1,)])
             if statement not in CACHEABLE:
-                # This transaction writes: what it read may be stale. The change counter
-                # moves by one a writing statement (keystore_schema's statement trigger).
+                # This transaction writes: what it read of the table written may be stale.
+                # The change counter moves by one a writing statement (keystore_schema's
+                # statement triggers).
+                stale = _STALE.get(statement)
                 changes = cache.get((CHANGES, ()))
-                cache.clear()
-                self._meta = None
+                for entry in [e for e in cache if stale is None or e[0] in stale]:
+                    del cache[entry]
+                if stale is None or GET_META in stale:
+                    self._meta = None
                 if changes:
                     cache[(CHANGES, ())] = [(int(changes[0][0]) + 1,)]
         try:
@@ -361,6 +365,15 @@ class KeyStoreFile:
 
     def close(self) -> None:
         self.conn.close()
+
+
+# What a write of the key store makes stale (a statement not named here: everything).
+_KEY_READS = frozenset((LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, SUBJECT_KEYS, CHANGES))
+_MARK_READS = frozenset((MARKS, NEXT_MARK, CHANGES))
+_META_READS = frozenset((GET_META, CHANGES))
+_STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, INSERT_DESTROYED: _KEY_READS,
+          ADD_MARK: _MARK_READS, PUT_META: _META_READS, REPLACE_META: _META_READS,
+          DROP_META: _META_READS}
 
 
 class _Answer:
