@@ -6,7 +6,7 @@
 A writer asserts, supersedes and retracts facts of its own subjects through `Ledger.open(url)`
 and appends one line to RECORD for each acknowledged write, only after `Ledger` returned (so
 after its COMMIT): `ack OP FACT_ID SEQ TX_AT`. A reader reads history, as_of and beliefs in a
-loop and writes `read N` at the end. Both write `busy SECONDS MESSAGE` for a `busy` refusal
+loop and writes `read N` at the end. Both write `busy SECONDS MESSAGE` for a busy refusal (`ledger_busy`)
 (with how long the call waited) and `error CODE MESSAGE` for any other refusal or exception,
 then `done`. The record file is line-buffered and flushed per line: a SIGKILL loses no line
 of a write that was acknowledged."""
@@ -21,6 +21,9 @@ from typing import Any, TextIO
 
 from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
+from store.errors import StoreBusy
+
+BUSY = StoreBusy.code  # what a StoreBusy is called above store/ (`ledger_busy`)
 
 PREDICATES = ("plan", "region", "note")
 
@@ -61,7 +64,7 @@ def writer(ledger: Ledger, seed: int, deadline: float, out: TextIO) -> None:
                 r = ledger.retract(old, actor=actor, reason=f"w{seed}-{n}")
                 line(out, "ack", "retract", r.fact_id, r.seq, r.tx_at)
         except LedgerError as exc:
-            if exc.code == "busy":
+            if exc.code == BUSY:
                 line(out, "busy", f"{time.monotonic() - started:.3f}", str(exc).replace("\n", " "))
             else:
                 line(out, "error", exc.code, str(exc).replace("\n", " "))
@@ -80,7 +83,7 @@ def reader(ledger: Ledger, seed: int, deadline: float, out: TextIO) -> None:
             ledger.beliefs(subject=subject)
             reads += 1
         except LedgerError as exc:
-            if exc.code == "busy":
+            if exc.code == BUSY:
                 line(out, "busy", f"{time.monotonic() - started:.3f}", str(exc).replace("\n", " "))
             else:
                 line(out, "error", exc.code, str(exc).replace("\n", " "))
