@@ -7,7 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import store
+from store.errors import StoreBusy
 from store.sqlite import health
 from store.sqlite import keystore as sqlite_keystore
 
@@ -39,6 +42,26 @@ def test_total_changes_counts_rows_even_rolled_back(tmp_path: Path) -> None:
             pass
         assert ks.total_changes() == start + 2 and ks.latest("r") is None
     finally:
+        ks.close()
+
+
+def test_a_key_store_held_past_the_busy_timeout_is_a_clear_busy(tmp_path: Path) -> None:
+    """Another writer holding the key store file's write lock: its write() is StoreBusy
+    (`ledger_busy`) after the busy timeout, never an apsw exception."""
+    ks = sqlite_keystore.open_keystore(tmp_path / "k.keys")
+    other = sqlite_keystore.open_keystore(tmp_path / "k.keys")
+    try:
+        ks.conn.setbusytimeout(50)
+        other.conn.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreBusy) as busy, ks.write():
+            pass
+        assert busy.value.code == StoreBusy.code == "ledger_busy"
+        other.conn.execute("ROLLBACK")
+        with ks.write():
+            ks.put_meta("after", b"a")
+        assert ks.meta("after") == b"a"
+    finally:
+        other.close()
         ks.close()
 
 

@@ -233,13 +233,13 @@ class LedgerCore:
         keys = self.keys.store.write() if self.keys is not None else nullcontext()
         outermost = self.db.depth == 0
         changes = self.keys.store.total_changes() if outermost and self.keys else 0
-        start = self.db.events.head() if outermost and self.keys else None
+        start: tuple[int, str, str] | None = None
         try:
             # The key store commits first (inner), so no committed value ever lacks its key.
             with self.db.write():
                 with keys:
                     if self.db.depth == 1:
-                        self._head = self.db.events.head()
+                        self._head = start = self.db.events.head()
                         self._recorded_policy = self.db.events.last_policy_hash()
                     saved = (self._head, self._recorded_policy)
                     adopted = self.adopted_policy
@@ -262,8 +262,10 @@ class LedgerCore:
                 # A key changed: the key store remembers how far the ledger had come. Only if
                 # the ledger moved too: a refused op's rolled-back key writes count in
                 # total_changes, and a refused op writes no mark (DESIGN 14).
-                if (head := self.db.events.head()) != start:
-                    self.keys.record_mark(head)
+                # The head this transaction committed, read under the write lock: no round
+                # trip before the transaction or after it (a server counts each one).
+                if self._head != start:
+                    self.keys.record_mark(self._head)
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         if outermost:

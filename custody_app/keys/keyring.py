@@ -337,6 +337,9 @@ class KeyRing:
         key = crypto.new_key()
         self.store.add(ref, generation, crypto.wrap(self._master, key, f"data:{ref}:{generation}"),
                        now)
+        # This write is the key store's change: the keys cached here stay current (the next
+        # key_for_write of this transaction needs no second look at the store).
+        self._seen_version = self.store.data_version()
         if len(self._cache) >= CACHED_SUBJECTS:
             self._cache.clear()
         self._cache[(ref, generation)] = key

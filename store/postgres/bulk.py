@@ -11,6 +11,7 @@ import psycopg
 from psycopg import pq
 
 from store.errors import StoreError, StoreIntegrityError
+from store.postgres.failures import flush_queued
 
 # Rows a bulk statement binds at once (arrays) and a server-side cursor fetches at once.
 BATCH = 5000
@@ -41,6 +42,7 @@ def lazy_rows(conn: psycopg.Connection[Any], sql: str) -> Iterator[tuple[Any, ..
     as long as the transaction."""
     hold = conn.info.transaction_status == pq.TransactionStatus.IDLE
     try:
+        flush_queued(conn)  # a server-side cursor goes around the queue: send it first
         with conn.cursor(name=f"custody_rows_{next(_CURSORS)}", withhold=hold) as cur:
             cur.itersize = BATCH
             cur.execute(sql)

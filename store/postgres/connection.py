@@ -19,8 +19,9 @@ from psycopg.pq import TransactionStatus
 from store.errors import LedgerDamaged, StoreError
 from store.postgres.damage import damage
 from store.postgres.events import EventStore
-from store.postgres.failures import translated
+from store.postgres.failures import flush_queued, forget_queued, later, translated
 from store.postgres.locate import Locator
+from store.postgres.readcache import PRIME, ReadCache
 from store.postgres.tables import BATCH, column_types, load_rows, read_rows
 from store.rows import CheckpointOutcome, RewriteOutcome
 
@@ -30,10 +31,12 @@ BUSY_TIMEOUT_MS = 5000
 SAVEPOINT = "SAVEPOINT {}"
 RELEASE = "RELEASE SAVEPOINT {}"
 ROLLBACK_TO = "ROLLBACK TO SAVEPOINT {}"
-# One round trip: the transaction, its lock wait bound, and the ledger's lock. Every writer
-# takes the lock before it reads the head, so appends are serialized across machines.
+# One round trip: the transaction, its lock wait bound, the ledger's lock, and then (under the
+# lock) what every write reads first: the head, the last recorded policy and ledger_meta
+# (store.postgres.readcache.PRIME, answered from the cache afterwards). Every writer takes the
+# lock before it reads the head, so appends are serialized across machines.
 BEGIN_WRITE = ("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{ms}ms'; "
-               "SELECT pg_advisory_xact_lock({key})")
+               "SELECT pg_advisory_xact_lock({key}); " + "; ".join(PRIME))
 BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 NO_FILE_WAL = ("a server ledger has no WAL file of its own to checkpoint: complete (the "
                "server's WAL, archives and replicas are beyond this check)")
@@ -98,6 +101,11 @@ class LedgerFile:
         self.schema = schema
         self.lock_key = lock_key
         self.busy_timeout_ms = BUSY_TIMEOUT_MS
+        # The write transactions' read cache (store.postgres.readcache), beside the
+        # connection where its cursors find it.
+        self.cache = ReadCache()
+        if hasattr(conn, "read_cache"):
+            conn.read_cache = self.cache
         self.events = EventStore(conn)
         self.locate = Locator(conn, path)
         self._depth = 0
@@ -174,7 +182,8 @@ class LedgerFile:
             if self._status() == TransactionStatus.INERROR:
                 raise StoreError("the transaction was aborted by the server before this savepoint")
             name = f"custody_sp{self._depth}"
-            self._run(SAVEPOINT.format(name))
+            # Sent with the savepoint's first statement (none: never sent, nothing to undo).
+            later(self.conn, SAVEPOINT.format(name), None)
             self._depth += 1
             try:
                 yield
@@ -184,16 +193,26 @@ class LedgerFile:
                     raise translated(exc) from exc
                 raise
             else:
+                queued = getattr(self.conn, "queued", None) or []
+                if queued[-1:] == [(SAVEPOINT.format(name), None)]:
+                    queued.pop()  # nothing ran inside: no savepoint to send or release
+                    return
+                try:
+                    if queued:
+                        flush_queued(self.conn)  # the savepoint's queued writes, in its scope
+                except StoreError:
+                    self._undo_savepoint(name)
+                    raise
                 if self._status() == TransactionStatus.INERROR:
                     self._undo_savepoint(name)
                     raise StoreError("a statement of this savepoint failed on the server: "
                                      "what it wrote was rolled back")
-                self._run(RELEASE.format(name))
+                later(self.conn, RELEASE.format(name), None)  # with the next statement
             finally:
                 self._depth -= 1
             return
         try:
-            self._run(BEGIN_WRITE.format(ms=int(self.busy_timeout_ms), key=int(self.lock_key)))
+            self._begin_write()
         except BaseException:
             self._rollback()
             raise
@@ -202,6 +221,7 @@ class LedgerFile:
             yield
         except BaseException as exc:
             self._depth = 0
+            self.cache.stop()
             self._rollback()
             if isinstance(exc, psycopg.Error):
                 raise translated(exc) from exc
@@ -210,16 +230,41 @@ class LedgerFile:
             if self._status() != TransactionStatus.INTRANS:
                 raise StoreError("the transaction was aborted by the server before its commit: "
                                  "nothing of it was stored")
+            self.cache.stop()
             self._run("COMMIT")
             self.committed_at = self.timer()
         except StoreError:
             self._rollback()
             raise
         finally:
+            self.cache.stop()
             self._depth = 0
+
+    def _begin_write(self) -> None:
+        """BEGIN, the lock, and the reads of PRIME in one round trip; their answers prime the
+        transaction's read cache."""
+        cur = self.conn.execute(BEGIN_WRITE.format(ms=int(self.busy_timeout_ms),
+                                                   key=int(self.lock_key)))
+        answers: list[list[Any]] = []
+        while True:
+            if cur.pgresult is not None and cur.pgresult.status == psycopg.pq.ExecStatus.TUPLES_OK:
+                answers.append(cur.fetchall())
+            if not cur.nextset():
+                break
+        head, policy, meta = answers[-3:]
+        self.cache.start(head, policy, meta)
 
     def _undo_savepoint(self, name: str) -> None:
         """Roll a failed savepoint back (what it wrote is gone, the transaction goes on)."""
+        self.cache.forget()
+        queued = getattr(self.conn, "queued", None) or []
+        marker = (SAVEPOINT.format(name), None)
+        if marker in queued:
+            # Never sent: nothing of the savepoint reached the server; what was queued inside
+            # it is dropped, what was queued before it (a sibling's release) stays.
+            del queued[len(queued) - 1 - queued[::-1].index(marker):]
+            return
+        forget_queued(self.conn)
         try:
             self._run(ROLLBACK_TO.format(name))
             self._run(RELEASE.format(name))
@@ -227,6 +272,7 @@ class LedgerFile:
             pass  # the connection is gone: the outer transaction's end reports it
 
     def _rollback(self) -> None:
+        forget_queued(self.conn)
         if self._status() in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
             try:
                 self._run("ROLLBACK")

@@ -39,18 +39,134 @@ def translated(exc: psycopg.Error) -> StoreError:
     return StoreError(f"the server refused a statement: {message}", "postgres_error")
 
 
+class LedgerConnection(psycopg.Connection[Any]):
+    """A ledger's connection: its write transactions' read cache beside it
+    (store.postgres.readcache; LedgerFile starts and stops it), and the writes queued by
+    `later`, sent with the next statement."""
+
+    read_cache: Any = None
+    queued: list[tuple[Any, Any]] | None = None
+
+
+def later(conn: Any, query: str, params: Any) -> None:
+    """Run a write whose answer nobody reads (no rows back, no row count looked at) with the
+    connection's next statement, in one pipelined round trip, when inside a write transaction
+    (else now). A failure of it fails that next statement, in the same transaction, before
+    any savepoint or the transaction ends (those statements are the next one at the latest)."""
+    cache = getattr(conn, "read_cache", None)
+    if cache is None or not cache.active:
+        conn.execute(query, params)
+        return
+    cache.wrote(query, params)
+    if conn.queued is None:
+        conn.queued = []
+    conn.queued.append((query, params))
+
+
+def flush_queued(conn: Any) -> None:
+    """Send the writes `later` queued now, in one pipelined round trip (none queued: none)."""
+    cursor = conn.cursor()
+    if isinstance(cursor, LedgerCursor):
+        cursor._flush()
+
+
+def forget_queued(conn: Any) -> None:
+    """Drop the queued writes: what they would write is being rolled back anyway."""
+    if getattr(conn, "queued", None):
+        conn.queued = []
+
+
 class LedgerCursor(psycopg.Cursor[Any]):
-    """A cursor whose failures are StoreErrors (see `translated`)."""
+    """A cursor whose failures are StoreErrors (see `translated`). Inside a write transaction
+    it answers the reads `store.postgres.readcache.CACHED` names from the connection's cache
+    (no round trip) and tells the cache what every other statement may have written."""
+
+    _cached: list[Any] | None = None
+
+    def _cache(self) -> Any:
+        return getattr(self.connection, "read_cache", None)
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> LedgerCursor:
+        self._cached = None
+        cache = self._cache()
+        if cache is not None and cache.active and isinstance(query, str):
+            rows = cache.get(query, params)
+            if rows is not None:
+                self._cached = list(rows)
+                return self
+        queued = getattr(self.connection, "queued", None)
         try:
-            super().execute(query, params, **kwargs)
+            if queued:
+                self.connection.queued = []  # type: ignore[attr-defined]
+                with self.connection.pipeline():
+                    for statement, values in queued:
+                        psycopg.Cursor(self.connection).execute(statement, values)
+                    super().execute(query, params, **kwargs)
+            else:
+                super().execute(query, params, **kwargs)
         except psycopg.Error as exc:
             raise translated(exc) from exc
+        if cache is not None and cache.active:
+            text = query if isinstance(query, str) else query.as_string(self.connection)
+            if cache.cacheable(text):
+                self._cached = list(super().fetchall())
+                cache.put(text, params, self._cached)
+            else:
+                cache.wrote(text, params)
         return self
 
+    def _flush(self) -> None:
+        """Send the queued writes now (before a statement that cannot go with them)."""
+        queued = getattr(self.connection, "queued", None)
+        if queued:
+            self.connection.queued = []  # type: ignore[attr-defined]
+            try:
+                with self.connection.pipeline():
+                    for statement, values in queued:
+                        psycopg.Cursor(self.connection).execute(statement, values)
+            except psycopg.Error as exc:
+                raise translated(exc) from exc
+
     def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+        self._cached = None
+        self._flush()
+        cache = self._cache()
+        if cache is not None and cache.active:
+            cache.wrote(query if isinstance(query, str) else query.as_string(self.connection),
+                        None)
         try:
             super().executemany(query, params_seq, **kwargs)
         except psycopg.Error as exc:
             raise translated(exc) from exc
+
+    def copy(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        self._flush()
+        cache = self._cache()
+        if cache is not None and cache.active:
+            cache.wrote(statement if isinstance(statement, str)
+                        else statement.as_string(self.connection), None)
+        return super().copy(statement, params, **kwargs)
+
+    def fetchone(self) -> Any:
+        if self._cached is not None:
+            return self._cached.pop(0) if self._cached else None
+        return super().fetchone()
+
+    def fetchall(self) -> list[Any]:
+        if self._cached is not None:
+            rows, self._cached = self._cached, []
+            return rows
+        return super().fetchall()
+
+    def fetchmany(self, size: int = 0) -> list[Any]:
+        if self._cached is not None:
+            size = size or self.arraysize
+            rows, self._cached = self._cached[:size], self._cached[size:]
+            return rows
+        return super().fetchmany(size)
+
+    def __iter__(self) -> Any:
+        if self._cached is not None:
+            rows, self._cached = self._cached, []
+            return iter(rows)
+        return super().__iter__()

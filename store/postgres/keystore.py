@@ -34,6 +34,10 @@ LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject
 KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
               "WHERE subject_ref = %s AND generation = %s")
 LAST_DESTROYED = "SELECT max(destroyed_at) FROM subject_keys WHERE subject_ref = %s"
+# Inside a write transaction: every key row of a subject, newest first, in one read (what
+# latest, last_destroyed and generation answer from).
+SUBJECT_KEYS = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
+                "WHERE subject_ref = %s ORDER BY generation DESC")
 INSERT_KEY = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at) "
               "VALUES (%s, %s, %s, %s)")
 # Keys created after the erasure (by newer work) are not the erased subject's old keys.
@@ -50,6 +54,15 @@ MARKS = ("SELECT n, seq, head, at, accepted, mac FROM ledger_marks WHERE n < %s 
 CHANGES = "SELECT n FROM keystore_changes"
 # One writer at a time (SQLite's BEGIN IMMEDIATE on the key store file).
 LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+META_ALL = "SELECT name, value FROM keystore_meta"
+# One round trip: the transaction, its lock, and (under the lock) what its reads usually want
+# first (data_version, every meta entry), kept in the transaction's read cache.
+BEGIN_WRITE = ("BEGIN ISOLATION LEVEL READ COMMITTED; "
+               "SELECT pg_advisory_xact_lock(hashtextextended({}, 0)); " + CHANGES + "; " + META_ALL)
+# The reads a write transaction answers from its cache (the lock keeps every other writer out
+# until it ends); any statement of its own that writes forgets them all.
+CACHEABLE = frozenset((GET_META, LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, CHANGES, MARKS,
+                       NEXT_MARK, SUBJECT_KEYS))
 KeyRow = tuple[int, bytes | None, str, str | None]
 _KEYS_FULL = "the disk is full: the key store write was rolled back"
 
@@ -80,15 +93,55 @@ class KeyStoreFile:
         # Rows this object's statements changed since it opened, rolled back or not (SQLite's
         # total_changes).
         self._changes = 0
+        # Inside a write transaction: the answers of CACHEABLE reads (None outside one), and
+        # the savepoint statements not sent yet (each goes with the next statement: a
+        # savepoint nothing ran in costs no round trip).
+        self._cache: dict[tuple[str, tuple[object, ...]], list[Any]] | None = None
+        self._queued: list[str] = []
+        # Every meta entry as the transaction began (None: not known; read from the server).
+        self._meta: dict[str, bytes] | None = None
 
     def _run(self, statement: str, params: tuple[object, ...] = (), *,
-             what: str = "a statement") -> psycopg.Cursor[Any]:
+             what: str = "a statement") -> Any:
+        cache = self._cache
+        if cache is not None:
+            found = cache.get((statement, params))
+            if found is None and statement == GET_META and self._meta is not None:
+                name = str(params[0])
+                found = [(self._meta[name],)] if name in self._meta else []
+            if found is not None:
+                return _Answer(found)
+            if statement == NEXT_MARK and (MARKS, (2**62,)) in cache:
+                top = cache[(MARKS, (2**62,))]  # the newest page of marks, read just now
+                return _Answer([(int(top[0][0]) + 1 if top else 1,)])
+            if statement not in CACHEABLE:
+                # This transaction writes: what it read of the table written may be stale.
+                # The change counter moves by one a writing statement (keystore_schema's
+                # statement triggers).
+                stale = _STALE.get(statement)
+                changes = cache.get((CHANGES, ()))
+                for entry in [e for e in cache if stale is None or e[0] in stale]:
+                    del cache[entry]
+                if stale is None or GET_META in stale:
+                    self._meta = None
+                if changes:
+                    cache[(CHANGES, ())] = [(int(changes[0][0]) + 1,)]
         try:
-            cur = self.conn.execute(statement, params)
+            if self._queued:
+                queued, self._queued = self._queued, []
+                with self.conn.pipeline():
+                    for step in queued:
+                        self.conn.execute(step)
+                    cur = self.conn.execute(statement, params)
+            else:
+                cur = self.conn.execute(statement, params)
         except psycopg.Error as exc:
             _raise(exc, what)
         if cur.rowcount > 0 and not statement.startswith("SELECT"):
             self._changes += cur.rowcount
+        if cache is not None and statement in CACHEABLE:
+            rows = cache[(statement, params)] = cur.fetchall()
+            return _Answer(rows)
         return cur
 
     def data_version(self) -> int:
@@ -124,16 +177,33 @@ class KeyStoreFile:
                 self._run(DROP_META, (name,), what=f"dropping {name!r}")
                 self._dirty = True
 
+    def _subject_keys(self, subject_ref: str) -> list[KeyRow] | None:
+        """Inside a write transaction, every key row of the subject (one read, then cached);
+        None outside one (each method reads what it needs)."""
+        if self._cache is None:
+            return None
+        return [_key_row(r) for r in self._run(SUBJECT_KEYS, (subject_ref,)).fetchall()]
+
     def latest(self, subject_ref: str) -> KeyRow | None:
+        rows = self._subject_keys(subject_ref)
+        if rows is not None:
+            return rows[0] if rows else None
         row = self._run(LATEST_KEY, (subject_ref,)).fetchone()
         return None if row is None else _key_row(row)
 
     def last_destroyed(self, subject_ref: str) -> str | None:
         """When the subject's latest key destruction happened (any generation), if ever."""
+        rows = self._subject_keys(subject_ref)
+        if rows is not None:
+            # max() of text as the server's (C-collated) max() compares it: by code point.
+            return max((r[3] for r in rows if r[3] is not None), default=None)
         row = self._run(LAST_DESTROYED, (subject_ref,)).fetchone()
         return None if row is None or row[0] is None else str(row[0])
 
     def generation(self, subject_ref: str, generation: int) -> KeyRow | None:
+        rows = self._subject_keys(subject_ref)
+        if rows is not None:
+            return next((r for r in rows if r[0] == generation), None)
         row = self._run(KEY_BY_GEN, (subject_ref, generation)).fetchone()
         return None if row is None else _key_row(row)
 
@@ -228,45 +298,85 @@ class KeyStoreFile:
         StoreFull, a lock not had within the timeout a StoreBusy; what fails inside the block
         propagates as it is."""
         if self._depth:
-            name = sql.Identifier(f"keys_sp{self._depth}")
+            name = sql.Identifier(f"keys_sp{self._depth}").as_string(self.conn)
             saved = self._dirty
-            self._statement(sql.SQL("SAVEPOINT {}").format(name))
+            self._queued.append(f"SAVEPOINT {name}")
             self._depth += 1
             try:
                 yield
             except BaseException:
                 self._depth -= 1
                 self._dirty = saved
-                self._statement(sql.SQL("ROLLBACK TO SAVEPOINT {}").format(name))
-                self._statement(sql.SQL("RELEASE SAVEPOINT {}").format(name))
+                if self._queued[-1:] == [f"SAVEPOINT {name}"]:
+                    self._queued.pop()  # never sent: nothing ran inside it
+                else:
+                    self._queued.append(f"ROLLBACK TO SAVEPOINT {name}")
+                    self._queued.append(f"RELEASE SAVEPOINT {name}")
+                    self._flush()
+                if self._cache is not None:
+                    self._cache.clear()
+                    self._meta = None
                 raise
             self._depth -= 1
-            self._statement(sql.SQL("RELEASE SAVEPOINT {}").format(name))
+            if self._queued[-1:] == [f"SAVEPOINT {name}"]:
+                self._queued.pop()
+            else:
+                self._queued.append(f"RELEASE SAVEPOINT {name}")
             return
-        self._statement(sql.SQL("BEGIN ISOLATION LEVEL READ COMMITTED"))
+        self._begin()
         self._depth, self._dirty = 1, False
         try:
-            self._run(LOCK, (f"custody-keys:{self.schema}",), what="taking the write lock")
             yield
         except BaseException:
             self._depth = 0
+            self._end()
             self._quiet_rollback()
             raise
         self._depth = 0
         if not self._dirty:
+            self._end()
             self._quiet_rollback()  # nothing to keep
             return
         try:
-            self.conn.execute("COMMIT")
+            self._flush("COMMIT")
+        except StoreError:
+            self._quiet_rollback()
+            raise
+        finally:
+            self._end()
+
+    def _begin(self) -> None:
+        """BEGIN and the lock in one round trip, with the reads that prime the cache."""
+        statement = sql.SQL(BEGIN_WRITE).format(sql.Literal(f"custody-keys:{self.schema}"))
+        try:
+            cur = self.conn.execute(statement)
         except psycopg.Error as exc:
             self._quiet_rollback()
-            _raise(exc, "the commit")
+            _raise(exc, "taking the write lock")
+        answers = []
+        while True:
+            if cur.pgresult is not None and cur.pgresult.status == psycopg.pq.ExecStatus.TUPLES_OK:
+                answers.append(cur.fetchall())
+            if not cur.nextset():
+                break
+        changes, meta = answers[-2:]
+        self._queued = []
+        self._cache = {(CHANGES, ()): changes}
+        self._meta = {str(name): bytes(value) for name, value in meta}
 
-    def _statement(self, statement: sql.SQL | sql.Composed) -> None:
-        try:
-            self.conn.execute(statement)
-        except psycopg.Error as exc:
-            _raise(exc, "a transaction step")
+    def _end(self) -> None:
+        self._cache = self._meta = None
+        self._queued = []
+
+    def _flush(self, then: str | None = None) -> None:
+        """Send the queued savepoint statements (and `then`) in one round trip."""
+        steps = self._queued + ([then] if then else [])
+        self._queued = []
+        if steps:
+            try:
+                self.conn.execute("; ".join(steps))
+            except psycopg.Error as exc:
+                _raise(exc, "a transaction step")
 
     def _quiet_rollback(self) -> None:
         try:
@@ -276,6 +386,29 @@ class KeyStoreFile:
 
     def close(self) -> None:
         self.conn.close()
+
+
+# What a write of the key store makes stale (a statement not named here: everything).
+_KEY_READS = frozenset((LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, SUBJECT_KEYS, CHANGES))
+_MARK_READS = frozenset((MARKS, NEXT_MARK, CHANGES))
+_META_READS = frozenset((GET_META, CHANGES))
+_STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, INSERT_DESTROYED: _KEY_READS,
+          ADD_MARK: _MARK_READS, PUT_META: _META_READS, REPLACE_META: _META_READS,
+          DROP_META: _META_READS}
+
+
+class _Answer:
+    """Rows a read of a write transaction got from its cache (or just fetched)."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = list(rows)
+
+    def fetchone(self) -> Any:
+        return self._rows.pop(0) if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        rows, self._rows = self._rows, []
+        return rows
 
 
 def _key_row(row: Any) -> KeyRow:

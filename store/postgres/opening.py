@@ -23,7 +23,7 @@ from psycopg import sql
 from store.address import LedgerAddress
 from store.errors import LedgerTooNew, NotALedger, StoreError
 from store.postgres.connection import BUSY_TIMEOUT_MS, LedgerFile
-from store.postgres.failures import LedgerCursor
+from store.postgres.failures import LedgerConnection, LedgerCursor
 from store.postgres.schema import APPLICATION, MIGRATIONS, SCHEMA_VERSION
 
 DEFAULT_SCHEMA = "custody"
@@ -64,7 +64,7 @@ def connect(url: str) -> tuple[psycopg.Connection[Any], str, str]:
     """A connection with the ledger's schema on its search_path: (conn, schema, shown)."""
     conninfo, schema, shown = parse_address(url)
     try:
-        conn = psycopg.connect(conninfo, autocommit=True, cursor_factory=LedgerCursor)
+        conn = LedgerConnection.connect(conninfo, autocommit=True, cursor_factory=LedgerCursor)
     except psycopg.Error as exc:
         raise StoreError(f"cannot open ledger {shown}: {str(exc).strip()}",
                          "ledger_unopenable") from exc

@@ -11,6 +11,7 @@ import psycopg
 
 from store.errors import StoreIntegrityError
 from store.postgres.bulk import BATCH, copy_rows, lazy_rows, no_limit
+from store.postgres.failures import later
 from store.rows import (
     FACT_COLUMNS,
     STATE_COLUMNS,
@@ -186,7 +187,7 @@ class FactStore:
         return None if row is None else StateRow(*row)
 
     def push_state(self, state: StateRow) -> None:
-        self._conn.execute(INSERT_STATE, state_values(state))
+        later(self._conn, INSERT_STATE, state_values(state))
 
     def latest_states(self, fact_seqs: list[int], chunk: int = 5000) -> dict[int, StateRow]:
         """`latest_state` of several facts, a query per `chunk` of them (none: left out)."""

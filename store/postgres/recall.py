@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from store.postgres.failures import later
 from store.postgres.recall_meta import CELLS_INSERT, RecallMeta
 from store.postgres.recall_search import RecallSearch, tokens
 from store.rows import FACT_COLUMNS, FactRow, VecRow, vec_row
@@ -189,7 +190,7 @@ class RecallStore(RecallMeta, RecallSearch):
                 batch.append(rows[start])
                 postings += len(rows[start][1]) // 14 + 3  # a keyed term and a space: 14
                 start += 1
-            self._conn.execute(LEX_INSERT, _lexical_params(batch))
+            later(self._conn, LEX_INSERT, _lexical_params(batch))
 
     def _delete_lexical(self, fact_seqs: Sequence[int]) -> None:
         if fact_seqs:
@@ -204,7 +205,7 @@ class RecallStore(RecallMeta, RecallSearch):
     def _insert_vectors(self, rows: Sequence[VecRow]) -> None:
         if rows:
             columns = list(zip(*rows, strict=True))
-            self._conn.execute(VEC_INSERT, (
+            later(self._conn, VEC_INSERT, (
                 [int(v) for v in columns[0]], [int(v) for v in columns[1]],
                 [bytes(v) for v in columns[2]], [str(v) for v in columns[3]],
                 [int(v) for v in columns[4]], [int(v) for v in columns[5]]))

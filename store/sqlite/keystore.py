@@ -11,7 +11,7 @@ from typing import Any, cast
 import apsw
 import apsw.bestpractice
 
-from store.errors import LedgerTooNew, NotALedger, StoreError, StoreFull
+from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError, StoreFull
 from store.rows import MarkRow
 from store.sqlite import tables
 
@@ -281,7 +281,13 @@ class KeyStoreFile:
                 self._dirty = saved
                 raise
             return
-        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except apsw.BusyError as exc:
+            # Another writer held the key store past the busy timeout: a clear `busy`, never
+            # an apsw exception above store/ (seen with 4 writers on a loaded machine).
+            raise StoreBusy("the key store is busy: another writer held it past the busy "
+                            "timeout") from exc
         self._dirty = False
         try:
             yield
