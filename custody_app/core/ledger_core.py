@@ -223,6 +223,10 @@ class LedgerCore:
                     if self.db.depth == 1:
                         self._head = self.db.events.head()
                         self._recorded_policy = self.db.events.last_policy_hash()
+                        if self.keys is not None:
+                            # The index key fence: another process may have rotated the
+                            # word index key since this one loaded it (rotate-index-key).
+                            self.index.follow_key()
                     saved = (self._head, self._recorded_policy)
                     adopted = self.adopted_policy
                     pending = self.index.pending()

@@ -11,14 +11,11 @@ import os
 
 from custody_app.domain.chain import event_hash
 from custody_app.domain.errors import LedgerError
-from custody_app.keys.keyring import KeyRing
+from custody_app.keys.keyring import INDEX_KEY_ID, KeyRing
 from custody_app.keys.marks import describe
 from store import LedgerFile
 from store.rows import EventRow
 
-# ledger_meta: the fingerprint of the word index key the lexical index was built under
-# (erasure/rotate.py writes it).
-INDEX_KEY_ID = "index_key_id"
 # What a body rewritten by the free-text upgrade holds (domain/chain.py checks those).
 UPGRADED_MARK = '"upgraded":true'
 # Set to the seq a refusal names, a read-write open accepts the loss of what came after it.

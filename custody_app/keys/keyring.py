@@ -97,6 +97,11 @@ def load_master(keystore: Path, *, create: bool) -> bytes:
     return key
 
 
+# ledger_meta: the fingerprint of the word index key the lexical index was built under
+# (erasure/rotate.py writes it, inside the ledger transaction that re-indexes).
+INDEX_KEY_ID = "index_key_id"
+
+
 def index_key_id(key: bytes) -> str:
     """A fingerprint of a word index key, kept in the ledger (a random 256-bit key: it gives
     nothing away)."""
@@ -131,6 +136,8 @@ class KeyRing:
         self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
         self._seen_version = -1
         self._mark_key = marks.mark_key(master)
+        # (key, fingerprint) of the word index key last fingerprinted (see held_index_id).
+        self._index_id: tuple[bytes, str] | None = None
         # The genesis hash of the ledger opened with this key store (set by the open's check):
         # the first mark binds an unbound key store to it.
         self.genesis: Callable[[], str | None] | None = None
@@ -226,6 +233,32 @@ class KeyRing:
         pending = self.pending_index_key()
         if pending is not None and recorded == index_key_id(pending):
             self._slots["index"] = pending
+
+    def held_index_id(self) -> str | None:
+        """The fingerprint of the word index key this ring holds in memory (None: none loaded
+        yet, so the next use reads the key store afresh)."""
+        key = self._slots.get("index")
+        if key is None:
+            return None
+        if self._index_id is None or self._index_id[0] != key:
+            self._index_id = (key, index_key_id(key))
+        return self._index_id[1]
+
+    def fence_index(self, recorded: str | None) -> bool:
+        """Inside a write transaction (both files locked): make sure the word index key held
+        here is the one the ledger's index is under (`recorded`, its fingerprint in the
+        ledger; None: never rotated). Another process may have rotated it since this one
+        loaded it: then the key is read again from the key store (the pending key of a
+        rotation under way, else the current one), so no index row is ever written under a
+        destroyed key. True when the held key was dropped for another."""
+        held = self.held_index_id()
+        if recorded is None or held == recorded:
+            return False
+        self._slots.pop("index", None)
+        pending = self.pending_index_key()
+        if pending is not None and index_key_id(pending) == recorded:
+            self._slots["index"] = pending
+        return True
 
     def finish_index_rotation(self) -> None:
         """The pending key replaces the index key in one key store transaction; the old key is
