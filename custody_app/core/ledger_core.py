@@ -20,7 +20,7 @@ from custody_app.core import batch, rebuild, sessions, texts
 from custody_app.core.faults import crash_point
 from custody_app.core.policy_in_force import recorded_policy
 from custody_app.core.projector import apply_event
-from custody_app.core.rollback import check_high_water
+from custody_app.core.rollback import check_high_water, note_mark
 from custody_app.domain.chain import GENESIS, canonical, event_hash
 from custody_app.domain.commands import refusal
 from custody_app.domain.errors import LedgerError
@@ -250,10 +250,18 @@ class LedgerCore:
                 # total_changes, and a refused op writes no mark (DESIGN 14).
                 if (head := self.db.events.head()) != start:
                     self.keys.record_mark(head)
+                    self.note_mark()
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         if outermost:
             self.index.after_commit()
+
+    def note_mark(self) -> None:
+        """Record in the ledger the mark row this process just wrote to the key store (its
+        number and MAC), once the key store committed it: a key store whose newest marks are
+        deleted, or put back from an older copy, is then refused (`keystore_rolled_back`)."""
+        if self.keys is not None and not self.readonly:
+            note_mark(self.db, self.keys, self.keys.take_written())
 
     @property
     def head(self) -> tuple[int, str, str] | None:

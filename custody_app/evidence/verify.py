@@ -87,6 +87,10 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
             gc.enable()
     if valid and index_problems:
         valid, problem = False, "recall indexes: " + "; ".join(index_problems)
+    if valid and ledger.keys is not None and (dropped := ledger.keys.store.missing_triggers()):
+        valid, problem = False, (f"the key store {ledger.keys.path} lacks its write-once "
+                                 f"triggers ({', '.join(dropped)}): its marks or keys may have "
+                                 "been deleted or overwritten (keystore_tampered)")
     if valid and (mismatch := ledger_id_mismatch(ledger.db)) is not None:
         valid, problem = False, f"{mismatch.message} ({mismatch.code})"
     if valid and (erasure_problem := erasure_checks(ledger)) is not None:

@@ -136,6 +136,8 @@ class KeyRing:
         self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
         self._seen_version = -1
         self._mark_key = marks.mark_key(master)
+        # The mark row this ring wrote last, until the ledger records it (take_written).
+        self.written: MarkRow | None = None
         # (key, fingerprint) of the word index key last fingerprinted (see held_index_id).
         self._index_id: tuple[bytes, str] | None = None
         # The genesis hash of the ledger opened with this key store (set by the open's check):
@@ -373,9 +375,17 @@ class KeyRing:
                 if genesis is not None:
                     self.store.put_meta("ledger", genesis.encode("ascii"))
             last, _ = marks.trusted_mark(self.store, self._mark_key)
-            self.store.add_mark(head[0], head[1], head[2],
-                                lambda row: marks.mark_mac(self._mark_key, row),
-                                accepted=accepted, last=last)
+            row = self.store.add_mark(head[0], head[1], head[2],
+                                      lambda row: marks.mark_mac(self._mark_key, row),
+                                      accepted=accepted, last=last)
+            if row is not None:
+                self.written = row
+
+    def take_written(self) -> MarkRow | None:
+        """The mark row written since the last call (once its key store transaction has
+        committed, the ledger records it: see core.rollback.note_mark), else None."""
+        row, self.written = self.written, None
+        return row
 
     def trusted_mark(self) -> tuple[MarkRow | None, list[MarkRow]]:
         """(the newest mark whose MAC holds, the untrusted rows newer than it)."""
