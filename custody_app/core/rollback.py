@@ -3,7 +3,11 @@ ledger's head (seq, hash) under a MAC whenever it changes a key and at every era
 whose head is behind that mark was restored from an older copy (or cut short); one whose event
 at the mark's seq has another hash was forked (an old copy with events appended by hand). Both
 could serve values erased since, and are refused. A key store bound to another ledger (by its
-genesis hash) is refused too, before its marks are compared with this one's."""
+genesis hash) is refused too, before its marks are compared with this one's. The other way
+round, the ledger records the number and MAC of the newest mark row it saw the key store
+commit: a key store whose newest marks were deleted, or put back alone from an older copy, is
+refused (`keystore_rolled_back`), and one whose write-once triggers were dropped is refused for
+writes (`keystore_tampered`)."""
 
 from __future__ import annotations
 
