@@ -41,6 +41,15 @@ class Incident:
         return str(self.result(op_id)["fact_id"])
 
 
+def bound_incident(path: Path) -> Path:
+    """The ledger `path` made empty under the demo policy, and the incident sample with its
+    receipts signed for it (as --demo does), written beside it; returns the sample's path."""
+    with Ledger.open(path, policy=DEMO_POLICY) as made:
+        bound = path.parent / "incident.jsonl"
+        bound.write_text(bind_demo_receipts(INCIDENT.read_text(), str(made.ledger_id)))
+    return bound
+
+
 def replay(path: Path, *files: Path) -> Incident:
     ledger = Ledger.open(path, clock=ManualClock(), policy=DEMO_POLICY)
     out = io.StringIO()
@@ -321,11 +330,7 @@ def test_blast_and_explain_subcommands(tmp_path: Path) -> None:
     from tests.test_batch_cli import cli, results
 
     path = tmp_path / "inc.db"
-    # The sample's receipts signed for this ledger (made empty first, as --demo does).
-    with Ledger.open(path, policy=DEMO_POLICY) as made:
-        bound = tmp_path / "incident.jsonl"
-        bound.write_text(bind_demo_receipts(INCIDENT.read_text(), str(made.ledger_id)))
-    done = cli("--batch", bound, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
+    done = cli("--batch", bound_incident(path), "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
                cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     [plan] = [r["result"]["fact_id"] for r in results(done) if r["id"] == "wrong-plan"]

@@ -267,6 +267,8 @@ def test_deleting_the_key_stores_newest_marks_is_refused(
     (`keystore_rolled_back`, naming both rows), leaving both files byte for byte."""
     path, fact, _backup = forgotten
     keystore = Path(f"{path}.keys")
+    # Any later write records the newest mark (the forget's) in the ledger.
+    assert batch(path, [assert_line("acct:ZQX-MARKS-0005", "later")])[0]["ok"] is True
     newest = _marks(keystore)[-1]
     assert newest > 1
     _delete_newest_marks(keystore, keep=1)
@@ -294,8 +296,8 @@ def test_a_key_store_put_back_from_an_older_copy_is_refused(tmp_path: Path) -> N
     old = tmp_path / "old.keys"
     shutil.copy2(f"{path}.keys", old)
     done = batch(path, [{"op": "forget", "fact_id": fact, "actor": "user:dpo",
-                         "reason": "subject_request"}])
-    assert done[0]["ok"] is True, done
+                         "reason": "subject_request"}, assert_line("acct:ZQX-MARKS-0006", "x")])
+    assert [d["ok"] for d in done] == [True, True], done
     shutil.copy2(old, f"{path}.keys")
     before = _file_state(path)
     with pytest.raises(LedgerError) as refused:
@@ -304,9 +306,11 @@ def test_a_key_store_put_back_from_an_older_copy_is_refused(tmp_path: Path) -> N
     assert _file_state(path) == before
 
 
-def test_a_mark_the_ledger_did_not_record_is_recorded_at_the_next_open(tmp_path: Path) -> None:
-    """A kill between the key store's commit of a mark and the ledger's record of it (or a
-    ledger from before marks were recorded in it): the next read-write open records it."""
+def test_the_newest_mark_is_recorded_by_the_next_write_and_a_refused_op_records_nothing(
+        tmp_path: Path) -> None:
+    """A mark is written after its write commits; the ledger records it inside its next write
+    transaction (a ledger from before marks were recorded in it, too), and a refused op
+    records nothing."""
     path = tmp_path / "l.db"
     assert cli("init", "--ledger", path).returncode == 0
     batch(path, [assert_line("acct:ZQX-MARKS-0003", VALUE)])
@@ -314,9 +318,16 @@ def test_a_mark_the_ledger_did_not_record_is_recorded_at_the_next_open(tmp_path:
     with con:
         con.execute("DELETE FROM ledger_meta WHERE key = 'keystore_mark'")
     con.close()
+    newest = _marks(Path(f"{path}.keys"))[-1]
     with Ledger.open(path) as led:
-        assert led.db.meta("keystore_mark") is not None
-        assert led.db.meta("keystore_mark").startswith(f"{_marks(Path(f'{path}.keys'))[-1]}:")
+        assert led.db.meta("keystore_mark") is None
+        before = _file_state(path)
+        with pytest.raises(LedgerError):
+            led.forget("f_nope", actor="user:dpo", reason="subject_request")
+        assert led.db.meta("keystore_mark") is None and _file_state(path) == before
+        led.assert_fact("acct:ZQX-MARKS-0003", "note", "x", actor="user:ana",
+                        cause={"kind": "manual", "ref": "t"})
+        assert str(led.db.meta("keystore_mark")).startswith(f"{newest}:")
         assert led.verify().valid
 
 

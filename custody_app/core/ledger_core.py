@@ -227,6 +227,9 @@ class LedgerCore:
                             # The index key fence: another process may have rotated the
                             # word index key since this one loaded it (rotate-index-key).
                             self.index.follow_key()
+                            # The key store's newest trusted mark, recorded in the ledger with
+                            # this write: a key store that later lacks it was rolled back.
+                            note_mark(self.db, self.keys.newest_trusted_mark())
                     saved = (self._head, self._recorded_policy)
                     adopted = self.adopted_policy
                     pending = self.index.pending()
@@ -250,18 +253,10 @@ class LedgerCore:
                 # total_changes, and a refused op writes no mark (DESIGN 14).
                 if (head := self.db.events.head()) != start:
                     self.keys.record_mark(head)
-                    self.note_mark()
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         if outermost:
             self.index.after_commit()
-
-    def note_mark(self) -> None:
-        """Record in the ledger the mark row this process just wrote to the key store (its
-        number and MAC), once the key store committed it: a key store whose newest marks are
-        deleted, or put back from an older copy, is then refused (`keystore_rolled_back`)."""
-        if self.keys is not None and not self.readonly:
-            note_mark(self.db, self.keys, self.keys.take_written())
 
     @property
     def head(self) -> tuple[int, str, str] | None:

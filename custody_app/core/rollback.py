@@ -75,11 +75,12 @@ def recorded_mark(db: LedgerFile) -> tuple[int, str] | None:
     return (int(n), mac) if n.isdigit() and mac else None
 
 
-def note_mark(db: LedgerFile, keys: KeyRing, row: MarkRow | None) -> None:
-    """The ledger records the key store's mark row `row` (its number and MAC) in a write
-    transaction of its own, after the key store committed the row: never a row the key store
-    does not hold (a key store transaction rolled back), never an older one than recorded."""
-    if row is None or (kept := keys.store.mark(row[0])) is None or _mac(kept) != _mac(row):
+def note_mark(db: LedgerFile, row: MarkRow | None) -> None:
+    """The ledger records the key store's trusted mark row `row` (its number and MAC), read
+    inside a write transaction that holds both files (so the row is committed), as part of
+    that write (a savepoint: a refused op rolls it back with the rest); never an older row
+    than recorded. A mark written after a write's commit is recorded by the next write."""
+    if row is None:
         return
     recorded = recorded_mark(db)
     if recorded is not None and recorded[0] >= row[0]:
@@ -140,10 +141,6 @@ def check_high_water(db: LedgerFile, keys: KeyRing, path: str, *, readonly: bool
     row, _untrusted = keys.trusted_mark()  # untrusted rows are never the bar (doctor names them)
     check_keystore_followed(db, keys, path, row)
     _check_ledger_mark(db, keys, path, row, readonly=readonly)
-    if not readonly and row is not None:
-        # A mark the ledger did not record yet (a kill between the two commits, or a ledger
-        # from before marks were recorded in it): recorded now, so it is the bar from here on.
-        note_mark(db, keys, row)
 
 
 def _check_ledger_mark(db: LedgerFile, keys: KeyRing, path: str, row: MarkRow | None, *,
@@ -174,7 +171,6 @@ def _check_ledger_mark(db: LedgerFile, keys: KeyRing, path: str, row: MarkRow | 
             ledger_seq=have, mark_seq=mark[0])
     if not readonly and os.environ.get(ACCEPT_ENV) == str(mark[0]):
         keys.record_mark(head or (0, "", ""), accepted=True)
-        note_mark(db, keys, keys.take_written())
         return
     raise LedgerError(
         "ledger_rolled_back",

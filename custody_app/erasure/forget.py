@@ -160,7 +160,6 @@ def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
     with head_mark(ledger):
         cert = certificate(ledger, "forget", work, actor=cmd.actor, reason=cmd.reason,
                            root=cmd.fact_id, keys_place=SUBJECT_KEY_KEPT)
-    ledger.note_mark()
     scrubs.settle(ledger, cert, work)
     first = work.erased[0]
     return ForgetResult(fact_id=cmd.fact_id, event_id=first.event_id, seq=first.seq, tx_at=tx_at,
@@ -223,7 +222,6 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     with ledger.keys.store.write():
         destroyed = ledger.keys.destroy(cmd.subject, tx_at)
         ledger.keys.record_mark(ledger.db.events.head())
-    ledger.note_mark()
     crash_point("erasure.keys_committed")
     rotated = None
     if ledger.policy.policy.erasure.rotate_index_key == "after_forget_subject":

@@ -39,5 +39,4 @@ def roll_forward(ledger: LedgerCore) -> list[int]:
         for _seq, subject_hash, at in todo:
             ledger.keys.destroy_ref(subject_hash, at)
         ledger.keys.record_mark(ledger.db.events.head())
-    ledger.note_mark()
     return [seq for seq, _, _ in todo]

@@ -105,7 +105,6 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep, *, grouped: bool = Tru
         crash_point("erasure.ledger_committed")
         if ledger.keys is not None:
             ledger.keys.record_mark(ledger.db.events.head())
-            ledger.note_mark()
     cert = None
     if expired and not cmd.dry_run:
         cert = certificate(ledger, "sweep", work, actor=cmd.actor, reason=cmd.reason,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -136,8 +137,6 @@ class KeyRing:
         self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
         self._seen_version = -1
         self._mark_key = marks.mark_key(master)
-        # The mark row this ring wrote last, until the ledger records it (take_written).
-        self.written: MarkRow | None = None
         # (key, fingerprint) of the word index key last fingerprinted (see held_index_id).
         self._index_id: tuple[bytes, str] | None = None
         # The genesis hash of the ledger opened with this key store (set by the open's check):
@@ -375,17 +374,18 @@ class KeyRing:
                 if genesis is not None:
                     self.store.put_meta("ledger", genesis.encode("ascii"))
             last, _ = marks.trusted_mark(self.store, self._mark_key)
-            row = self.store.add_mark(head[0], head[1], head[2],
-                                      lambda row: marks.mark_mac(self._mark_key, row),
-                                      accepted=accepted, last=last)
-            if row is not None:
-                self.written = row
+            self.store.add_mark(head[0], head[1], head[2],
+                                lambda row: marks.mark_mac(self._mark_key, row),
+                                accepted=accepted, last=last)
 
-    def take_written(self) -> MarkRow | None:
-        """The mark row written since the last call (once its key store transaction has
-        committed, the ledger records it: see core.rollback.note_mark), else None."""
-        row, self.written = self.written, None
-        return row
+    def newest_trusted_mark(self) -> MarkRow | None:
+        """The newest mark whose MAC holds: the newest row alone when it holds (the usual
+        case, one row read), else the page-by-page search of trusted_mark."""
+        newest = self.store.newest_mark()
+        if newest is not None and newest[5] is not None and hmac.compare_digest(
+                newest[5], marks.mark_mac(self._mark_key, newest)):
+            return newest
+        return self.trusted_mark()[0]
 
     def trusted_mark(self) -> tuple[MarkRow | None, list[MarkRow]]:
         """(the newest mark whose MAC holds, the untrusted rows newer than it)."""

@@ -126,6 +126,8 @@ NEXT_MARK = "SELECT coalesce(max(n), 0) + 1 FROM ledger_marks"
 # the trusted mark is the newest row whose MAC holds, almost always on the first page.
 MARKS = ("SELECT n, seq, head, at, accepted, mac FROM ledger_marks WHERE n < ? "
          "ORDER BY n DESC LIMIT 64")
+NEWEST_MARK = ("SELECT n, seq, head, at, accepted, mac FROM ledger_marks "
+               "ORDER BY n DESC LIMIT 1")
 MARK_BY_N = "SELECT n, seq, head, at, accepted, mac FROM ledger_marks WHERE n = ?"
 FOREIGN_TABLES = "SELECT 1 FROM sqlite_schema LIMIT 1"
 TRIGGERS = "SELECT name, sql FROM sqlite_schema WHERE type = 'trigger'"
@@ -222,11 +224,18 @@ class KeyStoreFile:
                 return (n, seq, head, at, accepted, mac)
         return None
 
+    def newest_mark(self) -> MarkRow | None:
+        """The mark row with the highest number, trusted or not (one row read)."""
+        found = self.conn.execute(NEWEST_MARK).fetchone()
+        return None if found is None else self._mark_row(found)
+
     def mark(self, n: int) -> MarkRow | None:
         """The mark row numbered `n`, trusted or not, if the key store still holds it."""
         found = self.conn.execute(MARK_BY_N, (n,)).fetchone()
-        if found is None:
-            return None
+        return None if found is None else self._mark_row(found)
+
+    @staticmethod
+    def _mark_row(found: tuple[object, ...]) -> MarkRow:
         n, seq, head, at, accepted, mac = found
         return (int(cast(int, n)), int(cast(int, seq)), str(head), str(at), bool(accepted),
                 None if mac is None else str(mac))
