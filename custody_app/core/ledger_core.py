@@ -227,9 +227,6 @@ class LedgerCore:
                             # The index key fence: another process may have rotated the
                             # word index key since this one loaded it (rotate-index-key).
                             self.index.follow_key()
-                            # The key store's newest trusted mark, recorded in the ledger with
-                            # this write: a key store that later lacks it was rolled back.
-                            note_mark(self.db, self.keys.newest_trusted_mark())
                     saved = (self._head, self._recorded_policy)
                     adopted = self.adopted_policy
                     pending = self.index.pending()
@@ -238,6 +235,11 @@ class LedgerCore:
                         if self.db.depth == 1:
                             # The group's recall rows go in together, inside its transaction.
                             self.index.flush()
+                            if self.keys is not None and self._head != saved[0]:
+                                # The key store's newest trusted mark, recorded with a write
+                                # that appended events (never by a refused op): a key store
+                                # that later lacks it was rolled back.
+                                note_mark(self.db, self.keys.newest_trusted_mark())
                     except BaseException:
                         self._head, self._recorded_policy = saved
                         self.adopted_policy = adopted

@@ -39,7 +39,7 @@ def bind_demo_receipts(text: str, ledger_id: str) -> str:
         for holder in (op, op.get("cause") or {}):
             receipt = holder.get("receipt")
             issuer = receipt.get("issuer") if isinstance(receipt, dict) else None
-            if issuer in DEMO_KEYS:
+            if isinstance(receipt, dict) and isinstance(issuer, str) and issuer in DEMO_KEYS:
                 if issuer not in keys:
                     keys[issuer] = Path(resource(DEMO_KEYS[issuer])).read_text(encoding="ascii")
                 holder["receipt"] = bind_receipt(receipt, keys[issuer], ledger_id)
