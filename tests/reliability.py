@@ -296,7 +296,8 @@ def _recompute_from(con: Any, seq: int) -> None:
 
 # The key store's own refusals of a ledger edited below its mark (DESIGN 14): detection at
 # open, before verify runs.
-MARK_REFUSALS = ("ledger_forked", "ledger_rolled_back", "keystore_mismatch")
+MARK_REFUSALS = ("ledger_forked", "ledger_rolled_back", "keystore_mismatch",
+                 "keystore_rolled_back")
 
 
 def markless_keystore(path: Path) -> Path:
@@ -313,9 +314,32 @@ def markless_keystore(path: Path) -> Path:
     con.execute("DROP TRIGGER IF EXISTS keystore_meta_no_delete")
     con.execute("DELETE FROM ledger_marks")
     con.execute("DELETE FROM keystore_meta WHERE name = 'ledger'")
+    restore_keystore_triggers(con)
     con.commit()
     con.close()
+    forget_recorded_mark(path)
     return copy
+
+
+def restore_keystore_triggers(con: Any) -> None:
+    """Put back the key store's write-once triggers a helper dropped to delete rows (a key
+    store without them is refused for writes and named by verify)."""
+    from store.sqlite.keystore import expected_triggers
+    have = {name for (name,) in con.execute("SELECT name FROM sqlite_schema WHERE type = 'trigger'")}
+    for name, sql in expected_triggers().items():
+        if name not in have:
+            con.execute(sql)
+
+
+def forget_recorded_mark(path: Path) -> None:
+    """Delete the ledger's record of its key store's newest mark (without it, a key store
+    without marks is not refused as rolled back): what a verifier holding the keys and no
+    marks needs."""
+    import sqlite3
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("DELETE FROM ledger_meta WHERE key = 'keystore_mark'")
+    con.close()
 
 
 def verify_or_refusal(path: Path) -> tuple[Any, str | None]:

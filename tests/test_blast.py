@@ -16,6 +16,7 @@ from custody_app import Ledger
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.timeutil import ManualClock
 from custody_app.interfaces.batch import run_batch
+from custody_app.keys.demo_receipts import bind_demo_receipts
 from store.sqlite.schema import SCHEMA_VERSION
 from tests.conftest import CAUSE, WRITER, Env, day
 
@@ -40,12 +41,22 @@ class Incident:
         return str(self.result(op_id)["fact_id"])
 
 
+def bound_incident(path: Path) -> Path:
+    """The ledger `path` made empty under the demo policy, and the incident sample with its
+    receipts signed for it (as --demo does), written beside it; returns the sample's path."""
+    with Ledger.open(path, policy=DEMO_POLICY) as made:
+        bound = path.parent / "incident.jsonl"
+        bound.write_text(bind_demo_receipts(INCIDENT.read_text(), str(made.ledger_id)))
+    return bound
+
+
 def replay(path: Path, *files: Path) -> Incident:
     ledger = Ledger.open(path, clock=ManualClock(), policy=DEMO_POLICY)
     out = io.StringIO()
     for file in files:
-        with file.open(encoding="utf-8") as stream:
-            run_batch(ledger, stream, out)
+        # The sample's receipts are signed for this ledger, as --demo does (DESIGN 14).
+        text = bind_demo_receipts(file.read_text(encoding="utf-8"), str(ledger.ledger_id))
+        run_batch(ledger, text.splitlines(), out)
     return Incident(ledger, [json.loads(line) for line in out.getvalue().splitlines()])
 
 
@@ -319,7 +330,7 @@ def test_blast_and_explain_subcommands(tmp_path: Path) -> None:
     from tests.test_batch_cli import cli, results
 
     path = tmp_path / "inc.db"
-    done = cli("--create", "--batch", INCIDENT, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
+    done = cli("--batch", bound_incident(path), "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
                cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     [plan] = [r["result"]["fact_id"] for r in results(done) if r["id"] == "wrong-plan"]

@@ -30,6 +30,7 @@ from custody_app.keys import crypto
 from custody_app.keys.keyring import KEYSTORE_ENV, MASTER_ENV
 from custody_app.ledger.facade import Ledger
 from tests.conftest import CAUSE, Env
+from tests.reliability import forget_recorded_mark, restore_keystore_triggers
 
 OTHER_MASTER = "ab" * 32
 CANARY = "zebra-quokka-canary-value-Qx7"
@@ -95,8 +96,10 @@ def markless(path: Path) -> Path:
         con = sqlite3.connect(copy)
         con.execute("DROP TRIGGER ledger_marks_no_delete")
         con.execute("DELETE FROM ledger_marks")
+        restore_keystore_triggers(con)
         con.commit()
         con.close()
+    forget_recorded_mark(path)
     return copy
 
 

@@ -158,18 +158,24 @@ def test_serve_names_a_hostile_policy_path_escaped(tmp_path: Path) -> None:
 
 # ---- 4. a tool_output with no canonical form is refused by name ------------------------------
 
-def _receipt(now: str | None = None) -> dict[str, Any]:
-    """A live receipt: issued now (a batch runs on the wall clock), or at the manual clock's
-    start for the API's test ledger."""
+def _receipt(now: str | None = None, audience: str | None = None) -> dict[str, Any]:
+    """A live receipt for the ledger `audience`: issued now (a batch runs on the wall clock),
+    or at the manual clock's start for the API's test ledger."""
     now = now or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return sign(KEY, issuer=ISSUER, receipt_id="rc-crm", tool="crm.lookup", session=SESSION,
-                arguments=CRM_ARGS, output=CRM_OUT, issued_at=now, subject="acct:42")
+                arguments=CRM_ARGS, output=CRM_OUT, issued_at=now, subject="acct:42",
+                audience=audience)
 
 
-def _cited(output: Any) -> dict[str, Any]:
+def _ledger_id(ledger: Path) -> str:
+    """The id a receipt for `ledger` names as its audience, as `verify` reports it."""
+    return str(json.loads(cli("verify", "--ledger", ledger, "--json").stdout)["ledger_id"])
+
+
+def _cited(output: Any, audience: str) -> dict[str, Any]:
     return {"op": "assert", "subject": "acct:42", "predicate": "billed_seats", "value": 120,
             "actor": "agent:bot", "session": SESSION, "tool_output": output,
-            "cause": {"kind": "tool", "ref": "call-1", "receipt": _receipt(),
+            "cause": {"kind": "tool", "ref": "call-1", "receipt": _receipt(audience=audience),
                       "pointer": "/billed_seats"}}
 
 
@@ -189,8 +195,8 @@ HOSTILE_TOKENS = {
 }
 
 
-def _hostile_line(kind: str) -> str:
-    line = json.dumps(_cited({**CRM_OUT, "x": "@@TOKEN@@"}))
+def _hostile_line(kind: str, audience: str) -> str:
+    line = json.dumps(_cited({**CRM_OUT, "x": "@@TOKEN@@"}, audience))
     return line.replace('"@@TOKEN@@"', HOSTILE_TOKENS[kind])
 
 
@@ -202,12 +208,13 @@ def test_a_batch_tool_output_with_no_canonical_form_is_refused_writing_nothing(
     ledger = tmp_path / "l.db"
     assert cli("init", "--ledger", ledger, "--policy", pol).returncode == 0
     # The same op with a good output is verified: the receipt is live, the path reaches covers.
-    good = cli("--batch", "-", "--ledger", tmp_path / "g.db", "--create", "--policy", pol,
-               stdin=json.dumps(_cited(CRM_OUT)) + "\n")
+    assert cli("init", "--ledger", tmp_path / "g.db", "--policy", pol).returncode == 0
+    good = cli("--batch", "-", "--ledger", tmp_path / "g.db", "--policy", pol,
+               stdin=json.dumps(_cited(CRM_OUT, _ledger_id(tmp_path / "g.db"))) + "\n")
     assert json.loads(good.stdout.splitlines()[0])["result"]["provenance"] == "verified"
+    line = _hostile_line(kind, _ledger_id(ledger))
     before = file_digest(ledger)
-    done = cli("--batch", "-", "--ledger", ledger, "--policy", pol,
-               stdin=_hostile_line(kind) + "\n")
+    done = cli("--batch", "-", "--ledger", ledger, "--policy", pol, stdin=line + "\n")
     assert "Traceback" not in done.stderr and "internal_error" not in done.stdout
     result = json.loads(done.stdout.splitlines()[0])
     assert result["ok"] is False, result
@@ -226,7 +233,8 @@ def test_a_batch_tool_output_with_no_canonical_form_is_refused_writing_nothing(
 def test_an_api_tool_output_with_no_canonical_form_is_refused_writing_nothing(
         make_env: Any, output: Any) -> None:
     env = make_env(policy())
-    cause = {"kind": "tool", "ref": "call-1", "receipt": _receipt(AT), "pointer": "/billed_seats"}
+    cause = {"kind": "tool", "ref": "call-1", "receipt": _receipt(AT, env.ledger.ledger_id),
+             "pointer": "/billed_seats"}
     ok = env.ledger.assert_fact("acct:42", "billed_seats", 120, actor="agent:bot", cause=cause,
                                 session=SESSION, tool_output=CRM_OUT)
     assert ok.provenance == "verified"
@@ -246,7 +254,7 @@ def test_api_tool_arguments_with_no_canonical_form_are_refused_by_name(make_env:
     env = make_env(policy())
     cause = {"kind": "tool", "ref": "call-1", "receipt": sign(
         KEY, issuer=ISSUER, receipt_id="rc-crm", tool="crm.lookup", session=SESSION,
-        arguments=CRM_ARGS, output=CRM_OUT, issued_at=AT),
+        arguments=CRM_ARGS, output=CRM_OUT, issued_at=AT, audience=env.ledger.ledger_id),
         "pointer": "/billed_seats", "subject_pointer": "/account"}
     before = env.snapshot()
     with pytest.raises(LedgerError) as refused:

@@ -35,7 +35,7 @@ def vouched(env: Env, issuer: str, key: bytes, session: str, value: Any = "pro")
     """A fact written citing a receipt of `issuer` that covers it: verified, one identity."""
     rc = sign(key, issuer=issuer, receipt_id=f"rc-{issuer}-{session}", tool="crm.lookup",
               session=session, arguments={"account": "acct:7"}, output=value, issued_at=T0,
-              subject="acct:7", predicate="plan")
+              subject="acct:7", predicate="plan", audience=env.ledger.ledger_id)
     result = env.ledger.assert_fact("acct:7", "plan", value, actor="agent:gw", session=session,
                                     cause={"kind": "tool", "ref": "call", "receipt": rc})
     assert result.provenance == "verified"
@@ -129,7 +129,7 @@ def test_a_previously_forgotten_value_is_neither_counted_nor_lifted(make_env: An
     for issuer, key, session in (("gw:a", KEY_A, "s2"), ("gw:b", KEY_B, "s3")):
         rc = sign(key, issuer=issuer, receipt_id=f"rc-{session}", tool="crm.lookup",
                   session=session, arguments={}, output="pro", issued_at=T0, subject="acct:7",
-                  predicate="plan")
+                  predicate="plan", audience=env.ledger.ledger_id)
         again.append(env.ledger.assert_fact("acct:7", "plan", "pro", actor="agent:gw",
                                             session=session, cause={"kind": "tool", "ref": "c",
                                                                     "receipt": rc}).fact_id)

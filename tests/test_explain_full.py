@@ -12,14 +12,14 @@ import pytest
 from custody_app.evidence.actionpack import verify_action_pack
 from custody_app.evidence.explain import QUESTIONS
 from tests.test_batch_cli import cli, results
-from tests.test_blast import DEMO_POLICY, INCIDENT
+from tests.test_blast import DEMO_POLICY, bound_incident
 
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, object]]]:
     path = tmp_path_factory.mktemp("explain") / "inc.db"
-    done = cli("--create", "--batch", INCIDENT, "--ledger", path, "--manual-clock", "--policy", DEMO_POLICY,
-               cwd=path.parent)
+    done = cli("--batch", bound_incident(path), "--ledger", path, "--manual-clock", "--policy",
+               DEMO_POLICY, cwd=path.parent)
     assert done.returncode == 0, done.stderr
     return path, {str(r["id"]): r for r in results(done)}
 

@@ -57,9 +57,18 @@ def mark_seq(keystore: Path) -> int:
 def append_by_hand(path: Path, fact: str, upto: int, tmp_path: Path) -> None:
     """Correctly chained events appended to the ledger until its head reaches `upto`, by a
     process that does not have (or need) its key store."""
+    con = sqlite3.connect(path)  # the ledger's record of its key store's mark, put back after
+    recorded = con.execute("SELECT value FROM ledger_meta WHERE key = 'keystore_mark'").fetchall()
+    with con:
+        con.execute("DELETE FROM ledger_meta WHERE key = 'keystore_mark'")
     with Ledger.open(path, keystore=tmp_path / "elsewhere.keys") as led:
         while (led.db.events.head() or (0,))[0] < upto:
             led.affirm(fact, actor="agent:support")
+    with con:
+        con.execute("DELETE FROM ledger_meta WHERE key = 'keystore_mark'")
+        con.executemany("INSERT INTO ledger_meta(key, value) VALUES ('keystore_mark', ?)",
+                        recorded)
+    con.close()
 
 
 def test_an_old_copy_with_events_appended_by_hand_is_refused_as_forked(
@@ -217,3 +226,133 @@ def test_many_inserted_rows_do_not_hide_the_trusted_mark(tmp_path: Path) -> None
         assert led.keys is not None
         mark, bad = led.keys.trusted_mark()
     assert mark == good and len(bad) == 150
+
+
+# -- the ledger records its key store's newest mark: rolling back the key store alone is seen --
+
+def _file_state(path: Path) -> dict[str, bytes]:
+    """The ledger's and key store's bytes (a WAL that is empty or absent holds nothing; the
+    -shm index is SQLite's scratch, rebuilt by every open)."""
+    return {p.name: p.read_bytes() for p in sorted(path.parent.iterdir())
+            if p.is_file() and p.name.startswith(path.name) and not p.name.endswith("-shm")
+            and not (p.name.endswith("-wal") and p.stat().st_size == 0)}
+
+
+def _marks(keystore: Path) -> list[int]:
+    con = sqlite3.connect(keystore)
+    try:
+        return [int(n) for (n,) in con.execute("SELECT n FROM ledger_marks ORDER BY n")]
+    finally:
+        con.close()
+
+
+def _delete_newest_marks(keystore: Path, keep: int) -> None:
+    """What anyone who can write the key store can do, no master key needed: drop the trigger,
+    delete the mark rows after row `keep`, and put the trigger back so nothing shows."""
+    from store.sqlite.keystore import expected_triggers
+
+    con = sqlite3.connect(keystore)
+    with con:
+        con.execute("DROP TRIGGER ledger_marks_no_delete")
+        con.execute("DELETE FROM ledger_marks WHERE n > ?", (keep,))
+        con.execute(expected_triggers()["ledger_marks_no_delete"])
+    con.close()
+
+
+def test_deleting_the_key_stores_newest_marks_is_refused(
+        forgotten: tuple[Path, str, Path]) -> None:
+    """Someone who can write the key store deleted its newest marks (the forget's among them),
+    lowering the bar an older copy of the ledger must pass: nothing noticed. The ledger now
+    records the newest mark row it saw committed; every command refuses the key store
+    (`keystore_rolled_back`, naming both rows), leaving both files byte for byte."""
+    path, fact, _backup = forgotten
+    keystore = Path(f"{path}.keys")
+    # Any later write records the newest mark (the forget's) in the ledger.
+    assert batch(path, [assert_line("acct:ZQX-MARKS-0005", "later")])[0]["ok"] is True
+    newest = _marks(keystore)[-1]
+    assert newest > 1
+    _delete_newest_marks(keystore, keep=1)
+    before = _file_state(path)
+    for args in (["history", fact], ["verify"], ["doctor"]):
+        done = cli(*args, "--ledger", path)
+        assert done.returncode != 0, (args, done.stdout)
+        said = done.stderr + done.stdout
+        assert "keystore_rolled_back" in said, (args, said)
+        assert f"mark row {newest}" in said and "mark is row 1" in said, said
+    assert batch(path, [assert_line("acct:x", "v")]) == []
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(path).close()
+    assert refused.value.code == "keystore_rolled_back"
+    assert refused.value.details == {"ledger_mark": newest, "keystore_mark": 1}
+    assert _file_state(path) == before
+
+
+def test_a_key_store_put_back_from_an_older_copy_is_refused(tmp_path: Path) -> None:
+    """The key store alone restored from a copy taken before a forget: refused."""
+    path = tmp_path / "l.db"
+    assert cli("init", "--ledger", path).returncode == 0
+    out = batch(path, [assert_line("acct:ZQX-MARKS-0002", VALUE)])
+    fact = str(out[0]["result"]["fact_id"])  # type: ignore[index]
+    old = tmp_path / "old.keys"
+    shutil.copy2(f"{path}.keys", old)
+    done = batch(path, [{"op": "forget", "fact_id": fact, "actor": "user:dpo",
+                         "reason": "subject_request"}, assert_line("acct:ZQX-MARKS-0006", "x")])
+    assert [d["ok"] for d in done] == [True, True], done
+    shutil.copy2(old, f"{path}.keys")
+    before = _file_state(path)
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(path, readonly=True).close()
+    assert refused.value.code == "keystore_rolled_back", refused.value.message
+    assert _file_state(path) == before
+
+
+def test_the_newest_mark_is_recorded_by_the_next_write_and_a_refused_op_records_nothing(
+        tmp_path: Path) -> None:
+    """A mark is written after its write commits; the ledger records it inside its next write
+    transaction (a ledger from before marks were recorded in it, too), and a refused op
+    records nothing."""
+    path = tmp_path / "l.db"
+    assert cli("init", "--ledger", path).returncode == 0
+    batch(path, [assert_line("acct:ZQX-MARKS-0003", VALUE)])
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("DELETE FROM ledger_meta WHERE key = 'keystore_mark'")
+    con.close()
+    newest = _marks(Path(f"{path}.keys"))[-1]
+    with Ledger.open(path) as led:
+        assert led.db.meta("keystore_mark") is None
+        before = _file_state(path)
+        with pytest.raises(LedgerError):
+            led.forget("f_nope", actor="user:dpo", reason="subject_request")
+        assert led.db.meta("keystore_mark") is None and _file_state(path) == before
+        led.assert_fact("acct:ZQX-MARKS-0003", "note", "x", actor="user:ana",
+                        cause={"kind": "manual", "ref": "t"})
+        assert str(led.db.meta("keystore_mark")).startswith(f"{newest}:")
+        assert led.verify().valid
+
+
+def test_dropped_key_store_triggers_refuse_writes_and_verify_names_them(tmp_path: Path) -> None:
+    """Without its write-once triggers a key store's marks and keys can be deleted or
+    overwritten with no master key: a read-write open refuses it (`keystore_tampered`, naming
+    the triggers) leaving both files byte for byte, and verify names it."""
+    path = tmp_path / "l.db"
+    assert cli("init", "--ledger", path).returncode == 0
+    batch(path, [assert_line("acct:ZQX-MARKS-0004", VALUE)])
+    con = sqlite3.connect(Path(f"{path}.keys"))
+    with con:
+        con.execute("DROP TRIGGER ledger_marks_no_delete")
+        con.execute("DROP TRIGGER subject_keys_no_delete")
+    con.close()
+    before = _file_state(path)
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(path).close()
+    assert refused.value.code == "keystore_tampered"
+    assert "ledger_marks_no_delete" in refused.value.message
+    assert "subject_keys_no_delete" in refused.value.message
+    done = batch(path, [assert_line("acct:y", "v")])
+    assert done == [], done
+    assert _file_state(path) == before
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and "(keystore_tampered)" in (report.problem or "")
+    assert "ledger_marks_no_delete" in (report.problem or "")

@@ -5,6 +5,7 @@ for this ledger; an action's receipt only authorises the action it was signed fo
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,11 @@ from typing import Any
 import pytest
 
 from custody_app.domain.errors import LedgerError
+from custody_app.keys.demo_receipts import bind_demo_receipts
+from custody_app.ledger.facade import Ledger
 from custody_app.receipts import json_sha256, public_hex, sign
-from tests.conftest import Env
+from tests.audience import audience, recording
+from tests.conftest import Env, fixture_copy
 
 KEY = bytes(range(32))  # test material: a fixed issuer key
 ISSUER = "gateway:crm"
@@ -34,9 +38,15 @@ def crm(**over: Any) -> dict[str, Any]:
     """A CRM lookup's receipt as today's gateways sign it (no binding claims unless given)."""
     fields: dict[str, Any] = {"issuer": ISSUER, "receipt_id": "rc-crm", "tool": "crm.lookup",
                               "session": SESSION, "arguments": CRM_ARGS, "output": CRM_OUT,
-                              "issued_at": AT}
+                              "issued_at": AT, "audience": audience()}
     fields.update(over)
     return sign(KEY, **fields)
+
+
+@pytest.fixture
+def make_env(make_env: Any) -> Any:
+    """Receipts below are signed for the ledger the test made last (tests/audience.py)."""
+    return recording(make_env)
 
 
 def cite(env: Env, subject: str, predicate: str, value: Any, rc: dict[str, Any], *,
@@ -70,7 +80,7 @@ def test_a_weather_receipt_cited_on_a_made_up_write_earns_nothing(make_env: Any)
     env = make_env(policy())
     weather = sign(KEY, issuer=ISSUER, receipt_id="rc-wx", tool="weather.lookup",
                    session=SESSION, arguments={"city": "Paris"}, output={"temp_c": 12},
-                   issued_at=AT)
+                   issued_at=AT, audience=audience())
     made_up = cite(env, "acct:42", "plan", "enterprise", weather)
     assert made_up.provenance == "claimed" and made_up.status == "quarantined"
     assert believed(env, "acct:42") == []
@@ -140,6 +150,89 @@ def test_a_receipt_for_another_ledger_is_refused_there(make_env: Any) -> None:
     assert a.reopen().ledger_id == first
 
 
+def test_a_receipt_naming_no_audience_is_refused_in_every_ledger(make_env: Any) -> None:
+    """Holder of a stolen receipt: one signed for no ledger in particular was accepted in any
+    ledger that registers its issuer. Now refused in each (check `audience`), writing nothing,
+    with a message that says what is wrong and which audience to sign for."""
+    for name in ("a.db", "b.db"):
+        env = make_env(policy(), name)
+        env.put("acct:1", "name", "x", provenance="claimed")
+        rc = crm(subject="acct:42", audience=None)
+        assert "audience" not in rc
+        err = refused_unchanged(env, lambda e=env, r=rc: cite(
+            e, "acct:42", "billed_seats", 120, r, pointer="/billed_seats", output=CRM_OUT))
+        assert (err.code, err.details["check"]) == ("receipt_invalid", "audience")
+        assert "names no audience" in err.message and str(env.ledger.ledger_id) in err.message
+        # Cited on an action (or in its cause), refused the same way.
+        err = refused_unchanged(env, lambda e=env, r=rc: e.ledger.act(
+            SESSION, "helpdesk.close", "T-1", "closed", actor="agent:bot",
+            cause={"kind": "tool", "ref": "call-1", "receipt": r}))
+        assert (err.code, err.details["check"]) == ("receipt_invalid", "audience")
+
+
+def _set_meta_id(path: Path, value: str) -> None:
+    """What someone holding the file can do: rewrite the ledger id in its meta rows."""
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE ledger_meta SET value = ? WHERE key = 'ledger_id'", (value,))
+    con.close()
+
+
+def _file_bytes(path: Path) -> tuple[bytes, ...]:
+    return tuple(Path(f"{path}{s}").read_bytes() if Path(f"{path}{s}").exists() else b""
+                 for s in ("", "-wal", ".keys"))
+
+
+def test_an_edited_meta_ledger_id_cannot_redirect_a_receipts_audience(make_env: Any) -> None:
+    """Someone with the ledger file: the ledger id was kept in the file's meta rows only, so
+    setting ledger A's meta id to ledger B's made B's receipt verify facts in A. The id is now
+    chained (A's first event carries it): a read-write open refuses the edited file
+    (`ledger_id_mismatch`, naming both ids) leaving it byte for byte, `verify` names it, and
+    the receipt is checked against the chained id whatever the meta says."""
+    a, b = make_env(policy(), "a.db"), make_env(policy(), "b.db")
+    a.put("acct:1", "name", "x", provenance="claimed")
+    chained, other = str(a.ledger.ledger_id), str(b.ledger.ledger_id)
+    rc = crm(subject="acct:42", audience=other)
+    a.ledger.close()
+    _set_meta_id(a.path, other)
+    disk = _file_bytes(a.path)
+    with pytest.raises(LedgerError) as refused:
+        a.reopen()
+        # Before the id was chained: the receipt for ledger B made this fact verified in A.
+        cite(a, "acct:42", "billed_seats", 120, rc, pointer="/billed_seats", output=CRM_OUT)
+    assert refused.value.code == "ledger_id_mismatch", refused.value.message
+    assert chained in refused.value.message and other in refused.value.message
+    assert _file_bytes(a.path) == disk
+    reader = a.reopen(readonly=True)
+    assert reader.ledger_id == chained  # the chain wins over the meta
+    report = reader.verify()
+    assert not report.valid and "(ledger_id_mismatch)" in (report.problem or "")
+    assert chained in (report.problem or "") and other in (report.problem or "")
+    first = reader.db.events.get(1)
+    assert first is not None and json.loads(first.body).get("ledger_id") == chained
+
+
+def test_an_older_ledger_without_a_chained_id_opens_and_verifies_unchanged(
+        tmp_path: Path) -> None:
+    """A ledger made before the id was chained opens and verifies as before, its event hashes
+    unchanged, and says its id is not chained (older ledger); a new ledger's id is chained."""
+    path = fixture_copy(ROOT / "tests" / "fixtures" / "v5", tmp_path)
+    con = sqlite3.connect(path)
+    hashes = con.execute("SELECT seq, hash FROM events ORDER BY seq").fetchall()
+    con.close()
+    with Ledger.open(path) as led:
+        report = led.verify()
+        assert report.valid, report.problem
+        assert report.ledger_id_chained is False and report.ledger_id == led.db.meta("ledger_id")
+        assert [(r.seq, r.hash) for r in led.events()][:len(hashes)] == hashes
+    with Ledger.open(tmp_path / "new.db") as led:
+        led.assert_fact("acct:1", "name", "x", actor="user:ana", cause={"kind": "manual",
+                                                                        "ref": "t"})
+        report = led.verify()
+        assert report.valid and report.ledger_id_chained is True
+        assert report.ledger_id == led.db.meta("ledger_id")
+
+
 def test_a_receipt_older_than_max_receipt_age_is_refused(make_env: Any) -> None:
     env = make_env(policy() + 'max_receipt_age = "PT10M"\n')
     env.put("acct:1", "name", "x", provenance="claimed")
@@ -182,11 +275,10 @@ def test_a_subject_claim_is_erased_with_the_subject_and_verify_rechecks_it(make_
 # -- 2. action receipts --
 
 def _demo(tmp_path: Path) -> Path:
+    """The demo ledger, its receipts signed for it (`--demo` binds them to its id)."""
     ledger = tmp_path / "demo.db"
     run = subprocess.run(
-        [sys.executable, "-m", "custody_app", "--batch", str(ROOT / "sample_data/incident_refund.jsonl"),
-         "--ledger", str(ledger), "--create", "--manual-clock",
-         "--policy", str(ROOT / "sample_data/demo_policy.toml")],
+        [sys.executable, "-m", "custody_app", "--demo", "--no-tui", "--ledger", str(ledger)],
         capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
     assert all(json.loads(line)["ok"] for line in run.stdout.splitlines())
@@ -202,10 +294,11 @@ def _batch(ledger: Path, ops: list[dict[str, Any]], *extra: str) -> list[dict[st
     return [json.loads(line) for line in run.stdout.splitlines()]
 
 
-def _refund(ledger: Path) -> dict[str, Any]:
+def _refund(ledger_id: str) -> dict[str, Any]:
+    """The sample's refund op, its receipt signed for the ledger `ledger_id` (as --demo does)."""
     for line in (ROOT / "sample_data/incident_refund.jsonl").read_text().splitlines():
         if line.startswith('{"op":"act","id":"refund"'):
-            return dict(json.loads(line))
+            return dict(json.loads(bind_demo_receipts(line, ledger_id)))
     raise AssertionError("no refund in the sample")
 
 
@@ -214,8 +307,8 @@ def test_the_demo_refund_receipt_authorises_no_other_refund(tmp_path: Path) -> N
     receipt 'authorised' a made-up EUR 25,000 refund eight months later (explain said
     'receipt: ok'). Now refused, each binding by its check, and the ledger unchanged."""
     ledger = _demo(tmp_path)
-    events = _batch(ledger, [{"op": "verify"}])[0]["result"]["events"]
-    genuine = _refund(ledger)
+    verified = _batch(ledger, [{"op": "verify"}])[0]["result"]
+    events, genuine = verified["events"], _refund(verified["ledger_id"])
     made_up = {**genuine, "id": "fake", "ref": "RF-2026-1201",
                "outcome": "issued: EUR 25,000 to card on file",
                "args_digest": "sha256:" + json_sha256({"amount_eur": 25000})}
@@ -236,7 +329,7 @@ def test_the_demo_refund_receipt_within_its_hour_authorises_its_own_refund_only(
         make_env: Any) -> None:
     env = make_env((ROOT / "sample_data/demo_policy.toml").read_text())
     env.at("2026-04-01T09:25:00Z")
-    genuine = _refund(env.path)
+    genuine = _refund(str(env.ledger.ledger_id))
     fields = {k: genuine[k] for k in ("session", "tool", "ref", "outcome", "actor", "receipt",
                                       "args_digest")}
     for change, check in (({"ref": "RF-2026-1201", "outcome": "issued: EUR 25,000",
@@ -258,7 +351,8 @@ def test_an_action_receipt_that_signs_a_ref_authorises_that_ref_only(make_env: A
     env = make_env(policy())
     args = {"amount_eur": 1840}
     rc = sign(KEY, issuer=ISSUER, receipt_id="rc-rf", tool="billing.issue_refund",
-              session=SESSION, arguments=args, output={"ok": True}, issued_at=AT, ref="RF-1")
+              session=SESSION, arguments=args, output={"ok": True}, issued_at=AT, ref="RF-1",
+              audience=audience())
     digest = "sha256:" + json_sha256(args)
     env.ledger.act(SESSION, "billing.issue_refund", "RF-1", "issued", actor="agent:bot",
                    receipt=rc, args_digest=digest)
@@ -334,7 +428,8 @@ def test_an_action_whose_receipt_does_not_match_is_named_by_verify_explain_and_t
     env = make_env(policy())
     args = {"amount_eur": 1840}
     rc = sign(KEY, issuer=ISSUER, receipt_id="rc-rf", tool="billing.issue_refund",
-              session=SESSION, arguments=args, output={"ok": True}, issued_at=AT)
+              session=SESSION, arguments=args, output={"ok": True}, issued_at=AT,
+              audience=audience())
     done = env.ledger.act(SESSION, "billing.issue_refund", "RF-1", "issued: EUR 1,840",
                           actor="agent:bot", receipt=rc, args_digest="sha256:" + json_sha256(args))
     env.ledger.close()

@@ -17,6 +17,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.keys import crypto
 from custody_app.ledger.facade import Ledger
 from custody_app.receipts import json_sha256, public_hex, sign
+from tests.audience import audience, recording
 from tests.conftest import Env, stored_state
 
 KEY = bytes(range(32))  # test material: a fixed issuer key
@@ -38,9 +39,17 @@ def receipt(key: bytes = KEY, **over: Any) -> dict[str, Any]:
                               "session": SESSION, "arguments": ARGS, "output": OUTPUT,
                               "issued_at": "2026-09-01T00:00:00Z",
                               # The claims that bind it to the facts `write` asserts (DESIGN 14).
-                              "subject": "acct:42", "predicate": "plan"}
+                              "subject": "acct:42", "predicate": "plan",
+                              # ... and to the ledger it is cited in.
+                              "audience": audience()}
     fields.update(over)
     return sign(key, **fields)
+
+
+@pytest.fixture
+def make_env(make_env: Any) -> Any:
+    """Receipts below are signed for the ledger the test made last (tests/audience.py)."""
+    return recording(make_env)
 
 
 def write(env: Env, value: Any, rc: dict[str, Any], *, session: str | None = SESSION,
@@ -78,6 +87,7 @@ def test_a_valid_receipt_that_does_not_cover_the_value_changes_nothing(make_env:
     ("other_session", "session"), ("pointer_not_covering", "output_digest"),
     ("declared_verified_not_covering", "output_digest"), ("output_not_the_signed_one", "output_digest"),
     ("no_session", "session"), ("edited_after_signing", "signature"),
+    ("no_audience", "audience"), ("another_ledgers_audience", "audience"),
 ])
 def test_each_bad_receipt_is_refused_with_its_check_and_writes_nothing(
         make_env: Any, case: str, check: str) -> None:
@@ -103,6 +113,10 @@ def test_each_bad_receipt_is_refused_with_its_check_and_writes_nothing(
         kwargs = {"session": None}
     elif case == "edited_after_signing":
         rc["output_sha256"] = "0" * 64
+    elif case == "no_audience":
+        rc = receipt(audience=None)
+    elif case == "another_ledgers_audience":
+        rc = receipt(audience="0" * 32)
     value = {"tier": "pro", "seats": 12} if "pointer" in kwargs or case.startswith("output") \
         else "enterprise"
     if case == "output_not_the_signed_one":

@@ -21,7 +21,8 @@ POLICY = f'[provenance]\nreceipt_issuers = {{"{ISSUER}" = "{public_hex(KEY)}"}}\
 def _write_with_receipt(env: Env, receipt_id: str) -> Any:
     receipt = sign(KEY, issuer=ISSUER, receipt_id=receipt_id, tool="crm.lookup", session=SESSION,
                    arguments={"account": "acct:42"}, output=VALUE, subject="acct:42",
-                   predicate="plan", issued_at=format_time(env.clock.now()))
+                   predicate="plan", issued_at=format_time(env.clock.now()),
+                   audience=env.ledger.ledger_id)
     # A receipt that covers the fact (issue 31): its subject and predicate, issued just now.
     return env.ledger.assert_fact(
         "acct:42", "plan", VALUE, actor="agent:bot", session=SESSION,

@@ -14,6 +14,7 @@ from textual.widgets import Static, Tree
 from custody_app.domain.timeutil import ManualClock
 from custody_app.evidence.packcheck import verify_pack
 from custody_app.interfaces.batch import run_batch
+from custody_app.keys.demo_receipts import bind_demo_receipts
 from custody_app.ledger.facade import Ledger
 from screens.blast import BlastScreen
 from screens.fact import FactScreen
@@ -29,7 +30,9 @@ def incident(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     out = io.StringIO()
     policy = INCIDENT.with_name("demo_policy.toml")  # registers the sample's receipt issuers
     with Ledger.open(path, clock=ManualClock(), id_seed=3, policy=policy) as led:
-        run_batch(led, INCIDENT.read_text().splitlines(), out)
+        # The sample's receipts are signed for this ledger, as --demo does (DESIGN 14).
+        run_batch(led, bind_demo_receipts(INCIDENT.read_text(), str(led.ledger_id)).splitlines(),
+                  out)
     ids = {}
     for line in out.getvalue().splitlines():
         r = json.loads(line)

@@ -20,7 +20,7 @@ from custody_app.core import batch, rebuild, sessions, texts
 from custody_app.core.faults import crash_point
 from custody_app.core.policy_in_force import recorded_policy
 from custody_app.core.projector import apply_event
-from custody_app.core.rollback import check_high_water
+from custody_app.core.rollback import check_high_water, note_mark
 from custody_app.domain.chain import GENESIS, canonical, event_hash
 from custody_app.domain.commands import refusal
 from custody_app.domain.errors import LedgerError
@@ -75,6 +75,7 @@ class LedgerCore:
         self._rng = random.Random(id_seed) if id_seed is not None else None
         self._head: tuple[int, str, str] | None = None
         self._recorded_policy: str | None = None
+        self._chained_id: str | None = None
         # (seq, previous hash) of a `policy` event this process wrote over another recorded
         # policy: the CLI says so on stderr (an adoption is never silent).
         self.adopted_policy: tuple[int, str] | None = None
@@ -166,6 +167,8 @@ class LedgerCore:
                     loaded, refusal = load_policy(None), exc
             if not readonly or keystore_exists(keystore_path_for(path, keystore)):
                 keys = KeyRing.open(path, keystore)
+            if not readonly and (mismatch := ledger_id_mismatch(db)) is not None:
+                raise mismatch  # reads go on, so verify can name it
             if keys is not None:
                 check_high_water(db, keys, str(path), readonly=readonly)
             ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
@@ -241,6 +244,10 @@ class LedgerCore:
                     if self.db.depth == 1:
                         self._head = start = self.db.events.head()
                         self._recorded_policy = self.db.events.last_policy_hash()
+                        if self.keys is not None:
+                            # The index key fence: another process may have rotated the
+                            # word index key since this one loaded it (rotate-index-key).
+                            self.index.follow_key()
                     saved = (self._head, self._recorded_policy)
                     adopted = self.adopted_policy
                     pending = self.index.pending()
@@ -249,6 +256,11 @@ class LedgerCore:
                         if self.db.depth == 1:
                             # The group's recall rows go in together, inside its transaction.
                             self.index.flush()
+                            if self.keys is not None and self._head != saved[0]:
+                                # The key store's newest trusted mark, recorded with a write
+                                # that appended events (never by a refused op): a key store
+                                # that later lacks it was rolled back.
+                                note_mark(self.db, self.keys.newest_trusted_mark())
                     except BaseException:
                         self._head, self._recorded_policy = saved
                         self.adopted_policy = adopted
@@ -278,15 +290,28 @@ class LedgerCore:
 
     @property
     def ledger_id(self) -> str | None:
-        """This ledger's stable id, what a tool receipt's `audience` names: made at creation;
-        a ledger made before ids existed answers a digest of its genesis event (None while
-        it has no event)."""
+        """This ledger's stable id, what a tool receipt's `audience` names: made at creation
+        and chained into its first event (that one wins over the file's meta, which anyone
+        holding the file can edit); an older ledger answers the id in its meta, and one made
+        before ids existed a digest of its genesis event (None while it has no event)."""
+        if self._chained_id is None:
+            # Cached once found: the first event never changes (a hand edit is verify's).
+            self._chained_id = chained_ledger_id(self.db)
+        if self._chained_id is not None:
+            return self._chained_id
         made = self.db.meta("ledger_id")
         if made is not None:
             return made
         first = self.db.events.get(1)
         return None if first is None else hashlib.sha256(
             f"custody-ledger-id:{first.hash}".encode()).hexdigest()[:32]
+
+    @property
+    def id_chained(self) -> bool:
+        """Is this ledger's id chained into its first event (a ledger created since issue 31)?
+        False for an older ledger: its id lives only in the file's meta."""
+        _ = self.ledger_id
+        return self._chained_id is not None
 
     def tx_at(self) -> str:
         """The transaction time of the next event: now, never before the newest event."""
@@ -320,6 +345,10 @@ class LedgerCore:
                                     "policy_hash": self.policy.hash}
         if fact_id is not None:
             envelope["fact_id"] = fact_id
+        if seq == 1 and kind == "policy" and (made := self.db.meta("ledger_id")) is not None:
+            # The ledger's id goes into the chain with its first event (DESIGN 14: a receipt's
+            # audience is checked against an id whoever holds the file cannot change).
+            envelope["ledger_id"] = made
         envelope.update({k: v for k, v in fields.items() if v is not None})
         key = sign_with or self.signer_for(actor)
         if key is not None:
@@ -414,6 +443,33 @@ class LedgerCore:
     def rebuild(self, *, repair: bool = False, deep: bool = False) -> RebuildResult:
         """Recompute the projection from the events and report where the stored one differs."""
         return rebuild.rebuild(self, repair=repair, deep=deep)
+
+
+def chained_ledger_id(db: LedgerFile) -> str | None:
+    """The ledger id the first event carries in its hashed body, or None (an older ledger,
+    one with no event yet, or a first event that is not a policy event)."""
+    first = db.events.get(1)
+    if first is None or first.kind != "policy" or '"ledger_id"' not in first.body:
+        return None
+    try:
+        made = json.loads(first.body).get("ledger_id")
+    except (ValueError, AttributeError):
+        return None  # a body that is not a JSON object: the chain walk names it
+    return made if isinstance(made, str) else None
+
+
+def ledger_id_mismatch(db: LedgerFile) -> LedgerError | None:
+    """`ledger_id_mismatch` when the file's meta names another id than the chain's first event
+    (the meta was edited: receipts' audiences are checked against the chained id), else None."""
+    chained = chained_ledger_id(db)
+    made = db.meta("ledger_id")
+    if chained is None or made == chained:
+        return None
+    return LedgerError(
+        "ledger_id_mismatch",
+        f"{db.path} names ledger id {made!r} in its meta, but its first event chains ledger id "
+        f"{chained!r}: the file was edited (a receipt's audience is checked against the chained "
+        "id); restore the ledger from a good copy", meta_id=made, chained_id=chained)
 
 
 def as_ledger_error(db: LedgerFile, exc: BaseException) -> LedgerError | None:

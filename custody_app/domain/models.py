@@ -139,6 +139,10 @@ class PolicyAdopted(Event):
     """A policy (by hash) came into force."""
 
     kind: Literal["policy"] = "policy"
+    ledger_id: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    """The ledger's id (what a receipt's `audience` names), in the first event of a ledger
+    created since issue 31: chained, so editing the file's meta cannot change it. Absent in
+    every later policy event and in older ledgers, whose events hash as they did."""
 
 
 class FactAsserted(Event):

@@ -161,6 +161,11 @@ class VerifyResult(ReadModel):
     last_checkpoint_seq: int | None = None
     values_unchecked: int = 0
     index_problems: list[str] = []
+    ledger_id: str | None = None
+    """What a tool receipt's `audience` names for this ledger."""
+    ledger_id_chained: bool = False
+    """Whether that id is in the chain (its first event); false: ledger id not chained (older
+    ledger), kept in the file's meta only."""
 
 
 class RebuildResult(ReadModel):

@@ -15,10 +15,10 @@ import time
 from typing import TYPE_CHECKING
 
 from custody_app.core.faults import crash_point
-from custody_app.core.rollback import INDEX_KEY_ID
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
 from custody_app.erasure.certificate import PlaceCheck
+from custody_app.keys.keyring import INDEX_KEY_ID
 from custody_app.keys.keyring import index_key_id as key_id
 from custody_app.recall import text
 from custody_app.recall.index import INDEXED

@@ -137,5 +137,8 @@ def bounds(ledger: LedgerCore, at: str, policy: dict[str, Any] | None = None) ->
         return Bounds(ledger.ledger_id, at, parse_duration(age))
     age = str(policy.get("provenance", {}).get("max_receipt_age", DEFAULT_MAX_AGE))
     # The door checked against its clock a moment before the event's tx_at: verify allows
-    # that moment (the skew a receipt may be early by), never a refund months later.
-    return Bounds(ledger.ledger_id, at, parse_duration(age) + CLOCK_SKEW)
+    # that moment (the skew a receipt may be early by), never a refund months later. A ledger
+    # whose id is not chained (older ledger) took audience-less receipts before they were
+    # refused: verify lets those stand; a ledger created since refuses them everywhere.
+    return Bounds(ledger.ledger_id, at, parse_duration(age) + CLOCK_SKEW,
+                  require_audience=ledger.id_chained)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from custody_app.core.derived import DerivedAudit
-from custody_app.core.ledger_core import as_ledger_error
+from custody_app.core.ledger_core import as_ledger_error, ledger_id_mismatch
 from custody_app.domain.chain import verify_chain
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.erasure.checks import erasure_checks
@@ -87,6 +87,12 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
             gc.enable()
     if valid and index_problems:
         valid, problem = False, "recall indexes: " + "; ".join(index_problems)
+    if valid and ledger.keys is not None and (dropped := ledger.keys.store.missing_triggers()):
+        valid, problem = False, (f"the key store {ledger.keys.path} lacks its write-once "
+                                 f"triggers ({', '.join(dropped)}): its marks or keys may have "
+                                 "been deleted or overwritten (keystore_tampered)")
+    if valid and (mismatch := ledger_id_mismatch(ledger.db)) is not None:
+        valid, problem = False, f"{mismatch.message} ({mismatch.code})"
     if valid and (erasure_problem := erasure_checks(ledger)) is not None:
         valid, problem = False, erasure_problem
     if valid and public_key is not None and audit.count == 0 and report.events:
@@ -95,4 +101,5 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     return VerifyResult(valid=valid, events=report.events, head=report.head,
                         first_bad_seq=bad, problem=problem, checkpoints=audit.count,
                         last_checkpoint_seq=audit.last, values_unchecked=unchecked,
-                        index_problems=index_problems)
+                        index_problems=index_problems, ledger_id=ledger.ledger_id,
+                        ledger_id_chained=ledger.id_chained)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -140,6 +141,11 @@ def place_master(keystore: str | Path, key: bytes, *, check_only: bool = False) 
     return str(path)
 
 
+# ledger_meta: the fingerprint of the word index key the lexical index was built under
+# (erasure/rotate.py writes it, inside the ledger transaction that re-indexes).
+INDEX_KEY_ID = "index_key_id"
+
+
 def index_key_id(key: bytes) -> str:
     """A fingerprint of a word index key, kept in the ledger (a random 256-bit key: it gives
     nothing away)."""
@@ -174,6 +180,8 @@ class KeyRing:
         self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
         self._seen_version = -1
         self._mark_key = marks.mark_key(master)
+        # (key, fingerprint) of the word index key last fingerprinted (see held_index_id).
+        self._index_id: tuple[bytes, str] | None = None
         # The genesis hash of the ledger opened with this key store (set by the open's check):
         # the first mark binds an unbound key store to it.
         self.genesis: Callable[[], str | None] | None = None
@@ -269,6 +277,32 @@ class KeyRing:
         pending = self.pending_index_key()
         if pending is not None and recorded == index_key_id(pending):
             self._slots["index"] = pending
+
+    def held_index_id(self) -> str | None:
+        """The fingerprint of the word index key this ring holds in memory (None: none loaded
+        yet, so the next use reads the key store afresh)."""
+        key = self._slots.get("index")
+        if key is None:
+            return None
+        if self._index_id is None or self._index_id[0] != key:
+            self._index_id = (key, index_key_id(key))
+        return self._index_id[1]
+
+    def fence_index(self, recorded: str | None) -> bool:
+        """Inside a write transaction (both files locked): make sure the word index key held
+        here is the one the ledger's index is under (`recorded`, its fingerprint in the
+        ledger; None: never rotated). Another process may have rotated it since this one
+        loaded it: then the key is read again from the key store (the pending key of a
+        rotation under way, else the current one), so no index row is ever written under a
+        destroyed key. True when the held key was dropped for another."""
+        held = self.held_index_id()
+        if recorded is None or held == recorded:
+            return False
+        self._slots.pop("index", None)
+        pending = self.pending_index_key()
+        if pending is not None and index_key_id(pending) == recorded:
+            self._slots["index"] = pending
+        return True
 
     def finish_index_rotation(self) -> None:
         """The pending key replaces the index key in one key store transaction; the old key is
@@ -389,6 +423,15 @@ class KeyRing:
             self.store.add_mark(head[0], head[1], head[2],
                                 lambda row: marks.mark_mac(self._mark_key, row),
                                 accepted=accepted, last=last)
+
+    def newest_trusted_mark(self) -> MarkRow | None:
+        """The newest mark whose MAC holds: the newest row alone when it holds (the usual
+        case, one row read), else the page-by-page search of trusted_mark."""
+        newest = self.store.newest_mark()
+        if newest is not None and newest[5] is not None and hmac.compare_digest(
+                newest[5], marks.mark_mac(self._mark_key, newest)):
+            return newest
+        return self.trusted_mark()[0]
 
     def trusted_mark(self) -> tuple[MarkRow | None, list[MarkRow]]:
         """(the newest mark whose MAC holds, the untrusted rows newer than it)."""

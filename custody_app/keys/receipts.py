@@ -101,11 +101,14 @@ CLOCK_SKEW = timedelta(minutes=5)
 @dataclass(frozen=True)
 class Bounds:
     """Where and when a receipt is checked: this ledger's id (None: a ledger without one
-    refuses every receipt naming an audience), the event's time and the policy's age limit."""
+    refuses every receipt naming an audience), the event's time and the policy's age limit.
+    `require_audience`: a receipt that names no audience is refused (at the door always;
+    verify lets an older ledger, whose id is not chained, keep the receipts it took before)."""
 
     ledger_id: str | None
     at: str
     max_age: timedelta
+    require_audience: bool = True
 
 
 def receipt_problem(receipt: Receipt, issuers: dict[str, str], session: str | None,
@@ -120,6 +123,11 @@ def receipt_problem(receipt: Receipt, issuers: dict[str, str], session: str | No
         return "issuer", f"issuer {receipt.issuer!r} is not registered in [provenance] receipt_issuers"
     if not signature_ok(receipt, public):
         return "signature", f"the signature of receipt {rid!r} is not {receipt.issuer}'s"
+    if bounds is not None and receipt.audience is None and bounds.require_audience:
+        return "audience", (f"receipt {rid!r} names no audience, so it could be cited in any "
+                            "ledger that registers its issuer: the issuer must sign it for this "
+                            f"ledger (audience = {bounds.ledger_id or 'this ledger id'!r}, "
+                            "the `ledger_id` that `custody-app verify` reports)")
     if bounds is not None and receipt.audience is not None and receipt.audience != bounds.ledger_id:
         return "audience", (f"receipt {rid!r} is for ledger {receipt.audience!r}, not this one "
                             f"({bounds.ledger_id or 'a ledger without an id'})")

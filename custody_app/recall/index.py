@@ -10,7 +10,7 @@ import numpy as np
 
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.policy import LoadedPolicy
-from custody_app.keys.keyring import KeyRing
+from custody_app.keys.keyring import INDEX_KEY_ID, KeyRing
 from custody_app.keys.values import ValueCodec
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
@@ -80,6 +80,14 @@ class RecallIndex(BatchedRemovals):
         if self.keys is None:
             raise LedgerError("keystore_missing", "the key store is not available")
         return self.keys.index_key
+
+    def follow_key(self) -> bool:
+        """Hold the word index key the ledger's index is under now (its fingerprint in the
+        ledger's meta), reading it again from the key store if another process rotated it
+        since this one loaded it (the index key fence, see KeyRing.fence_index)."""
+        if self.keys is None:
+            return False
+        return self.keys.fence_index(self.db.meta(INDEX_KEY_ID))
 
     def subject_ref(self, subject: str) -> str:
         assert self.keys is not None  # key() refused a ledger without its key store

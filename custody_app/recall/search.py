@@ -150,6 +150,7 @@ def _hydrate(index: RecallIndex, chosen: list[tuple[int, float]], cmd: Recall,
 def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     """The k facts believed now that best match the query, each saying how it ranked."""
     index.flush()  # facts written earlier in this transaction are found too
+    index.follow_key()  # another process may have rotated the word index key since
     statuses = ("live", "quarantined") if cmd.include_claimed else ("live",)
     words = text.words(cmd.query)
     pool = max(cmd.k * 4, 50)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any, cast
 
@@ -126,7 +127,11 @@ NEXT_MARK = "SELECT coalesce(max(n), 0) + 1 FROM ledger_marks"
 # the trusted mark is the newest row whose MAC holds, almost always on the first page.
 MARKS = ("SELECT n, seq, head, at, accepted, mac FROM ledger_marks WHERE n < ? "
          "ORDER BY n DESC LIMIT 64")
+NEWEST_MARK = ("SELECT n, seq, head, at, accepted, mac FROM ledger_marks "
+               "ORDER BY n DESC LIMIT 1")
+MARK_BY_N = "SELECT n, seq, head, at, accepted, mac FROM ledger_marks WHERE n = ?"
 FOREIGN_TABLES = "SELECT 1 FROM sqlite_schema LIMIT 1"
+TRIGGERS = "SELECT name, sql FROM sqlite_schema WHERE type = 'trigger'"
 
 KeyRow = tuple[int, bytes | None, str, str | None]
 # (n, seq, head hash, at, accepted, mac or None)
@@ -210,17 +215,43 @@ class KeyStoreFile:
             return destroyed
 
     def add_mark(self, seq: int, head: str, at: str, sign: Callable[[MarkRow], str], *,
-                 accepted: bool = False, last: MarkRow | None = None) -> None:
+                 accepted: bool = False, last: MarkRow | None = None) -> MarkRow | None:
         """Record the ledger's head (unless `last`, the trusted mark, is it already); `sign`
-        gives the row's MAC (the store knows no key)."""
+        gives the row's MAC (the store knows no key). Returns the row written, if any."""
         with self.write():
             if accepted or last is None or (last[1], last[2]) != (seq, head):
                 next_row = self.conn.execute(NEXT_MARK).fetchone()
                 assert next_row is not None  # an aggregate answers one row
                 n = int(next_row[0])
                 row: MarkRow = (n, seq, head, at, accepted, None)
-                self.conn.execute(ADD_MARK, (n, seq, head, at, int(accepted), sign(row)))
+                mac = sign(row)
+                self.conn.execute(ADD_MARK, (n, seq, head, at, int(accepted), mac))
                 self._dirty = True
+                return (n, seq, head, at, accepted, mac)
+        return None
+
+    def newest_mark(self) -> MarkRow | None:
+        """The mark row with the highest number, trusted or not (one row read)."""
+        found = self.conn.execute(NEWEST_MARK).fetchone()
+        return None if found is None else self._mark_row(found)
+
+    def mark(self, n: int) -> MarkRow | None:
+        """The mark row numbered `n`, trusted or not, if the key store still holds it."""
+        found = self.conn.execute(MARK_BY_N, (n,)).fetchone()
+        return None if found is None else self._mark_row(found)
+
+    @staticmethod
+    def _mark_row(found: tuple[object, ...]) -> MarkRow:
+        n, seq, head, at, accepted, mac = found
+        return (int(cast(int, n)), int(cast(int, seq)), str(head), str(at), bool(accepted),
+                None if mac is None else str(mac))
+
+    def missing_triggers(self) -> list[str]:
+        """The write-once triggers this key store should have and lacks (or has altered):
+        dropped, its marks and keys can be deleted or overwritten by anyone who can write
+        the file, no master key needed."""
+        have = {str(name): str(sql) for name, sql in self.conn.execute(TRIGGERS)}
+        return sorted(name for name, sql in expected_triggers().items() if have.get(name) != sql)
 
     def marks(self) -> Iterator[MarkRow]:
         """Every mark row, newest first."""
@@ -307,6 +338,18 @@ class KeyStoreFile:
 
     def close(self) -> None:
         self.conn.close()
+
+
+@cache
+def expected_triggers() -> dict[str, str]:
+    """Each trigger the migrations make, by name, with its exact SQL (a memory database)."""
+    conn = apsw.Connection(":memory:")
+    try:
+        for script in _MIGRATIONS:
+            conn.execute(script)
+        return {str(name): str(sql) for name, sql in conn.execute(TRIGGERS)}
+    finally:
+        conn.close()
 
 
 def open_keystore(path: str | Path) -> KeyStoreFile:

@@ -67,7 +67,8 @@ def _init(ledger: Ledger, args: argparse.Namespace) -> int:
     for path in files:
         if os.path.exists(path):
             os.chmod(path, 0o600)
-    emit({"ledger": ledger.db.path, "policy": ledger.policy.hash, "keystore": ledger.keys.path,
+    emit({"ledger": ledger.db.path, "ledger_id": ledger.ledger_id,
+          "policy": ledger.policy.hash, "keystore": ledger.keys.path,
                 "master_key": files[2] if not os.environ.get(MASTER_ENV) else f"${MASTER_ENV}",
                 "public_key": str(pub), "key_fingerprint": public_fingerprint(pem),
                 "advice": "keep the key store and master key out of the backups that hold the "

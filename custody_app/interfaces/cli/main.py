@@ -38,6 +38,7 @@ from custody_app.interfaces.cli.naming import (
     unknown_subcommand,
 )
 from custody_app.interfaces.tui.access import resolve_reviewer
+from custody_app.keys.demo_receipts import bind_demo_receipts
 from custody_app.keys.writer_keys import read_key
 from custody_app.ledger.facade import Ledger
 
@@ -198,12 +199,19 @@ def _demo(args: argparse.Namespace) -> int:
     for suffix in suffixes:
         Path(f"{target}{suffix}").unlink(missing_ok=True)
     args.ledger = str(target)
-    # The sample's receipts are signed by demo issuers only the demo policy registers.
+    # The sample's receipts are signed by demo issuers only the demo policy registers, for
+    # this very ledger: created first, its id is the audience each receipt is signed for.
     args.policy = args.policy or str(demo_policy_path())
+    try:
+        with open_ledger(args, manual_clock=True) as made:
+            ledger_id = made.ledger_id
+    except LedgerError as exc:
+        return fail(exc, Exit.UNOPENABLE)
+    assert ledger_id is not None  # a ledger made by this version has one in its meta
     with tempfile.TemporaryDirectory() as tmp:
         sample = Path(tmp) / "sample.jsonl"
-        sample.write_text("".join(part.read_text(encoding="utf-8") for part in demo_batch_paths()),
-                          encoding="utf-8")
+        text = "".join(part.read_text(encoding="utf-8") for part in demo_batch_paths())
+        sample.write_text(bind_demo_receipts(text, ledger_id), encoding="utf-8")
         if not args.no_tui:
             with open(os.devnull, "w", encoding="utf-8") as sink:
                 code = _run_batch(args, str(sample), manual_clock=True, out=sink, create=True)
