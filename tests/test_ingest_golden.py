@@ -26,6 +26,7 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import index as recall_index
 from store.rows import filter_code
 from store.sqlite import recall_meta
+from store.sqlite.connection import LedgerFile
 from tests.conftest import T0
 
 # sha256 over every event row, the projection and both recall indexes, at fa8660f.
@@ -72,6 +73,14 @@ def _seeded_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
         return checked(ledger, subject, predicate, text)
 
     monkeypatch.setattr(digests, "is_previously_forgotten", old_draw)
+
+    # Issue 31 chained the ledger's id into its first event (a random id SQLite draws, not
+    # os.urandom): that event's body, so every hash after it, differs from fa8660f's by design.
+    # The id is hidden from the append here, as a ledger made before issue 31 had none, so
+    # matching the goldens still shows that no row changed otherwise.
+    meta = LedgerFile.meta
+    monkeypatch.setattr(LedgerFile, "meta",
+                        lambda self, key: None if key == "ledger_id" else meta(self, key))
 
 
 def workload(n: int = 240) -> list[dict[str, Any]]:
