@@ -35,12 +35,20 @@ class Story:
         return self.ids[name]
 
 
+STORY_LEDGER_ID = "5107" * 8
+
+
 def build_story(path: Path, *, extra_facts: int = 0, policy: Path | None = None) -> Story:
     """A support agent's memory: plans (one superseded), a retracted mistake, two claims in
     quarantine (one would supersede), a derived fact, a hold; deterministic ids and times."""
     story = Story(path)
     clock = ManualClock(T0)
     with Ledger.open(path, clock=clock, id_seed=7, policy=policy) as led:
+        # A fixed ledger id: it is chained into the first event, so the head hash the
+        # Integrity screen shows is the same on every run (snapshots).
+        if led.db.events.head() is None:
+            led.db.put_meta("ledger_id", STORY_LEDGER_ID)
+
         def at(hours: float) -> None:
             clock.set(T0 + timedelta(hours=hours))
 
