@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "threat-model.md"
 ATTACKERS = ["unkeyed agent", "keyed agent", "holder of a stolen receipt",
              "someone with the ledger file", "someone with the ledger and the key store",
-             "someone with a backup", "the operator"]
+             "someone with a backup", "someone with a role on a team ledger's database",
+             "the operator"]
 ASSETS = ["what is believed", "who wrote it", "an erasure", "the evidence of an action",
           "a review decision"]
 TEST_REF = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
