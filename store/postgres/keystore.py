@@ -51,6 +51,9 @@ ADD_MARK = ("INSERT INTO ledger_marks(n, seq, head, at, accepted, mac) "
 NEXT_MARK = "SELECT coalesce(max(n), 0) + 1 FROM ledger_marks"
 MARKS = ("SELECT n, seq, head, at, accepted, mac FROM ledger_marks WHERE n < %s "
          "ORDER BY n DESC LIMIT 64")
+NEWEST_MARK = ("SELECT n, seq, head, at, accepted, mac FROM ledger_marks "
+               "ORDER BY n DESC LIMIT 1")
+MARK_BY_N = "SELECT n, seq, head, at, accepted, mac FROM ledger_marks WHERE n = %s"
 CHANGES = "SELECT n FROM keystore_changes"
 # One writer at a time (SQLite's BEGIN IMMEDIATE on the key store file).
 LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
@@ -80,6 +83,20 @@ def _raise(exc: psycopg.Error, what: str) -> NoReturn:
     raise StoreError(f"key store {what} failed: {exc.diag.message_primary or exc}",
                      "keystore_error") from exc
 
+
+# The key store's write-once triggers (keystore_schema.py): refusing an update, delete or
+# truncate of a meta entry, a key (but its destruction) or a mark.
+WRITE_ONCE_TRIGGERS = ("keystore_meta_write_once", "subject_keys_destroy_only",
+                       "ledger_marks_write_once", "keystore_meta_no_truncate",
+                       "subject_keys_no_truncate", "ledger_marks_no_truncate")
+ENABLED_TRIGGERS = ("SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = %s AND NOT t.tgisinternal AND t.tgenabled IN ('O', 'A')")
+
+
+def _mark_row(found: Any) -> MarkRow:
+    n, seq, head, at, accepted, mac = found
+    return (int(n), int(seq), str(head), str(at), bool(accepted), None if mac is None else str(mac))
 
 class KeyStoreFile:
     """Rows of the key store. It knows nothing of cryptography: keys arrive already wrapped."""
@@ -153,6 +170,13 @@ class KeyStoreFile:
     def total_changes(self) -> int:
         """Rows changed through this key store since it opened, rolled back or not."""
         return self._changes
+
+    def missing_triggers(self) -> list[str]:
+        """The write-once triggers this key store should have and lacks, or has disabled
+        (`ALTER TABLE ... DISABLE TRIGGER`, or enabled for replicas only): without them its
+        marks and keys can be deleted or overwritten by any role that may write the tables."""
+        have = {str(name) for (name,) in self.conn.execute(ENABLED_TRIGGERS, (self.schema,))}
+        return sorted(set(WRITE_ONCE_TRIGGERS) - have)
 
     def meta(self, name: str) -> bytes | None:
         row = self._run(GET_META, (name,)).fetchone()
@@ -230,18 +254,30 @@ class KeyStoreFile:
             return destroyed
 
     def add_mark(self, seq: int, head: str, at: str, sign: Callable[[MarkRow], str], *,
-                 accepted: bool = False, last: MarkRow | None = None) -> None:
+                 accepted: bool = False, last: MarkRow | None = None) -> MarkRow | None:
         """Record the ledger's head (unless `last`, the trusted mark, is it already); `sign`
-        gives the row's MAC (the store knows no key)."""
+        gives the row's MAC (the store knows no key). Returns the row written, if any."""
         with self.write():
             if accepted or last is None or (last[1], last[2]) != (seq, head):
                 next_row = self._run(NEXT_MARK).fetchone()
                 assert next_row is not None  # an aggregate answers one row
                 n = int(next_row[0])
                 row: MarkRow = (n, seq, head, at, accepted, None)
-                self._run(ADD_MARK, (n, seq, head, at, int(accepted), sign(row)),
-                          what="a ledger mark")
+                mac = sign(row)
+                self._run(ADD_MARK, (n, seq, head, at, int(accepted), mac), what="a ledger mark")
                 self._dirty = True
+                return (n, seq, head, at, accepted, mac)
+        return None
+
+    def newest_mark(self) -> MarkRow | None:
+        """The mark row with the highest number, trusted or not (one row read)."""
+        found = self._run(NEWEST_MARK).fetchone()
+        return None if found is None else _mark_row(found)
+
+    def mark(self, n: int) -> MarkRow | None:
+        """The mark row numbered `n`, trusted or not, if the key store still holds it."""
+        found = self._run(MARK_BY_N, (n,)).fetchone()
+        return None if found is None else _mark_row(found)
 
     def marks(self) -> Iterator[MarkRow]:
         """Every mark row, newest first (a page of 64 a statement)."""
