@@ -129,8 +129,11 @@ def _fence(subject: str, work_started: str, destroyed: str | None) -> None:
 class KeyRing:
     """Unwrapped keys live only in memory here; the store holds them wrapped."""
 
-    def __init__(self, store: KeyStoreFile, master: bytes) -> None:
+    def __init__(self, store: KeyStoreFile, master: bytes, address: str | None = None) -> None:
         self.store = store
+        # The key store's address as opened (a path, or a URL that may carry a password: never
+        # printed; `path` is what messages show). The local key files are named from it.
+        self.address = address if address is not None else store.path
         self._master = master
         self._cache: dict[tuple[str, int], bytes] = {}
         self._slots: dict[str, bytes] = {}
@@ -163,7 +166,7 @@ class KeyRing:
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         try:
-            return cls(store, load_master(path, create=True))
+            return cls(store, load_master(path, create=True), path)
         except BaseException:
             store.close()
             raise
@@ -171,6 +174,11 @@ class KeyRing:
     @property
     def path(self) -> str:
         return self.store.path
+
+    @property
+    def master_file(self) -> Path:
+        """Where this key store's master key file is (used when $CUSTODY_MASTER_KEY is unset)."""
+        return master_path_for(self.address)
 
     def close(self) -> None:
         self._cache.clear()

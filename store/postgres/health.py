@@ -13,7 +13,7 @@ import psycopg
 
 from store.errors import NotALedger, StoreError
 from store.postgres.opening import connect
-from store.postgres.schema import APPLICATION, TOMBSTONE_TRIGGERS, migration_1
+from store.postgres.schema import APPLICATION, SCHEMA_VERSION, TOMBSTONE_TRIGGERS, migration_1
 
 VECTOR = ("SELECT default_version, installed_version FROM pg_available_extensions "
           "WHERE name = 'vector'")
@@ -32,6 +32,9 @@ TABLES = ("SELECT c.relname, pg_has_role(c.relowner, 'USAGE') FROM pg_class c "
 ROLE = ("SELECT current_user, r.rolsuper, has_schema_privilege(%s, 'CREATE') "
         "FROM pg_roles r WHERE r.rolname = current_user")
 PRIVILEGE = "SELECT has_table_privilege(%s, %s)"
+# The newest assert whose subject is not erased (the doctor matches the key store against it).
+LAST_SUBJECT = ("SELECT seq, subject, body FROM events WHERE kind = 'assert' "
+                "AND subject IS NOT NULL ORDER BY seq DESC LIMIT 1")
 _NAMED = re.compile(r"CREATE TRIGGER (\w+) BEFORE [A-Z ]+? ON (\w+)")
 FIRES = ("O", "A")
 
@@ -69,6 +72,10 @@ class ServerHealth:
     trigger_problems: list[str]
     rights: RoleRights
     notes: list[str] = field(default_factory=list)
+    # The newest schema version this code reads and writes.
+    supported_version: int = SCHEMA_VERSION
+    # (seq, subject, hashed body) of the newest assert with a subject not erased, if any.
+    last_subject: tuple[int, str, str] | None = None
 
 
 def expected_triggers(tables: set[str]) -> dict[str, str]:
@@ -155,10 +162,12 @@ def report(conn: psycopg.Connection[Any], schema: str, address: str) -> ServerHe
                         f"owns {', '.join(rights.owned_tables)}")
                      + ": it may drop or alter the ledger's tables and switch their triggers "
                        "off; run agents and reviewers as a role that only reads and inserts")
+    sample = conn.execute(LAST_SUBJECT).fetchone() if version is not None else None
     return ServerHealth(address, schema, server_version(conn), available, installed, where,
                         version, triggers(conn, schema),
                         trigger_problems(conn, schema) if version is not None else [],
-                        rights, notes)
+                        rights, notes, last_subject=None if sample is None else
+                        (int(sample[0]), str(sample[1]), str(sample[2])))
 
 
 def inspect_server(url: str) -> ServerHealth:

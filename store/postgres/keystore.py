@@ -283,10 +283,11 @@ def shown(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def open_keystore(url: str, *, schema: str | None = None) -> KeyStoreFile:
-    """Open (creating if missing) the key store of the ledger at `url`: the schema
-    `<ledger schema>_keys` of its database (`schema` names another). A schema holding other
-    tables, or a key store of a newer version, is refused before anything is written."""
+def open_keystore(url: str, *, schema: str | None = None, create: bool = True) -> KeyStoreFile:
+    """Open (creating if missing, unless `create` is False) the key store of the ledger at
+    `url`: the schema `<ledger schema>_keys` of its database (`schema` names another). A schema
+    holding other tables, or a key store of a newer version, is refused before anything is
+    written."""
     conninfo, ledger_schema = split_address(url)
     keys = schema or f"{ledger_schema}_keys"
     where = f"{shown(url)} (schema {keys})"
@@ -303,7 +304,7 @@ def open_keystore(url: str, *, schema: str | None = None) -> KeyStoreFile:
         conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
         with conn.transaction():
             conn.execute(LOCK, (f"custody-keys:{keys}",))
-            ensure(conn, keys, where)
+            ensure(conn, keys, where, create=create)
         conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(keys)))
     except StoreError:
         conn.close()

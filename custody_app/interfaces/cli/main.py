@@ -40,6 +40,7 @@ from custody_app.interfaces.cli.naming import (
 from custody_app.interfaces.tui.access import resolve_reviewer
 from custody_app.keys.writer_keys import read_key
 from custody_app.ledger.facade import Ledger
+from store.address import address_of
 
 
 def _main_parser() -> argparse.ArgumentParser:
@@ -328,10 +329,14 @@ def _tui(args: argparse.Namespace) -> int:
         resolve_reviewer(args.reviewer)
     except LedgerError as exc:
         return fail(exc, Exit.UNOPENABLE)
-    missing = not os.path.exists(path)
+    refused = refuse_missing(path)
+    if refused is not None and refused.code != "ledger_missing":
+        return fail(refused, Exit.UNOPENABLE)  # a server that cannot be reached, a dangling link
+    missing = refused is not None
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         sys.stderr.write("custody-app: the terminal app needs a terminal (stdin and stdout are "
-                         "not one here)" + (f" and there is no ledger at {path}" if missing else "")
+                         "not one here)" + (f" and there is no ledger at "
+                                            f"{address_of(path).display}" if missing else "")
                          + "; scripts use a subcommand (custody-app --help) or --batch FILE\n")
         return int(Exit.USAGE)
     if missing and not confirm_create(path):
