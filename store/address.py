@@ -99,6 +99,14 @@ class LedgerAddress:
         """The master key file of this key store address (when `$CUSTODY_MASTER_KEY` is unset)."""
         return self.sibling(".master") if self.server else Path(f"{self.text}.master")
 
+    @property
+    def name(self) -> str:
+        """A short name for a title bar: a file's name; a server ledger's `database/schema`."""
+        if not self.server:
+            return Path(self.text).name
+        database = unquote(urlsplit(self.text).path.lstrip("/")) or "postgres"
+        return f"{database}/{self.schema}"
+
     def own_file(self) -> str | None:
         """The ledger's own file (None for a server ledger, which has none)."""
         return None if self.server else self.text
