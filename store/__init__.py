@@ -68,8 +68,8 @@ def _server_client() -> Iterator[None]:
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "FactStore", "KeyStoreFile", "LedgerFile", "LedgerTooNew",
            "ManyPlan", "NotALedger", "StoreBusy", "StoreError", "db_page", "file_size", "health",
-           "is_server_address", "ledger_exists", "open_keystore", "open_ledger", "server_health",
-           "wal_page", "wal_path"]
+           "is_server_address", "keystore_exists", "ledger_exists", "open_keystore", "open_ledger",
+           "server_health", "wal_page", "wal_path"]
 
 
 def ledger_exists(address: str | Path) -> bool:
@@ -95,3 +95,13 @@ def open_keystore(address: str | Path, *, create: bool = True) -> Any:
     with _server_client():
         from store.postgres.keystore import open_keystore as open_server_keystore
     return open_server_keystore(str(address), create=create)
+
+
+def keystore_exists(address: str | Path) -> bool:
+    """Whether a key store is at `address` (a file there; on a server, the ledger's key store
+    schema made)."""
+    if not is_server_address(str(address)):
+        return os.path.exists(address)
+    with _server_client():
+        from store.postgres.keystore import keystore_exists as on_server
+    return on_server(str(address))

@@ -9,7 +9,8 @@ from pathlib import Path
 from custody_app.domain.errors import LedgerError
 from custody_app.files.output import write_output
 from custody_app.keys import crypto, marks
-from store import KeyStoreFile, ledger_exists, open_keystore
+from store import KeyStoreFile, open_keystore
+from store import keystore_exists as store_keystore_exists
 from store.address import address_of
 from store.errors import StoreError
 from store.rows import MarkRow
@@ -29,7 +30,7 @@ def keystore_path_for(ledger_path: str | Path, keystore: str | Path | None = Non
 
 
 def keystore_exists(keystore: str | Path) -> bool:
-    return ledger_exists(str(keystore))
+    return store_keystore_exists(str(keystore))
 
 
 def master_path_for(keystore: str | Path) -> Path:
@@ -92,7 +93,9 @@ def load_master(keystore: str | Path, *, create: bool) -> bytes:
     path = master_path_for(keystore)
     if not path.exists():
         if not create:
-            raise LedgerError("master_key_missing", f"master key file {path} does not exist")
+            raise LedgerError("master_key_missing", f"master key file {path} does not exist "
+                              f"(copy it from the host that created the key store, or set "
+                              f"${MASTER_ENV})")
         try:
             _write_secret(path, crypto.new_key().hex().encode())
         except FileExistsError:
@@ -166,7 +169,10 @@ class KeyRing:
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         try:
-            return cls(store, load_master(path, create=True), path)
+            # A master key is made only for a new key store: one that already holds keys was
+            # made under another (a server ledger opened from a second host, say), and a fresh
+            # key file would open nothing.
+            return cls(store, load_master(path, create=store.meta("check") is None), path)
         except BaseException:
             store.close()
             raise

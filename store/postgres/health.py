@@ -29,8 +29,12 @@ TRIGGERS = ("SELECT t.tgname, c.relname, t.tgenabled FROM pg_trigger t "
 TABLES = ("SELECT c.relname, pg_has_role(c.relowner, 'USAGE') FROM pg_class c "
           "JOIN pg_namespace n ON n.oid = c.relnamespace "
           "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname")
-ROLE = ("SELECT current_user, r.rolsuper, has_schema_privilege(%s, 'CREATE') "
-        "FROM pg_roles r WHERE r.rolname = current_user")
+# A schema not made yet: whether the role may make one (CREATE on the database).
+ROLE = ("SELECT current_user, r.rolsuper, CASE WHEN n.oid IS NULL "
+        "THEN has_database_privilege(current_database(), 'CREATE') "
+        "ELSE has_schema_privilege(n.oid, 'CREATE') END "
+        "FROM pg_roles r LEFT JOIN pg_namespace n ON n.nspname = %s "
+        "WHERE r.rolname = current_user")
 PRIVILEGE = "SELECT has_table_privilege(%s, %s)"
 # The newest assert whose subject is not erased (the doctor matches the key store against it).
 LAST_SUBJECT = ("SELECT seq, subject, body FROM events WHERE kind = 'assert' "

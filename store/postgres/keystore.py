@@ -313,3 +313,24 @@ def open_keystore(url: str, *, schema: str | None = None, create: bool = True) -
         conn.close()
         raise StoreError(f"cannot open key store {where}: {exc}", "keystore_unopenable") from exc
     return KeyStoreFile(conn, where, keys)
+
+
+def keystore_exists(url: str, *, schema: str | None = None) -> bool:
+    """Whether the key store of the ledger at `url` has been made (its schema holds a version
+    table); a server that cannot be reached raises its StoreError."""
+    conninfo, ledger_schema = split_address(url)
+    keys = schema or f"{ledger_schema}_keys"
+    try:
+        conn = psycopg.connect(conninfo, autocommit=True)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot open key store {shown(url)} (schema {keys}): {exc}",
+                         "keystore_unopenable") from exc
+    try:
+        found = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                             (f"{sql.Identifier(keys).as_string(conn)}.schema_version",)).fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot read key store {shown(url)} (schema {keys}): {exc}",
+                         "keystore_unopenable") from exc
+    finally:
+        conn.close()
+    return found == (True,)

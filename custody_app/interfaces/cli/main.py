@@ -188,17 +188,25 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
 def _demo(args: argparse.Namespace) -> int:
     """Replay the sample into a fresh ledger (./custody-demo.db unless --ledger), then open
     the terminal app on it (or, with --no-tui, print the replay's results)."""
-    target = Path(args.ledger or "custody-demo.db")
-    suffixes = ("", "-wal", "-shm", ".keys", ".keys.master", ".pub")
+    target = args.ledger or "custody-demo.db"
+    address = address_of(target)
+    own = address.own_file()  # a ledger on a server has no file of its own to replace
+    files = [Path(f"{own}{suffix}") for suffix in ("", "-wal", "-shm", ".keys", ".keys.master",
+                                                   ".pub")] if own is not None else []
     # Only the demo's own file is replaced: a --ledger that exists may be someone's memory,
     # and deleting its key store would destroy every value in it for good.
-    if args.ledger and any(os.path.lexists(f"{target}{suffix}") for suffix in suffixes):
-        return fail(LedgerError("output_exists", f"refusing to replace {target} with the demo "
-                                "ledger: it exists; name a new path with --ledger",
-                                path=str(target)), Exit.USAGE)
-    for suffix in suffixes:
-        Path(f"{target}{suffix}").unlink(missing_ok=True)
-    args.ledger = str(target)
+    if args.ledger:
+        refused = refuse_missing(target)
+        if refused is not None and refused.code != "ledger_missing":
+            return fail(refused, Exit.UNOPENABLE)
+        if refused is None or any(os.path.lexists(f) for f in files):
+            return fail(LedgerError("output_exists", f"refusing to replace {address.display} "
+                                    "with the demo ledger: it exists; name a new path with "
+                                    "--ledger", path=address.display), Exit.USAGE)
+    for file in files:
+        file.unlink(missing_ok=True)
+    target = address.display if own is None else target
+    args.ledger = args.ledger or target
     # The sample's receipts are signed by demo issuers only the demo policy registers.
     args.policy = args.policy or str(demo_policy_path())
     with tempfile.TemporaryDirectory() as tmp:
@@ -211,7 +219,7 @@ def _demo(args: argparse.Namespace) -> int:
             return _tui(args) if code == Exit.OK else code
         code = _run_batch(args, str(sample), manual_clock=True, create=True)
     sys.stderr.write(escape_text(f"custody-app: demo ledger written to {target}; try "
-                                 f"`custody-app verify --ledger {target} --key {target}.pub` or "
+                                 f"`custody-app verify --ledger {target} --key {address.sibling('.pub')}` or "
                                  f"`custody-app recall \"refund\" --ledger {target}`") + "\n")
     return code
 
