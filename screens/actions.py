@@ -154,7 +154,7 @@ class ActionsScreen(LedgerScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="write")
     def pack(self, ref: str) -> None:
-        target = Path(self.access.path).resolve().parent / f"actionpack-{ref.replace(':', '-')}.json"
+        target = self.access.folder / f"actionpack-{ref.replace(':', '-')}.json"
 
         def write(ledger: Any) -> Path:
             write_output(target, action_pack_text(ledger.action_pack(ref)), force=False,

@@ -68,13 +68,14 @@ def _server_client() -> Iterator[None]:
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "FactStore", "KeyStoreFile", "LedgerFile", "LedgerTooNew",
            "ManyPlan", "NotALedger", "StoreBusy", "StoreError", "db_page", "file_size", "health",
-           "is_server_address", "ledger_exists", "occupied", "open_keystore", "open_ledger", "server_health",
-           "wal_page", "wal_path"]
+           "is_server_address", "keystore_exists", "ledger_exists", "occupied", "open_keystore",
+           "open_ledger", "server_health", "wal_page", "wal_path"]
 
 
 def ledger_exists(address: str | Path) -> bool:
     """Whether a ledger is at `address` (a file there; a server asked whether its schema holds
-    one: an unreachable server or another application's schema is not a ledger)."""
+    one: another application's schema is not a ledger; a server that cannot be reached raises
+    its StoreError, as opening it would)."""
     if not is_server_address(address):
         return os.path.exists(address)
     with _server_client():
@@ -82,15 +83,28 @@ def ledger_exists(address: str | Path) -> bool:
     return on_server(str(address))
 
 
-def open_keystore(address: str | Path) -> Any:
-    """Open (creating if missing) a key store by its address: a `postgresql://` URL names the
-    key store schema of that ledger's database (store.postgres.keystore), anything else a
-    SQLite key store file."""
+def open_keystore(address: str | Path, *, create: bool = True) -> Any:
+    """Open (creating if missing, unless `create` is False: then a missing one is a StoreError
+    `keystore_missing`) a key store by its address: a `postgresql://` URL names the key store
+    schema of that ledger's database (store.postgres.keystore), anything else a SQLite key
+    store file."""
     if not is_server_address(str(address)):
+        if not create and not os.path.exists(address):
+            raise StoreError(f"the key store {address} does not exist", "keystore_missing")
         return open_sqlite_keystore(address)
     with _server_client():
         from store.postgres.keystore import open_keystore as open_server_keystore
-    return open_server_keystore(str(address))
+    return open_server_keystore(str(address), create=create)
+
+
+def keystore_exists(address: str | Path) -> bool:
+    """Whether a key store is at `address` (a file there; on a server, the ledger's key store
+    schema made)."""
+    if not is_server_address(str(address)):
+        return os.path.exists(address)
+    with _server_client():
+        from store.postgres.keystore import keystore_exists as on_server
+    return on_server(str(address))
 
 
 def occupied(address: str | Path) -> str | None:

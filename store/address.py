@@ -112,6 +112,14 @@ class LedgerAddress:
                     self.schema)
         return ("file", os.path.realpath(self.text))
 
+    @property
+    def name(self) -> str:
+        """A short name for a title bar: a file's name; a server ledger's `database/schema`."""
+        if not self.server:
+            return Path(self.text).name
+        database = unquote(urlsplit(self.text).path.lstrip("/")) or "postgres"
+        return f"{database}/{self.schema}"
+
     def own_file(self) -> str | None:
         """The ledger's own file (None for a server ledger, which has none)."""
         return None if self.server else self.text

@@ -160,7 +160,7 @@ class LedgerCore:
             refusal = None
             if loaded is None:
                 try:
-                    loaded, refusal = recorded_policy(db, str(path))
+                    loaded, refusal = recorded_policy(db, db.path)
                 except LedgerError as exc:
                     # Reads (verify above all, to name the edit) go on under the shipped
                     # default; a write that would record a policy is refused (_record_policy).
@@ -170,7 +170,7 @@ class LedgerCore:
             if not readonly and (mismatch := ledger_id_mismatch(db)) is not None:
                 raise mismatch  # reads go on, so verify can name it
             if keys is not None:
-                check_high_water(db, keys, str(path), readonly=readonly)
+                check_high_water(db, keys, db.path, readonly=readonly)
             ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
             ledger.policy_refusal = refusal
         except BaseException as exc:

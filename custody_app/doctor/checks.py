@@ -10,7 +10,9 @@ from pathlib import Path
 from custody_app.doctor import keys as doctor_keys
 from custody_app.doctor.integrity import check_integrity
 from custody_app.doctor.report import DoctorCheck, DoctorReport, check, loose_mode
-from store import APPLICATION_ID, SCHEMA_VERSION, health, wal_path
+from custody_app.doctor.server import server_checks
+from store import APPLICATION_ID, SCHEMA_VERSION, health, server_health, wal_path
+from store.address import address_of
 from store.errors import StoreError
 
 __all__ = ["DoctorCheck", "DoctorReport", "diagnose"]
@@ -193,6 +195,8 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None,
     `keystore` or $CUSTODY_KEYSTORE says otherwise) without writing to any of them."""
     path = str(ledger)
     checks = [check_sqlite_vec()]
+    if address_of(path).own_file() is None:
+        return _diagnose_server(path, checks, keystore, policy)
     try:
         db = health.inspect_ledger(path)
     except StoreError as exc:
@@ -211,4 +215,24 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None,
     checks += doctor_keys.check_keys(path, keystore, sample)
     checks += check_integrity(path, keystore, policy)
     return DoctorReport(ledger=path, opened=True, checks=checks,
+                        ok=all(c.outcome != "FAIL" for c in checks))
+
+
+def _diagnose_server(address: str, checks: list[DoctorCheck], keystore: str | Path | None,
+                     policy: str | Path | None) -> DoctorReport:
+    """A ledger with no file of its own (on a server): the server's health in place of the
+    file checks, then the same key and integrity checks."""
+    shown = address_of(address).display
+    try:
+        found = server_health(address)
+    except StoreError as exc:
+        checks.append(check("ledger", "FAIL", f"{exc} ({exc.code}): nothing else was checked."))
+        return DoctorReport(ledger=shown, opened=False, checks=checks, ok=False)
+    lines, present = server_checks(found)
+    checks += lines
+    if not present:
+        return DoctorReport(ledger=shown, opened=False, checks=checks, ok=False)
+    checks += doctor_keys.check_keys(address, keystore, found.last_subject)
+    checks += check_integrity(address, keystore, policy)
+    return DoctorReport(ledger=shown, opened=True, checks=checks,
                         ok=all(c.outcome != "FAIL" for c in checks))

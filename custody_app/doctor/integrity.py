@@ -9,10 +9,12 @@ from custody_app.doctor.report import DoctorCheck, check
 from custody_app.domain.errors import LedgerError
 from custody_app.erasure.rollforward import unfinished
 from custody_app.ledger.facade import Ledger
+from store.address import address_of
 
 
 def check_integrity(path: str, keystore: str | Path | None,
                     policy: str | Path | None = None) -> list[DoctorCheck]:
+    shown = address_of(path).display  # a server's address without its password
     wal = Path(f"{path}-wal")
     # No WAL to read: an immutable snapshot, so the check leaves no -wal or -shm behind.
     immutable = not wal.exists() or wal.stat().st_size == 0
@@ -24,26 +26,26 @@ def check_integrity(path: str, keystore: str | Path | None,
             half = unfinished(ledger)
             in_force = _policy_line(ledger, policy)
     except LedgerError as exc:
-        return [check("integrity", "FAIL", f"{path} could not be verified: {exc.message} "
+        return [check("integrity", "FAIL", f"{shown} could not be verified: {exc.message} "
                       f"({exc.code}).")]
     if report.valid:
-        lines = [check("integrity", "ok", f"{path}: {report.events} events, the projection, "
+        lines = [check("integrity", "ok", f"{shown}: {report.events} events, the projection, "
                        "the derived tables (sessions, served reads, actions, salience "
                        "presentations, pending retractions), policy texts, tombstones and "
                        "recall indexes verified.")]
     else:
         where = f" at seq {report.first_bad_seq}" if report.first_bad_seq else ""
-        lines = [check("integrity", "FAIL", f"{path} fails verify{where}: {report.problem}")]
+        lines = [check("integrity", "FAIL", f"{shown} fails verify{where}: {report.problem}")]
     lines.append(in_force)
     if half:
         seqs = ", ".join(str(seq) for seq, _, _ in half[:5])
         lines.append(check("erasure-half-state", "warn", (
-            f"{len(half)} subject erasure(s) of {path} (seq {seqs}) are committed in the ledger "
+            f"{len(half)} subject erasure(s) of {shown} (seq {seqs}) are committed in the ledger "
             "but their key destruction is not in the key store yet: the next read-write open "
             "completes it.")))
     else:
         lines.append(check("erasure-half-state", "ok",
-                           f"every subject erasure of {path} is complete in the key store too."))
+                           f"every subject erasure of {shown} is complete in the key store too."))
     return lines
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from custody_app.doctor.report import DoctorCheck, check, loose_mode
 from custody_app.domain.errors import LedgerError
@@ -16,7 +17,8 @@ from custody_app.keys.keyring import (
     master_path_for,
     public_key_path_for,
 )
-from store import health
+from store import health, open_keystore
+from store.address import address_of
 from store.errors import StoreError
 
 KEYSTORE_VERSION = health.keystore_version()
@@ -47,6 +49,41 @@ def _keystore(path: Path) -> tuple[DoctorCheck, health.Inspection | None]:
         return check("key-store", "FAIL", f"key store {path}: {'; '.join(problems)}."), store
     return check("key-store", "ok", f"{path} is a key store readable by its owner only, with its "
                  f"{len(expected)} write-once triggers."), store
+
+
+class _ServerKeys:
+    """A key store on a server, read as the checks read a key store file's inspection: its
+    entries and marks. The server migrates it when it is opened for writing, so it is always at
+    this code's version; its write-once rules are the server's triggers."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def meta(self, name: str) -> bytes | None:
+        value = self.store.meta(name)
+        return None if value is None else bytes(value)
+
+    def pragma(self, name: str) -> int | None:
+        return KEYSTORE_VERSION if name == "user_version" else None
+
+    def keystore(self) -> Any:
+        return self.store
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _server_keystore(address: str) -> tuple[DoctorCheck, Any]:
+    """The key store of a server ledger (its own schema of the ledger's database), opened
+    without creating one."""
+    try:
+        store = open_keystore(address, create=False)
+    except StoreError as exc:
+        return check("key-store", "FAIL", f"{exc} ({exc.code}): the ledger's values cannot be "
+                     "read, and a read-write open would start an empty one under which every "
+                     "existing value reads as erased."), None
+    return check("key-store", "ok", f"{store.path} is the ledger's key store on the server "
+                 "(its write-once rules are the server's triggers)."), _ServerKeys(store)
 
 
 def _master(keystore: str | Path, store: health.Inspection | None) -> tuple[DoctorCheck, bytes | None]:
@@ -125,7 +162,7 @@ def _signing(ledger: str, store: health.Inspection | None, keystore: str | Path,
 
 
 def _match(ledger: str, sample: tuple[int, str, str] | None, store: health.Inspection | None,
-           keystore: Path, master: bytes | None) -> DoctorCheck:
+           keystore: str | Path, master: bytes | None) -> DoctorCheck:
     """Does this key store belong to this ledger? Its pepper must give the subject hash that the
     ledger's newest assert recorded (another ledger's key store reads every value as erased)."""
     if sample is None:
@@ -187,10 +224,18 @@ def check_keys(ledger: str, keystore: str | Path | None,
     """The key store beside the ledger (or where `keystore`/$CUSTODY_KEYSTORE says), its master
     key, the forget and signing keys inside it, and that it is this ledger's (`sample`: the
     newest assert with its subject, from the ledger)."""
-    path = Path(keystore_path_for(ledger, keystore))
+    address = keystore_path_for(ledger, keystore)
+    # Named in messages as displayed (a server's address without its password); the key files
+    # named after it are the same either way.
+    path: Any = address_of(address).display
+    ledger = address_of(ledger).display
     store = None
     try:
-        first, store = _keystore(path)
+        if (own := address_of(address).own_file()) is None:
+            first, store = _server_keystore(address)
+        else:
+            path = Path(own)
+            first, store = _keystore(path)
         master_check, master = _master(path, store)
         return [first, master_check, _forget(store, path, master),
                 _signing(ledger, store, path, master), _match(ledger, sample, store, path, master),

@@ -48,7 +48,7 @@ def export(ledger: LedgerCore, path: str | Path, *, force: bool = False) -> Expo
     """Write every event, oldest first; erased values (and values whose key is gone) are null.
     Never over the ledger's own files, nor over an existing file without `force`."""
     prev, count, head = GENESIS, 0, None
-    protected = ledger_files(ledger.db.path, ledger.keys.path if ledger.keys is not None else None)
+    protected = ledger_files(ledger.db.path, ledger.keys.address if ledger.keys is not None else None)
     with output_file(path, force=force, protected=protected) as (out, target), ledger.db.read():
         for row in ledger.db.events.iter_all():
             text = (ledger.values.opener(row, json.loads(row.body))

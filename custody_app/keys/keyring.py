@@ -10,7 +10,8 @@ from pathlib import Path
 from custody_app.domain.errors import LedgerError
 from custody_app.files.output import write_output
 from custody_app.keys import crypto, marks
-from store import KeyStoreFile, ledger_exists, open_keystore
+from store import KeyStoreFile, open_keystore
+from store import keystore_exists as store_keystore_exists
 from store.address import address_of
 from store.errors import StoreError
 from store.rows import MarkRow
@@ -30,7 +31,7 @@ def keystore_path_for(ledger_path: str | Path, keystore: str | Path | None = Non
 
 
 def keystore_exists(keystore: str | Path) -> bool:
-    return ledger_exists(str(keystore))
+    return store_keystore_exists(str(keystore))
 
 
 def master_path_for(keystore: str | Path) -> Path:
@@ -93,7 +94,9 @@ def load_master(keystore: str | Path, *, create: bool) -> bytes:
     path = master_path_for(keystore)
     if not path.exists():
         if not create:
-            raise LedgerError("master_key_missing", f"master key file {path} does not exist")
+            raise LedgerError("master_key_missing", f"master key file {path} does not exist "
+                              f"(copy it from the host that created the key store, or set "
+                              f"${MASTER_ENV})")
         try:
             _write_secret(path, crypto.new_key().hex().encode())
         except FileExistsError:
@@ -169,8 +172,11 @@ def _fence(subject: str, work_started: str, destroyed: str | None) -> None:
 class KeyRing:
     """Unwrapped keys live only in memory here; the store holds them wrapped."""
 
-    def __init__(self, store: KeyStoreFile, master: bytes) -> None:
+    def __init__(self, store: KeyStoreFile, master: bytes, address: str | None = None) -> None:
         self.store = store
+        # The key store's address as opened (a path, or a URL that may carry a password: never
+        # printed; `path` is what messages show). The local key files are named from it.
+        self.address = address if address is not None else store.path
         self._master = master
         self._cache: dict[tuple[str, int], bytes] = {}
         self._slots: dict[str, bytes] = {}
@@ -205,7 +211,10 @@ class KeyRing:
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         try:
-            return cls(store, load_master(path, create=True))
+            # A master key is made only for a new key store: one that already holds keys was
+            # made under another (a server ledger opened from a second host, say), and a fresh
+            # key file would open nothing.
+            return cls(store, load_master(path, create=store.meta("check") is None), path)
         except BaseException:
             store.close()
             raise
@@ -213,6 +222,11 @@ class KeyRing:
     @property
     def path(self) -> str:
         return self.store.path
+
+    @property
+    def master_file(self) -> Path:
+        """Where this key store's master key file is (used when $CUSTODY_MASTER_KEY is unset)."""
+        return master_path_for(self.address)
 
     def close(self) -> None:
         self._cache.clear()

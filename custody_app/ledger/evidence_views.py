@@ -66,7 +66,7 @@ class EvidenceViews(BrowseReads):
 
     def own_files(self) -> list[Path]:
         """The ledger's files (database, WAL, SHM, key store, master and public key)."""
-        return ledger_files(self.db.path, self.keys.path if self.keys is not None else None)
+        return ledger_files(self.db.path, self.keys.address if self.keys is not None else None)
 
     def export(self, path: str | Path, *, force: bool = False) -> ExportResult:
         """The whole event log as JSON Lines at `path` (erased values null), with a trailer

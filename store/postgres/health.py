@@ -13,7 +13,7 @@ import psycopg
 
 from store.errors import NotALedger, StoreError
 from store.postgres.opening import connect
-from store.postgres.schema import APPLICATION, TOMBSTONE_TRIGGERS, migration_1
+from store.postgres.schema import APPLICATION, SCHEMA_VERSION, TOMBSTONE_TRIGGERS, migration_1
 
 VECTOR = ("SELECT default_version, installed_version FROM pg_available_extensions "
           "WHERE name = 'vector'")
@@ -29,9 +29,16 @@ TRIGGERS = ("SELECT t.tgname, c.relname, t.tgenabled FROM pg_trigger t "
 TABLES = ("SELECT c.relname, pg_has_role(c.relowner, 'USAGE') FROM pg_class c "
           "JOIN pg_namespace n ON n.oid = c.relnamespace "
           "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname")
-ROLE = ("SELECT current_user, r.rolsuper, has_schema_privilege(%s, 'CREATE') "
-        "FROM pg_roles r WHERE r.rolname = current_user")
+# A schema not made yet: whether the role may make one (CREATE on the database).
+ROLE = ("SELECT current_user, r.rolsuper, CASE WHEN n.oid IS NULL "
+        "THEN has_database_privilege(current_database(), 'CREATE') "
+        "ELSE has_schema_privilege(n.oid, 'CREATE') END "
+        "FROM pg_roles r LEFT JOIN pg_namespace n ON n.nspname = %s "
+        "WHERE r.rolname = current_user")
 PRIVILEGE = "SELECT has_table_privilege(%s, %s)"
+# The newest assert whose subject is not erased (the doctor matches the key store against it).
+LAST_SUBJECT = ("SELECT seq, subject, body FROM events WHERE kind = 'assert' "
+                "AND subject IS NOT NULL ORDER BY seq DESC LIMIT 1")
 _NAMED = re.compile(r"CREATE TRIGGER (\w+) BEFORE [A-Z ]+? ON (\w+)")
 FIRES = ("O", "A")
 
@@ -69,6 +76,10 @@ class ServerHealth:
     trigger_problems: list[str]
     rights: RoleRights
     notes: list[str] = field(default_factory=list)
+    # The newest schema version this code reads and writes.
+    supported_version: int = SCHEMA_VERSION
+    # (seq, subject, hashed body) of the newest assert with a subject not erased, if any.
+    last_subject: tuple[int, str, str] | None = None
 
 
 def expected_triggers(tables: set[str]) -> dict[str, str]:
@@ -155,10 +166,12 @@ def report(conn: psycopg.Connection[Any], schema: str, address: str) -> ServerHe
                         f"owns {', '.join(rights.owned_tables)}")
                      + ": it may drop or alter the ledger's tables and switch their triggers "
                        "off; run agents and reviewers as a role that only reads and inserts")
+    sample = conn.execute(LAST_SUBJECT).fetchone() if version is not None else None
     return ServerHealth(address, schema, server_version(conn), available, installed, where,
                         version, triggers(conn, schema),
                         trigger_problems(conn, schema) if version is not None else [],
-                        rights, notes)
+                        rights, notes, last_subject=None if sample is None else
+                        (int(sample[0]), str(sample[1]), str(sample[2])))
 
 
 def inspect_server(url: str) -> ServerHealth:

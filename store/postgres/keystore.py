@@ -473,10 +473,11 @@ def shown(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def open_keystore(url: str, *, schema: str | None = None) -> KeyStoreFile:
-    """Open (creating if missing) the key store of the ledger at `url`: the schema
-    `<ledger schema>_keys` of its database (`schema` names another). A schema holding other
-    tables, or a key store of a newer version, is refused before anything is written."""
+def open_keystore(url: str, *, schema: str | None = None, create: bool = True) -> KeyStoreFile:
+    """Open (creating if missing, unless `create` is False) the key store of the ledger at
+    `url`: the schema `<ledger schema>_keys` of its database (`schema` names another). A schema
+    holding other tables, or a key store of a newer version, is refused before anything is
+    written."""
     conninfo, ledger_schema = split_address(url)
     keys = schema or f"{ledger_schema}_keys"
     where = f"{shown(url)} (schema {keys})"
@@ -493,7 +494,7 @@ def open_keystore(url: str, *, schema: str | None = None) -> KeyStoreFile:
         conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
         with conn.transaction():
             conn.execute(LOCK, (f"custody-keys:{keys}",))
-            ensure(conn, keys, where)
+            ensure(conn, keys, where, create=create)
         conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(keys)))
     except StoreError:
         conn.close()
@@ -502,3 +503,24 @@ def open_keystore(url: str, *, schema: str | None = None) -> KeyStoreFile:
         conn.close()
         raise StoreError(f"cannot open key store {where}: {exc}", "keystore_unopenable") from exc
     return KeyStoreFile(conn, where, keys)
+
+
+def keystore_exists(url: str, *, schema: str | None = None) -> bool:
+    """Whether the key store of the ledger at `url` has been made (its schema holds a version
+    table); a server that cannot be reached raises its StoreError."""
+    conninfo, ledger_schema = split_address(url)
+    keys = schema or f"{ledger_schema}_keys"
+    try:
+        conn = psycopg.connect(conninfo, autocommit=True)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot open key store {shown(url)} (schema {keys}): {exc}",
+                         "keystore_unopenable") from exc
+    try:
+        found = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                             (f"{sql.Identifier(keys).as_string(conn)}.schema_version",)).fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot read key store {shown(url)} (schema {keys}): {exc}",
+                         "keystore_unopenable") from exc
+    finally:
+        conn.close()
+    return found == (True,)

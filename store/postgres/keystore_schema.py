@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from store.errors import LedgerTooNew, NotALedger
+from store.errors import LedgerTooNew, NotALedger, StoreError
 
 APPLICATION = "custody-app key store"
 KEYSTORE_VERSION = 1
@@ -117,8 +117,9 @@ HAS_RELATIONS = ("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.reln
 HAS_VERSION = "SELECT to_regclass(%s) IS NOT NULL"
 
 
-def ensure(conn: psycopg.Connection[Any], keys: str, where: str) -> None:
-    """The key store's schema as this code writes it (inside the opening transaction)."""
+def ensure(conn: psycopg.Connection[Any], keys: str, where: str, *, create: bool = True) -> None:
+    """The key store's schema as this code writes it (inside the opening transaction); a
+    missing one is made, or with `create=False` refused (`keystore_missing`)."""
     exists = conn.execute(HAS_SCHEMA, (keys,)).fetchone() is not None
     version_table = f"{sql.Identifier(keys).as_string(conn)}.schema_version"
     if exists and conn.execute(HAS_VERSION, (version_table,)).fetchone() == (True,):
@@ -131,6 +132,8 @@ def ensure(conn: psycopg.Connection[Any], keys: str, where: str) -> None:
         return
     if exists and conn.execute(HAS_RELATIONS, (keys,)).fetchone() is not None:
         raise NotALedger(f"{where} holds tables but not a custody-app key store")
+    if not create:
+        raise StoreError(f"the key store {where} does not exist", "keystore_missing")
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(keys)))
     conn.execute(sql.SQL("SET LOCAL search_path = {}").format(sql.Identifier(keys)))
     for statement in DDL:

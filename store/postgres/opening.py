@@ -98,12 +98,10 @@ def open_ledger(url: str, *, readonly: bool = False, immutable: bool = False,
 
 
 def ledger_exists(url: str) -> bool:
-    """Whether the schema the address names holds a custody-app ledger (an unreachable server,
-    an empty schema or another application's tables: no)."""
-    try:
-        conn, schema, shown = connect(url)
-    except StoreError:
-        return False
+    """Whether the schema the address names holds a custody-app ledger (an empty schema or
+    another application's tables: no). A server that cannot be reached (or refuses the role)
+    raises its StoreError: that is not a missing ledger, and `init` would not help."""
+    conn, schema, shown = connect(url)  # an unreachable server is its own error, not "missing"
     try:
         return _state(conn, schema, shown) is not None
     except StoreError:

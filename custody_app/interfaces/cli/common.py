@@ -20,6 +20,7 @@ from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
 from custody_app.keys.keyring import KEYSTORE_ENV
 from custody_app.ledger.facade import Ledger
 from custody_app.ledger.overview import MAX_PAGE
+from store.address import address_of
 
 
 class AddParser(Protocol):
@@ -83,6 +84,11 @@ def limit(given: int, most: int = MAX_PAGE) -> int:
 
 def chosen_ledger(args: argparse.Namespace) -> str:
     return ledger_path(getattr(args, "ledger", None) or getattr(args, "ledger_path", None))
+
+
+def shown_ledger(args: argparse.Namespace) -> str:
+    """The ledger's address as printed (a server's without its password)."""
+    return address_of(chosen_ledger(args)).display
 
 
 def open_ledger(args: argparse.Namespace, *, manual_clock: bool = False,

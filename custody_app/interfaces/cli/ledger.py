@@ -21,7 +21,7 @@ from custody_app.interfaces.cli.common import (
     show,
 )
 from custody_app.keys.crypto import public_fingerprint
-from custody_app.keys.keyring import MASTER_ENV, master_path_for, read_public_key, write_public_key
+from custody_app.keys.keyring import MASTER_ENV, read_public_key, write_public_key
 from custody_app.ledger.facade import Ledger
 
 NAMES = ("init", "verify", "rebuild", "hold", "release", "checkpoint", "recall")
@@ -63,7 +63,7 @@ def _init(ledger: Ledger, args: argparse.Namespace) -> int:
     pem = ledger.keys.public_pem()
     _ = ledger.keys.forget_key
     pub = write_public_key(ledger.db.path, pem)
-    files = [ledger.db.path, ledger.keys.path, str(master_path_for(ledger.keys.path))]
+    files = [ledger.db.path, ledger.keys.path, str(ledger.keys.master_file)]
     for path in files:
         if os.path.exists(path):
             os.chmod(path, 0o600)

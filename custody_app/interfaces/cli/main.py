@@ -41,6 +41,7 @@ from custody_app.interfaces.tui.access import resolve_reviewer
 from custody_app.keys.demo_receipts import bind_demo_receipts
 from custody_app.keys.writer_keys import read_key
 from custody_app.ledger.facade import Ledger
+from store.address import address_of
 
 
 def _main_parser() -> argparse.ArgumentParser:
@@ -188,17 +189,25 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
 def _demo(args: argparse.Namespace) -> int:
     """Replay the sample into a fresh ledger (./custody-demo.db unless --ledger), then open
     the terminal app on it (or, with --no-tui, print the replay's results)."""
-    target = Path(args.ledger or "custody-demo.db")
-    suffixes = ("", "-wal", "-shm", ".keys", ".keys.master", ".pub")
+    target = args.ledger or "custody-demo.db"
+    address = address_of(target)
+    own = address.own_file()  # a ledger on a server has no file of its own to replace
+    files = [Path(f"{own}{suffix}") for suffix in ("", "-wal", "-shm", ".keys", ".keys.master",
+                                                   ".pub")] if own is not None else []
     # Only the demo's own file is replaced: a --ledger that exists may be someone's memory,
     # and deleting its key store would destroy every value in it for good.
-    if args.ledger and any(os.path.lexists(f"{target}{suffix}") for suffix in suffixes):
-        return fail(LedgerError("output_exists", f"refusing to replace {target} with the demo "
-                                "ledger: it exists; name a new path with --ledger",
-                                path=str(target)), Exit.USAGE)
-    for suffix in suffixes:
-        Path(f"{target}{suffix}").unlink(missing_ok=True)
-    args.ledger = str(target)
+    if args.ledger:
+        refused = refuse_missing(target)
+        if refused is not None and refused.code != "ledger_missing":
+            return fail(refused, Exit.UNOPENABLE)
+        if refused is None or any(os.path.lexists(f) for f in files):
+            return fail(LedgerError("output_exists", f"refusing to replace {address.display} "
+                                    "with the demo ledger: it exists; name a new path with "
+                                    "--ledger", path=address.display), Exit.USAGE)
+    for file in files:
+        file.unlink(missing_ok=True)
+    target = address.display if own is None else target
+    args.ledger = args.ledger or target
     # The sample's receipts are signed by demo issuers only the demo policy registers, for
     # this very ledger: created first, its id is the audience each receipt is signed for.
     args.policy = args.policy or str(demo_policy_path())
@@ -218,7 +227,7 @@ def _demo(args: argparse.Namespace) -> int:
             return _tui(args) if code == Exit.OK else code
         code = _run_batch(args, str(sample), manual_clock=True, create=True)
     sys.stderr.write(escape_text(f"custody-app: demo ledger written to {target}; try "
-                                 f"`custody-app verify --ledger {target} --key {target}.pub` or "
+                                 f"`custody-app verify --ledger {target} --key {address.sibling('.pub')}` or "
                                  f"`custody-app recall \"refund\" --ledger {target}`") + "\n")
     return code
 
@@ -337,10 +346,14 @@ def _tui(args: argparse.Namespace) -> int:
         resolve_reviewer(args.reviewer)
     except LedgerError as exc:
         return fail(exc, Exit.UNOPENABLE)
-    missing = not os.path.exists(path)
+    refused = refuse_missing(path)
+    if refused is not None and refused.code != "ledger_missing":
+        return fail(refused, Exit.UNOPENABLE)  # a server that cannot be reached, a dangling link
+    missing = refused is not None
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         sys.stderr.write("custody-app: the terminal app needs a terminal (stdin and stdout are "
-                         "not one here)" + (f" and there is no ledger at {path}" if missing else "")
+                         "not one here)" + (f" and there is no ledger at "
+                                            f"{address_of(path).display}" if missing else "")
                          + "; scripts use a subcommand (custody-app --help) or --batch FILE\n")
         return int(Exit.USAGE)
     if missing and not confirm_create(path):

@@ -14,6 +14,7 @@ from custody_app.domain.escaping import escape_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV
 from store import APPLICATION_ID, ledger_exists
 from store.address import address_of
+from store.errors import StoreError
 
 # The subcommands that create a ledger path that does not exist (DESIGN 11); the others refuse.
 CREATES = ("init",)
@@ -62,20 +63,26 @@ def _similar_files(path: str, n: int = 2) -> list[str]:
 
 def missing_ledger(path: str) -> LedgerError:
     """A ledger that does not exist, with how to name one (and a close existing name, if any)."""
-    close = _similar_files(path) if address_of(path).own_file() is not None else []
+    address = address_of(path)
+    close = _similar_files(path) if address.own_file() is not None else []
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    return LedgerError("ledger_missing", f"no ledger at {path}; {hint}name one with --ledger PATH "
+    # A server's address is shown without its password (`init` asks for it again).
+    shown = address.display
+    return LedgerError("ledger_missing", f"no ledger at {shown}; {hint}name one with --ledger PATH "
                        f"(or ${LEDGER_ENV}; default ./{DEFAULT_LEDGER}), create one with "
-                       f"`custody-app init --ledger {path}`, or try `custody-app --demo`",
-                       path=path)
+                       f"`custody-app init --ledger {shown}`, or try `custody-app --demo`",
+                       path=shown)
 
 
 def refuse_missing(path: str, *, create: bool = False) -> LedgerError | None:
     """Why `path` may not be opened as a ledger by a command that does not create one (DESIGN
     11 and 14: only init, --demo and an explicit --create do), else None. A symbolic link to
     nothing is refused even with --create: creating through it would write elsewhere."""
-    if ledger_exists(path):
-        return None
+    try:
+        if ledger_exists(path):
+            return None
+    except StoreError as exc:  # a server that cannot be reached: said as opening it says it
+        return LedgerError(exc.code, str(exc))
     if os.path.islink(path):
         return LedgerError("ledger_missing", f"no ledger at {path}: it is a symbolic link to "
                            f"{os.readlink(path)}, which does not exist; point it at a ledger or "
@@ -85,7 +92,8 @@ def refuse_missing(path: str, *, create: bool = False) -> LedgerError | None:
 
 def confirm_create(path: str) -> bool:
     """Ask on the terminal before the terminal app creates a ledger file (DESIGN 11)."""
-    close = _similar_files(path)
+    close = _similar_files(path) if address_of(path).own_file() is not None else []
+    path = address_of(path).display
     if close:
         sys.stderr.write(escape_text(f"custody-app: there is no {path}, but there is "
                                      f"{' and '.join(close)}.") + "\n")

@@ -11,11 +11,11 @@ from custody_app.domain.errors import Exit
 from custody_app.interfaces.cli.common import (
     AddParser,
     add_paging,
-    chosen_ledger,
     cursor,
     limit,
     print_json,
     show,
+    shown_ledger,
 )
 from custody_app.interfaces.cli.text import fact_line, history_lines, plain, story, write
 from custody_app.ledger.facade import Ledger
@@ -65,7 +65,7 @@ def _beliefs(ledger: Ledger, args: argparse.Namespace) -> int:
         lines.append(f"next page: {page.next_after} (custody-app beliefs --after "
                      f"{page.next_after} ...)")
     if page.facts:
-        lines.append(f"next: custody-app show {page.facts[0].fact_id} --ledger {plain(chosen_ledger(args))}")
+        lines.append(f"next: custody-app show {page.facts[0].fact_id} --ledger {plain(shown_ledger(args))}")
     else:
         lines.append("no fact matches; `custody-app beliefs` without filters lists them all")
     write(lines)
@@ -81,7 +81,7 @@ def _story(ledger: Ledger, args: argparse.Namespace) -> int:
                          + (f" ({plain(why.policy.path)})" if why.policy.path else "") + "\n")
         write([plain(line) for line in why.policy.source.rstrip("\n").split("\n")])
         return int(Exit.OK)
-    lines = story(why, chosen_ledger(args))
+    lines = story(why, shown_ledger(args))
     at = next((n for n, line in enumerate(lines) if line.startswith("next:")), len(lines))
     for r in ledger.pending_retractions():
         if r.fact.fact_id == why.fact.fact_id:

@@ -12,10 +12,10 @@ from custody_app.domain.readmodels import FactOpResult, WhyResult
 from custody_app.interfaces.cli.common import (
     AddParser,
     add_paging,
-    chosen_ledger,
     cursor,
     limit,
     print_json,
+    shown_ledger,
 )
 from custody_app.interfaces.cli.text import fact_line, plain, value_text, write
 from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
@@ -109,7 +109,7 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
         lines.append(f"  {fact_line(item.fact)}")
         lines.append(f"      by {plain(item.writer)} at {item.tx_at}, cause {item.cause.kind} "
                      f"{plain(item.cause.ref)}{marks}{replaces}")
-    ledger_name = plain(chosen_ledger(args))
+    ledger_name = plain(shown_ledger(args))
     lines += _retraction_lines(waiting_retractions, ledger_name)
     if more is not None:
         lines.append(f"next page: {more} (custody-app queue --after {more} ...)")

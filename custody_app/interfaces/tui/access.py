@@ -104,3 +104,14 @@ class LedgerAccess:
         if self.policy_path is not None:
             files.append(os.path.abspath(self.policy_path))
         return files
+
+    @property
+    def ledger_files_watched(self) -> bool:
+        """Whether a local file shows the ledger's changes (false on a server: it is polled)."""
+        return bool(address_of(self.path).watched_files())
+
+    @property
+    def folder(self) -> Path:
+        """Where the app writes what it exports: beside a file ledger, the working folder for
+        a server ledger."""
+        return address_of(self.path).folder()

@@ -21,9 +21,13 @@ from custody_app.domain.errors import LedgerError, PolicyError
 from custody_app.domain.timeutil import Clock
 from custody_app.interfaces.tui.access import LedgerAccess
 from screens import SCREEN_CLASSES, SCREENS
+from store.address import address_of
 
 # How long the app waits after a file change before refreshing (changes come in bursts).
 SETTLE_S = 0.15
+# How often the app reads the head of a ledger whose changes no local file shows (on a
+# server), until it listens for them instead.
+POLL_S = 1.0
 
 
 class LedgerFilesChanged(Message):
@@ -129,6 +133,8 @@ class CustodyApp(App[None]):
         self.switch_mode("beliefs")
         if self.live:
             self._start_observer()
+            if not self.access.ledger_files_watched:
+                self.set_interval(POLL_S, self.check_head)
 
     def _start_observer(self) -> None:
         files = self.access.watched_files
@@ -149,7 +155,7 @@ class CustodyApp(App[None]):
 
     def _show_policy(self) -> None:
         # The count waiting for review comes first: a narrow header cuts its end, never it.
-        name = Path(self.access.path).name
+        name = address_of(self.access.path).name
         waiting = "" if self.waiting is None else f"{self.waiting:,} waiting for review · "
         self.sub_title = (f"{waiting}{name} · {self.access.reviewer} · "
                           f"policy {self.access.policy.hash[:12]}")
