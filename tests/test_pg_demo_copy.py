@@ -74,7 +74,8 @@ def test_the_terminal_app_opens_on_the_server_copy_in_tmux(demo: Path, pg_url: s
         beliefs = wait_for("acct:1042")  # the demo's customer, on the Beliefs screen
         assert "password" not in beliefs
         subprocess.run([*base, "send-keys", "-t", "pg", "2"], check=True, timeout=30)
-        wait_for("Review")
+        review = wait_for("why it waits")  # the Review screen's queue
+        assert "waiting for review" in review
         subprocess.run([*base, "send-keys", "-t", "pg", "C-q"], check=True, timeout=30)
     finally:
         subprocess.run([*base, "kill-server"], capture_output=True, timeout=30)

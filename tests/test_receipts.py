@@ -47,8 +47,10 @@ def receipt(key: bytes = KEY, **over: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def make_env(make_env: Any) -> Any:
-    """Receipts below are signed for the ledger the test made last (tests/audience.py)."""
+def make_env(make_env: Any, backend: str) -> Any:
+    """Receipts below are signed for the ledger the test made last (tests/audience.py).
+    (`backend` is named so the contract suite runs these on both backends: this fixture hides
+    conftest's, whose parametrized closure pytest would not see.)"""
     return recording(make_env)
 
 

@@ -67,7 +67,7 @@ def flush_queued(conn: Any) -> None:
     """Send the writes `later` queued now, in one pipelined round trip (none queued: none)."""
     cursor = conn.cursor()
     if isinstance(cursor, LedgerCursor):
-        cursor._flush()
+        cursor.send_queued()
 
 
 def forget_queued(conn: Any) -> None:
@@ -115,7 +115,7 @@ class LedgerCursor(psycopg.Cursor[Any]):
                 cache.wrote(text, params)
         return self
 
-    def _flush(self) -> None:
+    def send_queued(self) -> None:
         """Send the queued writes now (before a statement that cannot go with them)."""
         queued = getattr(self.connection, "queued", None)
         if queued:
@@ -129,7 +129,7 @@ class LedgerCursor(psycopg.Cursor[Any]):
 
     def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
         self._cached = None
-        self._flush()
+        self.send_queued()
         cache = self._cache()
         if cache is not None and cache.active:
             cache.wrote(query if isinstance(query, str) else query.as_string(self.connection),
@@ -140,7 +140,7 @@ class LedgerCursor(psycopg.Cursor[Any]):
             raise translated(exc) from exc
 
     def copy(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
-        self._flush()
+        self.send_queued()
         cache = self._cache()
         if cache is not None and cache.active:
             cache.wrote(statement if isinstance(statement, str)
