@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.test_batch_cli import cli
+from tests.test_tui_tmux_walk import Terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,31 +50,16 @@ def test_the_demo_goes_to_the_server_and_back_and_verifies_with_its_key_on_both(
 def test_the_terminal_app_opens_on_the_server_copy_in_tmux(demo: Path, pg_url: str) -> None:
     done = cli("copy", demo, pg_url)
     assert done.returncode == 0, done.stdout + done.stderr
-    socket = f"custody-pg-{os.getpid()}"
-    base = ["tmux", "-L", socket]
     env = (f"env -u COLUMNS -u LINES -u CUSTODY_LEDGER -u CUSTODY_POLICY PYTHONPATH={ROOT} "
            f"XDG_DATA_HOME={os.environ['XDG_DATA_HOME']}")
     command = f"{env} {sys.executable} -m custody_app '{pg_url}' --reviewer user:dana; sleep 30"
-    subprocess.run([*base, "-f", "/dev/null", "new-session", "-d", "-s", "pg", "-x", "80",
-                    "-y", "24", command], check=True, timeout=30)
-
-    def wait_for(text: str, seconds: float = 60) -> str:
-        deadline = time.monotonic() + seconds
-        shown = ""
-        while time.monotonic() < deadline:
-            shown = subprocess.run([*base, "capture-pane", "-p", "-t", "pg"], capture_output=True,
-                                   text=True, timeout=30).stdout
-            if text in shown:
-                return shown
-            time.sleep(0.2)
-        raise AssertionError(f"waited {seconds} s for {text!r}; the pane shows:\n{shown}")
-
+    term = Terminal(f"custody-pg-{os.getpid()}", command)
     try:
-        beliefs = wait_for("acct:1042")  # the demo's customer, on the Beliefs screen
+        beliefs = term.wait_for("acct:1042")  # the demo's customer, on the Beliefs screen
         assert "password" not in beliefs
-        subprocess.run([*base, "send-keys", "-t", "pg", "2"], check=True, timeout=30)
-        review = wait_for("why it waits")  # the Review screen's queue
+        term.keys("review", "2")
+        review = term.wait_for("why it waits")  # the Review screen's queue
         assert "waiting for review" in review
-        subprocess.run([*base, "send-keys", "-t", "pg", "C-q"], check=True, timeout=30)
+        term.keys("quit", "C-q")
     finally:
-        subprocess.run([*base, "kill-server"], capture_output=True, timeout=30)
+        term.close()
