@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -175,3 +177,42 @@ def vec_row(fact_seq: int, cell: int, vector: bytes, status: str, space: str,
     """The vector table's row of a fact."""
     return (fact_seq, cell, vector, status, filter_code("space", space),
             filter_code("subject", subject_ref))
+
+
+def text_row(row: Sequence[Any]) -> TextRow:
+    """A sealed-text row (fact id, subject ref, sealed, salt) as every backend hands it up."""
+    sealed = row[2]
+    return (str(row[0]), str(row[1]), sealed if sealed is None or type(sealed) is bytes
+            else bytes(sealed), None if row[3] is None else str(row[3]))
+
+
+def mark_row(found: Sequence[Any]) -> MarkRow:
+    """A key store's mark row (n, seq, head, at, accepted, mac) as every backend hands it up."""
+    n, seq, head, at, accepted, mac = found
+    return (int(n), int(seq), str(head), str(at), bool(accepted), None if mac is None else str(mac))
+
+
+class MarkReads:
+    """What a key store derives from its marks and meta, the same on every backend (mixed into
+    each backend's KeyStoreFile, which provides `marks` and `meta`)."""
+
+    def marks(self) -> Iterator[MarkRow]:
+        raise NotImplementedError
+
+    def meta(self, name: str) -> bytes | None:
+        raise NotImplementedError
+
+    def high_water(self) -> tuple[int, str, str, bool] | None:
+        """(seq, head hash, at, accepted) of the newest mark row, trusted or not (the key ring
+        decides which row is trusted)."""
+        for row in self.marks():
+            return row[1], row[2], row[3], row[4]
+        return None
+
+    def legacy_marks_upto(self) -> int:
+        """Rows up to this number were written before marks had a MAC."""
+        value = self.meta("marks_legacy_upto")
+        try:
+            return int(value or b"0")
+        except ValueError:
+            return 0

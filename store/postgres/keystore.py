@@ -18,7 +18,7 @@ from psycopg import errors, sql
 from store.errors import StoreBusy, StoreError, StoreFull, StoreIntegrityError
 from store.postgres import tables
 from store.postgres.keystore_schema import ensure
-from store.rows import MarkRow
+from store.rows import MarkReads, MarkRow, mark_row
 
 DEFAULT_SCHEMA = "custody"
 KEYS_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
@@ -94,11 +94,7 @@ ENABLED_TRIGGERS = ("SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid 
                     "WHERE n.nspname = %s AND NOT t.tgisinternal AND t.tgenabled IN ('O', 'A')")
 
 
-def _mark_row(found: Any) -> MarkRow:
-    n, seq, head, at, accepted, mac = found
-    return (int(n), int(seq), str(head), str(at), bool(accepted), None if mac is None else str(mac))
-
-class KeyStoreFile:
+class KeyStoreFile(MarkReads):
     """Rows of the key store. It knows nothing of cryptography: keys arrive already wrapped."""
 
     def __init__(self, conn: psycopg.Connection[Any], path: str, schema: str) -> None:
@@ -272,12 +268,12 @@ class KeyStoreFile:
     def newest_mark(self) -> MarkRow | None:
         """The mark row with the highest number, trusted or not (one row read)."""
         found = self._run(NEWEST_MARK).fetchone()
-        return None if found is None else _mark_row(found)
+        return None if found is None else mark_row(found)
 
     def mark(self, n: int) -> MarkRow | None:
         """The mark row numbered `n`, trusted or not, if the key store still holds it."""
         found = self._run(MARK_BY_N, (n,)).fetchone()
-        return None if found is None else _mark_row(found)
+        return None if found is None else mark_row(found)
 
     def marks(self) -> Iterator[MarkRow]:
         """Every mark row, newest first (a page of 64 a statement)."""
@@ -290,21 +286,6 @@ class KeyStoreFile:
             if len(page) < 64:
                 return
             below = int(page[-1][0])
-
-    def high_water(self) -> tuple[int, str, str, bool] | None:
-        """(seq, head hash, at, accepted) of the newest mark row, trusted or not (the key ring
-        decides which row is trusted)."""
-        for row in self.marks():
-            return row[1], row[2], row[3], row[4]
-        return None
-
-    def legacy_marks_upto(self) -> int:
-        """Rows up to this number were written before marks had a MAC."""
-        value = self.meta("marks_legacy_upto")
-        try:
-            return int(value or b"0")
-        except ValueError:
-            return 0
 
     # ---- whole tables (custody-app copy: store.postgres.tables) ----------------------------
     def columns(self, table: str) -> list[str]:

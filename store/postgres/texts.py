@@ -3,7 +3,7 @@ fills it. Mirrors store.sqlite.texts call for call and row for row."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -11,7 +11,7 @@ from psycopg import sql
 
 from store.errors import StoreIntegrityError
 from store.postgres.bulk import no_limit
-from store.rows import TextRow
+from store.rows import TextRow, text_row
 
 # Written here: event_texts. Only erasure changes a row (sealed and salt to NULL), as the
 # SQLite triggers say; each refusal is events.DDL's `custody_refuse` (SQLSTATE 23000, an
@@ -79,11 +79,6 @@ WITH_TEXT = ("SELECT seq, kind, fact_id, subject, body FROM events WHERE seq > %
              "('assert', 'retract', 'confirm', 'reject', 'hold', 'release') ORDER BY seq LIMIT %s")
 
 
-def _text_row(row: Sequence[Any]) -> TextRow:
-    sealed = row[2]
-    return (str(row[0]), str(row[1]), sealed if sealed is None or type(sealed) is bytes
-            else bytes(sealed), None if row[3] is None else str(row[3]))
-
 
 class TextStore:
     """Sealed free text, one row per event; the schema's triggers allow only erasure."""
@@ -104,7 +99,7 @@ class TextStore:
     def get(self, seq: int) -> TextRow | None:
         """(fact_id, subject_ref, sealed, salt) of an event's sealed text, or None."""
         row = self._conn.execute(GET, (seq,)).fetchone()
-        return None if row is None else _text_row(row)
+        return None if row is None else text_row(row)
 
     def iter_all(self, batch: int = 5000) -> Iterator[tuple[int, TextRow]]:
         """(seq, the row as `get` gives it) of every row in seq order: what verify merges with
@@ -112,7 +107,7 @@ class TextStore:
         rows = self._conn.execute(FIRST_PAGE, (no_limit(batch),)).fetchall()
         while rows:
             for r in rows:
-                yield int(r[0]), _text_row(r[1:])
+                yield int(r[0]), text_row(r[1:])
             rows = self._conn.execute(NEXT_PAGE, (rows[-1][0], no_limit(batch))).fetchall()
 
     def of_fact(self, fact_id: str) -> list[tuple[int, bytes | None]]:

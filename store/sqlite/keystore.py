@@ -13,7 +13,7 @@ import apsw
 import apsw.bestpractice
 
 from store.errors import LedgerTooNew, NotALedger, StoreBusy, StoreError, StoreFull
-from store.rows import MarkRow
+from store.rows import MarkReads, MarkRow, mark_row
 from store.sqlite import tables
 
 KEYSTORE_APPLICATION_ID = 0x4355534B  # 'CUSK'
@@ -138,7 +138,7 @@ KeyRow = tuple[int, bytes | None, str, str | None]
 _KEYS_FULL = "the disk is full: the key store write was rolled back"
 
 
-class KeyStoreFile:
+class KeyStoreFile(MarkReads):
     """Rows of the key store. It knows nothing of cryptography: keys arrive already wrapped."""
 
     def __init__(self, conn: apsw.Connection, path: str) -> None:
@@ -233,18 +233,12 @@ class KeyStoreFile:
     def newest_mark(self) -> MarkRow | None:
         """The mark row with the highest number, trusted or not (one row read)."""
         found = self.conn.execute(NEWEST_MARK).fetchone()
-        return None if found is None else self._mark_row(found)
+        return None if found is None else mark_row(found)
 
     def mark(self, n: int) -> MarkRow | None:
         """The mark row numbered `n`, trusted or not, if the key store still holds it."""
         found = self.conn.execute(MARK_BY_N, (n,)).fetchone()
-        return None if found is None else self._mark_row(found)
-
-    @staticmethod
-    def _mark_row(found: tuple[object, ...]) -> MarkRow:
-        n, seq, head, at, accepted, mac = found
-        return (int(cast(int, n)), int(cast(int, seq)), str(head), str(at), bool(accepted),
-                None if mac is None else str(mac))
+        return None if found is None else mark_row(found)
 
     def missing_triggers(self) -> list[str]:
         """The write-once triggers this key store should have and lacks (or has altered):
@@ -264,21 +258,6 @@ class KeyStoreFile:
             if len(page) < 64:
                 return
             below = int(cast(int, page[-1][0]))
-
-    def high_water(self) -> tuple[int, str, str, bool] | None:
-        """(seq, head hash, at, accepted) of the newest mark row, trusted or not (the key ring
-        decides which row is trusted)."""
-        for row in self.marks():
-            return row[1], row[2], row[3], row[4]
-        return None
-
-    def legacy_marks_upto(self) -> int:
-        """Rows up to this number were written before marks had a MAC."""
-        value = self.meta("marks_legacy_upto")
-        try:
-            return int(value or b"0")
-        except ValueError:
-            return 0
 
     # ---- whole tables (custody-app copy: store.sqlite.tables) ------------------------------
     def columns(self, table: str) -> list[str]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator
 
 import apsw
 
 from store.errors import StoreIntegrityError
-from store.rows import TextRow
+from store.rows import TextRow, text_row
 from store.sqlite.schema import EVENTS_UPDATE_TRIGGER
 
 INSERT = "INSERT INTO event_texts(seq, fact_id, subject_ref, sealed, salt) VALUES (?, ?, ?, ?, ?)"
@@ -39,11 +38,6 @@ WITH_TEXT = ("SELECT seq, kind, fact_id, subject, body FROM events WHERE seq > ?
 
 
 
-def _text_row(row: Sequence[Any]) -> TextRow:
-    sealed = row[2]
-    return (str(row[0]), str(row[1]), sealed if sealed is None or type(sealed) is bytes
-            else bytes(sealed), None if row[3] is None else str(row[3]))
-
 
 class TextStore:
     """Sealed free text, one row per event; the schema's triggers allow only erasure."""
@@ -61,7 +55,7 @@ class TextStore:
     def get(self, seq: int) -> TextRow | None:
         """(fact_id, subject_ref, sealed, salt) of an event's sealed text, or None."""
         row = self._conn.execute(GET, (seq,)).fetchone()
-        return None if row is None else _text_row(row)
+        return None if row is None else text_row(row)
 
     def iter_all(self, batch: int = 5000) -> Iterator[tuple[int, TextRow]]:
         """(seq, the row as `get` gives it) of every row in seq order: what verify merges with
@@ -69,7 +63,7 @@ class TextStore:
         rows = self._conn.execute(FIRST_PAGE, (batch,)).fetchall()
         while rows:
             for r in rows:
-                yield int(r[0]), _text_row(r[1:])  # type: ignore[arg-type]
+                yield int(r[0]), text_row(r[1:])  # type: ignore[arg-type]
             rows = self._conn.execute(NEXT_PAGE, (rows[-1][0], batch)).fetchall()
 
     def of_fact(self, fact_id: str) -> list[tuple[int, bytes | None]]:
