@@ -46,6 +46,19 @@ def open_ledger(address: str | Path, *, readonly: bool = False, immutable: bool 
     return open_server_ledger(str(address), readonly=readonly, immutable=immutable, create=create)
 
 
+def listen(address: str | Path) -> Any | None:
+    """A feed of the ledger's changes committed by any process on any host
+    (store.port.ChangeFeedPort: store.postgres.changes.ChangeFeed, a connection listening
+    to the ledger's channel) for a server ledger; None for a file ledger, whose changes its
+    own files show (store.address.LedgerAddress.watched_files). A server that cannot be
+    reached is a StoreError `postgres_unreachable`."""
+    if not is_server_address(address):
+        return None
+    with _server_client():
+        from store.postgres.changes import listen as listen_on_server
+    return listen_on_server(str(address))
+
+
 def server_health(address: str) -> Any:
     """What `doctor` reports for a ledger on a server (store.postgres.health.ServerHealth: the
     server and pgvector versions, the schema version, the append-only triggers, the role's
@@ -68,7 +81,7 @@ def _server_client() -> Iterator[None]:
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "FactStore", "KeyStoreFile", "LedgerFile", "LedgerTooNew",
            "ManyPlan", "NotALedger", "StoreBusy", "StoreError", "db_page", "file_size", "health",
-           "is_server_address", "keystore_exists", "ledger_exists", "occupied", "open_keystore",
+           "is_server_address", "keystore_exists", "ledger_exists", "listen", "occupied", "open_keystore",
            "open_ledger", "server_health", "wal_page", "wal_path"]
 
 

@@ -442,6 +442,18 @@ class KeyStorePort(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class ChangeFeedPort(Protocol):
+    """The changes of a server ledger as they commit, from any host (store.listen; only the
+    PostgreSQL backend has one: a file ledger's changes show in its own files)."""
+
+    channel: str
+
+    def fileno(self) -> int: ...
+    def wait(self, timeout: float) -> int | None: ...
+    def close(self) -> None: ...
+
+
 # Each port and the class name both backends give it (store.<backend>.<module>.<class>).
 PORTS: dict[type[Any], tuple[str, str]] = {
     LedgerPort: ("connection", "LedgerFile"),

@@ -73,6 +73,28 @@ def run_migration_1(conn: psycopg.Connection[Any]) -> None:
             conn.execute(statement)
 
 
+# Migration 2 (issue 34, live refresh): every statement that appends events notifies the
+# ledger's channel (store.postgres.changes) with the new head's seq, inside the writer's
+# transaction, so a listener on another host hears it only once it commits, and at no
+# round trip of the writer's own. A statement trigger with a transition table: one
+# notification for a batch or a COPY of any size, not one per row.
+NOTIFY_DDL: tuple[str, ...] = (
+    """CREATE FUNCTION custody_notify_head() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(left(TG_TABLE_SCHEMA, 55) || '_changes',
+                      (SELECT max(seq) FROM appended)::text);
+    RETURN NULL;
+END $$""",
+    """CREATE TRIGGER events_notify AFTER INSERT ON events
+REFERENCING NEW TABLE AS appended FOR EACH STATEMENT EXECUTE FUNCTION custody_notify_head()""",
+)
+
+
+def run_migration_2(conn: psycopg.Connection[Any]) -> None:
+    for statement in NOTIFY_DDL:
+        conn.execute(statement)
+
+
 # Index i holds the step that upgrades version i to i+1 (run inside one transaction).
-MIGRATIONS = (run_migration_1,)
+MIGRATIONS = (run_migration_1, run_migration_2)
 SCHEMA_VERSION = len(MIGRATIONS)

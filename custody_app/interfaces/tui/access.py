@@ -14,6 +14,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import ACTOR_KINDS
 from custody_app.domain.policy import LoadedPolicy, load_policy
 from custody_app.domain.timeutil import Clock
+from custody_app.ledger.changes import LedgerChanges
 from custody_app.ledger.facade import Ledger
 from store.address import address_of
 
@@ -107,8 +108,15 @@ class LedgerAccess:
 
     @property
     def ledger_files_watched(self) -> bool:
-        """Whether a local file shows the ledger's changes (false on a server: it is polled)."""
+        """Whether a local file shows the ledger's changes (false on a server: the app listens
+        for them, and polls while it cannot)."""
         return bool(address_of(self.path).watched_files())
+
+    def listen(self) -> LedgerChanges | None:
+        """A listener to the ledger's changes committed by any process on any host (a server
+        ledger's notifications); None when its files show them. LedgerError when the server
+        cannot be reached."""
+        return LedgerChanges.open(self.path)
 
     @property
     def folder(self) -> Path:

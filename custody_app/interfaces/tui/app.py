@@ -1,9 +1,12 @@
-"""The Textual terminal app: screens as modes, live refresh from a watchdog observer, and the
-`make_app` factory the CLI and the tests use. The only custody_app module that imports textual."""
+"""The Textual terminal app: screens as modes, live refresh (a watchdog observer on a file
+ledger's files; on a server ledger, the server's notifications, and a slow poll while they
+cannot be heard), and the `make_app` factory the CLI and the tests use. The only custody_app
+module that imports textual."""
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -26,8 +29,12 @@ from store.address import address_of
 # How long the app waits after a file change before refreshing (changes come in bursts).
 SETTLE_S = 0.15
 # How often the app reads the head of a ledger whose changes no local file shows (on a
-# server), until it listens for them instead.
-POLL_S = 1.0
+# server) while it cannot listen for them (the listening connection dropped or was refused),
+# and how often it tries to listen again meanwhile. While it listens, it does not poll.
+POLL_S = 5.0
+# How long one wait for a notification lasts: the listener checks between waits whether the
+# app is closing.
+LISTEN_WAIT_S = 0.25
 
 
 class LedgerFilesChanged(Message):
@@ -44,6 +51,23 @@ class HeadMoved(Message):
     def __init__(self, seq: int) -> None:
         super().__init__()
         self.seq = seq
+
+
+class ChangeNotified(Message):
+    """The server notified a commit by some process on some host (head `seq`; 0: unknown)."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__()
+        self.seq = seq
+
+
+class Listening(Message):
+    """The listener to the server's notifications is connected (`why` None) or lost (`why`
+    says why: the app polls meanwhile)."""
+
+    def __init__(self, why: str | None) -> None:
+        super().__init__()
+        self.why = why
 
 
 class WaitingCounted(Message):
@@ -80,6 +104,45 @@ class _Watcher(FileSystemEventHandler):
             self.app.post_message(LedgerFilesChanged(policy=self.policy_file in hit))
 
 
+class _Listener(threading.Thread):
+    """Hears a server ledger's commits (any process, any host) and tells the app of each; while
+    the listening connection cannot be made or is lost, says so and tries again every POLL_S
+    seconds (the app polls meanwhile). A thread of its own, like the file observer: it runs
+    as long as the app, so no worker waits on it."""
+
+    def __init__(self, app: CustodyApp) -> None:
+        super().__init__(name="custody-listener", daemon=True)
+        self.app = app
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        lost: str | None = None
+        while not self.stopping.is_set():
+            try:
+                changes = self.app.access.listen()
+            except LedgerError as exc:
+                if exc.message != lost:
+                    lost = exc.message
+                    self.app.post_message(Listening(exc.message))
+                self.stopping.wait(POLL_S)
+                continue
+            if changes is None:
+                return
+            lost = None
+            self.app.post_message(Listening(None))
+            try:
+                while not self.stopping.is_set():
+                    seq = changes.wait(LISTEN_WAIT_S)
+                    if seq is not None:
+                        self.app.post_message(ChangeNotified(seq))
+            except LedgerError as exc:
+                lost = exc.message
+                self.app.post_message(Listening(exc.message))
+                self.stopping.wait(POLL_S)
+            finally:
+                changes.close()
+
+
 class CustodyApp(App[None]):
     """custody-app: browse beliefs through time, review quarantine, holds, sweeps, integrity."""
 
@@ -110,6 +173,12 @@ class CustodyApp(App[None]):
         self._observer: Any = None
         self._settle: Any = None
         self._policy_dirty = False
+        # On a server ledger: whether the app hears its changes (None: not tried yet), the
+        # slow poll running while it does not, and how many notifications it took.
+        self.listening: bool | None = None
+        self.notifications = 0
+        self._poll: Any = None
+        self._listener: _Listener | None = None
         self.screen_names = list(SCREENS)
         for name, factory in SCREENS.items():
             self.add_mode(name, _bind(factory, access))
@@ -134,7 +203,8 @@ class CustodyApp(App[None]):
         if self.live:
             self._start_observer()
             if not self.access.ledger_files_watched:
-                self.set_interval(POLL_S, self.check_head)
+                self._listener = _Listener(self)
+                self._listener.start()
 
     def _start_observer(self) -> None:
         files = self.access.watched_files
@@ -149,6 +219,9 @@ class CustodyApp(App[None]):
         self._observer = observer
 
     def on_unmount(self) -> None:
+        if self._listener is not None:
+            self._listener.stopping.set()
+            self._listener.join(timeout=2)
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout=2)
@@ -157,6 +230,8 @@ class CustodyApp(App[None]):
         # The count waiting for review comes first: a narrow header cuts its end, never it.
         name = address_of(self.access.path).name
         waiting = "" if self.waiting is None else f"{self.waiting:,} waiting for review · "
+        if self.listening is False:
+            waiting += f"not live: polling every {POLL_S:g} s · "
         self.sub_title = (f"{waiting}{name} · {self.access.reviewer} · "
                           f"policy {self.access.policy.hash[:12]}")
 
@@ -207,6 +282,32 @@ class CustodyApp(App[None]):
             self.head_seq = message.seq
             self.refresh_screen()
             self.count_waiting()
+
+    def on_listening(self, message: Listening) -> None:
+        was = self.listening
+        self.listening = message.why is None
+        if self.listening:
+            if self._poll is not None:
+                self._poll.stop()
+                self._poll = None
+            if was is False:
+                self.notify("Live refresh is back: the server's notifications are heard again",
+                            title="Live refresh")
+        else:
+            if self._poll is None:
+                self._poll = self.set_interval(POLL_S, self.check_head)
+            self.notify(f"Live refresh lost ({message.why}); reading the ledger every "
+                        f"{POLL_S:g} s until the server can be heard again",
+                        title="Live refresh", severity="warning", timeout=10)
+        self._show_policy()
+        # What committed while the app was not listening (or before it first listened).
+        self.check_head()
+
+    def on_change_notified(self, message: ChangeNotified) -> None:
+        # The head is read, not taken from the payload: anyone who may connect can NOTIFY
+        # the channel, and a forged seq must not make the app skip the real ones.
+        self.notifications += 1
+        self.check_head()
 
     def refresh_screen(self) -> None:
         """Reload what the open screen (and the screen under a dialog) shows."""
