@@ -120,6 +120,13 @@ class LedgerAddress:
         database = unquote(urlsplit(self.text).path.lstrip("/")) or "postgres"
         return f"{database}/{self.schema}"
 
+    def host_mark_file(self) -> Path | None:
+        """This host's own copy of the ledger's high-water mark, kept outside the database, for
+        a ledger whose key store (and its marks) a restore of the ledger restores with it: a
+        server ledger's (`ledger.seen` in its local folder). None for a file ledger, whose key
+        store is a file of its own."""
+        return self.sibling(".seen") if self.server else None
+
     def own_file(self) -> str | None:
         """The ledger's own file (None for a server ledger, which has none)."""
         return None if self.server else self.text

@@ -20,7 +20,8 @@ from custody_app.core import batch, rebuild, sessions, texts
 from custody_app.core.faults import crash_point
 from custody_app.core.policy_in_force import recorded_policy
 from custody_app.core.projector import apply_event
-from custody_app.core.rollback import check_high_water, note_mark
+from custody_app.core import host_mark
+from custody_app.core.rollback import check_high_water, genesis_of, note_mark
 from custody_app.domain.chain import GENESIS, canonical, event_hash
 from custody_app.domain.commands import refusal
 from custody_app.domain.errors import LedgerError
@@ -87,6 +88,10 @@ class LedgerCore:
         # The writer keys this process holds, by the actor each is registered for (see
         # hold_writer_key): every event written as one of them is signed with it.
         self.signers: dict[str, WriterKey] = {}
+        # A server ledger's address when this host keeps its own high-water mark for it
+        # (core.host_mark), raised after each write that moved the head; its genesis hash.
+        self.host_address: str | None = None
+        self._genesis: str | None = None
         # An agent process's one identity (`serve --agent`, `--batch --agent`), fixed when it
         # starts; None: the local operator (CLI, terminal app, operator batch, Python API).
         self.agent: str | None = None
@@ -171,7 +176,12 @@ class LedgerCore:
                 raise mismatch  # reads go on, so verify can name it
             if keys is not None:
                 check_high_water(db, keys, db.path, readonly=readonly)
+                # The newest head this host saw, kept outside a server's database: a restore
+                # of the database (marks and all) is refused here.
+                host_mark.check(db, keys, str(path), readonly=readonly)
             ledger = cls(db, loaded, clock, keys=keys, readonly=readonly, id_seed=id_seed)
+            if host_mark.host_mark_file(str(path)) is not None:
+                ledger.host_address = str(path)
             ledger.policy_refusal = refusal
         except BaseException as exc:
             if keys is not None:
@@ -278,10 +288,20 @@ class LedgerCore:
                 # trip before the transaction or after it (a server counts each one).
                 if self._head != start:
                     self.keys.record_mark(self._head)
+            if outermost and self.host_address is not None and self.keys is not None and \
+                    self._head != start:
+                self._raise_host_mark()
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         if outermost:
             self.index.after_commit()
+
+    def _raise_host_mark(self) -> None:
+        """This host saw the head its write committed (core.host_mark)."""
+        assert self.host_address is not None and self.keys is not None
+        if self._genesis is None:
+            self._genesis = genesis_of(self.db)  # once: the first event never changes
+        host_mark.raise_to(self.host_address, self.keys, self._genesis, self._head)
 
     @property
     def head(self) -> tuple[int, str, str] | None:

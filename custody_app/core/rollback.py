@@ -42,7 +42,7 @@ def _hashes(row: EventRow) -> set[str]:
     return {row.hash, event_hash(row.prev_hash, row.body)}
 
 
-def _computed(row: EventRow, *, legacy: bool) -> str:
+def computed_hash(row: EventRow, *, legacy: bool) -> str:
     """The hash the event's body and link give. A body the free-text upgrade rewrote cannot
     give it back without its sealed text; only a mark from before authenticated marks can
     name such an event (later marks name events after the upgrade), and there the stored
@@ -157,7 +157,7 @@ def _check_ledger_mark(db: LedgerFile, keys: KeyRing, path: str, row: MarkRow | 
         # The hash the event's own body and link give, not only the column (which anyone
         # can set): an old copy with events appended by hand cannot match it.
         at_mark = db.events.get(mark[0])
-        computed = None if at_mark is None else _computed(at_mark, legacy=row[5] is None)
+        computed = None if at_mark is None else computed_hash(at_mark, legacy=row[5] is None)
         found = "no event" if computed is None else f"the hash {computed[:12]}..."
         if computed == mark[1]:
             return

@@ -186,6 +186,7 @@ class KeyRing:
         self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
         self._seen_version = -1
         self._mark_key = marks.mark_key(master)
+        self._host_mark_key = marks.host_mark_key(master)
         # (key, fingerprint) of the word index key last fingerprinted (see held_index_id).
         self._index_id: tuple[bytes, str] | None = None
         # The genesis hash of the ledger opened with this key store (set by the open's check):
@@ -437,6 +438,11 @@ class KeyRing:
             self.store.add_mark(head[0], head[1], head[2],
                                 lambda row: marks.mark_mac(self._mark_key, row),
                                 accepted=accepted, last=last)
+
+    def host_mark_mac(self, genesis: str, seq: int, head: str, at: str) -> str:
+        """The MAC of a host's own copy of the ledger's high-water mark (kept outside the
+        database: custody_app.core.host_mark), under a key derived from the master key."""
+        return marks.host_mark_mac(self._host_mark_key, genesis, seq, head, at)
 
     def newest_trusted_mark(self) -> MarkRow | None:
         """The newest mark whose MAC holds: the newest row alone when it holds (the usual

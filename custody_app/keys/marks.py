@@ -19,6 +19,16 @@ def mark_key(master: bytes) -> bytes:
     return bytes.fromhex(crypto.keyed_digest(master, "custody", "ledger marks"))
 
 
+def host_mark_key(master: bytes) -> bytes:
+    """The MAC key of a host's own copy of the high-water mark (custody_app.core.host_mark):
+    derived from the master key, apart from the key store's marks' key."""
+    return bytes.fromhex(crypto.keyed_digest(master, "custody", "host marks"))
+
+
+def host_mark_mac(key: bytes, genesis: str, seq: int, head: str, at: str) -> str:
+    return crypto.keyed_digest(key, "host mark", genesis, str(seq), head, at)
+
+
 def mark_mac(key: bytes, row: MarkRow) -> str:
     n, seq, head, at, accepted, _ = row
     return crypto.keyed_digest(key, "mark", str(n), str(seq), head, at, "1" if accepted else "0")
