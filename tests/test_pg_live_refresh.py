@@ -146,6 +146,33 @@ async def test_a_lost_listener_is_said_on_screen_and_what_committed_meanwhile_is
     assert batch.close() == 0
 
 
+async def test_a_forged_notification_costs_a_read_and_hides_no_real_write(
+        pg_url: str, batch: Batch, no_poll: None) -> None:
+    """Any role that may connect can NOTIFY the ledger's channel: the app reads the real head
+    on a notification and never takes the payload's seq, so a forged huge seq neither shows
+    anything nor makes it skip the real writes after it."""
+    import psycopg
+
+    build_story(pg_url)  # type: ignore[arg-type]
+    app = app_on(pg_url, watch=True)  # type: ignore[arg-type]
+    async with app.run_test(size=(180, 40)) as pilot:
+        await idle(pilot)
+        assert await until(pilot, lambda: app.listening is True, seconds=GENEROUS_S)
+        real = app.head_seq
+        heard = app.notifications
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("NOTIFY custody_changes, '999999999'")
+        assert await until(pilot, lambda: app.notifications > heard, seconds=GENEROUS_S)
+        await idle(pilot)
+        assert app.head_seq == real
+        table = app.screen.query_one("#facts", DataTable)
+        result, committed = batch.run(fact("acct:7", "plan", "enterprise", space="org"))
+        await _arrives(pilot, lambda: result["fact_id"] in keys(table), committed,
+                       "a real write after a forged notification")
+        assert app.head_seq == result["seq"]
+    assert batch.close() == 0
+
+
 def test_a_write_notifies_once_committed_and_never_when_rolled_back(pg_url: str) -> None:
     """The notification rides in the writer's transaction: a listener hears the new head's
     seq when it commits, nothing for a write the ledger refused (rolled back)."""
@@ -200,3 +227,41 @@ def test_a_ledger_made_before_notifications_gets_them_at_its_next_read_write_ope
             changes.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         assert conn.execute("SELECT version FROM custody.schema_version").fetchone() == (2,)
+
+
+def test_a_running_mcp_server_follows_another_processs_confirm_and_erasure(
+        pg_url: str) -> None:
+    """`custody-app serve` (a real process) keeps state between requests: the recall index's
+    in-process vector copy and its review queue. Another process's confirm and erasure show
+    on its next read: in recall (the vector copy reloads when the table's version token moved),
+    in memory_pending, and in memory_read."""
+    from tests.mcp_wire import StdioWire
+    from tests.test_pg_surfaces import cli
+
+    def result(reply: dict[str, Any]) -> Any:
+        assert "result" in reply and not reply["result"]["isError"], reply
+        return reply["result"]["structuredContent"]
+
+    assert cli("init", "--ledger", pg_url).returncode == 0
+    server = StdioWire(pg_url)  # type: ignore[arg-type]
+    try:
+        wrote = result(server.call("memory_write", 1, subject="acct:1", predicate="plan",
+                                   value="platinum support tier", cause=CAUSE))
+        assert wrote["status"] == "quarantined"
+        ids = {"k": 5, "strategy": "vector"}
+        before = result(server.call("memory_recall", 2, query="platinum support tier", **ids))
+        assert wrote["fact_id"] not in json.dumps(before)
+        assert wrote["fact_id"] in json.dumps(result(server.call("memory_pending", 3)))
+        done = cli("confirm", wrote["fact_id"], "--ledger", pg_url, "--actor", "user:rev")
+        assert done.returncode == 0, done.stderr
+        after = result(server.call("memory_recall", 4, query="platinum support tier", **ids))
+        assert wrote["fact_id"] in json.dumps(after)
+        assert wrote["fact_id"] not in json.dumps(result(server.call("memory_pending", 5)))
+        done = cli("forget", wrote["fact_id"], "--ledger", pg_url, "--actor", "user:dpo",
+                   "--reason", "subject_request")
+        assert done.returncode in (0, 1), done.stderr  # 1: the server's files stay pending
+        gone = result(server.call("memory_recall", 6, query="platinum support tier", **ids))
+        assert wrote["fact_id"] not in json.dumps(gone)
+        assert result(server.call("memory_read", 7, subject="acct:1"))["facts"] == []
+    finally:
+        assert server.close() == 0
