@@ -88,9 +88,13 @@ def test_a_database_restored_from_an_older_dump_is_refused_naming_both_heads(
     done = cli("--batch", "-", "--ledger", pg_url, stdin=ops(fact("acct:3", "plan", "x")))
     assert done.returncode != 0 and "ledger_rolled_back" in done.stdout + done.stderr
     assert head_of(pg_url) == dumped_head
-    # doctor names it.
-    doctor = cli("doctor", "--ledger", pg_url)
-    assert doctor.returncode != 0 and "ledger_rolled_back" in doctor.stdout, doctor.stdout
+    # doctor names it: the integrity line, and the head this host saw.
+    doctor = cli("doctor", "--ledger", pg_url, "--json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert doctor.returncode != 0 and checks["integrity"]["outcome"] == "FAIL"
+    assert "ledger_rolled_back" in checks["integrity"]["detail"], checks["integrity"]
+    assert checks["host-mark"]["outcome"] == "ok"
+    assert f"reach event {seen[0]} ({seen[1][:12]}" in checks["host-mark"]["detail"]
 
 
 def test_a_subject_erased_after_the_dump_stays_unwritable_on_the_host_that_saw_the_erasure(
@@ -151,6 +155,11 @@ def test_a_host_mark_edited_by_hand_is_never_the_bar_and_a_loss_can_be_accepted(
     data = json.loads(kept)
     data["seq"] = 1
     path.write_text(json.dumps(data))
+    doctor = cli("doctor", "--ledger", pg_url, "--json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["host-mark"]["outcome"] == "warn", checks["host-mark"]
+    assert "fails its MAC" in checks["host-mark"]["detail"]
+    assert checks["integrity"]["outcome"] == "ok", checks["integrity"]
     Ledger.open(pg_url).close()
     assert json.loads(path.read_text())["seq"] == json.loads(kept)["seq"]
     # A loss accepted on purpose: once, read-write, naming the mark's seq.

@@ -16,7 +16,7 @@ import fcntl
 import hmac
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,7 @@ from store import LedgerFile
 from store.address import address_of
 
 Head = tuple[int, str, str]
+MacOf = Callable[[str, int, str, str], str]  # (genesis, seq, head, at) -> MAC
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,9 @@ def host_mark_file(address: str) -> Path | None:
     return address_of(address).host_mark_file()
 
 
-def read(path: Path, keys: KeyRing) -> tuple[HostMark | None, str | None]:
-    """(the file's mark when it is trusted, else None; why it is not, when it exists)."""
+def read(path: Path, keys: KeyRing | MacOf) -> tuple[HostMark | None, str | None]:
+    """(the file's mark when it is trusted, else None; why it is not, when it exists).
+    `keys`: the key ring, or the MAC function itself (doctor's, from the master key)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         mark = HostMark(str(data["ledger"]), int(data["seq"]), str(data["head"]),
@@ -55,7 +57,8 @@ def read(path: Path, keys: KeyRing) -> tuple[HostMark | None, str | None]:
         return None, None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return None, f"{path} cannot be read as a host mark ({exc})"
-    expected = keys.host_mark_mac(mark.genesis, mark.seq, mark.head, mark.at)
+    mac_of = keys.host_mark_mac if isinstance(keys, KeyRing) else keys
+    expected = mac_of(mark.genesis, mark.seq, mark.head, mark.at)
     if not hmac.compare_digest(expected, mark.mac):
         return None, (f"{path} fails its MAC under this ledger's master key: it was edited, or "
                       "written under another master key")

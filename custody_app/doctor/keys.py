@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from custody_app.core import host_mark
 from custody_app.doctor.report import DoctorCheck, check, loose_mode
 from custody_app.domain.errors import LedgerError
 from custody_app.keys import crypto, marks
@@ -209,6 +210,28 @@ def _marks(store: health.Inspection | None, keystore: str | Path, master: bytes 
                  "carries a valid MAC under the master key.")
 
 
+def _host_mark(ledger: str, shown: str, master: bytes | None) -> DoctorCheck | None:
+    """This host's own copy of the newest head it saw of a server ledger (core.host_mark):
+    whether it is there and holds its MAC. None for a file ledger (it keeps none)."""
+    path = host_mark.host_mark_file(ledger)
+    if path is None:
+        return None
+    if master is None:
+        return check("host-mark", "warn", f"this host's record of how far {shown} had come "
+                     f"({path}) cannot be checked without the master key.")
+    key = marks.host_mark_key(master)
+    mark, why = host_mark.read(path, lambda *parts: marks.host_mark_mac(key, *parts))
+    if why is not None:
+        return check("host-mark", "warn", f"{why}: it is never trusted as the bar a restored "
+                     "database must pass, and the next open replaces it with the head it sees.")
+    if mark is None:
+        return check("host-mark", "ok", f"this host has not recorded how far {shown} had come "
+                     f"yet ({path} is written at its first open).")
+    return check("host-mark", "ok", f"this host saw {shown} reach event {mark.seq} "
+                 f"({mark.head[:12]}...) at {mark.at} ({path}): a database restored from before "
+                 "that is refused at open.")
+
+
 def _rotation(store: health.Inspection | None, keystore: str | Path) -> DoctorCheck:
     """A rotate-index-key cut short leaves its intent (the new key) in the key store."""
     if store is not None and store.meta("index_next") is not None:
@@ -228,7 +251,7 @@ def check_keys(ledger: str, keystore: str | Path | None,
     # Named in messages as displayed (a server's address without its password); the key files
     # named after it are the same either way.
     path: Any = address_of(address).display
-    ledger = address_of(ledger).display
+    given, ledger = ledger, address_of(ledger).display
     store = None
     try:
         if (own := address_of(address).own_file()) is None:
@@ -237,9 +260,11 @@ def check_keys(ledger: str, keystore: str | Path | None,
             path = Path(own)
             first, store = _keystore(path)
         master_check, master = _master(path, store)
-        return [first, master_check, _forget(store, path, master),
-                _signing(ledger, store, path, master), _match(ledger, sample, store, path, master),
-                _marks(store, path, master), _rotation(store, path)]
+        lines = [first, master_check, _forget(store, path, master),
+                 _signing(ledger, store, path, master), _match(ledger, sample, store, path, master),
+                 _marks(store, path, master), _rotation(store, path)]
+        seen = _host_mark(given, ledger, master)
+        return lines if seen is None else [*lines, seen]
     except StoreError as exc:
         return [check("key-store", "FAIL", f"{exc} ({exc.code}): the key store is damaged.")]
     finally:
