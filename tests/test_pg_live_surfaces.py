@@ -100,7 +100,7 @@ async def test_the_app_shows_beliefs_and_confirms_a_claim_on_either_backend(
 
 
 async def test_the_app_on_a_server_shows_another_processs_write(pg_url: str) -> None:
-    """No file shows a server ledger's changes: the app polls its head (about once a second)."""
+    """No file shows a server ledger's changes: the app hears them (LISTEN/NOTIFY)."""
     story = build_story(pg_url)  # type: ignore[arg-type]
     app = app_on(pg_url, watch=True)  # type: ignore[arg-type]
     async with app.run_test(size=(160, 40)) as pilot:

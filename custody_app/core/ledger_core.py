@@ -16,11 +16,10 @@ from typing import Any, Self
 
 from pydantic import ValidationError
 
-from custody_app.core import batch, rebuild, sessions, texts
+from custody_app.core import batch, host_mark, rebuild, sessions, texts
 from custody_app.core.faults import crash_point
 from custody_app.core.policy_in_force import recorded_policy
 from custody_app.core.projector import apply_event
-from custody_app.core import host_mark
 from custody_app.core.rollback import check_high_water, genesis_of, note_mark
 from custody_app.domain.chain import GENESIS, canonical, event_hash
 from custody_app.domain.commands import refusal
