@@ -184,3 +184,17 @@ def test_a_file_ledger_keeps_no_host_mark(tmp_path: Path) -> None:
     Ledger.open(tmp_path / "ledger.db").close()
     assert host_mark_file(str(tmp_path / "ledger.db")) is None
     assert not (tmp_path / "xdg-data").exists()
+
+
+def test_a_new_ledger_made_at_the_same_address_is_not_refused(pg_url: str) -> None:
+    """The host's mark is bound to the ledger's first event: a ledger dropped and made anew
+    at the same address (another genesis) is another ledger, not a rolled-back one."""
+    write(pg_url, "acct:1", "basic")
+    write(pg_url, "acct:2", "pro")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for schema in SCHEMAS:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    write(pg_url, "acct:9", "new")  # a new ledger (its own master key file is kept)
+    Ledger.open(pg_url, readonly=True).close()
+    path = host_mark_file(pg_url)
+    assert path is not None and json.loads(path.read_text())["seq"] == head_of(pg_url)[0]

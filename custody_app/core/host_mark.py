@@ -95,13 +95,18 @@ def raise_to(address: str, keys: KeyRing, genesis: str | None, head: Head | None
     path = host_mark_file(address)
     if path is None or head is None or genesis is None:
         return
-    with _locked(path):
-        if not accepted:
-            mark, _ = read(path, keys)
-            if mark is not None and mark.genesis == genesis and mark.seq >= head[0]:
-                return
-        _write(path, HostMark(genesis, head[0], head[1], head[2],
-                              keys.host_mark_mac(genesis, head[0], head[1], head[2])))
+    try:
+        with _locked(path):
+            if not accepted:
+                mark, _ = read(path, keys)
+                if mark is not None and mark.genesis == genesis and mark.seq >= head[0]:
+                    return
+            _write(path, HostMark(genesis, head[0], head[1], head[2],
+                                  keys.host_mark_mac(genesis, head[0], head[1], head[2])))
+    except OSError:
+        # A host whose data folder cannot be written (a read-only home) still works on the
+        # ledger; it only cannot remember how far it had come. doctor says so.
+        return
 
 
 def check(db: LedgerFile, keys: KeyRing, address: str, *, readonly: bool) -> None:

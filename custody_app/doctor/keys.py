@@ -225,6 +225,11 @@ def _host_mark(ledger: str, shown: str, master: bytes | None) -> DoctorCheck | N
         return check("host-mark", "warn", f"{why}: it is never trusted as the bar a restored "
                      "database must pass, and the next open replaces it with the head it sees.")
     if mark is None:
+        folder = next((p for p in (path.parent, *path.parents) if p.exists()), path.parent)
+        if not os.access(folder, os.W_OK):
+            return check("host-mark", "warn", f"this host cannot record how far {shown} had "
+                         f"come: {folder} is not writable, so a database restored from an older "
+                         "dump would not be noticed here.")
         return check("host-mark", "ok", f"this host has not recorded how far {shown} had come "
                      f"yet ({path} is written at its first open).")
     return check("host-mark", "ok", f"this host saw {shown} reach event {mark.seq} "
