@@ -22,7 +22,8 @@ import pytest
 from textual.widgets import DataTable
 
 from custody_app.interfaces.tui import app as app_module
-from tests.test_pg_surfaces import CAUSE, ROOT, _env, fact
+from custody_app.ledger.facade import Ledger
+from tests.test_pg_surfaces import CAUSE, ROOT, _env, fact, ops
 from tests.test_tui_live import until
 from tests.tuikit import app_on, build_story, idle, keys, notes
 
@@ -178,7 +179,6 @@ def test_a_write_notifies_once_committed_and_never_when_rolled_back(pg_url: str)
     seq when it commits, nothing for a write the ledger refused (rolled back)."""
     from custody_app.domain.errors import LedgerError
     from custody_app.ledger.changes import LedgerChanges
-    from custody_app.ledger.facade import Ledger
 
     with Ledger.open(pg_url) as ledger:
         changes = LedgerChanges.open(pg_url)
@@ -209,7 +209,6 @@ def test_a_ledger_made_before_notifications_gets_them_at_its_next_read_write_ope
     import psycopg
 
     from custody_app.ledger.changes import LedgerChanges
-    from custody_app.ledger.facade import Ledger
 
     Ledger.open(pg_url).close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -265,3 +264,45 @@ def test_a_running_mcp_server_follows_another_processs_confirm_and_erasure(
         assert result(server.call("memory_read", 7, subject="acct:1"))["facts"] == []
     finally:
         assert server.close() == 0
+
+
+def test_a_running_mcp_server_never_puts_back_the_policy_another_host_replaced(
+        pg_url: str, tmp_path: Path) -> None:
+    """`serve` without --policy follows the policy the ledger records. Another host adopts a
+    new one: the running server's next write is refused (`policy_changed`, nothing written)
+    instead of recording its older policy over it; restarted, it writes under the new one."""
+    from tests.mcp_wire import StdioWire
+    from tests.test_pg_surfaces import cli
+
+    def head_policy() -> str:
+        with Ledger.open(pg_url, readonly=True) as ledger, ledger.db.read():
+            return str(ledger.db.events.last_policy_hash())
+
+    assert cli("init", "--ledger", pg_url).returncode == 0
+    newer = tmp_path / "newer.toml"
+    newer.write_text((ROOT / "policies" / "default.toml").read_text().replace(
+        'max_receipt_age = "PT1H"', 'max_receipt_age = "PT2H"'))
+    server = StdioWire(pg_url)  # type: ignore[arg-type]
+    try:
+        first = server.call("memory_write", 1, subject="acct:1", predicate="plan",
+                            value="basic", cause=CAUSE)
+        assert not first["result"]["isError"], first
+        adopted = cli("--batch", "-", "--ledger", pg_url, "--policy", str(newer),
+                      stdin=ops(fact("acct:2", "plan", "pro")))
+        assert adopted.returncode == 0, adopted.stderr
+        recorded = head_policy()
+        refused = server.call("memory_write", 2, subject="acct:3", predicate="plan",
+                              value="gold", cause=CAUSE)
+        assert refused["result"]["isError"], refused
+        assert refused["result"]["structuredContent"]["error"]["code"] == "policy_changed"
+        assert head_policy() == recorded
+    finally:
+        assert server.close() == 0
+    again = StdioWire(pg_url)  # type: ignore[arg-type]
+    try:
+        wrote = again.call("memory_write", 3, subject="acct:3", predicate="plan",
+                           value="gold", cause=CAUSE)
+        assert not wrote["result"]["isError"], wrote
+    finally:
+        assert again.close() == 0
+    assert head_policy() == recorded

@@ -90,6 +90,9 @@ class LedgerCore:
         # A server ledger's address when this host keeps its own high-water mark for it
         # (core.host_mark), raised after each write that moved the head; its genesis hash.
         self.host_address: str | None = None
+        # Whether this process took its policy from the ledger's record (none named): then
+        # it never records its own over one another process adopted since (_policy_for_write).
+        self.follows_recorded = False
         self._genesis: str | None = None
         # An agent process's one identity (`serve --agent`, `--batch --agent`), fixed when it
         # starts; None: the local operator (CLI, terminal app, operator batch, Python API).
@@ -182,6 +185,8 @@ class LedgerCore:
             if host_mark.host_mark_file(str(path)) is not None:
                 ledger.host_address = str(path)
             ledger.policy_refusal = refusal
+            # No policy named: this process follows the one the ledger records (DESIGN 14).
+            ledger.follows_recorded = policy is None
         except BaseException as exc:
             if keys is not None:
                 keys.close()
@@ -416,6 +421,17 @@ class LedgerCore:
         if self.policy_refusal is not None:
             raise self.policy_refusal
         if self._recorded_policy != self.policy.hash:
+            if self.follows_recorded and self._recorded_policy is not None:
+                # Another process (another host) adopted a policy since this one opened the
+                # ledger under the one recorded then: writing would put the old one back.
+                raise LedgerError(
+                    "policy_changed",
+                    f"the policy of {self.db.path} changed to {self._recorded_policy[:12]}... "
+                    f"since this process opened it under {self.policy.hash[:12]}... (another "
+                    "process adopted it): this process follows the ledger's policy and does not "
+                    "put its older one back. Restart it to work under the new one, or name a "
+                    "policy with --policy", recorded=self._recorded_policy,
+                    in_force=self.policy.hash)
             self._record_policy(tx_at)
 
     def _record_policy(self, tx_at: str) -> None:
