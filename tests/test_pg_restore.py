@@ -198,3 +198,20 @@ def test_a_new_ledger_made_at_the_same_address_is_not_refused(pg_url: str) -> No
     Ledger.open(pg_url, readonly=True).close()
     path = host_mark_file(pg_url)
     assert path is not None and json.loads(path.read_text())["seq"] == head_of(pg_url)[0]
+
+
+def test_a_read_only_open_checks_the_host_mark_but_writes_no_file(pg_url: str) -> None:
+    """DESIGN 13: a read-only command never writes to any file, this host's mark included."""
+    write(pg_url, "acct:1", "basic")
+    path = host_mark_file(pg_url)
+    assert path is not None and path.is_file()
+    before = path.read_bytes()
+    seen = head_of(pg_url)
+    path.unlink()  # as on a host that never opened this ledger
+    with Ledger.open(pg_url, readonly=True) as ledger:
+        assert ledger.as_of(subject="acct:1").facts
+    assert not path.exists(), "a read-only open wrote this host's mark"
+    with Ledger.open(pg_url) as ledger:  # a read-write open records the head it read
+        assert ledger.as_of(subject="acct:1").facts
+    assert path.is_file() and json.loads(path.read_text())["seq"] == seen[0]
+    assert json.loads(before)["seq"] == seen[0]

@@ -4,7 +4,8 @@ core.rollback's check passes. Each host therefore keeps its own copy of the newe
 has seen, outside the database: `ledger.seen` in the server ledger's local folder
 (store.address.LedgerAddress.host_mark_file), MAC'd under a key derived from the master key
 and bound to the ledger's genesis. It is raised after every write of this host that moved the
-head, and at every open that passed the checks (the newest head this host has read). An open
+head, and at every read-write open that passed the checks (the newest head this host has
+read; a read-only open only checks: it writes no file). An open
 whose head is behind it is refused (`ledger_rolled_back`), one whose event at its seq has
 another hash (`ledger_forked`), naming both heads; `CUSTODY_ACCEPT_ROLLBACK=<its seq>` on a
 read-write open accepts the loss, as for the key store's marks. A file whose MAC fails, or
@@ -110,8 +111,9 @@ def raise_to(address: str, keys: KeyRing, genesis: str | None, head: Head | None
 
 
 def check(db: LedgerFile, keys: KeyRing, address: str, *, readonly: bool) -> None:
-    """Refuse a ledger behind (or forked from) the newest head this host has seen; then raise
-    this host's mark to the ledger's head."""
+    """Refuse a ledger behind (or forked from) the newest head this host has seen; then, on a
+    read-write open, raise this host's mark to the ledger's head (a read-only open writes no
+    file at all, DESIGN 13: it only checks)."""
     path = host_mark_file(address)
     if path is None:
         return
@@ -121,7 +123,8 @@ def check(db: LedgerFile, keys: KeyRing, address: str, *, readonly: bool) -> Non
     accepted = False
     if mark is not None and genesis is not None and mark.genesis == genesis:
         accepted = _compare(db, mark, head, path, address, readonly=readonly)
-    raise_to(address, keys, genesis, head, accepted=accepted)
+    if not readonly:
+        raise_to(address, keys, genesis, head, accepted=accepted)
 
 
 def _compare(db: LedgerFile, mark: HostMark, head: Head | None, path: Path, address: str, *,
