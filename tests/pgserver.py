@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 BIN_ENV = "CUSTODY_TEST_PG_BIN"
 URL_ENV = "CUSTODY_TEST_PG_URL"
@@ -82,6 +82,11 @@ def _copy_install(bin_dir: Path, into: Path) -> Path:
     return target / "pginstall" / "bin"
 
 
+def database_of(url: str) -> str:
+    """The database a URL names (its path; the socket folder in `?host=` has slashes too)."""
+    return unquote(urlsplit(url).path.lstrip("/"))
+
+
 @dataclass
 class Server:
     """A running server (or an existing one named by URL) that hands out fresh databases."""
@@ -110,8 +115,20 @@ class Server:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}')
         return self.url(name)
 
+    def copy_database(self, url: str) -> str:
+        """A new database that is a copy of the one at `url` (no session may be open on it),
+        and its URL (with the same query: the same schema)."""
+        source = database_of(url)
+        name = f"{self.prefix}_{os.getpid()}_{next(self.counter)}"
+        with self.admin() as conn:  # type: ignore[attr-defined]
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
+        query = url.partition("?")[2]
+        target = self.url(name)
+        extra = "&".join(p for p in query.split("&") if p.startswith("schema="))
+        return target + (("&" if "?" in target else "?") + extra if extra else "")
+
     def drop_database(self, url: str) -> None:
-        name = url.rsplit("/", 1)[1].split("?", 1)[0]
+        name = database_of(url)
         with self.admin() as conn:  # type: ignore[attr-defined]
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
