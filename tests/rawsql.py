@@ -18,13 +18,13 @@ from store.address import LedgerAddress
 Statement = str | tuple[str, Sequence[Any]]
 
 
-def _split(statement: Statement) -> tuple[str, Sequence[Any]]:
+def split(statement: Statement) -> tuple[str, Sequence[Any]]:
     return (statement, ()) if isinstance(statement, str) else statement
 
 
 def _server_form(statement: Statement) -> tuple[str, Sequence[Any] | None]:
     """psycopg's placeholders for the shared `?` (the statements carry no literal `?`)."""
-    sql, args = _split(statement)
+    sql, args = split(statement)
     return (sql.replace("?", "%s"), args) if args else (sql, None)
 
 
@@ -63,7 +63,7 @@ def edit(address: Path | str, *statements: Statement, unguarded: bool = False) -
                 con.execute(f'DROP TRIGGER "{name}"')
                 triggers.append(sql)
         for statement in statements:
-            sql, args = _split(statement)
+            sql, args = split(statement)
             con.execute(sql, tuple(args))
         for sql in triggers:
             con.execute(sql)
