@@ -74,7 +74,7 @@ CONTRACT = frozenset({
     "test_lifecycle", "test_bitemporal", "test_retractions", "test_corroboration", "test_blast",
     "test_actions_search", "test_receipts", "test_review_binding", "test_sweep_group",
     "test_browse", "test_evidence", "test_explain_full",
-    "test_verify_derived",
+    "test_verify_derived", "test_sealed_text_verify",
 })
 BACKENDS = ("sqlite", "postgres")
 
