@@ -75,7 +75,7 @@ CONTRACT = frozenset({
     "test_actions_search", "test_receipts", "test_review_binding", "test_sweep_group",
     "test_browse", "test_evidence", "test_explain_full",
     "test_verify_derived", "test_sealed_text_verify",
-    "test_tui_review", "test_tui_review_bulk", "test_tui_review_filter",
+    "test_tui_review", "test_tui_review_bulk", "test_tui_review_filter", "test_erasure",
 })
 BACKENDS = ("sqlite", "postgres")
 
