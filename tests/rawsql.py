@@ -9,13 +9,18 @@ Statements are written once, in the SQL both backends share, with `?` placeholde
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from store.address import LedgerAddress
 
 Statement = str | tuple[str, Sequence[Any]]
+
+
+class Refused(Exception):
+    """The database refused a statement (a trigger or a constraint), on either backend."""
 
 
 def split(statement: Statement) -> tuple[str, Sequence[Any]]:
@@ -83,3 +88,81 @@ def query(address: Path | str, sql: str, args: Sequence[Any] = ()) -> list[tuple
         return [tuple(r) for r in con.execute(sql, tuple(args)).fetchall()]
     finally:
         con.close()
+
+
+class Rows:
+    """What one statement of a `session` returned."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+
+class Session:
+    """A plain connection's statements, each committed on its own (so a refused one leaves the
+    session usable, as a hand-written psql or sqlite3 session is)."""
+
+    def __init__(self, address: Path | str, conn: Any) -> None:
+        self.server = is_server(address)
+        self.conn = conn
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Rows:
+        if self.server:
+            import psycopg
+
+            try:
+                cur = self.conn.execute(*_server_form((sql, args)))
+            except psycopg.DatabaseError as exc:
+                raise Refused(str(exc)) from exc
+            rows = cur.fetchall() if cur.description else []
+            return Rows([tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)
+                         for r in rows])
+        try:
+            return Rows([tuple(r) for r in self.conn.execute(sql, tuple(args)).fetchall()])
+        except sqlite3.IntegrityError as exc:
+            raise Refused(str(exc)) from exc
+
+
+@contextmanager
+def session(address: Path | str, *, unguarded: bool = False) -> Iterator[Session]:
+    """A plain connection to the ledger at `address` (autocommit); `unguarded` as for `edit`,
+    the triggers put back (on a file) when the session ends."""
+    if is_server(address):
+        conn = _server_connection(str(address))
+        try:
+            if unguarded:
+                conn.execute("SET session_replication_role = replica")
+            yield Session(address, conn)
+        finally:
+            conn.close()
+        return
+    con = sqlite3.connect(address, isolation_level=None)
+    triggers: list[str] = []
+    try:
+        if unguarded:
+            for name, sql in con.execute("SELECT name, sql FROM sqlite_master "
+                                         "WHERE type = 'trigger' ORDER BY name").fetchall():
+                con.execute(f'DROP TRIGGER "{name}"')
+                triggers.append(sql)
+        yield Session(address, con)
+    finally:
+        for sql in triggers:
+            con.execute(sql)
+        con.close()
+
+
+def stored(address: Path | str) -> Any:
+    """Everything stored, to compare before and after a refused operation: a file ledger's
+    bytes, its WAL's and its key store's (each empty when absent); every row of a server
+    ledger's schemas (its key store's too)."""
+    if is_server(address):
+        from tests import pgserver
+
+        return pgserver.dump(str(address))
+    return tuple(Path(f"{address}{s}").read_bytes() if Path(f"{address}{s}").exists() else b""
+                 for s in ("", "-wal", ".keys", ".keys-wal"))
