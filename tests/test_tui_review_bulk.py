@@ -6,7 +6,6 @@ A contract module (tests/conftest.py): every test runs on a SQLite file and on a
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
