@@ -49,13 +49,20 @@ def is_server(address: Path | str) -> bool:
 
 
 def edit(address: Path | str, *statements: Statement, unguarded: bool = False) -> None:
-    """Run `statements` on the ledger at `address`, all in one transaction."""
+    """Run `statements` on the ledger at `address`, all in one transaction; `Refused` (and
+    nothing changed) when the database refuses one."""
     if is_server(address):
-        with _server_connection(str(address)) as conn, conn.transaction():
-            if unguarded:
-                conn.execute("SET LOCAL session_replication_role = replica")
-            for statement in statements:
-                conn.execute(*_server_form(statement))
+        import psycopg
+
+        with _server_connection(str(address)) as conn:
+            try:
+                with conn.transaction():
+                    if unguarded:
+                        conn.execute("SET LOCAL session_replication_role = replica")
+                    for statement in statements:
+                        conn.execute(*_server_form(statement))
+            except psycopg.DatabaseError as exc:
+                raise Refused(str(exc)) from exc
         return
     con = sqlite3.connect(address, isolation_level=None)
     try:
@@ -67,9 +74,13 @@ def edit(address: Path | str, *statements: Statement, unguarded: bool = False) -
             for name, sql in rows:
                 con.execute(f'DROP TRIGGER "{name}"')
                 triggers.append(sql)
-        for statement in statements:
-            sql, args = split(statement)
-            con.execute(sql, tuple(args))
+        try:
+            for statement in statements:
+                sql, args = split(statement)
+                con.execute(sql, tuple(args))
+        except sqlite3.IntegrityError as exc:
+            con.execute("ROLLBACK")
+            raise Refused(str(exc)) from exc
         for sql in triggers:
             con.execute(sql)
         con.execute("COMMIT")

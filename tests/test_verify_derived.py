@@ -21,6 +21,7 @@ import pytest
 
 from custody_app.doctor.checks import diagnose
 from custody_app.domain.chain import canonical, event_hash
+from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
 from tests import rawsql
 from tests.conftest import Env, day
@@ -213,6 +214,47 @@ def test_rebuild_reports_an_event_of_unknown_kind(
     with Ledger.open(path, readonly=True) as led:
         result = led.rebuild()
     assert any("unknown kind 'grant_admin'" in d for d in result.differences), result.differences
+
+
+def test_an_edited_projection_is_named_by_verify(base: Base,
+                                                 tampered: Callable[[Edit], Any]) -> None:
+    path = tampered(lambda ids: [("UPDATE facts SET predicate = 'tier' WHERE fact_id = ?",
+                                  (ids["plan"],))])
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid
+
+
+def test_an_event_body_edited_with_the_triggers_bypassed_is_named_by_seq(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """The database itself refuses the edit (its triggers); whoever may bypass them (a file's
+    owner dropping them, a server's superuser or the tables' owner) gets past, and verify
+    names the event."""
+    path = ledger_copy(base[0])
+    edit = "UPDATE events SET body = replace(body, 'agent:support', 'agent:rogue') WHERE seq = 2"
+    with pytest.raises(rawsql.Refused):
+        rawsql.edit(path, edit)
+    rawsql.edit(path, edit, unguarded=True)
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.problem is not None
+    assert report.first_bad_seq == 2, report
+
+
+def test_a_ledger_cut_back_below_its_key_stores_mark_is_refused(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """Events deleted from the end with the triggers bypassed, down past the last one that
+    changed the key store (a restore of an older copy does the same): the key store's
+    authenticated mark is higher than the head, so the open refuses."""
+    path = ledger_copy(base[0])
+    with pytest.raises(rawsql.Refused):
+        rawsql.edit(path, "DELETE FROM events WHERE seq >= 3")
+    rawsql.edit(path, "DELETE FROM event_signatures WHERE seq >= 3",
+                "DELETE FROM event_texts WHERE seq >= 3", "DELETE FROM events WHERE seq >= 3",
+                unguarded=True)
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(path)
+    assert refused.value.code in ("ledger_rolled_back", "ledger_forked"), refused.value
 
 
 def _assert_seq(path: Any, fact_id: str) -> int:
