@@ -18,7 +18,7 @@ from custody_app.keys import crypto
 from custody_app.keys.writer_keys import WriterKey
 from custody_app.ledger.facade import Ledger
 from tests import rawsql
-from tests.conftest import CAUSE, REVIEWER, Env, ledger_bytes
+from tests.conftest import CAUSE, REVIEWER, Env
 from tests.writer_keys import KEY, OTHER_KEY, key_pem, registration, signer
 
 X, Y = "agent:x", "agent:y"
@@ -197,27 +197,28 @@ def test_a_policy_put_to_use_refuses_bearer_keys_system_keys_and_shared_keys(
 
 
 def test_a_ledger_written_under_an_old_bearer_key_policy_still_verifies_and_explains(
-        tmp_path: Path) -> None:
+        tmp_path: Path, ledger_at: Any) -> None:
     """The stored text of an old policy (a sha256 registration) keeps reading: verify passes,
     `why` shows it, and its events (never signed) are not held to a key it never had."""
     old = policy_from_text(f'[provenance]\nwriter_keys = {{"{X}" = "{"ab" * 32}"}}\n',
                            "old.toml", stored=True)
-    with Ledger.open(tmp_path / "old.db", policy=old) as ledger:
+    path = ledger_at("old.db")
+    with Ledger.open(path, policy=old) as ledger:
         fact = ledger.assert_fact("acct:1", "plan", "pro", actor=X, cause=CAUSE,
                                   provenance="claimed").fact_id
-    with Ledger.open(tmp_path / "old.db") as ledger:  # the policy it recorded stays in force
+    with Ledger.open(path) as ledger:  # the policy it recorded stays in force
         assert ledger.verify().valid
         assert ledger.why(fact).policy.hash == old.hash
         # ...for reading: a write under it is refused, saying how to move over (a key pair)
-        before = ledger_bytes(tmp_path / "old.db")
+        before = rawsql.stored(path)
         with pytest.raises(LedgerError) as refused:
             ledger.confirm(fact, actor=REVIEWER)
         assert refused.value.code == "policy_invalid"
         assert "writer-key" in refused.value.message and "--policy" in refused.value.message
-        assert ledger_bytes(tmp_path / "old.db") == before
+        assert rawsql.stored(path) == before
     new = tmp_path / "new.toml"
     new.write_text("")  # the old registration dropped (or replaced by a key pair's line)
-    with Ledger.open(tmp_path / "old.db", policy=new) as ledger:
+    with Ledger.open(path, policy=new) as ledger:
         ledger.confirm(fact, actor=REVIEWER)
         assert ledger.verify().valid
         assert ledger.why(fact).policy.hash == old.hash  # written under the old one
