@@ -76,7 +76,7 @@ CONTRACT = frozenset({
     "test_browse", "test_evidence", "test_explain_full",
     "test_verify_derived", "test_sealed_text_verify",
     "test_tui_review", "test_tui_review_bulk", "test_tui_review_filter", "test_erasure",
-    "test_receipt_binding", "test_writer_signatures",
+    "test_receipt_binding", "test_writer_signatures", "test_erasure_receipts",
 })
 BACKENDS = ("sqlite", "postgres")
 
