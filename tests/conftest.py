@@ -65,35 +65,46 @@ class Env:
 
 
 # --- the contract suite: one source, two backends ---------------------------------------------
-# The tests of these modules that build their ledgers through `env`, `make_env` or `ledger_at` define the
+# The tests of these modules that build their ledgers through `env`, `make_env`, `ledger_at` or
+# `module_ledger_at` (any fixture that asks for `backend`) define the
 # ledger's behaviour: each runs twice, on a SQLite file and on a PostgreSQL server
 # (`[sqlite]`/`[postgres]` in its id). A test of theirs about one backend's own mechanics (bytes
 # in a file, a WAL) is marked `sqlite_only` and runs once.
 CONTRACT = frozenset({
     "test_lifecycle", "test_bitemporal", "test_retractions", "test_corroboration", "test_blast",
     "test_actions_search", "test_receipts", "test_review_binding", "test_sweep_group",
-    "test_browse",
+    "test_browse", "test_evidence", "test_explain_full",
+    "test_verify_derived", "test_sealed_text_verify",
+    "test_tui_review", "test_tui_review_bulk", "test_tui_review_filter", "test_erasure",
+    "test_receipt_binding", "test_writer_signatures", "test_erasure_receipts",
 })
 BACKENDS = ("sqlite", "postgres")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if (metafunc.module.__name__.rsplit(".", 1)[-1] in CONTRACT
-            and {"env", "make_env", "ledger_at"} & set(metafunc.fixturenames)
+            and "backend" in metafunc.fixturenames
             and metafunc.definition.get_closest_marker("sqlite_only") is None):
         metafunc.parametrize("backend", BACKENDS, indirect=True)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def backend(request: pytest.FixtureRequest) -> str:
-    """The backend a contract test runs on (SQLite for every other test)."""
+    """The backend a contract test runs on (SQLite for every other test). Module-scoped, so a
+    ledger a module builds once (`module_ledger_at`) is built once per backend."""
     return str(getattr(request, "param", "sqlite"))
 
 
-@pytest.fixture(autouse=True)
-def _own_data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A server ledger's local key files go to $XDG_DATA_HOME: never the real home's."""
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+@pytest.fixture(scope="module", autouse=True)
+def _own_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A server ledger's local key files go to $XDG_DATA_HOME: never the real home's. One
+    folder per test module (set before the module's own fixtures are built), so a ledger a
+    module builds once keeps its local key files for all of the module's tests; each server
+    ledger has a database of its own, so its files have a folder of their own in it."""
+    folder = tmp_path_factory.mktemp("xdg-data")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_DATA_HOME", str(folder))
+        yield folder
 
 
 @pytest.fixture
@@ -112,6 +123,57 @@ def ledger_at(backend: str, tmp_path: Path,
     yield at
     for url in databases:
         server.drop_database(url)
+
+
+@pytest.fixture(scope="module")
+def module_ledger_at(backend: str, tmp_path_factory: pytest.TempPathFactory,
+                     request: pytest.FixtureRequest) -> Iterator[Callable[[str], Any]]:
+    """`ledger_at` for a ledger a module builds once and its tests share (or copy with
+    `ledger_copy`): a file in a folder of the module's, or a fresh database."""
+    databases: list[str] = []
+    server = request.getfixturevalue("pg_server") if backend == "postgres" else None
+    folder = tmp_path_factory.mktemp("module-ledgers")
+
+    def at(name: str = "ledger.db") -> Any:
+        if server is None:
+            return folder / name
+        databases.append(server.fresh_database())
+        return databases[-1]
+
+    yield at
+    for url in databases:
+        server.drop_database(url)
+
+
+@pytest.fixture
+def ledger_copy(backend: str, tmp_path: Path,
+                request: pytest.FixtureRequest) -> Iterator[Callable[[Any], Any]]:
+    """A copy of a closed ledger, to edit without touching the original: its file and key
+    files into tmp_path, or its database (CREATE DATABASE ... TEMPLATE) and its local key
+    folder on a server."""
+    databases: list[str] = []
+    server = request.getfixturevalue("pg_server") if backend == "postgres" else None
+
+    def copy(address: Any) -> Any:
+        if server is None:
+            target = tmp_path / f"copy-{len(databases)}-{Path(address).name}"
+            for item in Path(address).parent.iterdir():
+                if item.name.startswith(Path(address).name):
+                    shutil.copyfile(item, f"{target}{item.name[len(Path(address).name):]}")
+            databases.append(str(target))
+            return target
+        from store.address import LedgerAddress
+
+        databases.append(server.copy_database(str(address)))
+        source = LedgerAddress(str(address)).sibling("").parent
+        if source.is_dir():
+            shutil.copytree(source, LedgerAddress(databases[-1]).sibling("").parent)
+        return databases[-1]
+
+    yield copy
+    if server is not None:
+        for url in databases:
+            server.drop_database(url)
 
 
 @pytest.fixture
@@ -146,6 +208,30 @@ def fixture_copy(fixture: Path, into: Path) -> Path:
         if item.name.startswith("ledger.db"):
             shutil.copyfile(item, into / item.name)
     return into / "ledger.db"
+
+
+def delete_ledger(address: Any) -> None:
+    """A ledger gone, with every file of its own: a file ledger's database and the files
+    beside it; a server ledger's database (dropped) and its local key folder."""
+    from store.address import address_of
+
+    own = address_of(str(address))
+    if own.server:
+        import psycopg
+
+        from tests.pgserver import database_of
+
+        head, _, query = str(address).partition("?")
+        kept = "&".join(p for p in query.split("&") if p and not p.startswith("schema="))
+        with psycopg.connect(head.rsplit("/", 1)[0] + "/postgres" + (f"?{kept}" if kept else ""),
+                             autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{database_of(str(address))}" WITH (FORCE)')
+        shutil.rmtree(own.sibling("").parent)
+        return
+    path = Path(address)
+    for item in path.parent.iterdir():
+        if item.name.startswith(path.name):
+            item.unlink()
 
 
 def stored_state(env: Env) -> Any:

@@ -13,6 +13,9 @@ wheel's own start-up layer, which as root adds a system user and opens folders t
 - The server listens on a Unix socket in its temporary folder only, with the test-only settings
   `fsync=off`, `synchronous_commit=off`, `full_page_writes=off`; one server per pytest worker,
   stopped and its folder removed at the end of the session.
+- A watchdog (tests/pgwatch.py) starts with each server: when the process that started the
+  server dies without stopping it (SIGKILL, ctrl-C twice), the watchdog stops that server and
+  removes its own temporary folder.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 BIN_ENV = "CUSTODY_TEST_PG_BIN"
 URL_ENV = "CUSTODY_TEST_PG_URL"
@@ -78,6 +82,11 @@ def _copy_install(bin_dir: Path, into: Path) -> Path:
     return target / "pginstall" / "bin"
 
 
+def database_of(url: str) -> str:
+    """The database a URL names (its path; the socket folder in `?host=` has slashes too)."""
+    return unquote(urlsplit(url).path.lstrip("/"))
+
+
 @dataclass
 class Server:
     """A running server (or an existing one named by URL) that hands out fresh databases."""
@@ -87,6 +96,7 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
     counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     prefix: str = "t"
+    watchdog: subprocess.Popen[bytes] | None = None
 
     def url(self, database: str) -> str:
         head, _, query = self.base_url.partition("?")
@@ -105,8 +115,20 @@ class Server:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}')
         return self.url(name)
 
+    def copy_database(self, url: str) -> str:
+        """A new database that is a copy of the one at `url` (no session may be open on it),
+        and its URL (with the same query: the same schema)."""
+        source = database_of(url)
+        name = f"{self.prefix}_{os.getpid()}_{next(self.counter)}"
+        with self.admin() as conn:  # type: ignore[attr-defined]
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
+        query = url.partition("?")[2]
+        target = self.url(name)
+        extra = "&".join(p for p in query.split("&") if p.startswith("schema="))
+        return target + (("&" if "?" in target else "?") + extra if extra else "")
+
     def drop_database(self, url: str) -> None:
-        name = url.rsplit("/", 1)[1].split("?", 1)[0]
+        name = database_of(url)
         with self.admin() as conn:  # type: ignore[attr-defined]
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -121,6 +143,40 @@ class Server:
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
+        if self.watchdog is not None:
+            _release(self.watchdog)
+            self.watchdog = None
+
+
+def _watch(folder: Path) -> subprocess.Popen[bytes]:
+    """The server's watchdog (tests/pgwatch.py), in a session of its own so that a ctrl-C to
+    the terminal's process group does not end it first. Its stdin is a pipe only this process
+    writes to (pipes are not inherited by later subprocesses): it sees end of file when this
+    process dies, however it dies."""
+    return subprocess.Popen([sys.executable, "-I", str(Path(__file__).with_name("pgwatch.py")),
+                             str(folder)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _tell(watchdog: subprocess.Popen[bytes], line: str) -> None:
+    assert watchdog.stdin is not None
+    watchdog.stdin.write(f"{line}\n".encode("ascii"))
+    watchdog.stdin.flush()
+
+
+def _release(watchdog: subprocess.Popen[bytes]) -> None:
+    """The server was stopped and its folder removed here: the watchdog exits doing nothing."""
+    try:
+        _tell(watchdog, "stopped")
+        assert watchdog.stdin is not None
+        watchdog.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
+    try:
+        watchdog.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
 
 
 def _wait_ready(server: Server, deadline: float) -> None:
@@ -163,6 +219,8 @@ def start(*, tcp_port: int | None = None) -> Server:
     bin_dir = Path(os.environ[BIN_ENV]) if os.environ.get(BIN_ENV) else wheel_bin()
     user = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
     folder = Path(tempfile.mkdtemp(prefix="custody-pg-"))
+    watchdog = _watch(folder)
+    process: subprocess.Popen[bytes] | None = None
     try:
         if user is not None:
             os.chown(folder, user.pw_uid, user.pw_gid)
@@ -194,14 +252,19 @@ def start(*, tcp_port: int | None = None) -> Server:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True, **_runs_as(user))  # type: ignore[call-overload]
         log.close()
+        _tell(watchdog, f"pid {process.pid}")
         server = Server(base_url=f"postgresql://{ROLE}@?host={quote(str(sock))}"
                                  f"&port={tcp_port or 5432}",
-                        folder=folder, process=process)
+                        folder=folder, process=process, watchdog=watchdog)
         _wait_ready(server, time.monotonic() + 60)
         _ensure_template(server)
         return server
     except BaseException:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
         shutil.rmtree(folder, ignore_errors=True)
+        _release(watchdog)
         raise
 
 

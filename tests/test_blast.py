@@ -41,16 +41,17 @@ class Incident:
         return str(self.result(op_id)["fact_id"])
 
 
-def bound_incident(path: Path) -> Path:
+def bound_incident(path: Path | str, into: Path | None = None) -> Path:
     """The ledger `path` made empty under the demo policy, and the incident sample with its
-    receipts signed for it (as --demo does), written beside it; returns the sample's path."""
+    receipts signed for it (as --demo does), written into `into` (default: beside a file
+    ledger); returns the sample's path."""
     with Ledger.open(path, policy=DEMO_POLICY) as made:
-        bound = path.parent / "incident.jsonl"
+        bound = (into or Path(path).parent) / "incident.jsonl"
         bound.write_text(bind_demo_receipts(INCIDENT.read_text(), str(made.ledger_id)))
     return bound
 
 
-def replay(path: Path, *files: Path) -> Incident:
+def replay(path: Path | str, *files: Path) -> Incident:
     ledger = Ledger.open(path, clock=ManualClock(), policy=DEMO_POLICY)
     out = io.StringIO()
     for file in files:

@@ -1,5 +1,6 @@
 """`custody-app erasures` (issue 15): the erasure receipts (reason, counts, cascade depth,
-time) and whether a subject was erased, matched by peppered hash; a read-only command."""
+time) and whether a subject was erased, matched by peppered hash; a read-only command.
+A contract module (tests/conftest.py): every test runs on a SQLite file and on a server."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+from store.address import address_of
+from tests import rawsql
 from tests.conftest import Env
 
 DPO = "user:dpo"
@@ -20,9 +24,13 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def files(path: Path) -> dict[str, bytes]:
+def files(address: Path | str) -> Any:
     """The ledger's and key store's bytes (a WAL-mode reader may create an empty -wal and the
-    -shm index, which hold no data)."""
+    -shm index, which hold no data); a server ledger's rows and its local folder's files."""
+    if rawsql.is_server(address):
+        folder = address_of(address).sibling("").parent
+        return rawsql.stored(address), {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    path = Path(address)
     return {p.name: p.read_bytes() for p in sorted(path.parent.iterdir())
             if p.is_file() and not p.name.endswith(("-shm", "-wal"))}
 
@@ -56,8 +64,9 @@ def test_receipts_name_each_erasure_and_match_a_subject_by_hash(make_env) -> Non
     assert data["subject"]["subject_hash"] not in other.stdout.splitlines()[-1]
     # read-only: no file changed, none created
     assert files(env.path) == before
-    wal = Path(f"{env.path}-wal")
-    assert not wal.exists() or wal.stat().st_size == 0
+    if not rawsql.is_server(env.path):
+        wal = Path(f"{env.path}-wal")
+        assert not wal.exists() or wal.stat().st_size == 0
 
 
 def test_receipts_of_a_sweep(make_env) -> None:

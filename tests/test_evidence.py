@@ -1,11 +1,11 @@
 """Evidence packs and exports checked offline (issue 5): an untouched pack or export verifies;
-a changed value, a removed event, a swapped key, a forged certificate, an edited line do not."""
+a changed value, a removed event, a swapped key, a forged certificate, an edited line do not.
+A contract module (tests/conftest.py): every test runs on a SQLite file and on a server."""
 
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +17,14 @@ from custody_app.evidence.offline import verify_export
 from custody_app.evidence.packcheck import verify_pack
 from custody_app.evidence.packs import pack_text, signed_bytes
 from custody_app.keys import crypto
+from store.address import address_of
 from tests.test_batch_cli import cli
 from tests.test_blast import INCIDENT, SAMPLE, Incident, replay
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Incident]:
-    done = replay(tmp_path_factory.mktemp("evidence") / "support.db", SAMPLE, INCIDENT)
+def sample(module_ledger_at: Callable[[str], Any]) -> Iterator[Incident]:
+    done = replay(module_ledger_at("support.db"), SAMPLE, INCIDENT)
     yield done
     done.ledger.close()
 
@@ -50,19 +51,22 @@ def _resign(document: dict[str, Any], private: bytes) -> str:
 
 # ---- export -----------------------------------------------------------------------------------
 
+def _pub(sample: Incident) -> Path:
+    """The ledger's published public key file (beside a file ledger; in a server ledger's
+    local folder)."""
+    return address_of(sample.ledger.db.path).sibling(".pub")
+
+
 def test_export_of_the_sample_verifies_offline_without_the_ledger(
         sample: Incident, tmp_path: Path) -> None:
-    ledger_copy = tmp_path / "ledger" / "support.db"
-    ledger_copy.parent.mkdir()
-    for suffix in ("", "-wal", ".keys", ".keys.master", ".pub"):
-        if Path(f"{sample.ledger.db.path}{suffix}").exists():
-            shutil.copyfile(f"{sample.ledger.db.path}{suffix}", f"{ledger_copy}{suffix}")
-    done = cli("export", "--json", "--ledger", ledger_copy, "--out", tmp_path / "events.jsonl")
+    done = cli("export", "--json", "--ledger", sample.ledger.db.path,
+               "--out", tmp_path / "events.jsonl")
     assert done.returncode == 0, done.stderr
     written = json.loads(done.stdout)
     assert written["signed"] is True and written["events"] == sample.ledger.db.events.count()
-    shutil.copyfile(f"{ledger_copy}.pub", tmp_path / "ledger.pub")
-    shutil.rmtree(ledger_copy.parent)  # nothing of the ledger is left: the file alone is checked
+    # In a folder of their own: the export and the published key, nothing of the ledger.
+    (tmp_path / "ledger.pub").write_bytes(_pub(sample).read_bytes())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl", "ledger.pub"]
     done = cli("verify", "--json", "--export", tmp_path / "events.jsonl", "--key", tmp_path / "ledger.pub",
                cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -171,12 +175,12 @@ def test_pack_holds_the_whole_story_and_verifies(sample: Incident, tmp_path: Pat
     out = tmp_path / "pack.json"
     done = cli("pack", root, "--ledger", sample.ledger.db.path, "--out", out)
     assert done.returncode == 0, done.stderr
-    done = cli("pack", "--json", "--verify", out, "--key", f"{sample.ledger.db.path}.pub")
+    done = cli("pack", "--json", "--verify", out, "--key", _pub(sample))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["valid"] is True
     text = out.read_text(encoding="utf-8")
     out.write_text(text.replace('"enterprise"', '"enterprisf"', 1), encoding="utf-8")
-    done = cli("pack", "--verify", out, "--key", f"{sample.ledger.db.path}.pub")
+    done = cli("pack", "--verify", out, "--key", _pub(sample))
     assert done.returncode == 1 and "signature does not verify" in done.stderr
     assert "commitment" in done.stderr
 
@@ -212,8 +216,9 @@ def test_pack_fails_for_a_changed_value_removed_event_or_swapped_key(sample: Inc
     assert not report.valid and "not by the given key" in report.problems[0]
 
 
-def test_pack_with_forget_certificate_and_a_forged_one(sample: Incident, tmp_path: Path) -> None:
-    made = replay(tmp_path / "forget.db", INCIDENT)
+def test_pack_with_forget_certificate_and_a_forged_one(
+        sample: Incident, ledger_at: Callable[[str], Any]) -> None:
+    made = replay(ledger_at("forget.db"), INCIDENT)
     with made.ledger as ledger:
         assert ledger.keys is not None
         pem, key = ledger.keys.public_pem(), ledger.keys.signing_key

@@ -1,25 +1,31 @@
 """explain in full on the sample refund (ten answers, in order) and the signed action pack,
-checked offline with the ledger deleted, failing after any one changed byte."""
+checked offline with the ledger deleted, failing after any one changed byte. A contract module
+(tests/conftest.py): every test runs on a SQLite file and on a server."""
 
 from __future__ import annotations
 
 import json
-import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from custody_app.evidence.actionpack import verify_action_pack
 from custody_app.evidence.explain import QUESTIONS
+from store.address import address_of
+from tests.conftest import delete_ledger
 from tests.test_batch_cli import cli, results
 from tests.test_blast import DEMO_POLICY, bound_incident
 
 
 @pytest.fixture(scope="module")
-def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, object]]]:
-    path = tmp_path_factory.mktemp("explain") / "inc.db"
-    done = cli("--batch", bound_incident(path), "--ledger", path, "--manual-clock", "--policy",
-               DEMO_POLICY, cwd=path.parent)
+def replayed(module_ledger_at: Callable[[str], Any], tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[Path, dict[str, dict[str, object]]]:
+    path = module_ledger_at("inc.db")
+    folder = tmp_path_factory.mktemp("explain")
+    done = cli("--batch", bound_incident(path, folder), "--ledger", path, "--manual-clock",
+               "--policy", DEMO_POLICY, cwd=folder)
     assert done.returncode == 0, done.stderr
     return path, {str(r["id"]): r for r in results(done)}
 
@@ -27,7 +33,7 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 def test_the_sample_lookup_is_verified_by_its_receipt(replayed: tuple[Path, dict]) -> None:
     path, out = replayed
     assert out["crm-seats"]["result"]["provenance"] == "verified"
-    checked = cli("verify", "--json", "--ledger", path, "--key", f"{path}.pub")
+    checked = cli("verify", "--json", "--ledger", path, "--key", address_of(path).sibling(".pub"))
     assert checked.returncode == 0 and json.loads(checked.stdout)["valid"] is True
 
 
@@ -56,23 +62,22 @@ def test_explain_on_the_sample_refund_prints_all_ten_answers_in_order(
 
 
 def test_the_action_pack_verifies_offline_with_the_ledger_deleted_and_fails_on_any_byte(
-        replayed: tuple[Path, dict], tmp_path: Path) -> None:
+        replayed: tuple[Path, dict], tmp_path: Path, ledger_copy: Callable[[Any], Any]) -> None:
     path, _ = replayed
-    copy = tmp_path / "copy.db"
-    for suffix in ("", "-wal", ".keys", ".keys.master", ".pub"):
-        if Path(f"{path}{suffix}").exists():
-            shutil.copy(f"{path}{suffix}", f"{copy}{suffix}")
+    copy = ledger_copy(path)
+    own = address_of(copy)
     pack = tmp_path / "pack.json"
     made = cli("explain", "RF-2026-0412", "--ledger", copy, "--out", pack)
     assert made.returncode == 0, made.stderr
     again = cli("explain", "RF-2026-0412", "--ledger", copy, "--out", pack)
     assert again.returncode == 1 and "output_exists" in again.stderr
-    precious = cli("explain", "RF-2026-0412", "--ledger", copy, "--out", f"{copy}.keys", "--force")
+    master = address_of(own.default_keystore()).master_key_file()
+    assert master.exists()
+    precious = cli("explain", "RF-2026-0412", "--ledger", copy, "--out", master, "--force")
     assert precious.returncode == 1 and "output_protected" in precious.stderr
     key = tmp_path / "ledger.pub"
-    shutil.copy(f"{copy}.pub", key)
-    for suffix in ("", "-wal", "-shm", ".keys", ".keys.master", ".pub"):
-        Path(f"{copy}{suffix}").unlink(missing_ok=True)
+    key.write_bytes(own.sibling(".pub").read_bytes())
+    delete_ledger(copy)
     ok = cli("explain", "--json", "--verify", pack, "--key", key)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["valid"] is True and "who authorised it: user:ops-lead" in ok.stderr

@@ -1,12 +1,13 @@
 """verify reads the sealed free text in one ordered scan merged with its walk over the events
 (not one query per event): every hand edit of the event_texts table is still named, the scan
 gives exactly the rows the point query gives, and the walk's cipher cache opens exactly what
-the plain path opens and refuses what it refuses."""
+the plain path opens and refuses what it refuses. A contract module (tests/conftest.py): each
+hand edit is plain SQL with the table's guards bypassed (tests/rawsql.py), on a SQLite file and
+on a server."""
 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,13 +15,13 @@ import pytest
 from custody_app.domain.sealed_text import UpgradeDigest, upgrade_digest
 from custody_app.keys import crypto
 from custody_app.keys.values import TextCodec
+from tests import rawsql
 from tests.conftest import Env
-from tests.test_sealed_text import raw_edit
 
 
-def _raw(path: Path, sql: str, args: tuple[Any, ...] = ()) -> None:
-    """A hand edit through sqlite3 with the protecting triggers dropped."""
-    raw_edit(path, sql, args, ("event_texts_erase_only", "event_texts_no_delete", "event_texts_no_replace"))
+def _raw(address: Any, sql: str, args: tuple[Any, ...] = ()) -> None:
+    """A hand edit through a plain connection with the protecting triggers bypassed."""
+    rawsql.edit(address, (sql, args), unguarded=True)
 
 
 def _facts(env: Env) -> tuple[str, str]:

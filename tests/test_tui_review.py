@@ -1,8 +1,10 @@
 """Quarantine review and holds: approve or reject one or a marked selection with a reason, as
-the app's reviewer; the writer's own approval refused; place and release holds."""
+the app's reviewer; the writer's own approval refused; place and release holds.
+A contract module (tests/conftest.py): every test runs on a SQLite file and on a server."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,8 @@ from tests.tuikit import WRITER, Story, app_on, build_story, cell_texts, idle, k
 
 
 @pytest.fixture
-def story(tmp_path: Path) -> Story:
-    return build_story(tmp_path / "story.db")
+def story(ledger_at: Callable[[str], Any]) -> Story:
+    return build_story(ledger_at("story.db"))
 
 
 def queue(app: Any) -> DataTable[Any]:

@@ -1,10 +1,11 @@
 """Review at scale in the terminal app: totals of the whole queue, bulk marks (page, all, by
 writer, by cause) across pages, dialogs that say what and what follows, approve/reject from
-the fact screen, and a held fact's forget dialog that does not offer Erase."""
+the fact screen, and a held fact's forget dialog that does not offer Erase.
+A contract module (tests/conftest.py): every test runs on a SQLite file and on a server."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,8 +28,8 @@ from tests.tuikit import (
 
 
 @pytest.fixture
-def story(tmp_path: Path) -> Story:
-    return add_helper_claims(build_story(tmp_path / "story.db"), PAGE + 10)  # more than a page
+def story(ledger_at: Callable[[str], Any]) -> Story:
+    return add_helper_claims(build_story(ledger_at("story.db")), PAGE + 10)  # more than a page
 
 
 async def open_review(app: Any, pilot: Any) -> DataTable[Any]:

@@ -1,8 +1,10 @@
 """The Review screen's queue filter: typing applies (no enter needed), esc leaves the box, the
-totals say "N of M shown", and marks act only on the claims the filter shows."""
+totals say "N of M shown", and marks act only on the claims the filter shows.
+A contract module (tests/conftest.py): every test runs on a SQLite file and on a server."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,8 @@ HELPERS = PAGE + 10
 
 
 @pytest.fixture
-def story(tmp_path: Path) -> Story:
-    return add_helper_claims(build_story(tmp_path / "story.db"), HELPERS)
+def story(ledger_at: Callable[[str], Any]) -> Story:
+    return add_helper_claims(build_story(ledger_at("story.db")), HELPERS)
 
 
 def waiting(path: Path) -> list[str]:

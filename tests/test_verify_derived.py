@@ -2,7 +2,9 @@
 (sessions, served reads, session events, actions, salience presentations, pending retractions)
 is compared by `verify` with the fold of the events, named by table and row when it differs,
 failed by `doctor`, and repaired by `rebuild --repair`; `rebuild` reports an unknown kind;
-`verify --deep` compares the recall indexes' content with the believed facts indexed afresh."""
+`verify --deep` compares the recall indexes' content with the believed facts indexed afresh.
+A contract module (tests/conftest.py): each edit is plain SQL run on a copy of a SQLite file or
+of a server database (tests/rawsql.py); only the edits of SQLite's own schema table run once."""
 
 from __future__ import annotations
 
@@ -13,19 +15,22 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from custody_app.doctor.checks import diagnose
+from custody_app.domain.chain import canonical, event_hash
+from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
+from tests import rawsql
 from tests.conftest import Env, day
-from tests.test_tamper_integrity import tampered as tampered_copy
-from tests.test_tamper_integrity import unknown_kind
 
-Edit = Callable[[sqlite3.Connection, dict[str, str]], None]
+Edit = Callable[[dict[str, str]], list[rawsql.Statement]]
+Base = tuple[Any, dict[str, str]]
 
 
-def build(path: Path) -> dict[str, str]:
+def build(path: Path | str) -> dict[str, str]:
     env = Env(path)
     ids: dict[str, str] = {}
     ids["plan"] = env.put("acct:1", "plan", "gold plan value")
@@ -42,34 +47,41 @@ def build(path: Path) -> dict[str, str]:
     return ids
 
 
-def raw(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(path)
+def no_served_rows(ids: dict[str, str]) -> list[rawsql.Statement]:
+    return ["DELETE FROM served_facts"]
 
 
-def no_served_rows(con: sqlite3.Connection, ids: dict[str, str]) -> None:
-    con.execute("DELETE FROM served_facts")
-
-
-def forged_served_row(con: sqlite3.Connection, ids: dict[str, str]) -> None:
+def forged_served_row(ids: dict[str, str]) -> list[rawsql.Statement]:
     """Frames an innocent session: blast would list it as having read the fact."""
-    con.execute("INSERT INTO served_facts(fact_id, session, seq) VALUES (?, 'sess-innocent', 3)",
-                (ids["plan"],))
+    return [("INSERT INTO served_facts(fact_id, session, seq) VALUES (?, 'sess-innocent', 3)",
+             (ids["plan"],))]
 
 
-def no_session_events(con: sqlite3.Connection, ids: dict[str, str]) -> None:
-    con.execute("DELETE FROM session_events")
+def no_session_events(ids: dict[str, str]) -> list[rawsql.Statement]:
+    return ["DELETE FROM session_events"]
 
 
-def no_session_row(con: sqlite3.Connection, ids: dict[str, str]) -> None:
-    con.execute("DELETE FROM sessions")
+def no_session_row(ids: dict[str, str]) -> list[rawsql.Statement]:
+    return ["DELETE FROM sessions"]
 
 
-def no_action_rows(con: sqlite3.Connection, ids: dict[str, str]) -> None:
-    con.execute("DELETE FROM actions")
+def no_action_rows(ids: dict[str, str]) -> list[rawsql.Statement]:
+    return ["DELETE FROM actions"]
 
 
-def forged_action_row(con: sqlite3.Connection, ids: dict[str, str]) -> None:
-    con.execute("UPDATE actions SET tool = 'weather'")
+def forged_action_row(ids: dict[str, str]) -> list[rawsql.Statement]:
+    return ["UPDATE actions SET tool = 'weather'"]
+
+
+CASES: dict[str, tuple[Edit, str]] = {
+    "served reads deleted": (no_served_rows, "served_facts"),
+    "served read forged": (forged_served_row, "served_facts"),
+    "session events deleted": (no_session_events, "session_events"),
+    "session summary deleted": (no_session_row, "sessions"),
+    "action index rows deleted": (no_action_rows, "actions"),
+    "action index row edited": (forged_action_row, "actions"),
+}
+REPAIRABLE = tuple(CASES)
 
 
 def _empty_index(con: sqlite3.Connection, name: str, table_sql: str) -> None:
@@ -84,44 +96,43 @@ def _empty_index(con: sqlite3.Connection, name: str, table_sql: str) -> None:
     con.execute("PRAGMA writable_schema = OFF")
 
 
-def hidden_retractions(con: sqlite3.Connection, ids: dict[str, str]) -> None:
+def hidden_retractions(con: sqlite3.Connection) -> None:
     _empty_index(con, "events_retractions",
                  "CREATE INDEX blank ON events(seq) WHERE kind = 'retract' AND seq < 0")
 
 
-def hidden_presentations(con: sqlite3.Connection, ids: dict[str, str]) -> None:
+def hidden_presentations(con: sqlite3.Connection) -> None:
     _empty_index(con, "events_by_fact",
                  "CREATE INDEX blank ON events(fact_id, seq) WHERE fact_id IS NOT NULL AND seq < 0")
 
 
-CASES: dict[str, tuple[Edit, str]] = {
-    "served reads deleted": (no_served_rows, "served_facts"),
-    "served read forged": (forged_served_row, "served_facts"),
-    "session events deleted": (no_session_events, "session_events"),
-    "session summary deleted": (no_session_row, "sessions"),
-    "action index rows deleted": (no_action_rows, "actions"),
-    "action index row edited": (forged_action_row, "actions"),
+# SQLite's own schema table edited (`writable_schema`): no server has such a table.
+INDEX_CASES: dict[str, tuple[Callable[[sqlite3.Connection], None], str]] = {
     "pending retractions hidden": (hidden_retractions, "pending retraction"),
     "salience presentations hidden": (hidden_presentations, "salience"),
 }
-REPAIRABLE = ("served reads deleted", "served read forged", "session events deleted",
-              "session summary deleted", "action index rows deleted", "action index row edited",
-              "pending retractions hidden", "salience presentations hidden")
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    path = tmp_path_factory.mktemp("derived31") / "base.db"
+def base(module_ledger_at: Callable[[str], Any]) -> Base:
+    path = module_ledger_at("base.db")
     return path, build(path)
 
 
-def tampered(base: tuple[Path, dict[str, str]], tmp_path: Path, edit: Edit) -> Path:
-    """The edit through a plain connection: the triggers stay, as a reader's file would."""
-    return tampered_copy(base, tmp_path, edit, raw)
+@pytest.fixture
+def tampered(base: Base, ledger_copy: Callable[[Any], Any]) -> Callable[[Edit], Any]:
+    """A copy of the base with the edit applied through a plain connection: the triggers
+    stay, as a reader's file or a role that may write the derived tables would."""
+
+    def make(edit: Edit) -> Any:
+        copy = ledger_copy(base[0])
+        rawsql.edit(copy, *edit(base[1]))
+        return copy
+
+    return make
 
 
-def test_the_untampered_base_verifies_and_readers_see_it(
-        base: tuple[Path, dict[str, str]]) -> None:
+def test_the_untampered_base_verifies_and_readers_see_it(base: Base) -> None:
     with Ledger.open(base[0], readonly=True) as led:
         assert led.verify().valid, led.verify().problem
         assert led.verify(deep=True).valid
@@ -130,9 +141,9 @@ def test_the_untampered_base_verifies_and_readers_see_it(
 
 
 def test_deleted_session_rows_hide_the_blast_radius_from_readers(
-        base: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+        base: Base, tampered: Callable[[Edit], Any]) -> None:
     """What the attack buys: blast reports nothing and actions lists nothing."""
-    path = tampered(base, tmp_path, lambda c, i: (no_served_rows(c, i), no_action_rows(c, i)))
+    path = tampered(lambda i: [*no_served_rows(i), *no_action_rows(i)])
     with Ledger.open(path, readonly=True) as led:
         assert led.blast(base[1]["plan"]).sessions == []
         assert led.actions().actions == []
@@ -141,10 +152,28 @@ def test_deleted_session_rows_hide_the_blast_radius_from_readers(
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_verify_and_doctor_name_the_derived_table(base: tuple[Path, dict[str, str]],
-                                                  tmp_path: Path, case: str) -> None:
+def test_verify_and_doctor_name_the_derived_table(tampered: Callable[[Edit], Any],
+                                                  case: str) -> None:
     edit, table = CASES[case]
-    path = tampered(base, tmp_path, edit)
+    path = tampered(edit)
+    _verify_and_doctor_name(path, table)
+
+
+@pytest.mark.sqlite_only  # edits SQLite's own schema table: a server has none
+@pytest.mark.parametrize("case", sorted(INDEX_CASES))
+def test_verify_and_doctor_name_a_hidden_index_and_rebuild_repairs_it(
+        base: Base, ledger_copy: Callable[[Any], Any], case: str) -> None:
+    edit, table = INDEX_CASES[case]
+    path = ledger_copy(base[0])
+    con = sqlite3.connect(path)
+    edit(con)
+    con.commit()
+    con.close()
+    _verify_and_doctor_name(path, table)
+    _rebuild_repairs(path, base)
+
+
+def _verify_and_doctor_name(path: Any, table: str) -> None:
     with Ledger.open(path, readonly=True) as led:
         report = led.verify()
     assert not report.valid
@@ -154,9 +183,12 @@ def test_verify_and_doctor_name_the_derived_table(base: tuple[Path, dict[str, st
 
 
 @pytest.mark.parametrize("case", REPAIRABLE)
-def test_rebuild_repair_restores_what_verify_reports(base: tuple[Path, dict[str, str]],
-                                                     tmp_path: Path, case: str) -> None:
-    path = tampered(base, tmp_path, CASES[case][0])
+def test_rebuild_repair_restores_what_verify_reports(
+        base: Base, tampered: Callable[[Edit], Any], case: str) -> None:
+    _rebuild_repairs(tampered(CASES[case][0]), base)
+
+
+def _rebuild_repairs(path: Any, base: Base) -> None:
     with Ledger.open(path) as led:
         assert not led.verify().valid
         fixed = led.rebuild(repair=True)
@@ -166,61 +198,111 @@ def test_rebuild_repair_restores_what_verify_reports(base: tuple[Path, dict[str,
         assert [a.ref for a in led.actions().actions] == ["tx-77"]
 
 
-def test_rebuild_reports_an_event_of_unknown_kind(base: tuple[Path, dict[str, str]],
-                                                  tmp_path: Path) -> None:
-    path = tmp_path / "t.db"
-    for suffix in ("", ".keys", ".keys.master"):
-        Path(f"{path}{suffix}").write_bytes(Path(f"{base[0]}{suffix}").read_bytes())
-    con = sqlite3.connect(path)
-    for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        con.execute(f"DROP TRIGGER {name}")
-    unknown_kind(con, base[1])
-    con.commit()
-    con.close()
+def test_rebuild_reports_an_event_of_unknown_kind(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """An event of a kind no code knows, appended with its chain hash right but with the
+    triggers (and a server's chain check) bypassed."""
+    path = ledger_copy(base[0])
+    [(seq, prev, tx_at, policy)] = rawsql.query(
+        path, "SELECT seq, hash, tx_at, policy_hash FROM events ORDER BY seq DESC LIMIT 1")
+    body = canonical({"seq": seq + 1, "kind": "grant_admin", "tx_at": tx_at,
+                      "actor": "agent:evil", "policy_hash": policy})
+    rawsql.edit(path, ("INSERT INTO events(seq, kind, tx_at, actor, policy_hash, body, prev_hash, "
+                       "hash) VALUES (?, 'grant_admin', ?, 'agent:evil', ?, ?, ?, ?)",
+                       (seq + 1, tx_at, policy, body, prev, event_hash(prev, body))),
+                unguarded=True)
     with Ledger.open(path, readonly=True) as led:
         result = led.rebuild()
     assert any("unknown kind 'grant_admin'" in d for d in result.differences), result.differences
 
 
-def test_verify_deep_compares_the_word_index_content(base: tuple[Path, dict[str, str]],
-                                                     tmp_path: Path) -> None:
-    """An FTS5 row kept for the right fact but holding other words passes the cheap check
-    (every believed fact has a row) and is caught only by --deep; --repair fixes it."""
-    path = tmp_path / "t.db"
-    for suffix in ("", ".keys", ".keys.master"):
-        Path(f"{path}{suffix}").write_bytes(Path(f"{base[0]}{suffix}").read_bytes())
-    with Ledger.open(path) as led:
-        fact = led.db.facts.get(base[1]["plan"])
+def test_an_edited_projection_is_named_by_verify(base: Base,
+                                                 tampered: Callable[[Edit], Any]) -> None:
+    path = tampered(lambda ids: [("UPDATE facts SET predicate = 'tier' WHERE fact_id = ?",
+                                  (ids["plan"],))])
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid
+
+
+def test_an_event_body_edited_with_the_triggers_bypassed_is_named_by_seq(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """The database itself refuses the edit (its triggers); whoever may bypass them (a file's
+    owner dropping them, a server's superuser or the tables' owner) gets past, and verify
+    names the event."""
+    path = ledger_copy(base[0])
+    edit = "UPDATE events SET body = replace(body, 'agent:support', 'agent:rogue') WHERE seq = 2"
+    with pytest.raises(rawsql.Refused):
+        rawsql.edit(path, edit)
+    rawsql.edit(path, edit, unguarded=True)
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.problem is not None
+    assert report.first_bad_seq == 2, report
+
+
+def test_a_ledger_cut_back_below_its_key_stores_mark_is_refused(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """Events deleted from the end with the triggers bypassed, down past the last one that
+    changed the key store (a restore of an older copy does the same): the key store's
+    authenticated mark is higher than the head, so the open refuses."""
+    path = ledger_copy(base[0])
+    with pytest.raises(rawsql.Refused):
+        rawsql.edit(path, "DELETE FROM events WHERE seq >= 3")
+    rawsql.edit(path, "DELETE FROM event_signatures WHERE seq >= 3",
+                "DELETE FROM event_texts WHERE seq >= 3", "DELETE FROM events WHERE seq >= 3",
+                unguarded=True)
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(path)
+    assert refused.value.code in ("ledger_rolled_back", "ledger_forked"), refused.value
+
+
+def _assert_seq(path: Any, fact_id: str) -> int:
+    with Ledger.open(path, readonly=True) as led:
+        fact = led.db.facts.get(fact_id)
         assert fact is not None
-        with led.transaction():
-            scope = led.db.conn.execute("SELECT scope FROM recall_fts WHERE rowid = ?",
-                                        (fact.assert_seq,)).fetchone()[0]
-            led.db.conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (fact.assert_seq,))
-            led.db.conn.execute("INSERT INTO recall_fts(rowid, terms, scope) VALUES (?, ?, ?)",
-                                (fact.assert_seq, "decoy words", scope))
+        return fact.assert_seq
+
+
+def _index_edit(path: Any, backend: str, on_file: list[rawsql.Statement],
+                on_server: list[rawsql.Statement]) -> None:
+    """One edit of a recall index, in each backend's own layout: on a file through the
+    ledger's own connection (its word index is an FTS5 table, its vectors sqlite-vec's, which
+    a plain sqlite3 cannot open), on a server through a plain connection."""
+    if backend == "postgres":
+        rawsql.edit(path, *on_server)
+        return
+    with Ledger.open(path) as led, led.transaction():
+        for statement in on_file:
+            led.db.conn.execute(*rawsql.split(statement))
+
+
+def test_verify_deep_compares_the_word_index_content(
+        base: Base, ledger_copy: Callable[[Any], Any], backend: str) -> None:
+    """A word index row kept for the right fact but holding other words passes the cheap
+    check (every believed fact has a row) and is caught only by --deep; --repair fixes it."""
+    path = ledger_copy(base[0])
+    seq = _assert_seq(path, base[1]["plan"])
+    _index_edit(path, backend,
+                [("UPDATE recall_fts SET terms = 'decoy words' WHERE rowid = ?", (seq,))],
+                [("UPDATE recall_docs SET terms = 'decoy words' WHERE fact_seq = ?", (seq,))])
+    with Ledger.open(path) as led:
         assert led.verify().valid
         deep = led.verify(deep=True)
         assert not deep.valid and "recall_fts" in (deep.problem or "")
-        assert f"assert seq {fact.assert_seq}" in (deep.problem or "")
+        assert f"assert seq {seq}" in (deep.problem or "")
         assert led.rebuild(repair=True, deep=True).repaired
         assert led.verify(deep=True).valid
 
 
-def test_verify_deep_compares_the_vectors(base: tuple[Path, dict[str, str]],
-                                          tmp_path: Path) -> None:
-    path = tmp_path / "t.db"
-    for suffix in ("", ".keys", ".keys.master"):
-        Path(f"{path}{suffix}").write_bytes(Path(f"{base[0]}{suffix}").read_bytes())
+def test_verify_deep_compares_the_vectors(
+        base: Base, ledger_copy: Callable[[Any], Any], backend: str) -> None:
+    path = ledger_copy(base[0])
+    seq = _assert_seq(path, base[1]["plan"])
+    zeros = "UPDATE recall_vec SET embedding = {} WHERE fact_seq = ?"
+    _index_edit(path, backend, [(zeros.format("zeroblob(length(embedding))"), (seq,))],
+                [(zeros.format("decode(repeat('00', length(embedding)), 'hex')"), (seq,))])
     with Ledger.open(path) as led:
-        fact = led.db.facts.get(base[1]["plan"])
-        assert fact is not None
-        table = "recall_vec"
-        with led.transaction():
-            (vec,) = led.db.conn.execute(f"SELECT embedding FROM {table} WHERE fact_seq = ?",
-                                         (fact.assert_seq,)).fetchone()
-            flipped = bytes(len(vec))
-            led.db.conn.execute(f"UPDATE {table} SET embedding = ? WHERE fact_seq = ?",
-                                (flipped, fact.assert_seq))
         assert led.verify().valid
         deep = led.verify(deep=True)
         assert not deep.valid and "vector" in (deep.problem or ""), deep.problem
@@ -228,8 +310,8 @@ def test_verify_deep_compares_the_vectors(base: tuple[Path, dict[str, str]],
         assert led.verify(deep=True).valid
 
 
-def test_the_cli_verify_deep_and_rebuild_name_what_they_find(base: tuple[Path, dict[str, str]],
-                                                             tmp_path: Path) -> None:
+def test_the_cli_verify_deep_and_rebuild_name_what_they_find(
+        base: Base, tampered: Callable[[Edit], Any]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -238,7 +320,7 @@ def test_the_cli_verify_deep_and_rebuild_name_what_they_find(base: tuple[Path, d
 
     done = cli("verify", "--json", "--deep", "--ledger", str(base[0]))
     assert done.returncode == 0 and json.loads(done.stdout)["valid"], done.stderr
-    path = tampered(base, tmp_path, no_action_rows)
+    path = tampered(no_action_rows)
     done = cli("verify", "--json", "--ledger", str(path))
     assert done.returncode == 1 and "actions (the actions index)" in json.loads(done.stdout)["problem"]
     done = cli("rebuild", "--json", "--repair", "--deep", "--ledger", str(path))

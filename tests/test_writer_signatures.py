@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import apsw
 import pytest
 
 from custody_app.domain.chain import canonical, event_hash
@@ -18,7 +17,8 @@ from custody_app.domain.policy import load_policy, policy_from_text
 from custody_app.keys import crypto
 from custody_app.keys.writer_keys import WriterKey
 from custody_app.ledger.facade import Ledger
-from tests.conftest import CAUSE, REVIEWER, Env, ledger_bytes
+from tests import rawsql
+from tests.conftest import CAUSE, REVIEWER, Env
 from tests.writer_keys import KEY, OTHER_KEY, key_pem, registration, signer
 
 X, Y = "agent:x", "agent:y"
@@ -43,15 +43,13 @@ def _keyed_ledger(make_env: Any) -> tuple[Env, int]:
     return env, done.seq
 
 
-def _raw(path: Path) -> apsw.Connection:
-    con = apsw.Connection(str(path))
-    for trigger in ("events_append_only_update", "event_signatures_no_update",
-                    "event_signatures_no_delete", "event_signatures_no_replace"):
-        con.execute(f"DROP TRIGGER IF EXISTS {trigger}")
-    return con
+def _raw(address: Any) -> Any:
+    """A plain connection with the tables' guards bypassed (tests/rawsql.py): the triggers
+    dropped on a file, `session_replication_role = replica` on a server."""
+    return rawsql.session(address, unguarded=True)
 
 
-def _rewrite(con: apsw.Connection, seq: int, edit: Any) -> str:
+def _rewrite(con: rawsql.Session, seq: int, edit: Any) -> str:
     """Edit the event's body and give it the hash the edited body has (a re-chaining forger:
     it is the last event, nothing links to it). Returns the new hash."""
     body, prev = con.execute("SELECT body, prev_hash FROM events WHERE seq = ?", (seq,)).fetchone()
@@ -142,20 +140,20 @@ def test_a_signature_added_to_an_unsigned_event_fails_verify(make_env: Any) -> N
 
 def test_a_raw_session_cannot_change_or_remove_a_signature(make_env: Any) -> None:
     env, last = _keyed_ledger(make_env)
-    before = ledger_bytes(env.path)
-    con = apsw.Connection(str(env.path))
-    for sql in ("UPDATE event_signatures SET signature = x'00' WHERE seq = ?",
-                "DELETE FROM event_signatures WHERE seq = ?",
-                "INSERT INTO event_signatures(seq, signature) VALUES (?, x'00')"):
-        with pytest.raises(apsw.ConstraintError):
-            con.execute(sql, (last,))
-    con.close()
-    assert ledger_bytes(env.path) == before
+    before = rawsql.stored(env.path)
+    with rawsql.session(env.path) as con:
+        for sql, args in (("UPDATE event_signatures SET signature = ? WHERE seq = ?", (b"\0", last)),
+                          ("DELETE FROM event_signatures WHERE seq = ?", (last,)),
+                          ("INSERT INTO event_signatures(seq, signature) VALUES (?, ?)",
+                           (last, b"\0"))):
+            with pytest.raises(rawsql.Refused):
+                con.execute(sql, args)
+    assert rawsql.stored(env.path) == before
 
 
 def test_a_stolen_public_key_presented_as_the_writer_key_proves_nothing(make_env: Any) -> None:
     env = make_env(KEYED)
-    before = ledger_bytes(env.path)
+    before = rawsql.stored(env.path)
     public = signer(KEY)
     pem_public = crypto.public_pem(crypto.private_from_pem(KEY.decode())).encode()
     for stolen in (public.encode(), public[len("ed25519:"):].encode(), pem_public):
@@ -163,13 +161,13 @@ def test_a_stolen_public_key_presented_as_the_writer_key_proves_nothing(make_env
     with pytest.raises(LedgerError) as refused:
         env.put(actor=X)
     assert refused.value.code == "writer_key_required"
-    assert ledger_bytes(env.path) == before
+    assert rawsql.stored(env.path) == before
 
 
 def test_the_operator_naming_a_keyed_writer_without_its_key_is_refused(make_env: Any) -> None:
     env = make_env(KEYED)
     fact = env.put(actor="user:ops")
-    before = ledger_bytes(env.path)
+    before = rawsql.stored(env.path)
     for attempt in (lambda: env.put(actor=X, provenance="claimed"),
                     lambda: env.ledger.retract(fact, actor=X, reason="mine now"),
                     lambda: env.ledger.hold(fact, actor=Y, reason="held")):
@@ -179,7 +177,7 @@ def test_the_operator_naming_a_keyed_writer_without_its_key_is_refused(make_env:
     assert env.ledger.present_writer_key(X, OTHER_KEY) is False  # y's key is not x's
     with pytest.raises(LedgerError):
         env.put(actor=X)
-    assert ledger_bytes(env.path) == before
+    assert rawsql.stored(env.path) == before
 
 
 @pytest.mark.parametrize(("entry", "words"), [
@@ -199,27 +197,28 @@ def test_a_policy_put_to_use_refuses_bearer_keys_system_keys_and_shared_keys(
 
 
 def test_a_ledger_written_under_an_old_bearer_key_policy_still_verifies_and_explains(
-        tmp_path: Path) -> None:
+        tmp_path: Path, ledger_at: Any) -> None:
     """The stored text of an old policy (a sha256 registration) keeps reading: verify passes,
     `why` shows it, and its events (never signed) are not held to a key it never had."""
     old = policy_from_text(f'[provenance]\nwriter_keys = {{"{X}" = "{"ab" * 32}"}}\n',
                            "old.toml", stored=True)
-    with Ledger.open(tmp_path / "old.db", policy=old) as ledger:
+    path = ledger_at("old.db")
+    with Ledger.open(path, policy=old) as ledger:
         fact = ledger.assert_fact("acct:1", "plan", "pro", actor=X, cause=CAUSE,
                                   provenance="claimed").fact_id
-    with Ledger.open(tmp_path / "old.db") as ledger:  # the policy it recorded stays in force
+    with Ledger.open(path) as ledger:  # the policy it recorded stays in force
         assert ledger.verify().valid
         assert ledger.why(fact).policy.hash == old.hash
         # ...for reading: a write under it is refused, saying how to move over (a key pair)
-        before = ledger_bytes(tmp_path / "old.db")
+        before = rawsql.stored(path)
         with pytest.raises(LedgerError) as refused:
             ledger.confirm(fact, actor=REVIEWER)
         assert refused.value.code == "policy_invalid"
         assert "writer-key" in refused.value.message and "--policy" in refused.value.message
-        assert ledger_bytes(tmp_path / "old.db") == before
+        assert rawsql.stored(path) == before
     new = tmp_path / "new.toml"
     new.write_text("")  # the old registration dropped (or replaced by a key pair's line)
-    with Ledger.open(tmp_path / "old.db", policy=new) as ledger:
+    with Ledger.open(path, policy=new) as ledger:
         ledger.confirm(fact, actor=REVIEWER)
         assert ledger.verify().valid
         assert ledger.why(fact).policy.hash == old.hash  # written under the old one
@@ -244,7 +243,7 @@ def test_a_hand_appended_policy_registering_a_forgers_key_fails_verify(
     env, last = _keyed_ledger(make_env)
     forger = _writer(key_pem(7))
     forged = policy_from_text("[provenance]\n" + registration((X, key_pem(7))), "forged.toml")
-    with apsw.Connection(str(env.path)) as con:
+    with _raw(env.path) as con:
         fact_id, prev, tx_at = con.execute(
             "SELECT fact_id, hash, tx_at FROM events WHERE seq = ?", (last,)).fetchone()
         con.execute("INSERT INTO policies(hash, canonical, source, path) VALUES (?, ?, ?, ?)",
@@ -277,13 +276,13 @@ def test_a_hand_appended_policy_registering_a_forgers_key_fails_verify(
 
 
 def test_a_keyed_event_moved_under_an_older_policy_without_the_key_fails_verify(
-        make_env: Any) -> None:
+        make_env: Any, tmp_path: Path) -> None:
     """A re-chaining forger strips agent:x's signature and names the policy in force before
     agent:x's key was registered: an event must name the policy in force when it was written."""
     env = make_env()
     env.put("acct:1", "plan", "basic", actor="user:ops")
     before = env.ledger.verify().head
-    keyed = env.path.with_name("keyed.toml")
+    keyed = tmp_path / "keyed.toml"
     keyed.write_text(KEYED)
     env.reopen(keyed)
     assert env.ledger.present_writer_key(X, KEY)
