@@ -39,6 +39,19 @@ def translated(exc: psycopg.Error) -> StoreError:
     return StoreError(f"the server refused a statement: {message}", "postgres_error")
 
 
+def forget_prepared(conn: Any) -> None:
+    """After a pipelined group failed: forget which statements psycopg believes prepared. A
+    statement due to be prepared (its 5th run) after the failing one in the group was never
+    parsed by the server, yet psycopg records its name, and every later run of it would fail
+    ("prepared statement ... does not exist"). psycopg's own rollback does this
+    (`Transaction._rollback_gen`); the ledger rolls back by statement (savepoints), so it is
+    done here: the next statement's maintenance deallocates every prepared statement and
+    they are prepared again as they recur (the error path only)."""
+    prepared = getattr(conn, "_prepared", None)
+    if prepared is not None:
+        prepared.clear()
+
+
 class LedgerConnection(psycopg.Connection[Any]):
     """A ledger's connection: its write transactions' read cache beside it
     (store.postgres.readcache; LedgerFile starts and stops it), and the writes queued by
@@ -48,19 +61,32 @@ class LedgerConnection(psycopg.Connection[Any]):
     queued: list[tuple[Any, Any]] | None = None
 
 
-def later(conn: Any, query: str, params: Any) -> None:
+def later(conn: Any, query: str, params: Any,
+          known: dict[tuple[str, Any], list[tuple[Any, ...]]] | None = None) -> None:
     """Run a write whose answer nobody reads (no rows back, no row count looked at) with the
     connection's next statement, in one pipelined round trip, when inside a write transaction
     (else now). A failure of it fails that next statement, in the same transaction, before
-    any savepoint or the transaction ends (those statements are the next one at the latest)."""
+    any savepoint or the transaction ends (those statements are the next one at the latest).
+    `known`: reads whose answer the write makes certain ((statement, params) -> rows), given
+    to the transaction's read cache (store.postgres.readcache) once it has forgotten what the
+    write made stale."""
     cache = getattr(conn, "read_cache", None)
     if cache is None or not cache.active:
         conn.execute(query, params)
         return
     cache.wrote(query, params)
+    for (statement, values), rows in (known or {}).items():
+        cache.put(statement, values, rows)
     if conn.queued is None:
         conn.queued = []
     conn.queued.append((query, params))
+
+
+def queues(conn: Any) -> bool:
+    """Whether `later` queues on this connection now (inside a ledger write transaction)
+    rather than running the statement at once."""
+    cache = getattr(conn, "read_cache", None)
+    return cache is not None and bool(cache.active)
 
 
 def flush_queued(conn: Any) -> None:
@@ -98,10 +124,14 @@ class LedgerCursor(psycopg.Cursor[Any]):
         try:
             if queued:
                 self.connection.queued = []  # type: ignore[attr-defined]
-                with self.connection.pipeline():
-                    for statement, values in queued:
-                        psycopg.Cursor(self.connection).execute(statement, values)
-                    super().execute(query, params, **kwargs)
+                try:
+                    with self.connection.pipeline():
+                        for statement, values in queued:
+                            psycopg.Cursor(self.connection).execute(statement, values)
+                        super().execute(query, params, **kwargs)
+                except psycopg.Error:
+                    forget_prepared(self.connection)
+                    raise
             else:
                 super().execute(query, params, **kwargs)
         except psycopg.Error as exc:
@@ -125,6 +155,7 @@ class LedgerCursor(psycopg.Cursor[Any]):
                     for statement, values in queued:
                         psycopg.Cursor(self.connection).execute(statement, values)
             except psycopg.Error as exc:
+                forget_prepared(self.connection)
                 raise translated(exc) from exc
 
     def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
