@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -50,6 +51,29 @@ def forget_prepared(conn: Any) -> None:
     prepared = getattr(conn, "_prepared", None)
     if prepared is not None:
         prepared.clear()
+
+
+def pipelined(conn: Any, steps: list[tuple[Any, Any]], last: Callable[[], Any] | None = None) -> None:
+    """Run `steps` ((statement, params), in order) and then `last` in one pipelined round
+    trip. The first failure is raised as psycopg raised it (its SQLSTATE: the caller
+    translates it), after the pipeline was closed (psycopg logs a second, useless error when
+    a pipeline block is left by an exception); psycopg's prepared names are then forgotten
+    (`forget_prepared`)."""
+    first: psycopg.Error | None = None
+    try:
+        with conn.pipeline():
+            try:
+                for statement, values in steps:
+                    psycopg.Cursor(conn).execute(statement, values)
+                if last is not None:
+                    last()
+            except psycopg.Error as exc:
+                first = exc
+    except psycopg.Error as exc:
+        first = first or exc
+    if first is not None:
+        forget_prepared(conn)
+        raise first
 
 
 class LedgerConnection(psycopg.Connection[Any]):
@@ -124,14 +148,8 @@ class LedgerCursor(psycopg.Cursor[Any]):
         try:
             if queued:
                 self.connection.queued = []  # type: ignore[attr-defined]
-                try:
-                    with self.connection.pipeline():
-                        for statement, values in queued:
-                            psycopg.Cursor(self.connection).execute(statement, values)
-                        super().execute(query, params, **kwargs)
-                except psycopg.Error:
-                    forget_prepared(self.connection)
-                    raise
+                pipelined(self.connection, queued,
+                          lambda: super(LedgerCursor, self).execute(query, params, **kwargs))
             else:
                 super().execute(query, params, **kwargs)
         except psycopg.Error as exc:
@@ -151,11 +169,8 @@ class LedgerCursor(psycopg.Cursor[Any]):
         if queued:
             self.connection.queued = []  # type: ignore[attr-defined]
             try:
-                with self.connection.pipeline():
-                    for statement, values in queued:
-                        psycopg.Cursor(self.connection).execute(statement, values)
+                pipelined(self.connection, queued)
             except psycopg.Error as exc:
-                forget_prepared(self.connection)
                 raise translated(exc) from exc
 
     def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:

@@ -17,7 +17,7 @@ from psycopg import errors, sql
 
 from store.errors import StoreBusy, StoreError, StoreFull, StoreIntegrityError
 from store.postgres import tables
-from store.postgres.failures import forget_prepared
+from store.postgres.failures import pipelined
 from store.postgres.keystore_schema import ensure
 from store.rows import MarkReads, MarkRow, mark_row
 
@@ -134,14 +134,10 @@ class KeyStoreFile(MarkReads):
         try:
             if self._queued:
                 queued, self._queued = self._queued, []
-                try:
-                    with self.conn.pipeline():
-                        for step, values in queued:
-                            self.conn.execute(step, values or None)
-                        cur = self.conn.execute(statement, params)
-                except psycopg.Error:
-                    forget_prepared(self.conn)
-                    raise
+                done: list[Any] = []
+                pipelined(self.conn, [(step, values or None) for step, values in queued],
+                          lambda: done.append(self.conn.execute(statement, params)))
+                cur = done[0]
             else:
                 cur = self.conn.execute(statement, params)
         except psycopg.Error as exc:
@@ -340,6 +336,10 @@ class KeyStoreFile(MarkReads):
         propagates as it is."""
         if self._depth:
             name = sql.Identifier(f"keys_sp{self._depth}").as_string(self.conn)
+            if any(values for _, values in self._queued):
+                # Writes queued by the enclosing block are its own: sent now, a refusal of
+                # one is that block's failure, not this savepoint's.
+                self._flush()
             saved = self._dirty
             marker = (f"SAVEPOINT {name}", ())
             self._queued.append(marker)
@@ -440,13 +440,7 @@ class KeyStoreFile(MarkReads):
             if not any(values for _, values in steps):
                 self.conn.execute("; ".join(step for step, _ in steps))
                 return
-            try:
-                with self.conn.pipeline():
-                    for step, values in steps:
-                        self.conn.execute(step, values or None)
-            except psycopg.Error:
-                forget_prepared(self.conn)
-                raise
+            pipelined(self.conn, [(step, values or None) for step, values in steps])
         except psycopg.Error as exc:
             what = "a transaction step"
             if any(step == INSERT_KEY for step, _ in steps):
