@@ -243,37 +243,72 @@ def test_in_a_batch_a_refused_queued_write_refuses_its_operation_alone(pg_url: s
 
 def test_expected_reads_are_made_under_the_lock(pg_url: str) -> None:
     """The subject's reads an assert announces (expect_subject) are made in its transaction's
-    first round trip, after the lock: a write another process committed in between is seen."""
+    first round trip, after the lock: a write another process committed in between is seen.
+    They are bound into that round trip's text: a subject written to break out of its quotes
+    is read as the subject it is."""
+    hostile = "acct:o'brien\\'; DELETE FROM facts; --"
     with Ledger.open(pg_url) as mine, Ledger.open(pg_url) as other:
-        put(mine, "acct:x", 0)()
+        put(mine, hostile, 0)()
+        put(mine, "acct:y", 0)()
         assert mine.keys is not None
-        ref = mine.keys.subject_ref("acct:x")
-        mine.db.expect_subject("acct:x", "plan", ref)
-        theirs = put(other, "acct:x", 1)().fact_id
-        other.forget_subject("acct:x", actor="user:dpo", reason="subject_request")
+        ref = mine.keys.subject_ref(hostile)
+        mine.db.expect_subject(hostile, "plan", ref)
+        theirs = put(other, hostile, 1)().fact_id
         with mine.transaction():
-            assert theirs not in mine.db.facts.active_of("acct:x", "plan")
-            assert mine.db.facts.active_of("acct:x", "plan") == []  # all forgotten
+            hits = mine.db.cache.hits
+            assert theirs in mine.db.facts.active_of(hostile, "plan")
+            assert mine.db.erasure.last_tombstone_at(ref) is None
+            assert mine.db.cache.hits == hits + 2  # both answered from the first round trip
+        mine.db.expect_subject(hostile, "plan", ref)
+        other.forget_subject(hostile, actor="user:dpo", reason="subject_request")
+        with mine.transaction():
+            assert mine.db.facts.active_of(hostile, "plan") == []  # all forgotten
             assert mine.db.erasure.last_tombstone_at(ref) is not None
-            assert mine.db.cache.hits > 0
+        assert len(mine.db.facts.active_of("acct:y", "plan")) == 1
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_old_work_is_fenced_after_its_own_mark(env: Env) -> None:
+def test_old_work_is_fenced_after_its_own_mark(env: Env, monkeypatch: pytest.MonkeyPatch
+                                               ) -> None:
     """The live keys a process knows survive its own high-water mark (no key store read for
-    its next assert), never another process's change: work begun before an erasure another
-    process made after that mark is still fenced."""
-    old = Ledger.open(env.path, clock=ManualClock(T0 + timedelta(hours=1)), id_seed=99)
+    its next assert), never another process's change: an erasure that lands at the worst
+    instant, after this process's commit and before its mark, is seen by its next write
+    (work begun before it is fenced, new work re-keys)."""
+    clock = ManualClock(T0 + timedelta(hours=1))
+    old = Ledger.open(env.path, clock=clock, id_seed=99)  # its work begins on day 1
     try:
+        assert old.keys is not None
+        mark = old.keys.record_mark
+        landed: list[str] = []
+
+        def erasure_first(head: Any, **kw: Any) -> None:
+            if not landed:
+                env.at(day(2))
+                landed.append(env.ledger.forget_subject(SUBJECT, actor="user:dpo",
+                                                        reason="subject_request").event_id)
+            mark(head, **kw)
+
+        monkeypatch.setattr(old.keys, "record_mark", erasure_first)
         old.assert_fact(SUBJECT, "plan", "ZQX-OLD-CACHED-01", actor="agent:w", cause=ENV_CAUSE,
-                        provenance="attested")  # mints the key, then writes the mark
-        env.at(day(2))
-        env.ledger.forget_subject(SUBJECT, actor="user:dpo", reason="subject_request")
+                        provenance="attested")  # mints the key; the erasure; then the mark
+        assert landed
+        # The destroyed key derives nothing more: no digest key for the subject.
+        ref = old.keys.subject_ref(SUBJECT)
+        with old.transaction():
+            assert old.keys.digest_key(ref) is None
         count = old.db.events.count()
         with pytest.raises(LedgerError) as info:
             old.assert_fact(SUBJECT, "plan", "ZQX-OLD-AFTER-003", actor="agent:w",
                             cause=ENV_CAUSE, provenance="attested")
         assert info.value.code == "key_fenced"
         assert old.db.events.count() == count
+        clock.set(T0 + timedelta(days=3))
+        with old.unit_of_work():
+            old.assert_fact(SUBJECT, "plan", "ZQX-OLD-NEWWORK-4", actor="agent:w",
+                            cause=ENV_CAUSE, provenance="attested")
+        latest = old.keys.store.latest(ref)
+        assert latest is not None and latest[0] == 2 and latest[3] is None
+        assert old.keys.store.generation(ref, 1)[1] is None  # type: ignore[index]
     finally:
         old.close()
+    assert env.ledger.verify().valid
