@@ -101,8 +101,10 @@ def test_nested_writes_and_rollback(pg_url: str) -> None:
     try:
         with ks.write():
             ks.add("r", 1, b"k1", "2026-01-01")
-            with pytest.raises(StoreIntegrityError):
-                ks.add("r", 1, b"dup", "2026-01-01")  # its savepoint alone is rolled back
+            # Inside a transaction a key row goes with the next statement: refused at the end
+            # of the savepoint it was written in, that savepoint alone is rolled back.
+            with pytest.raises(StoreIntegrityError), ks.write():
+                ks.add("r", 1, b"dup", "2026-01-01")
             ks.add("r", 2, b"k2", "2026-01-02")
         with pytest.raises(RuntimeError):
             with ks.write():

@@ -443,8 +443,9 @@ def test_a_failed_savepoint_rolls_back_only_itself(pg: PgLedger) -> None:
 def test_a_failure_caught_inside_a_write_stores_nothing(pg: PgLedger) -> None:
     with pytest.raises(StoreError, match="aborted"), pg.write():
         pg.events.append(event(1, GENESIS))
+        pg.events.append(event(5, GENESIS))  # queued: refused with the next statement
         try:
-            pg.events.append(event(5, GENESIS))
+            pg.events.count()
         except StoreIntegrityError:
             pass  # swallowed: the server aborted the transaction all the same
     assert pg.events.count() == 0 and pg.depth == 0

@@ -251,6 +251,10 @@ class LedgerCore:
         outermost = self.db.depth == 0
         changes = self.keys.store.total_changes() if outermost and self.keys else 0
         start: tuple[int, str, str] | None = None
+        # What a refused nested operation restores: its writes may be refused as late as its
+        # savepoint's end (a server ledger sends them then), after the block below.
+        outer = None if outermost else (self._head, self._recorded_policy,
+                                         self.adopted_policy, self.index.pending())
         try:
             # The key store commits first (inner), so no committed value ever lacks its key.
             with self.db.write():
@@ -264,7 +268,7 @@ class LedgerCore:
                             self.index.follow_key()
                     saved = (self._head, self._recorded_policy)
                     adopted = self.adopted_policy
-                    pending = self.index.pending()
+                    pending = self.index.pending() if outer is None else outer[3]
                     try:
                         yield
                         if self.db.depth == 1:
@@ -295,8 +299,15 @@ class LedgerCore:
             if outermost and self.host_address is not None and self.keys is not None and \
                     self._head != start:
                 self._raise_host_mark()
-        except StoreError as exc:
-            raise LedgerError(exc.code, str(exc)) from None
+        except BaseException as exc:
+            if outer is not None:
+                self._head, self._recorded_policy, self.adopted_policy = outer[:3]
+                self.index.restore(outer[3])
+                if self.keys is not None:
+                    self.keys.drop_cache()
+            if isinstance(exc, StoreError):
+                raise LedgerError(exc.code, str(exc)) from None
+            raise
         if outermost:
             self.index.after_commit()
 

@@ -78,12 +78,17 @@ def recorded_mark(db: LedgerFile) -> tuple[int, str] | None:
 def note_mark(db: LedgerFile, row: MarkRow | None) -> None:
     """The ledger records the key store's trusted mark row `row` (its number and MAC), read
     inside a write transaction that holds both files (so the row is committed), as part of
-    that write (a savepoint: a refused op rolls it back with the rest); never an older row
+    that write (a refused write rolls it back with the rest); never an older row
     than recorded. A mark written after a write's commit is recorded by the next write."""
     if row is None:
         return
     recorded = recorded_mark(db)
     if recorded is not None and recorded[0] >= row[0]:
+        return
+    if db.depth:
+        # Inside the write (its one statement: a savepoint around it would cost a server
+        # ledger a round trip, and a refusal of it fails the write all the same).
+        db.texts.set_meta(KEYSTORE_MARK, f"{row[0]}:{_mac(row)}")
         return
     with db.write():
         db.texts.set_meta(KEYSTORE_MARK, f"{row[0]}:{_mac(row)}")

@@ -259,11 +259,26 @@ class KeyRing:
     def digest_key(self, ref: str) -> bytes | None:
         """The key of the subject's forgotten-value digests: derived from its live data key and
         never stored, so it is destroyed with that key. None without a live key."""
-        row = self.store.latest(ref)
-        if row is None or row[1] is None or row[3] is not None:
-            return None
-        key = self._unwrap(ref, row[0], row[1])
+        self._follow_store()
+        live = self._live.get(ref)
+        if live is not None:
+            # The subject's latest key, live, as the key store stood at its change counter.
+            key = live[1]
+        else:
+            row = self.store.latest(ref)
+            if row is None or row[1] is None or row[3] is not None:
+                return None
+            key = self._unwrap(ref, row[0], row[1])
         return bytes.fromhex(crypto.keyed_digest(key, "custody", "forgotten digests"))
+
+    def _follow_store(self) -> None:
+        """Forget the live keys known here when the key store changed since they were read
+        (its change counter moved: another connection's commit, or a write of this one not
+        followed here)."""
+        version = self.store.data_version()
+        if version != self._seen_version:
+            self._live.clear()
+            self._seen_version = version
 
     @property
     def index_key(self) -> bytes:
@@ -357,10 +372,7 @@ class KeyRing:
         key store destroys the key, so a destruction the key store has not recorded yet is
         completed here first (rolled forward), and fences all the same."""
         ref = self.subject_ref(subject)
-        version = self.store.data_version()
-        if version != self._seen_version:
-            self._live.clear()
-            self._seen_version = version
+        self._follow_store()
         live = self._live.get(ref)
         if live is not None and erased_at is not None and live[3] <= erased_at and (
                 live[2] is None or live[2] < erased_at):
@@ -430,14 +442,20 @@ class KeyRing:
         if head is None:
             return
         with self.store.write():
+            # Only this transaction's own writes move the change counter from here (the key
+            # store's lock is held): if the live keys known here were current at its start,
+            # they still are after it.
+            current = self.store.data_version() == self._seen_version
             if self.genesis is not None and self.store.meta("ledger") is None:
                 genesis = self.genesis()
                 if genesis is not None:
                     self.store.put_meta("ledger", genesis.encode("ascii"))
-            last, _ = marks.trusted_mark(self.store, self._mark_key)
+            last = self.newest_trusted_mark()
             self.store.add_mark(head[0], head[1], head[2],
                                 lambda row: marks.mark_mac(self._mark_key, row),
                                 accepted=accepted, last=last)
+            if current:
+                self._seen_version = self.store.data_version()
 
     def host_mark_mac(self, genesis: str, seq: int, head: str, at: str) -> str:
         """The MAC of a host's own copy of the ledger's high-water mark (kept outside the

@@ -35,6 +35,10 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
                           field="value") from None
     provenance = _standing(ledger, cmd)
     marks = None
+    # What the transaction reads of the subject first (a server reads it with its BEGIN).
+    one = cmd.supersedes is None and pol.cardinality.of(cmd.predicate) == "one"
+    ledger.db.expect_subject(cmd.subject, cmd.predicate if one else None,
+                             ledger.keys.subject_ref(cmd.subject) if ledger.keys else None)
     with ledger.transaction():
         if previously_forgotten(ledger, cmd.subject, cmd.predicate, value_text):
             if pol.erasure.previously_forgotten == "refuse":

@@ -18,9 +18,11 @@ from psycopg.pq import TransactionStatus
 
 from store.errors import LedgerDamaged, StoreError
 from store.postgres.damage import damage
+from store.postgres.erasure import LAST_TOMBSTONE
 from store.postgres.events import EventStore
 from store.postgres.failures import flush_queued, forget_queued, later, translated
 from store.postgres.locate import Locator
+from store.postgres.projection import ACTIVE_OF_KEY
 from store.postgres.readcache import PRIME, ReadCache
 from store.postgres.tables import BATCH, column_types, load_rows, read_rows
 from store.rows import CheckpointOutcome, RewriteOutcome
@@ -109,6 +111,8 @@ class LedgerFile:
         self.events = EventStore(conn)
         self.locate = Locator(conn, path)
         self._depth = 0
+        # Reads the next write transaction makes first (expect_subject), sent with its BEGIN.
+        self._expected: list[tuple[str, tuple[Any, ...]]] = []
         # No background checkpointer on a server (the SQLite attribute, always None here).
         self.checkpointer: None = None
         self.timer: Callable[[], float] = time.perf_counter
@@ -170,6 +174,18 @@ class LedgerFile:
 
     def _status(self) -> TransactionStatus:
         return self.conn.info.transaction_status
+
+    def expect_subject(self, subject: str, predicate: str | None,
+                       subject_ref: str | None) -> None:
+        """The next write transaction (an outermost one; inside one this does nothing) will
+        read the subject's active facts of `predicate` (None: not) and the latest tombstone
+        of `subject_ref` (None: not): they are read in its first round trip, under the lock,
+        and answered from its read cache (store.postgres.readcache) until it writes them."""
+        if self._depth:
+            return
+        self._expected = [(ACTIVE_OF_KEY, (subject, predicate))] if predicate is not None else []
+        if subject_ref is not None:
+            self._expected.append((LAST_TOMBSTONE, (subject_ref,)))
 
     @contextmanager
     def write(self) -> Iterator[None]:
@@ -243,16 +259,24 @@ class LedgerFile:
     def _begin_write(self) -> None:
         """BEGIN, the lock, and the reads of PRIME in one round trip; their answers prime the
         transaction's read cache."""
-        cur = self.conn.execute(BEGIN_WRITE.format(ms=int(self.busy_timeout_ms),
-                                                   key=int(self.lock_key)))
+        expected, self._expected = self._expected, []
+        statement = BEGIN_WRITE.format(ms=int(self.busy_timeout_ms), key=int(self.lock_key))
+        if expected:
+            # Bound here (literals, as the server would bind them): one simple query still.
+            bind = psycopg.ClientCursor(self.conn)
+            statement = "; ".join([statement] + [bind.mogrify(q, p) for q, p in expected])
+        cur = self.conn.execute(statement)
         answers: list[list[Any]] = []
         while True:
             if cur.pgresult is not None and cur.pgresult.status == psycopg.pq.ExecStatus.TUPLES_OK:
                 answers.append(cur.fetchall())
             if not cur.nextset():
                 break
-        head, policy, meta = answers[-3:]
+        # The lock's row, then PRIME's answers, then the expected reads'.
+        head, policy, meta = answers[1:4]
         self.cache.start(head, policy, meta)
+        for (query, params), rows in zip(expected, answers[4:], strict=True):
+            self.cache.put(query, params, rows)
 
     def _undo_savepoint(self, name: str) -> None:
         """Roll a failed savepoint back (what it wrote is gone, the transaction goes on)."""

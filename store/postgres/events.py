@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from store.errors import StoreIntegrityError
+from store.postgres.failures import later, queues
 from store.rows import EVENT_COLUMNS, EventRow, event_values
 
 # Every text column compares and sorts byte by byte (COLLATE "C"), as SQLite's do, whatever
@@ -173,6 +174,14 @@ class EventStore:
         self._conn = conn
 
     def append(self, row: EventRow) -> None:
+        """Inside a write transaction the row goes with the next statement (`later`): the
+        chain trigger's refusal fails that statement, at the latest the savepoint's end or
+        the commit, and rolls back what the savepoint or transaction wrote."""
+        if queues(self._conn):
+            later(self._conn, INSERT, event_values(row))
+            if row.signature is not None:
+                later(self._conn, INSERT_SIGNATURE, (row.seq, row.signature))
+            return
         try:
             self._conn.execute(INSERT, event_values(row))
             if row.signature is not None:

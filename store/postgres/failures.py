@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -39,6 +40,42 @@ def translated(exc: psycopg.Error) -> StoreError:
     return StoreError(f"the server refused a statement: {message}", "postgres_error")
 
 
+def forget_prepared(conn: Any) -> None:
+    """After a pipelined group failed: forget which statements psycopg believes prepared. A
+    statement due to be prepared (its 5th run) after the failing one in the group was never
+    parsed by the server, yet psycopg records its name, and every later run of it would fail
+    ("prepared statement ... does not exist"). psycopg's own rollback does this
+    (`Transaction._rollback_gen`); the ledger rolls back by statement (savepoints), so it is
+    done here: the next statement's maintenance deallocates every prepared statement and
+    they are prepared again as they recur (the error path only)."""
+    prepared = getattr(conn, "_prepared", None)
+    if prepared is not None:
+        prepared.clear()
+
+
+def pipelined(conn: Any, steps: list[tuple[Any, Any]], last: Callable[[], Any] | None = None) -> None:
+    """Run `steps` ((statement, params), in order) and then `last` in one pipelined round
+    trip. The first failure is raised as psycopg raised it (its SQLSTATE: the caller
+    translates it), after the pipeline was closed (psycopg logs a second, useless error when
+    a pipeline block is left by an exception); psycopg's prepared names are then forgotten
+    (`forget_prepared`)."""
+    first: psycopg.Error | None = None
+    try:
+        with conn.pipeline():
+            try:
+                for statement, values in steps:
+                    psycopg.Cursor(conn).execute(statement, values)
+                if last is not None:
+                    last()
+            except psycopg.Error as exc:
+                first = exc
+    except psycopg.Error as exc:
+        first = first or exc
+    if first is not None:
+        forget_prepared(conn)
+        raise first
+
+
 class LedgerConnection(psycopg.Connection[Any]):
     """A ledger's connection: its write transactions' read cache beside it
     (store.postgres.readcache; LedgerFile starts and stops it), and the writes queued by
@@ -48,19 +85,32 @@ class LedgerConnection(psycopg.Connection[Any]):
     queued: list[tuple[Any, Any]] | None = None
 
 
-def later(conn: Any, query: str, params: Any) -> None:
+def later(conn: Any, query: str, params: Any,
+          known: dict[tuple[str, Any], list[tuple[Any, ...]]] | None = None) -> None:
     """Run a write whose answer nobody reads (no rows back, no row count looked at) with the
     connection's next statement, in one pipelined round trip, when inside a write transaction
     (else now). A failure of it fails that next statement, in the same transaction, before
-    any savepoint or the transaction ends (those statements are the next one at the latest)."""
+    any savepoint or the transaction ends (those statements are the next one at the latest).
+    `known`: reads whose answer the write makes certain ((statement, params) -> rows), given
+    to the transaction's read cache (store.postgres.readcache) once it has forgotten what the
+    write made stale."""
     cache = getattr(conn, "read_cache", None)
     if cache is None or not cache.active:
         conn.execute(query, params)
         return
     cache.wrote(query, params)
+    for (statement, values), rows in (known or {}).items():
+        cache.put(statement, values, rows)
     if conn.queued is None:
         conn.queued = []
     conn.queued.append((query, params))
+
+
+def queues(conn: Any) -> bool:
+    """Whether `later` queues on this connection now (inside a ledger write transaction)
+    rather than running the statement at once."""
+    cache = getattr(conn, "read_cache", None)
+    return cache is not None and bool(cache.active)
 
 
 def flush_queued(conn: Any) -> None:
@@ -98,10 +148,8 @@ class LedgerCursor(psycopg.Cursor[Any]):
         try:
             if queued:
                 self.connection.queued = []  # type: ignore[attr-defined]
-                with self.connection.pipeline():
-                    for statement, values in queued:
-                        psycopg.Cursor(self.connection).execute(statement, values)
-                    super().execute(query, params, **kwargs)
+                pipelined(self.connection, queued,
+                          lambda: super(LedgerCursor, self).execute(query, params, **kwargs))
             else:
                 super().execute(query, params, **kwargs)
         except psycopg.Error as exc:
@@ -121,9 +169,7 @@ class LedgerCursor(psycopg.Cursor[Any]):
         if queued:
             self.connection.queued = []  # type: ignore[attr-defined]
             try:
-                with self.connection.pipeline():
-                    for statement, values in queued:
-                        psycopg.Cursor(self.connection).execute(statement, values)
+                pipelined(self.connection, queued)
             except psycopg.Error as exc:
                 raise translated(exc) from exc
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, NoReturn
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -17,6 +17,7 @@ from psycopg import errors, sql
 
 from store.errors import StoreBusy, StoreError, StoreFull, StoreIntegrityError
 from store.postgres import tables
+from store.postgres.failures import pipelined
 from store.postgres.keystore_schema import ensure
 from store.rows import MarkReads, MarkRow, mark_row
 
@@ -61,11 +62,12 @@ META_ALL = "SELECT name, value FROM keystore_meta"
 # One round trip: the transaction, its lock, and (under the lock) what its reads usually want
 # first (data_version, every meta entry), kept in the transaction's read cache.
 BEGIN_WRITE = ("BEGIN ISOLATION LEVEL READ COMMITTED; "
-               "SELECT pg_advisory_xact_lock(hashtextextended({}, 0)); " + CHANGES + "; " + META_ALL)
+               "SELECT pg_advisory_xact_lock(hashtextextended({}, 0)); " + CHANGES + "; " + META_ALL
+               + "; " + NEWEST_MARK)
 # The reads a write transaction answers from its cache (the lock keeps every other writer out
 # until it ends); any statement of its own that writes forgets them all.
 CACHEABLE = frozenset((GET_META, LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, CHANGES, MARKS,
-                       NEXT_MARK, SUBJECT_KEYS))
+                       NEXT_MARK, SUBJECT_KEYS, NEWEST_MARK))
 KeyRow = tuple[int, bytes | None, str, str | None]
 _KEYS_FULL = "the disk is full: the key store write was rolled back"
 
@@ -110,7 +112,7 @@ class KeyStoreFile(MarkReads):
         # the savepoint statements not sent yet (each goes with the next statement: a
         # savepoint nothing ran in costs no round trip).
         self._cache: dict[tuple[str, tuple[object, ...]], list[Any]] | None = None
-        self._queued: list[str] = []
+        self._queued: list[tuple[str, tuple[object, ...]]] = []
         # Every meta entry as the transaction began (None: not known; read from the server).
         self._meta: dict[str, bytes] | None = None
 
@@ -124,28 +126,18 @@ class KeyStoreFile(MarkReads):
                 found = [(self._meta[name],)] if name in self._meta else []
             if found is not None:
                 return _Answer(found)
-            if statement == NEXT_MARK and (MARKS, (2**62,)) in cache:
-                top = cache[(MARKS, (2**62,))]  # the newest page of marks, read just now
+            if statement == NEXT_MARK and (NEWEST_MARK, ()) in cache:
+                top = cache[(NEWEST_MARK, ())]  # the newest mark, read under the lock
                 return _Answer([(int(top[0][0]) + 1 if top else 1,)])
             if statement not in CACHEABLE:
-                # This transaction writes: what it read of the table written may be stale.
-                # The change counter moves by one a writing statement (keystore_schema's
-                # statement triggers).
-                stale = _STALE.get(statement)
-                changes = cache.get((CHANGES, ()))
-                for entry in [e for e in cache if stale is None or e[0] in stale]:
-                    del cache[entry]
-                if stale is None or GET_META in stale:
-                    self._meta = None
-                if changes:
-                    cache[(CHANGES, ())] = [(int(changes[0][0]) + 1,)]
+                self._wrote(statement)
         try:
             if self._queued:
                 queued, self._queued = self._queued, []
-                with self.conn.pipeline():
-                    for step in queued:
-                        self.conn.execute(step)
-                    cur = self.conn.execute(statement, params)
+                done: list[Any] = []
+                pipelined(self.conn, [(step, values or None) for step, values in queued],
+                          lambda: done.append(self.conn.execute(statement, params)))
+                cur = done[0]
             else:
                 cur = self.conn.execute(statement, params)
         except psycopg.Error as exc:
@@ -156,6 +148,32 @@ class KeyStoreFile(MarkReads):
             rows = cache[(statement, params)] = cur.fetchall()
             return _Answer(rows)
         return cur
+
+    def _wrote(self, statement: str) -> None:
+        """This transaction writes: what it read of the table written may be stale. The
+        change counter moves by one a writing statement (keystore_schema's statement
+        triggers)."""
+        cache = self._cache
+        if cache is None:
+            return
+        stale = _STALE.get(statement)
+        changes = cache.get((CHANGES, ()))
+        for entry in [e for e in cache if stale is None or e[0] in stale]:
+            del cache[entry]
+        if stale is None or GET_META in stale:
+            self._meta = None
+        if changes:
+            cache[(CHANGES, ())] = [(int(changes[0][0]) + 1,)]
+
+    def _write_later(self, statement: str, params: tuple[object, ...]) -> None:
+        """Inside a write transaction, a one-row INSERT whose answer nobody reads goes with
+        the next statement: at the latest the end of the savepoint it was made in, or the
+        COMMIT (a refusal fails that statement, and the savepoint or transaction is rolled
+        back: nothing of it is stored)."""
+        self._wrote(statement)
+        self._queued.append((statement, params))
+        self._changes += 1
+        self._dirty = True
 
     def data_version(self) -> int:
         """A number that changes whenever the key store changes (any connection's commit,
@@ -228,6 +246,9 @@ class KeyStoreFile(MarkReads):
         return None if row is None else _key_row(row)
 
     def add(self, subject_ref: str, generation: int, wrapped: bytes, created_at: str) -> None:
+        if self._depth:
+            self._write_later(INSERT_KEY, (subject_ref, generation, wrapped, created_at))
+            return
         with self.write():
             self._run(INSERT_KEY, (subject_ref, generation, wrapped, created_at),
                       what="a new subject key")
@@ -253,15 +274,14 @@ class KeyStoreFile(MarkReads):
                  accepted: bool = False, last: MarkRow | None = None) -> MarkRow | None:
         """Record the ledger's head (unless `last`, the trusted mark, is it already); `sign`
         gives the row's MAC (the store knows no key). Returns the row written, if any."""
-        with self.write():
+        with self.write() if not self._depth else nullcontext():
             if accepted or last is None or (last[1], last[2]) != (seq, head):
                 next_row = self._run(NEXT_MARK).fetchone()
                 assert next_row is not None  # an aggregate answers one row
                 n = int(next_row[0])
                 row: MarkRow = (n, seq, head, at, accepted, None)
                 mac = sign(row)
-                self._run(ADD_MARK, (n, seq, head, at, int(accepted), mac), what="a ledger mark")
-                self._dirty = True
+                self._write_later(ADD_MARK, (n, seq, head, at, int(accepted), mac))
                 return (n, seq, head, at, accepted, mac)
         return None
 
@@ -316,29 +336,53 @@ class KeyStoreFile(MarkReads):
         propagates as it is."""
         if self._depth:
             name = sql.Identifier(f"keys_sp{self._depth}").as_string(self.conn)
+            if any(values for _, values in self._queued):
+                # Writes queued by the enclosing block are its own: sent now, a refusal of
+                # one is that block's failure, not this savepoint's.
+                self._flush()
             saved = self._dirty
-            self._queued.append(f"SAVEPOINT {name}")
+            marker = (f"SAVEPOINT {name}", ())
+            self._queued.append(marker)
             self._depth += 1
             try:
                 yield
             except BaseException:
                 self._depth -= 1
                 self._dirty = saved
-                if self._queued[-1:] == [f"SAVEPOINT {name}"]:
-                    self._queued.pop()  # never sent: nothing ran inside it
+                if marker in self._queued:
+                    # Never sent: nothing of the savepoint reached the server; what was queued
+                    # inside it is dropped.
+                    del self._queued[self._queued.index(marker):]
                 else:
-                    self._queued.append(f"ROLLBACK TO SAVEPOINT {name}")
-                    self._queued.append(f"RELEASE SAVEPOINT {name}")
+                    # Sent (and with it everything queued before it): what is queued now was
+                    # queued inside it, and is dropped with its rollback.
+                    self._queued = [(f"ROLLBACK TO SAVEPOINT {name}", ()),
+                                    (f"RELEASE SAVEPOINT {name}", ())]
                     self._flush()
                 if self._cache is not None:
                     self._cache.clear()
                     self._meta = None
                 raise
             self._depth -= 1
-            if self._queued[-1:] == [f"SAVEPOINT {name}"]:
+            if self._queued[-1:] == [marker]:
                 self._queued.pop()
+            elif any(values for _, values in self._queued):
+                # Writes queued inside it are sent now, in its scope: a refusal of one rolls
+                # back the savepoint alone, and is this block's failure.
+                self._queued.append((f"RELEASE SAVEPOINT {name}", ()))
+                try:
+                    self._flush()
+                except StoreError:
+                    self._dirty = saved
+                    self._queued = [(f"ROLLBACK TO SAVEPOINT {name}", ()),
+                                    (f"RELEASE SAVEPOINT {name}", ())]
+                    self._flush()
+                    if self._cache is not None:
+                        self._cache.clear()
+                        self._meta = None
+                    raise
             else:
-                self._queued.append(f"RELEASE SAVEPOINT {name}")
+                self._queued.append((f"RELEASE SAVEPOINT {name}", ()))
             return
         self._begin()
         self._depth, self._dirty = 1, False
@@ -376,9 +420,9 @@ class KeyStoreFile(MarkReads):
                 answers.append(cur.fetchall())
             if not cur.nextset():
                 break
-        changes, meta = answers[-2:]
+        changes, meta, newest = answers[-3:]
         self._queued = []
-        self._cache = {(CHANGES, ()): changes}
+        self._cache = {(CHANGES, ()): changes, (NEWEST_MARK, ()): newest}
         self._meta = {str(name): bytes(value) for name, value in meta}
 
     def _end(self) -> None:
@@ -386,14 +430,24 @@ class KeyStoreFile(MarkReads):
         self._queued = []
 
     def _flush(self, then: str | None = None) -> None:
-        """Send the queued savepoint statements (and `then`) in one round trip."""
-        steps = self._queued + ([then] if then else [])
+        """Send the queued statements (and `then`) in one round trip: savepoint steps alone
+        as one simple query, with queued writes pipelined."""
+        steps = self._queued + ([(then, ())] if then else [])
         self._queued = []
-        if steps:
-            try:
-                self.conn.execute("; ".join(steps))
-            except psycopg.Error as exc:
-                _raise(exc, "a transaction step")
+        if not steps:
+            return
+        try:
+            if not any(values for _, values in steps):
+                self.conn.execute("; ".join(step for step, _ in steps))
+                return
+            pipelined(self.conn, [(step, values or None) for step, values in steps])
+        except psycopg.Error as exc:
+            what = "a transaction step"
+            if any(step == INSERT_KEY for step, _ in steps):
+                what = "a new subject key"
+            elif any(step == ADD_MARK for step, _ in steps):
+                what = "a ledger mark"
+            _raise(exc, what)
 
     def _quiet_rollback(self) -> None:
         try:
@@ -407,7 +461,7 @@ class KeyStoreFile(MarkReads):
 
 # What a write of the key store makes stale (a statement not named here: everything).
 _KEY_READS = frozenset((LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, SUBJECT_KEYS, CHANGES))
-_MARK_READS = frozenset((MARKS, NEXT_MARK, CHANGES))
+_MARK_READS = frozenset((MARKS, NEXT_MARK, NEWEST_MARK, CHANGES))
 _META_READS = frozenset((GET_META, CHANGES))
 _STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, INSERT_DESTROYED: _KEY_READS,
           ADD_MARK: _MARK_READS, PUT_META: _META_READS, REPLACE_META: _META_READS,

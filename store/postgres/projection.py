@@ -11,7 +11,7 @@ import psycopg
 
 from store.errors import StoreIntegrityError
 from store.postgres.bulk import BATCH, copy_rows, lazy_rows, no_limit
-from store.postgres.failures import later
+from store.postgres.failures import later, queues
 from store.rows import (
     FACT_COLUMNS,
     STATE_COLUMNS,
@@ -82,6 +82,11 @@ FACT_BY_SEQ = f"SELECT {_FCOLS} FROM facts WHERE assert_seq = %s"
 # SQLite refuses the one statement and the transaction goes on.
 INSERT_FACT = (f"INSERT INTO facts({_FCOLS}) VALUES ({', '.join(['%s'] * len(FACT_COLUMNS))}) "
                "ON CONFLICT DO NOTHING RETURNING assert_seq")
+# Inside a ledger write transaction the row goes with the next statement (`later`): a taken
+# fact_id or assert_seq is then the unique index's refusal of that statement, and the
+# savepoint or transaction is rolled back whole (nothing of it is stored).
+INSERT_FACT_QUEUED = (f"INSERT INTO facts({_FCOLS}) "
+                      f"VALUES ({', '.join(['%s'] * len(FACT_COLUMNS))})")
 UPDATE_FACT = (
     "UPDATE facts SET "
     + ", ".join(f"{c} = %s" for c in FACT_COLUMNS if c != "assert_seq")
@@ -171,6 +176,13 @@ class FactStore:
         return None if row is None else FactRow(*row)
 
     def insert(self, fact: FactRow) -> None:
+        if queues(self._conn):
+            # The row read back by its id is the row written (no trigger or default changes
+            # a column): the transaction's next read of it needs no round trip.
+            values = fact_values(fact)
+            later(self._conn, INSERT_FACT_QUEUED, values,
+                  known={(FACT_BY_ID, (fact.fact_id,)): [tuple(values)]})
+            return
         try:
             row = self._conn.execute(INSERT_FACT, fact_values(fact)).fetchone()
         except psycopg.IntegrityError as exc:

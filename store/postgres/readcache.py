@@ -17,13 +17,17 @@ from typing import Any
 
 from store.postgres.erasure import LAST_TOMBSTONE
 from store.postgres.events import HEAD, LAST_POLICY
-from store.postgres.projection import FACT_BY_ID
+from store.postgres.projection import ACTIVE_OF_KEY, FACT_BY_ID
 
 META_GET = "SELECT value FROM ledger_meta WHERE key = %s"
 META_ALL = "SELECT key, value FROM ledger_meta"
 # A statement answered from here -> the table whose writes make its answer stale.
 CACHED = {HEAD: "events", LAST_POLICY: "events", META_GET: "ledger_meta",
-          LAST_TOMBSTONE: "tombstones", FACT_BY_ID: "facts"}
+          LAST_TOMBSTONE: "tombstones", FACT_BY_ID: "facts", ACTIVE_OF_KEY: "facts"}
+# A write of one ledger_meta entry whose value is then known: (key, value) bound in that order
+# (texts.SET_META, recall_meta.META_PUT and their twins), so a read of it needs no round trip.
+_META_UPSERT = re.compile(r"INSERT INTO ledger_meta\(key, value\) VALUES \(%s, %s\) "
+                          r"ON CONFLICT ?\(key\) DO UPDATE SET value = (?i:excluded)\.value\Z")
 # The statements the transaction's first round trip runs after the lock, in this order.
 PRIME = (HEAD, LAST_POLICY, META_ALL)
 _WRITES = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE(?:\s+TABLE)?|"
@@ -96,6 +100,10 @@ class ReadCache:
             keys = [p for p in (params or ()) if isinstance(p, str)]
             if not keys:
                 self._meta = None
+                return
+            if (_META_UPSERT.match(query) and isinstance(params, (tuple, list))
+                    and len(params) == 2 and isinstance(params[1], str)):
+                self._meta[str(params[0])] = [(params[1],)]
                 return
             for k in keys:
                 self._meta[k] = None

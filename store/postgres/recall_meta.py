@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from store.postgres.failures import later, queues
+
 CELLS_ALL = "SELECT cell, centroid FROM recall_cells ORDER BY cell"
 CELLS_INSERT = "INSERT INTO recall_cells(cell, centroid) VALUES (%s, %s)"
 CELLS_DROP_BELOW = "DELETE FROM recall_cells WHERE cell < %s"
@@ -56,6 +58,13 @@ class RecallMeta:
         """A new version token for the vector table: (the token before, the new one), in one
         statement (the write path's round trips count on a server)."""
         new = os.urandom(8).hex()
+        if queues(self._conn):
+            # Inside a write transaction the token before is the transaction's read cache's
+            # (ledger_meta as the lock found it, with this transaction's own writes), and the
+            # new one goes with the next statement.
+            before = self._meta(VEC_VERSION)
+            later(self._conn, META_PUT, (VEC_VERSION, new))
+            return before or "", new
         row = self._conn.execute(BUMP, (VEC_VERSION, VEC_VERSION, new)).fetchone()
         return (str(row[0]) if row and row[0] is not None else ""), new
 

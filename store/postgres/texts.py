@@ -11,6 +11,7 @@ from psycopg import sql
 
 from store.errors import StoreIntegrityError
 from store.postgres.bulk import no_limit
+from store.postgres.failures import later, queues
 from store.rows import TextRow, text_row
 
 # Written here: event_texts. Only erasure changes a row (sealed and salt to NULL), as the
@@ -43,6 +44,11 @@ EXECUTE FUNCTION custody_refuse('sealed free text cannot be truncated, only eras
 # error that would abort the caller's whole transaction (SQLite refuses the one statement).
 INSERT = ("INSERT INTO event_texts(seq, fact_id, subject_ref, sealed, salt) "
           "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq")
+# Inside a ledger write transaction the row goes with the next statement (`later`): no answer
+# is read then, so a second row of a seq is the primary key's refusal, failing that
+# statement (the savepoint or transaction is rolled back whole: nothing of it is stored).
+INSERT_QUEUED = ("INSERT INTO event_texts(seq, fact_id, subject_ref, sealed, salt) "
+                 "VALUES (%s, %s, %s, %s, %s)")
 GET = "SELECT fact_id, subject_ref, sealed, salt FROM event_texts WHERE seq = %s"
 FOR_FACT = "SELECT seq, sealed FROM event_texts WHERE fact_id = %s ORDER BY seq"
 ERASE_FACTS = ("UPDATE event_texts SET sealed = NULL, salt = NULL "
@@ -88,6 +94,9 @@ class TextStore:
 
     def put(self, seq: int, fact_id: str, subject_ref: str, sealed: bytes | None,
             salt: str | None) -> None:
+        if queues(self._conn):
+            later(self._conn, INSERT_QUEUED, (seq, fact_id, subject_ref, sealed, salt))
+            return
         try:
             row = self._conn.execute(INSERT, (seq, fact_id, subject_ref, sealed, salt)).fetchone()
         except psycopg.IntegrityError as exc:
@@ -174,4 +183,4 @@ class TextStore:
                 sql.SQL(_ENABLE[mode]), sql.Identifier(name)))
 
     def set_meta(self, key: str, value: str) -> None:
-        self._conn.execute(SET_META, (key, value))
+        later(self._conn, SET_META, (key, value))

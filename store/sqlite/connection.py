@@ -131,6 +131,11 @@ class LedgerFile:
         with self.write():
             return load_rows(self.conn, table, names, rows)
 
+    def expect_subject(self, subject: str, predicate: str | None,
+                       subject_ref: str | None) -> None:
+        """Nothing to do: a file ledger's reads cost no round trip (a server ledger reads the
+        subject's rows with its next write transaction's first one)."""
+
     @contextmanager
     def write(self) -> Iterator[None]:
         """One write transaction (BEGIN IMMEDIATE), or a savepoint when already inside one.
