@@ -21,6 +21,7 @@ from store.rows import (
     FactRow,
     Holder,
     MarkRow,
+    RecallEngines,
     RewriteOutcome,
     StateRow,
     TextRow,
@@ -200,6 +201,8 @@ class ErasureStorePort(Protocol):
 @runtime_checkable
 class RecallStorePort(Protocol):
     """The recall indexes (lexical and vector) and their bookkeeping."""
+
+    def engines(self) -> RecallEngines: ...
 
     def doc_freq(self, terms: list[str]) -> dict[str, int] | None: ...
     def lexical(
