@@ -156,6 +156,15 @@ def test_the_server_serves_believed_facts_only(make_env: Callable[..., Env],
         claimed = set(ids(ledger.recall("teal kayak paddle", k=50, strategy=strategy,
                                         include_claimed=True)))
         assert claimed <= {live, newer, quarantined} and {live, quarantined} <= claimed
+    # Claims quarantined take no candidate slot: 60 of them matching the query better than any
+    # believed fact (more than the pool of 50 each half reads) leave both believed ones found.
+    with ledger.transaction():
+        for i in range(60):
+            env.put(f"acct:{100 + i}", "note", "teal kayak paddle", provenance="claimed")
+    for strategy in STRATEGIES:
+        assert set(ids(ledger.recall("teal kayak paddle", k=2, strategy=strategy))) <= {
+            live, newer}
+        assert live in ids(ledger.recall("teal kayak paddle", k=2, strategy=strategy))
     ledger.confirm(quarantined, actor=REVIEWER)
     assert quarantined in ids(ledger.recall("teal kayak paddle quarantined", k=3,
                                             strategy="lexical"))
