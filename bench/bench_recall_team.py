@@ -72,11 +72,11 @@ def log(msg: str) -> None:
 
 # ---- (a) quality ----------------------------------------------------------------------------
 
-def quality(addresses: dict[str, Callable[[], str]]) -> dict[str, Any]:
+def quality(addresses: dict[str, Callable[[], str]]) -> dict[Any, Any]:
     """Scores and top-10 lists of the labelled set on each backend, with the in-process vector
     copy on and off."""
     data = json.loads(base.DATA.read_text(encoding="utf-8"))
-    out: dict[str, Any] = {"facts": len(data["facts"]), "queries": len(data["queries"])}
+    out: dict[Any, Any] = {"facts": len(data["facts"]), "queries": len(data["queries"])}
     budget = matrix_mod.MAX_BYTES
     for mode in ("in-process copy", "store KNN"):
         matrix_mod.MAX_BYTES = budget if mode == "in-process copy" else 0
@@ -100,7 +100,7 @@ def quality(addresses: dict[str, Callable[[], str]]) -> dict[str, Any]:
     return out
 
 
-def render_quality(q: dict[str, Any], backends: tuple[str, ...]) -> str:
+def render_quality(q: dict[Any, Any], backends: tuple[str, ...]) -> str:
     lines = [f"### Quality on `bench/data/recall_set.json` ({q['facts']} facts, {q['queries']} "
              f"queries, k=10, embedder `{q['embedder']}`)", ""]
     both = backends == BACKENDS
@@ -146,6 +146,10 @@ def server_copies(cache: Path, tmp: Path, sizes: list[int],
     return out
 
 
+def _recall(ledger: Ledger, strategy: str) -> Callable[[str], object]:
+    return lambda q: ledger.recall(q, k=10, strategy=strategy)
+
+
 def latency(ledgers: dict[str, Ledger], facts: list[tuple[str, str, str, str]], n: int,
             queries: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"n": n}
@@ -164,8 +168,7 @@ def latency(ledgers: dict[str, Ledger], facts: list[tuple[str, str, str, str]], 
     methods: dict[str, Callable[[str], object]] = {"floor": floor}
     for backend, ledger in ledgers.items():
         for strategy in base.STRATEGIES:
-            methods[f"{backend} {strategy}"] = (
-                lambda q, led=ledger, s=strategy: led.recall(q, k=10, strategy=s))
+            methods[f"{backend} {strategy}"] = _recall(ledger, strategy)
 
         def lexical_store(q: str, led: Ledger = ledger) -> object:
             match = recall_mod.lexical_match(led.index, text_mod.words(q), False, None, None)

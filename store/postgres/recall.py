@@ -117,6 +117,7 @@ VEC_MOVE = ("UPDATE recall_vec v SET cell = m.cell FROM unnest(%s::bigint[], %s:
 VEC_COUNT = "SELECT count(*) FROM recall_vec"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 CREATED = "SELECT 1 FROM ledger_meta WHERE key = 'recall_layout'"
+ANALYZE = "ANALYZE recall_docs, recall_postings, recall_terms, recall_stats, recall_vec"
 # What recall shows of its hits, in one statement: the fact, its assert event's subject ref and
 # sealed value, and (seq, tx_at) of its assert and affirm events (salience).
 HITS = ("SELECT " + ", ".join(f"f.{c}" for c in FACT_COLUMNS)
@@ -155,6 +156,14 @@ class RecallStore(RecallMeta, RecallSearch):
     def engines(self) -> RecallEngines:
         """What these indexes are, in recall's own words."""
         return ENGINES
+
+    def refresh_statistics(self) -> None:
+        """After the indexes were rebuilt in bulk (inside the caller's transaction: ANALYZE
+        counts that transaction's own rows): the planner's statistics of the recall tables.
+        Without them, until autovacuum gets there, the planner guessed a few rows a table and
+        the BM25 query joined every posting with every believed fact (158 ms a query at 10k
+        facts right after a copy, bench/results_recall.md section s)."""
+        self._conn.execute(ANALYZE)
 
     def embedder(self) -> tuple[str, int] | None:
         """(name, dimensions) of the embedder the vectors were made with, if any."""

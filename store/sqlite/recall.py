@@ -135,6 +135,9 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
         """What these indexes are, in recall's own words."""
         return ENGINES
 
+    def refresh_statistics(self) -> None:
+        """Nothing to do here: FTS5 and vec0 keep the counts their searches use themselves."""
+
     def embedder(self) -> tuple[str, int] | None:
         """(name, dimensions) of the embedder the vectors were made with, if any."""
         name = self._conn.execute(META_GET, ("embedder",)).fetchone()
