@@ -21,6 +21,7 @@ from store.rows import (
     FactRow,
     Holder,
     MarkRow,
+    RecallEngines,
     RewriteOutcome,
     StateRow,
     TextRow,
@@ -202,6 +203,9 @@ class ErasureStorePort(Protocol):
 @runtime_checkable
 class RecallStorePort(Protocol):
     """The recall indexes (lexical and vector) and their bookkeeping."""
+
+    def engines(self) -> RecallEngines: ...
+    def refresh_statistics(self) -> None: ...
 
     def doc_freq(self, terms: list[str]) -> dict[str, int] | None: ...
     def lexical(

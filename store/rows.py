@@ -150,6 +150,20 @@ class CheckpointOutcome:
     detail: str
 
 
+@dataclass(frozen=True, slots=True)
+class RecallEngines:
+    """What a backend's recall indexes are, in the words recall's strategy statement (a
+    RecallResult's `note`) and the erasure proof use: each backend names its own, so a server
+    ledger's never claims FTS5 or sqlite-vec."""
+
+    lexical: str  # the lexical ranking and where it runs ("FTS5 bm25")
+    vectors: str  # the stored vector table the in-process copy is loaded from
+    float_rows: str  # where the exact float32 rows are re-read from
+    knn: str  # the stored index's own KNN, when the in-process copy is not kept
+    inside: str  # where the ranking happens when the copy is not used (" inside SQLite")
+    places: str  # the indexes, as the erasure proof names the place it checks
+
+
 # How an outcome's detail begins when the VACUUM ran but its checkpoint did not complete.
 VACUUMED = "VACUUM done, but"
 

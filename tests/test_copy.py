@@ -21,6 +21,8 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.resources import demo_policy_path
 from custody_app.ledger.copy import KEY_TABLES, LEDGER_TABLES, NOT_COPIED_META
 from store.address import address_of
+from store.postgres import recall as pg_recall
+from store.sqlite import recall as sqlite_recall
 from tests import pgserver
 from tests.writer_keys import KEY, registration
 
@@ -102,6 +104,16 @@ def timeless(value: Any) -> Any:
     return value
 
 
+def engines_named(note: str) -> str:
+    """A recall's strategy statement with each backend's own names of its indexes (FTS5 and
+    sqlite-vec, or the server's tables) replaced by what they are: the rest must be the same."""
+    for engines in (sqlite_recall.ENGINES, pg_recall.ENGINES):
+        for name in sorted(engines.__slots__, key=lambda n: -len(getattr(engines, n))):
+            if getattr(engines, name):
+                note = note.replace(getattr(engines, name), f"<{name}>")
+    return note
+
+
 def reads(address: str | Path, forgotten: str, pub: Path) -> dict[str, Any]:
     """What the reading commands print (JSON) on one ledger."""
     out: dict[str, Any] = {}
@@ -118,6 +130,7 @@ def reads(address: str | Path, forgotten: str, pub: Path) -> dict[str, Any]:
         out[f"show {fact}"] = as_json("show", fact, "--ledger", address)
     for query in ("refund", "plan seats annual"):
         out[f"recall {query}"] = as_json("recall", query, "--ledger", address, "-k", "5")
+        out[f"recall {query}"]["note"] = engines_named(out[f"recall {query}"]["note"])
     out["explain"] = as_json("explain", "RF-2026-0412", "--ledger", address)
     out["erasures"] = as_json("erasures", "--ledger", address)
     return dict(timeless(out))

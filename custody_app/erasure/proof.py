@@ -72,12 +72,12 @@ def row_places(ledger: LedgerCore, work: ErasureWork, *,
         stale = [fact_id for fact_id in ids if fact_id in ends and (
             (seq := ends[fact_id][0]) in indexed or ledger.index.matrix.holds(seq))]
         checks.append(PlaceCheck(
-            place="recall indexes (FTS5, sqlite-vec, its in-process copy)",
+            place=f"recall indexes ({ledger.db.recall.engines().places}, its in-process copy)",
             outcome="found" if stale else "clean",
             detail="no erased fact is indexed (its rows removed in the erasure's transaction)"
             if not stale else f"still indexed: {', '.join(stale)}"))
     else:
-        checks.append(PlaceCheck(place="recall indexes (FTS5, sqlite-vec)",
+        checks.append(PlaceCheck(place=f"recall indexes ({ledger.db.recall.engines().places})",
                                  outcome="not_applicable", detail="this ledger has no recall index"))
     checks.append(keys_place)
     checks += work.notes

@@ -45,6 +45,7 @@ def _reindex_under(core: LedgerCore, new: bytes) -> int:
     with core.transaction():
         rows = lexical_rows(core.index, new)
         core.db.recall.recreate_lexical(rows)
+        core.db.recall.refresh_statistics()
         core.db.texts.set_meta(KEY_ID, key_id(new))
         crash_point("rotate.before_commit")
     return len(rows)

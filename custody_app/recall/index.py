@@ -279,6 +279,7 @@ class RecallIndex(BatchedRemovals):
                 if progress is not None:
                     progress(n, len(believed))
         self.cells.rebuilt()
+        self.db.recall.refresh_statistics()
         return len(believed)
 
     def differences(self) -> list[str]:

@@ -1,5 +1,7 @@
-"""Hybrid search over the facts believed now: FTS5 bm25 and sqlite-vec KNN with the status,
-space and subject filters inside both, fused by weighted reciprocal rank, salience for ties."""
+"""Hybrid search over the facts believed now: bm25 (FTS5's on SQLite, the same formula over a
+postings table on PostgreSQL) and KNN (sqlite-vec's, or in this process over the vectors) with
+the status, space and subject filters inside both, fused by weighted reciprocal rank, salience
+for ties; the strategy statement names the backend's own indexes."""
 
 from __future__ import annotations
 
@@ -170,22 +172,23 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     vec_rank = {seq: i for i, seq in enumerate(vector, start=1)}
     hits = _hydrate(index, top_with_ties(ranked, cmd.k, lexical), cmd, statuses, now,
                     lex_rank, vec_rank)
+    engines = index.db.recall.engines()  # each backend names its own indexes
     parts = []
     if strategy != "vector":
-        parts.append(f"FTS5 bm25 gave {len(lexical)} candidate(s)")
+        parts.append(f"{engines.lexical} gave {len(lexical)} candidate(s)")
     if strategy != "lexical" and cells == "matrix" and index.matrix.quantized:
         parts.append(f"KNN ({index.embedder.name}, cosine) over int8 codes of every vector "
-                     f"in an in-process copy of sqlite-vec's table, the best re-scored exactly "
-                     f"from sqlite-vec's float32 rows, gave {len(vector)}")
+                     f"in an in-process copy of {engines.vectors}, the best re-scored exactly "
+                     f"from {engines.float_rows}, gave {len(vector)}")
     elif strategy != "lexical" and cells == "matrix":
         parts.append(f"exact KNN ({index.embedder.name}, cosine) over every vector, in an "
-                     f"in-process copy of sqlite-vec's table, gave {len(vector)}")
+                     f"in-process copy of {engines.vectors}, gave {len(vector)}")
     elif strategy != "lexical":
         where = ("every vector" if cells is None else
                  f"the {len(cells)} nearest of {index.cells.count_cells()} k-means cells")
-        parts.append(f"sqlite-vec KNN ({index.embedder.name}, cosine) over {where} gave "
+        parts.append(f"{engines.knn} ({index.embedder.name}, cosine) over {where} gave "
                      f"{len(vector)}")
-    inside = "" if cells == "matrix" else " inside SQLite"
+    inside = "" if cells == "matrix" else engines.inside
     note = (f"ranked{inside}: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
             f"facts inside the search; fused by reciprocal rank (k={RRF_K}, vector weight "
             f"{index.embedder.fusion_weight:g}); salience breaks ties")

@@ -13,7 +13,7 @@ from typing import Any
 from store.postgres.failures import later
 from store.postgres.recall_meta import CELLS_INSERT, RecallMeta
 from store.postgres.recall_search import RecallSearch, tokens
-from store.rows import FACT_COLUMNS, FactRow, VecRow, vec_row
+from store.rows import FACT_COLUMNS, FactRow, RecallEngines, VecRow, vec_row
 
 DDL: tuple[str, ...] = (
     # One row per indexed fact: its terms and scope as handed in (keyed hashes, never words)
@@ -117,6 +117,7 @@ VEC_MOVE = ("UPDATE recall_vec v SET cell = m.cell FROM unnest(%s::bigint[], %s:
 VEC_COUNT = "SELECT count(*) FROM recall_vec"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 CREATED = "SELECT 1 FROM ledger_meta WHERE key = 'recall_layout'"
+ANALYZE = "ANALYZE recall_docs, recall_postings, recall_terms, recall_stats, recall_vec"
 # What recall shows of its hits, in one statement: the fact, its assert event's subject ref and
 # sealed value, and (seq, tx_at) of its assert and affirm events (salience).
 HITS = ("SELECT " + ", ".join(f"f.{c}" for c in FACT_COLUMNS)
@@ -134,6 +135,17 @@ LEX_BATCH = 5000
 Hit = tuple[FactRow, str | None, bytes | None, list[tuple[int, str]]]
 
 
+# What recall says of these indexes: the lexical ranking is BM25 computed by the server over
+# the postings table (FTS5's formula, not FTS5), the vectors are rows of recall_vec, ranked in
+# this process (never by the server, never by sqlite-vec).
+ENGINES = RecallEngines(
+    lexical="BM25 inside PostgreSQL (FTS5's bm25 formula over a postings table of keyed terms "
+            "with stored statistics)",
+    vectors="the server's recall_vec table", float_rows="the server's float32 rows",
+    knn="exact KNN in this process on vectors read from the server's recall_vec table",
+    inside="", places="the server's recall_docs, recall_postings, recall_terms, recall_vec")
+
+
 class RecallStore(RecallMeta, RecallSearch):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
@@ -141,6 +153,18 @@ class RecallStore(RecallMeta, RecallSearch):
         self._conn = conn
 
     # ---- the index as a whole -----------------------------------------------------------
+    def engines(self) -> RecallEngines:
+        """What these indexes are, in recall's own words."""
+        return ENGINES
+
+    def refresh_statistics(self) -> None:
+        """After the indexes were rebuilt in bulk (inside the caller's transaction: ANALYZE
+        counts that transaction's own rows): the planner's statistics of the recall tables.
+        Without them, until autovacuum gets there, the planner guessed a few rows a table and
+        the BM25 query joined every posting with every believed fact (158 ms a query at 10k
+        facts right after a copy, bench/results_recall.md section s)."""
+        self._conn.execute(ANALYZE)
+
     def embedder(self) -> tuple[str, int] | None:
         """(name, dimensions) of the embedder the vectors were made with, if any."""
         name, dims, layout = (self._meta(k) for k in ("embedder", "embedder_dims",

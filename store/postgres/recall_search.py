@@ -168,5 +168,13 @@ def _distances(rows: list[Any], target: np.ndarray[Any, Any]) -> tuple[np.ndarra
     seqs = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
     matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows),
                            dtype=np.float32).reshape(len(rows), target.size)
-    diff = matrix - target
-    return seqs, np.sqrt(np.einsum("ij,ij->i", diff, diff, dtype=np.float32))
+    square = matrix - target
+    square *= square
+    # sqlite-vec's L2 (its portable loop: one float32 sum, dimension after dimension, then the
+    # square root) to the last bit: a sum in another order (einsum's pairwise one) differs in
+    # the last bits, and then vectors at equal true distance (orthogonal to the query, say)
+    # came out in another order than on SQLite.
+    total = np.zeros(len(rows), dtype=np.float32)
+    for column in square.T:
+        total += column
+    return seqs, np.sqrt(total.astype(np.float64)).astype(np.float32)

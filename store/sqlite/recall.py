@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 import apsw
 
 from store.errors import StoreFull
-from store.rows import VecRow, vec_row
+from store.rows import RecallEngines, VecRow, vec_row
 from store.sqlite.recall_hits import RecallHits
 from store.sqlite.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
 from store.sqlite.recall_search import RecallSearch
@@ -117,6 +117,12 @@ VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
 
 
+# What recall says of these indexes.
+ENGINES = RecallEngines(
+    lexical="FTS5 bm25", vectors="sqlite-vec's table", float_rows="sqlite-vec's float32 rows",
+    knn="sqlite-vec KNN", inside=" inside SQLite", places="FTS5, sqlite-vec")
+
+
 class RecallStore(RecallMeta, RecallHits, RecallSearch):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
@@ -124,6 +130,13 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
         self._conn = conn
         self._freq: dict[str, int] = {}
         self._freq_version: tuple[int, int] | None = None
+
+    def engines(self) -> RecallEngines:
+        """What these indexes are, in recall's own words."""
+        return ENGINES
+
+    def refresh_statistics(self) -> None:
+        """Nothing to do here: FTS5 and vec0 keep the counts their searches use themselves."""
 
     def embedder(self) -> tuple[str, int] | None:
         """(name, dimensions) of the embedder the vectors were made with, if any."""
