@@ -1,0 +1,330 @@
+"""What an erasure leaves in a server's own table files, checked from a client after its commit
+(issue 34): the transactions whose snapshot is older than the erasure (they may still read the
+old row versions, and VACUUM must keep those while they live), and the old row versions
+themselves: VACUUM of the ledger's tables, then their raw pages (heap, TOAST and indexes) read
+back through pageinspect, where the role may, and searched for the erased byte strings; VACUUM
+FULL only for a table whose pages still hold them (plain VACUUM leaves a page's freed bytes in
+place, as it did for the last row of a page). Each check is one place of the certificate:
+(place, outcome, detail) with outcome `clean`, `pending`, `found` (bytes in a dead row version or
+a page's free space), `shared` (only live rows hold them) or `unverifiable`."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+SNAPSHOTS_PLACE = "server: in-flight snapshots older than the erasure"
+OLD_VERSIONS_PLACE = "server: old row versions in the ledger's table files (VACUUM, page inspection)"
+# ledger_meta: the transaction id (xid8) of the newest erasure not yet finished.
+HORIZON = "erasure_horizon"
+# A needle longer than this is searched by its prefix: TOAST splits a long value into chunks of
+# about 2 kB, so the whole string is never contiguous in one page.
+PREFIX = 64
+PAGES_AT_ONCE = 256
+SHOWN = 8
+
+# Sessions of this database (not this one) whose snapshot xmin is at or before the erasure's
+# transaction: its commit may be invisible to them. age() compares xids across wraparound.
+SNAPSHOTS = """
+SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.usename::text, ''),
+       coalesce(to_char(a.xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
+       coalesce(a.state, '')
+FROM pg_stat_activity a
+WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+  AND a.backend_xmin IS NOT NULL AND age(a.backend_xmin) >= age(xid(%(e)s::xid8))
+ORDER BY a.xact_start NULLS FIRST, a.pid"""
+PREPARED = """
+SELECT gid, owner::text FROM pg_prepared_xacts
+WHERE database = current_database() AND age(transaction) >= age(xid(%(e)s::xid8))
+ORDER BY prepared"""
+SLOTS = """
+SELECT slot_name::text, slot_type FROM pg_replication_slots
+WHERE xmin IS NOT NULL AND age(xmin) >= age(xid(%(e)s::xid8)) ORDER BY slot_name"""
+# No erasure recorded its transaction (one left by an older version): every open snapshot.
+NEXT_XID = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text"
+TABLES = """
+SELECT c.oid, c.relname, c.relowner, pg_has_role(c.relowner, 'USAGE'),
+       CASE WHEN current_setting('server_version_num')::int >= 170000
+            THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relkind = 'r' ORDER BY c.relname"""
+# Every relation holding a table's bytes: the table, its TOAST table, and their indexes.
+RELATIONS = """
+SELECT r.oid, r.relname, r.relkind,
+       pg_relation_size(r.oid, 'main') / current_setting('block_size')::int
+FROM pg_class r
+WHERE r.oid = %(t)s OR r.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = %(t)s)
+   OR r.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = %(t)s
+                OR indrelid = (SELECT reltoastrelid FROM pg_class WHERE oid = %(t)s))
+ORDER BY r.relkind DESC, r.relname"""
+SUPERUSER = "SELECT current_user::text, rolsuper FROM pg_roles WHERE rolname = current_user"
+PAGEINSPECT = ("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+               "WHERE e.extname = 'pageinspect'")
+AVAILABLE = "SELECT 1 FROM pg_available_extensions WHERE name = 'pageinspect'"
+PAGES = ("SELECT b, {fn}(%s::oid::regclass::text, 'main', b) "
+         "FROM generate_series(%s::bigint, %s::bigint) b")
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    place: str
+    outcome: str  # clean, pending, found, shared, unverifiable
+    detail: str
+
+    def row(self) -> tuple[str, str, str]:
+        return self.place, self.outcome, self.detail
+
+
+@dataclass(frozen=True, slots=True)
+class PageHit:
+    """An erased byte string in a relation's page: where, which string (by number), and
+    whether a live row (or index entry) holds it there, or it is residue: a dead row version,
+    or bytes left in the page's free space."""
+
+    table: str  # the table it belongs to
+    relation: str  # the table itself, its TOAST table or an index
+    page: int
+    offset: int
+    needle: int
+    item: int | None  # the line pointer of the live item holding it; None: residue
+
+    def text(self, needles: list[bytes]) -> str:
+        digest = hashlib.sha256(needles[self.needle]).hexdigest()[:12]
+        where = f"item {self.item}" if self.item is not None else f"offset {self.offset}"
+        return (f"{self.relation} page {self.page} {where} (erased string {self.needle + 1}, "
+                f"sha256 {digest})")
+
+
+# A page: its header's pd_lower at byte 12, line pointers (32 bits: lp_off 15, lp_flags 2,
+# lp_len 15) from byte 24. A heap tuple's header: t_xmax at 4, t_infomask at 20.
+LP_NORMAL = 1
+XMAX_INVALID, XMAX_LOCK_ONLY = 0x0800, 0x0080
+
+
+def live_items(raw: bytes, heap: bool) -> list[tuple[int, int, int]]:
+    """(line pointer number, start, end) of each item of the page a live row holds: a normal
+    line pointer, and for a heap page a tuple no transaction deleted (after VACUUM with no
+    older snapshot, a deleted one is gone, so one still there is residue). Everything else in
+    the page (dead tuples, free space) is residue."""
+    if len(raw) < 24:
+        return []
+    lower = struct.unpack_from("<H", raw, 12)[0]
+    items = []
+    for n, at in enumerate(range(24, min(lower, len(raw)) - 3, 4), start=1):
+        word = struct.unpack_from("<I", raw, at)[0]
+        off, flags, length = word & 0x7FFF, (word >> 15) & 3, word >> 17
+        if flags != LP_NORMAL or length == 0 or off + length > len(raw):
+            continue
+        if heap and length >= 22:
+            xmax = struct.unpack_from("<I", raw, off + 4)[0]
+            mask = struct.unpack_from("<H", raw, off + 20)[0]
+            if xmax and not mask & (XMAX_INVALID | XMAX_LOCK_ONLY):
+                continue
+        items.append((n, off, off + length))
+    return items
+
+
+def _holder(items: list[tuple[int, int, int]], start: int, end: int) -> int | None:
+    return next((n for n, lo, hi in items if lo <= start and end <= hi), None)
+
+
+def horizon(conn: psycopg.Connection[Any], recorded: str | None) -> str:
+    """The erasure's transaction id as recorded, else the next one (every open snapshot)."""
+    if recorded:
+        return recorded
+    row = conn.execute(NEXT_XID).fetchone()
+    return str(row[0]) if row else "0"
+
+
+def old_snapshots(conn: psycopg.Connection[Any], erasure_xid: str) -> list[str]:
+    """Each open transaction, prepared transaction or replication slot whose snapshot may still
+    read the row versions the erasure replaced, named."""
+    found = [f"pid {pid} (application {app or '-'}, user {user or '-'}, transaction started "
+             f"{start or '(hidden from this role)'}, {state or 'state hidden'})"
+             for pid, app, user, start, state in conn.execute(SNAPSHOTS, {"e": erasure_xid})]
+    found += [f"prepared transaction {gid} of {owner}"
+              for gid, owner in conn.execute(PREPARED, {"e": erasure_xid})]
+    found += [f"replication slot {name} ({kind})"
+              for name, kind in conn.execute(SLOTS, {"e": erasure_xid})]
+    return found
+
+
+def snapshots_place(held: list[str]) -> Place:
+    if held:
+        return Place(SNAPSHOTS_PLACE, "pending", (
+            f"{len(held)} transaction(s) opened before the erasure may still read the old row "
+            f"versions (and VACUUM must keep them while they live): {'; '.join(held[:SHOWN])}"
+            + ("; ..." if len(held) > SHOWN else "")
+            + "; re-checked at the next write, open or finish_scrubs"))
+    return Place(SNAPSHOTS_PLACE, "clean",
+                 "no transaction, prepared transaction or replication slot of this database "
+                 "holds a snapshot older than the erasure")
+
+
+def _ident(*names: str) -> sql.Composable:
+    return sql.Identifier(*names)
+
+
+def vacuum(conn: psycopg.Connection[Any], schema: str, tables: list[str], *,
+           full: bool = False, lock_timeout_ms: int = 5000) -> None:
+    """VACUUM (or VACUUM FULL, which rewrites the table and its indexes under an ACCESS
+    EXCLUSIVE lock, waiting at most `lock_timeout_ms` for it) each table, outside any
+    transaction (the connection is in autocommit)."""
+    head = sql.SQL("VACUUM (FULL) {}") if full else sql.SQL("VACUUM {}")
+    conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{lock_timeout_ms}ms")))
+    try:
+        for table in tables:
+            conn.execute(head.format(_ident(schema, table)))
+    finally:
+        conn.execute("RESET lock_timeout")
+
+
+def inspection_barrier(conn: psycopg.Connection[Any]) -> tuple[str | None, str | None]:
+    """(the schema pageinspect's functions are in, None) when this role may read raw pages;
+    (None, why not) otherwise."""
+    row = conn.execute(SUPERUSER).fetchone()
+    role, superuser = (str(row[0]), bool(row[1])) if row else ("?", False)
+    where = conn.execute(PAGEINSPECT).fetchone()
+    if where is None:
+        extra = ("" if conn.execute(AVAILABLE).fetchone() else
+                 "; the server does not even ship it (PostgreSQL's contrib)")
+        return None, ("the pageinspect extension is not installed in this database (a "
+                      f"superuser runs CREATE EXTENSION pageinspect){extra}")
+    if not superuser:
+        return None, (f"the role {role} may not read raw pages: pageinspect's get_raw_page "
+                      "runs only for a superuser (no grant gives it); run the erasure's check "
+                      "as a superuser, or rely on the epoch key for these copies")
+    return str(where[0]), None
+
+
+def _pattern(needles: list[bytes]) -> tuple[re.Pattern[bytes], dict[bytes, int]]:
+    which: dict[bytes, int] = {}
+    for i, needle in enumerate(needles):
+        which.setdefault(needle[:PREFIX], i)
+    alternatives = sorted(which, key=len, reverse=True)
+    return re.compile(b"|".join(re.escape(a) for a in alternatives)), which
+
+
+def search_pages(conn: psycopg.Connection[Any], tables: list[tuple[int, str]],
+                 needles: list[bytes], pageinspect: str) -> tuple[list[PageHit], int]:
+    """Every page of each table's relations (heap, TOAST, indexes), searched for the needles:
+    (what was found, how many pages were read)."""
+    pattern, which = _pattern(needles)
+    pages = sql.SQL(PAGES).format(fn=_ident(pageinspect, "get_raw_page"))
+    hits: list[PageHit] = []
+    read = 0
+    for oid, table in tables:
+        for rel_oid, relation, kind, blocks in conn.execute(RELATIONS, {"t": oid}).fetchall():
+            read += int(blocks)
+            for first in range(0, int(blocks), PAGES_AT_ONCE):
+                last = min(int(blocks), first + PAGES_AT_ONCE) - 1
+                for page, raw in conn.execute(pages, (rel_oid, first, last)):
+                    data = bytes(raw)
+                    found = list(pattern.finditer(data))
+                    if not found:
+                        continue
+                    items = live_items(data, heap=kind in ("r", "t"))
+                    hits += [PageHit(table, str(relation), int(page), m.start(),
+                                     which[m.group()[:PREFIX]],
+                                     _holder(items, m.start(), m.end()))
+                             for m in found]
+    return hits, read
+
+
+def _tables(conn: psycopg.Connection[Any], schema: str) -> tuple[list[tuple[int, str]], list[str]]:
+    """(the schema's tables this role may VACUUM, those it may not)."""
+    row = conn.execute(SUPERUSER).fetchone()
+    superuser = bool(row and row[1])
+    may, may_not = [], []
+    for oid, name, _owner, owns, maintain in conn.execute(TABLES, (schema,)).fetchall():
+        (may if superuser or owns or maintain else may_not).append((int(oid), str(name)))
+    return may, [n for _o, n in may_not]
+
+
+def old_versions_place(conn: psycopg.Connection[Any], schema: str, needles: list[bytes], *,
+                       run_vacuum: bool = True) -> Place:
+    """VACUUM the ledger's tables, read their pages back and search them; VACUUM FULL a table
+    whose pages still hold an erased string, and search it again. `run_vacuum=False` inspects
+    the pages as they are (what the check finds when nothing removed the old versions)."""
+    tables, refused = _tables(conn, schema)
+    if refused:
+        return Place(OLD_VERSIONS_PLACE, "unverifiable", (
+            f"the role may not VACUUM {', '.join(refused[:SHOWN])} (grant it MAINTAIN on the "
+            "ledger's tables, or run as their owner): the old row versions stay until "
+            "autovacuum removes them, and nothing here can tell when"))
+    if run_vacuum:
+        vacuum(conn, schema, [name for _oid, name in tables])
+    done = "VACUUM ran on the ledger's tables" if run_vacuum else "no VACUUM was run"
+    pageinspect, why_not = inspection_barrier(conn)
+    if pageinspect is None:
+        return Place(OLD_VERSIONS_PLACE, "unverifiable", (
+            f"{done}, but plain VACUUM can leave a removed row's bytes in its page's free space, "
+            f"and the pages could not be read back: {why_not}"))
+    if not needles:
+        if run_vacuum:
+            vacuum(conn, schema, [name for _oid, name in tables], full=True)
+        return Place(OLD_VERSIONS_PLACE, "unverifiable", (
+            "the erased byte strings are not known here (the erasure was left pending by another "
+            "process, and its strings went with it): VACUUM FULL rewrote every table instead"
+            if run_vacuum else "the erased byte strings are not known here"))
+    hits, count = search_pages(conn, tables, needles, pageinspect)
+    rewritten: list[str] = []
+    if run_vacuum and any(h.item is None for h in hits):
+        rewritten = sorted({h.table for h in hits if h.item is None})
+        try:
+            vacuum(conn, schema, rewritten, full=True)
+        except psycopg.errors.LockNotAvailable:
+            return Place(OLD_VERSIONS_PLACE, "pending", (
+                f"after VACUUM the pages of {', '.join(rewritten)} still hold erased bytes, and "
+                "VACUUM FULL could not take its lock (another session is using the table); "
+                "retried at the next write, open or finish_scrubs"))
+        hits = [h for h in hits if h.table not in rewritten] + search_pages(
+            conn, [t for t in tables if t[1] in rewritten], needles, pageinspect)[0]
+    searched = (f"{count} page(s) of {len(tables)} table(s), their TOAST tables and indexes "
+                f"read with pageinspect and searched for {len(needles)} erased byte string(s)")
+    full = (f"; VACUUM FULL rewrote {', '.join(rewritten)}, whose pages plain VACUUM had left "
+            "holding erased bytes" if rewritten else "")
+    residue = [h for h in hits if h.item is None]
+    held = [h for h in hits if h.item is not None]
+    if residue:
+        return Place(OLD_VERSIONS_PLACE, "found", (
+            f"{done}{full}; {searched}: {len(residue)} copy(ies) in dead row versions or free "
+            f"space: {_listed(residue, needles)}" + (f"; and held by live rows: "
+                                                     f"{_listed(held, needles)}" if held else "")))
+    if held:
+        return Place(OLD_VERSIONS_PLACE, "shared", (
+            f"{done}{full}; {searched}: no dead row version or free space holds them; "
+            f"{len(held)} copy(ies) are held by live rows (by design, or a row the checks above "
+            f"name): {_listed(held, needles)}"))
+    return Place(OLD_VERSIONS_PLACE, "clean", f"{done}{full}; {searched}: none found")
+
+
+def _listed(hits: list[PageHit], needles: list[bytes]) -> str:
+    more = f"; and {len(hits) - SHOWN} more" if len(hits) > SHOWN else ""
+    return "; ".join(h.text(needles) for h in hits[:SHOWN]) + more
+
+
+def server_places(conn: psycopg.Connection[Any], schema: str, needles: list[bytes],
+                  recorded_xid: str | None, *, in_transaction: bool) -> list[tuple[str, str, str]]:
+    """The snapshots place, then the old row versions place (not checked while a snapshot may
+    still read them: VACUUM must keep them)."""
+    if in_transaction:
+        why = ("the erasure's proof ran inside a transaction not committed yet (VACUUM cannot "
+               "run inside one); re-checked at the next write, open or finish_scrubs")
+        return [Place(SNAPSHOTS_PLACE, "pending", why).row(),
+                Place(OLD_VERSIONS_PLACE, "pending", why).row()]
+    held = old_snapshots(conn, horizon(conn, recorded_xid))
+    snapshots = snapshots_place(held)
+    if held:
+        old = Place(OLD_VERSIONS_PLACE, "pending", (
+            "not removed yet: VACUUM must keep the old row versions while a transaction older "
+            "than the erasure lives (above); removed and inspected once it ends"))
+    else:
+        old = old_versions_place(conn, schema, needles)
+    return [snapshots.row(), old.row()]
