@@ -314,10 +314,34 @@ class LedgerFile:
 
     def rewrite(self, *, wait: bool = True, during: Hook | None = None,
                 vacuumed: Hook | None = None) -> RewriteOutcome:
-        """Not done on a server: its files are the server's, not the ledger's (a VACUUM FULL of
-        its tables, and what it can prove, is issue 34's work). Never claims completion."""
-        return RewriteOutcome(False, 0, 0, "not done: a server ledger's files belong to the "
-                              "server; rewriting them is not available on PostgreSQL yet")
+        """VACUUM FULL of the ledger's tables (each rewritten from its live rows, indexes and
+        TOAST with it), when no transaction older than the pending erasure could still read
+        the rows it replaced (VACUUM FULL would have to copy them); otherwise not done.
+        Outside any transaction only. `wait`, `during`: unused here; `vacuumed` is called after
+        it."""
+        if self._depth:
+            return RewriteOutcome(False, 0, 0, "not done: inside a transaction")
+        held = residue.old_snapshots(self.conn, residue.horizon(
+            self.conn, self.meta(residue.HORIZON)))
+        if held:
+            return RewriteOutcome(False, 0, 0, "not done: a transaction older than the erasure "
+                                  f"may still read the old row versions ({held[0]})")
+        before = self.stored_bytes()[0]
+        tables, refused = residue.maintainable(self.conn, self.schema)
+        if refused:
+            return RewriteOutcome(False, before, before, "not done: the role may not VACUUM "
+                                  f"{', '.join(refused[:5])}")
+        try:
+            residue.vacuum(self.conn, self.schema, [name for _oid, name in tables], full=True,
+                           lock_timeout_ms=self.busy_timeout_ms)
+        except psycopg.errors.LockNotAvailable:
+            return RewriteOutcome(False, before, before, "not done: VACUUM FULL could not take "
+                                  "its lock (another session is using a table)")
+        if vacuumed is not None:
+            vacuumed()
+        after = self.stored_bytes()[0]
+        return RewriteOutcome(True, before, after, f"VACUUM FULL of the ledger's {len(tables)} "
+                              f"table(s): {before} -> {after} bytes")
 
     def scan(self, needles: list[bytes]) -> dict[str, list[int]]:
         """Nothing to scan: a server ledger has no file this process may read (an erasure

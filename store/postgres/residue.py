@@ -237,7 +237,7 @@ def search_pages(conn: psycopg.Connection[Any], tables: list[tuple[int, str]],
     return hits, read
 
 
-def _tables(conn: psycopg.Connection[Any], schema: str) -> tuple[list[tuple[int, str]], list[str]]:
+def maintainable(conn: psycopg.Connection[Any], schema: str) -> tuple[list[tuple[int, str]], list[str]]:
     """(the schema's tables this role may VACUUM, those it may not)."""
     row = conn.execute(SUPERUSER).fetchone()
     superuser = bool(row and row[1])
@@ -252,7 +252,7 @@ def old_versions_place(conn: psycopg.Connection[Any], schema: str, needles: list
     """VACUUM the ledger's tables, read their pages back and search them; VACUUM FULL a table
     whose pages still hold an erased string, and search it again. `run_vacuum=False` inspects
     the pages as they are (what the check finds when nothing removed the old versions)."""
-    tables, refused = _tables(conn, schema)
+    tables, refused = maintainable(conn, schema)
     if refused:
         return Place(OLD_VERSIONS_PLACE, "unverifiable", (
             f"the role may not VACUUM {', '.join(refused[:SHOWN])} (grant it MAINTAIN on the "
@@ -267,12 +267,9 @@ def old_versions_place(conn: psycopg.Connection[Any], schema: str, needles: list
             f"{done}, but plain VACUUM can leave a removed row's bytes in its page's free space, "
             f"and the pages could not be read back: {why_not}"))
     if not needles:
-        if run_vacuum:
-            vacuum(conn, schema, [name for _oid, name in tables], full=True)
         return Place(OLD_VERSIONS_PLACE, "unverifiable", (
-            "the erased byte strings are not known here (the erasure was left pending by another "
-            "process, and its strings went with it): VACUUM FULL rewrote every table instead"
-            if run_vacuum else "the erased byte strings are not known here"))
+            f"{done}; the erased byte strings are not known here (the erasure was left pending "
+            "by another process, and its strings went with it), so the pages were not searched"))
     hits, count = search_pages(conn, tables, needles, pageinspect)
     rewritten: list[str] = []
     if run_vacuum and any(h.item is None for h in hits):
