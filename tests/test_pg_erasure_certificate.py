@@ -280,3 +280,33 @@ def test_a_file_ledgers_certificate_has_no_server_place(tmp_path: Path) -> None:
             assert cert.complete is True
     finally:
         env.ledger.close()
+
+
+def test_doctor_names_a_pending_erasure_and_the_transaction_holding_it(env: Env) -> None:
+    from custody_app.doctor.server import server_checks
+    from store.postgres.health import inspect_server
+
+    fact = env.put("acct:42", "diagnosis", SECRET)
+    holder = _holder(str(env.path), "nightly-report")
+    try:
+        env.ledger.forget(fact, actor="user:dpo", reason="subject_request")
+        checks, _ = server_checks(inspect_server(str(env.path)))
+        line = next(c for c in checks if c.name == "pending-erasures")
+        assert line.outcome == "warn" and fact in line.detail
+        assert f"pid {holder.info.backend_pid}" in line.detail and "nightly-report" in line.detail
+        assert next(c for c in checks if c.name == "page-inspection").outcome == "ok"
+    finally:
+        holder.close()
+    env.ledger.finish_scrubs()
+    checks, _ = server_checks(inspect_server(str(env.path)))
+    assert next(c for c in checks if c.name == "pending-erasures").outcome == "ok"
+
+
+def test_doctor_says_why_pages_cannot_be_read(pg_url: str) -> None:
+    from custody_app.doctor.server import server_checks
+    from store.postgres.health import inspect_server
+
+    Env(pg_url).ledger.close()
+    checks, _ = server_checks(inspect_server(pg_url))
+    line = next(c for c in checks if c.name == "page-inspection")
+    assert line.outcome == "warn" and "pageinspect extension is not installed" in line.detail
