@@ -117,6 +117,8 @@ def test_an_older_snapshot_keeps_it_pending_named_until_it_ends(env: Env) -> Non
         assert places[OLD].outcome == "pending" and "VACUUM must keep" in places[OLD].detail
         assert cert.complete is False
         assert [f for f, _ in env.ledger.status().pending_scrubs] == [fact]
+        listed = env.ledger.erasures()
+        assert listed.erasures[-1].pending == 1 and "PENDING for 1 fact(s)" in listed.render()
         # a write while it is still open re-checks and keeps it pending
         env.put("acct:7", "plan", "gold")
         assert [f for f, _ in env.ledger.status().pending_scrubs] == [fact]
@@ -137,6 +139,7 @@ def test_an_older_snapshot_keeps_it_pending_named_until_it_ends(env: Env) -> Non
     assert places[OLD].outcome in ("clean", "shared"), places[OLD]
     assert again[0].complete is True
     assert env.ledger.status().pending_scrubs == []
+    assert env.ledger.erasures().erasures[-1].pending == 0
 
 
 def test_the_next_write_finishes_a_pending_erasure(env: Env) -> None:
