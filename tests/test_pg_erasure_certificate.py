@@ -144,14 +144,17 @@ def test_an_older_snapshot_keeps_it_pending_named_until_it_ends(env: Env) -> Non
 
 def test_the_next_write_finishes_a_pending_erasure(env: Env) -> None:
     fact = env.put("acct:42", "diagnosis", SECRET)
+    sealed = _sealed(str(env.path), fact)
     holder = _holder(str(env.path), "holder")
     try:
         env.ledger.forget(fact, actor="user:dpo", reason="subject_request")
     finally:
         holder.close()
     assert env.ledger.status().pending_scrubs != []
+    assert _residue(str(env.path), [sealed])  # the old row version, not removed yet
     env.put("acct:7", "plan", "gold")
     assert env.ledger.status().pending_scrubs == []
+    assert not _residue(str(env.path), [sealed])  # removed by the write's re-check
 
 
 def test_a_pending_erasure_left_by_a_closed_process_is_finished_at_the_next_open(
