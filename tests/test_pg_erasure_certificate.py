@@ -316,3 +316,17 @@ def test_doctor_says_why_pages_cannot_be_read(pg_url: str) -> None:
     checks, _ = server_checks(inspect_server(pg_url))
     line = next(c for c in checks if c.name == "page-inspection")
     assert line.outcome == "warn" and "pageinspect extension is not installed" in line.detail
+
+
+def test_an_erasure_inside_a_larger_transaction_is_finished_after_its_commit(env: Env) -> None:
+    """No VACUUM can run inside a transaction, and nothing is erased before the commit: the
+    certificate made inside says pending, and the commit's re-check finishes it."""
+    fact = env.put("acct:42", "diagnosis", SECRET)
+    sealed = _sealed(str(env.path), fact)
+    with env.ledger.transaction():
+        cert = env.ledger.forget(fact, actor="user:dpo", reason="subject_request").certificate
+        assert _places(cert)[OLD].outcome == "pending"
+        assert "inside a transaction not committed yet" in _places(cert)[OLD].detail
+        assert cert.complete is False
+    assert env.ledger.status().pending_scrubs == []
+    assert not _residue(str(env.path), [sealed])
