@@ -237,32 +237,43 @@ def test_page_inspection_finds_the_erased_bytes_when_vacuum_is_skipped(env: Env)
     assert not _residue(str(env.path), [sealed])
 
 
-def test_bytes_plain_vacuum_leaves_are_found_and_rewritten_never_called_clean(env: Env) -> None:
-    """Plain VACUUM leaves a removed row's bytes in its page's free space (measured: the last
-    row of a page): the certificate finds them and rewrites the table (VACUUM FULL) before it
-    says clean, and an independent look at every page agrees."""
+def _last_row_of_a_page(env: Env) -> str:
+    """A ledger whose first events page is full, and the fact whose assert is its last row (the
+    newest, at the page's lowest offset): its erasure's new row version cannot fit in that page,
+    so the old one is left alone there."""
     for i in range(60):
         env.put(f"acct:{i:08d}", "diagnosis", f"{SECRET} number {i}")
     with _admin(str(env.path)) as conn:
-        # The last row of the full first page (its newest, at the page's lowest offset): its
-        # erasure's new version cannot fit there, so the old one is left alone in the page.
         kind, victim = conn.execute(
             "SELECT kind, fact_id FROM custody.events WHERE (ctid::text::point)[0] = 0 "
             "ORDER BY (ctid::text::point)[1] DESC LIMIT 1").fetchone()
         pages = conn.execute("SELECT pg_relation_size('custody.events') / 8192").fetchone()[0]
     assert kind == "assert" and pages > 1
-    sealed = _sealed(str(env.path), victim)
-    needles = [sealed]
+    return str(victim)
+
+
+def _forget_held(env: Env, fact: str) -> None:
+    """Forget while an older snapshot holds the old row versions (so nothing removes them)."""
     holder = _holder(str(env.path), "holder")
     try:
-        env.ledger.forget(victim, actor="user:dpo", reason="subject_request")
+        env.ledger.forget(fact, actor="user:dpo", reason="subject_request")
     finally:
         holder.close()
+
+
+def test_bytes_plain_vacuum_leaves_are_found_and_rewritten_never_called_clean(env: Env) -> None:
+    """Plain VACUUM leaves a removed row's bytes in its page's free space (measured: the last
+    row of a page): the certificate finds them and rewrites the table (VACUUM FULL) before it
+    says clean, and an independent look at every page agrees."""
+    victim = _last_row_of_a_page(env)
+    needles = [_sealed(str(env.path), victim)]
+    _forget_held(env, victim)
     with _admin(str(env.path)) as conn:
         tables, _ = residue.maintainable(conn, "custody")
         residue.vacuum(conn, "custody", [name for _oid, name in tables])
     left = _residue(str(env.path), needles)
     assert left, "plain VACUUM removed every copy here: the case this test is about is gone"
+    assert "events" in {h.table for h in left}
     [cert] = env.ledger.finish_scrubs()
     old = _places(cert)[OLD]
     assert old.outcome in ("clean", "shared"), old
@@ -270,6 +281,30 @@ def test_bytes_plain_vacuum_leaves_are_found_and_rewritten_never_called_clean(en
     for table in {h.table for h in left}:
         assert table in old.detail
     assert not _residue(str(env.path), needles)
+
+
+def test_a_rewrite_another_session_blocks_stays_pending(env: Env) -> None:
+    """VACUUM FULL waits for every session using the table: a newer reader holding a lock on
+    events makes it give up after the busy timeout, and the place stays pending (never clean)
+    until the next try succeeds."""
+    victim = _last_row_of_a_page(env)
+    sealed = _sealed(str(env.path), victim)
+    _forget_held(env, victim)
+    locker = psycopg.connect(str(env.path), application_name="newer-reader")
+    try:
+        locker.execute("LOCK TABLE custody.events IN ACCESS SHARE MODE")
+        env.ledger.db.busy_timeout_ms = 300
+        [cert] = env.ledger.finish_scrubs()
+        assert _places(cert)[SNAPSHOTS].outcome == "clean"  # newer than the erasure
+        old = _places(cert)[OLD]
+        assert old.outcome == "pending" and "VACUUM FULL could not take its lock" in old.detail
+        assert cert.complete is False
+        assert env.ledger.status().pending_scrubs != []
+    finally:
+        locker.close()
+    [cert] = env.ledger.finish_scrubs()
+    assert _places(cert)[OLD].outcome in ("clean", "shared") and cert.complete is True
+    assert not _residue(str(env.path), [sealed])
 
 
 def test_a_file_ledgers_certificate_has_no_server_place(tmp_path: Path) -> None:

@@ -334,7 +334,7 @@ class LedgerFile:
         try:
             residue.vacuum(self.conn, self.schema, [name for _oid, name in tables], full=True,
                            lock_timeout_ms=self.busy_timeout_ms)
-        except psycopg.errors.LockNotAvailable:
+        except residue.LOCK_WAIT:
             return RewriteOutcome(False, before, before, "not done: VACUUM FULL could not take "
                                   "its lock (another session is using a table)")
         if vacuumed is not None:
@@ -359,7 +359,8 @@ class LedgerFile:
         (VACUUM, then the raw pages searched for `needles`: `clean`, `found` with where, or
         `unverifiable` with why); then the WAL and the copies made from it (unverifiable)."""
         places = residue.server_places(self.conn, self.schema, needles, self.meta(residue.HORIZON),
-                                       in_transaction=self._depth > 0)
+                                       in_transaction=self._depth > 0,
+                                       lock_timeout_ms=self.busy_timeout_ms)
         return [*places, (SERVER_COPIES, "unverifiable", SERVER_COPIES_DETAIL)]
 
     def stored_bytes(self) -> tuple[int, int]:

@@ -19,6 +19,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from store.errors import StoreBusy
+
 SNAPSHOTS_PLACE = "server: in-flight snapshots older than the erasure"
 OLD_VERSIONS_PLACE = "server: old row versions in the ledger's table files (VACUUM, page inspection)"
 # ledger_meta: the transaction id (xid8) of the newest erasure not yet finished.
@@ -27,6 +29,9 @@ HORIZON = "erasure_horizon"
 # about 2 kB, so the whole string is never contiguous in one page.
 PREFIX = 64
 PAGES_AT_ONCE = 256
+# A lock not granted within the timeout (psycopg's error, or the store's once its cursor
+# translated it).
+LOCK_WAIT = (psycopg.errors.LockNotAvailable, StoreBusy)
 SHOWN = 8
 
 # Sessions of this database (not this one) whose snapshot xmin is at or before the erasure's
@@ -248,7 +253,7 @@ def maintainable(conn: psycopg.Connection[Any], schema: str) -> tuple[list[tuple
 
 
 def old_versions_place(conn: psycopg.Connection[Any], schema: str, needles: list[bytes], *,
-                       run_vacuum: bool = True) -> Place:
+                       run_vacuum: bool = True, lock_timeout_ms: int = 5000) -> Place:
     """VACUUM the ledger's tables, read their pages back and search them; VACUUM FULL a table
     whose pages still hold an erased string, and search it again. `run_vacuum=False` inspects
     the pages as they are (what the check finds when nothing removed the old versions)."""
@@ -260,11 +265,17 @@ def old_versions_place(conn: psycopg.Connection[Any], schema: str, needles: list
             "autovacuum removes them, and nothing here can tell when"))
     done = "no VACUUM was run"
     if run_vacuum:
-        vacuum(conn, schema, [name for _oid, name in tables])
+        try:
+            vacuum(conn, schema, [name for _oid, name in tables], lock_timeout_ms=lock_timeout_ms)
+        except LOCK_WAIT:
+            return Place(OLD_VERSIONS_PLACE, "pending", (
+                "VACUUM could not take its lock (another session is vacuuming or altering a "
+                "table); retried at the next write, open or finish_scrubs"))
         # The key store's rows too (a destroyed key's wrapped bytes in its old row version);
         # not searched: those bytes are not known here.
         keys, _ = maintainable(conn, f"{schema}_keys")
-        vacuum(conn, f"{schema}_keys", [name for _oid, name in keys])
+        vacuum(conn, f"{schema}_keys", [name for _oid, name in keys],
+               lock_timeout_ms=lock_timeout_ms)
         done = ("VACUUM ran on the ledger's tables" + (
             " and the key store's (not searched: a destroyed key's bytes are not known here)"
             if keys else ""))
@@ -282,8 +293,8 @@ def old_versions_place(conn: psycopg.Connection[Any], schema: str, needles: list
     if run_vacuum and any(h.item is None for h in hits):
         rewritten = sorted({h.table for h in hits if h.item is None})
         try:
-            vacuum(conn, schema, rewritten, full=True)
-        except psycopg.errors.LockNotAvailable:
+            vacuum(conn, schema, rewritten, full=True, lock_timeout_ms=lock_timeout_ms)
+        except LOCK_WAIT:
             return Place(OLD_VERSIONS_PLACE, "pending", (
                 f"after VACUUM the pages of {', '.join(rewritten)} still hold erased bytes, and "
                 "VACUUM FULL could not take its lock (another session is using the table); "
@@ -315,7 +326,8 @@ def _listed(hits: list[PageHit], needles: list[bytes]) -> str:
 
 
 def server_places(conn: psycopg.Connection[Any], schema: str, needles: list[bytes],
-                  recorded_xid: str | None, *, in_transaction: bool) -> list[tuple[str, str, str]]:
+                  recorded_xid: str | None, *, in_transaction: bool,
+                  lock_timeout_ms: int = 5000) -> list[tuple[str, str, str]]:
     """The snapshots place, then the old row versions place (not checked while a snapshot may
     still read them: VACUUM must keep them)."""
     if in_transaction:
@@ -330,5 +342,5 @@ def server_places(conn: psycopg.Connection[Any], schema: str, needles: list[byte
             "not removed yet: VACUUM must keep the old row versions while a transaction older "
             "than the erasure lives (above); removed and inspected once it ends"))
     else:
-        old = old_versions_place(conn, schema, needles)
+        old = old_versions_place(conn, schema, needles, lock_timeout_ms=lock_timeout_ms)
     return [snapshots.row(), old.row()]
