@@ -17,11 +17,11 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from store.errors import LedgerDamaged, StoreError
+from store.postgres import residue
 from store.postgres.damage import damage
 from store.postgres.events import EventStore
 from store.postgres.failures import flush_queued, forget_queued, later, translated
 from store.postgres.locate import Locator
-from store.postgres import residue
 from store.postgres.readcache import PRIME, ReadCache
 from store.postgres.tables import BATCH, column_types, load_rows, read_rows
 from store.rows import CheckpointOutcome, RewriteOutcome

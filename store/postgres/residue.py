@@ -246,7 +246,8 @@ def maintainable(conn: psycopg.Connection[Any], schema: str) -> tuple[list[tuple
     """(the schema's tables this role may VACUUM, those it may not)."""
     row = conn.execute(SUPERUSER).fetchone()
     superuser = bool(row and row[1])
-    may, may_not = [], []
+    may: list[tuple[int, str]] = []
+    may_not: list[tuple[int, str]] = []
     for oid, name, _owner, owns, maintain in conn.execute(TABLES, (schema,)).fetchall():
         (may if superuser or owns or maintain else may_not).append((int(oid), str(name)))
     return may, [n for _o, n in may_not]
