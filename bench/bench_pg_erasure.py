@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 import psycopg  # noqa: E402
 
 from custody_app.ledger.facade import Ledger  # noqa: E402
-from store.postgres import residue  # noqa: E402
+from store.postgres import pages, residue  # noqa: E402
 from tests import pgserver  # noqa: E402
 
 MASTER = "5e" * 32
@@ -100,7 +100,7 @@ def main() -> None:
             names = [n for _o, n in tables]
             vac, _ = timed(lambda: residue.vacuum(conn, "custody", names))
             needles = [os.urandom(48)]  # found nowhere: every page is read and searched
-            scan, (_hits, pages) = timed(lambda: residue.search_pages(conn, tables, needles,
+            scan, (_hits, read) = timed(lambda: pages.search_pages(conn, tables, needles,
                                                                       "public"))
             full, _ = timed(lambda: residue.vacuum(conn, "custody", ["events"], full=True))
             full_all, _ = timed(lambda: residue.vacuum(conn, "custody", names, full=True))
@@ -110,7 +110,7 @@ def main() -> None:
                 "c.relkind = 'r' ORDER BY 2 DESC LIMIT 6").fetchall()
         lines += ["", "| step (alone, same ledger) | seconds |", "|---|---|",
                   f"| plain VACUUM of the {len(names)} ledger tables | {vac:.2f} |",
-                  f"| read and search {pages:,} pages (pageinspect, heap + TOAST + indexes) "
+                  f"| read and search {read:,} pages (pageinspect, heap + TOAST + indexes) "
                   f"| {scan:.2f} |",
                   f"| VACUUM FULL of events (ACCESS EXCLUSIVE lock held this long) | {full:.2f} |",
                   f"| VACUUM FULL of every ledger table | {full_all:.2f} |",

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from store.postgres import residue
+from store.postgres import pages, residue
 from tests.conftest import Env
 
 SNAPSHOTS = residue.SNAPSHOTS_PLACE
@@ -70,11 +70,11 @@ def _holder(url: str, name: str) -> psycopg.Connection[Any]:
     return conn
 
 
-def _residue(url: str, needles: list[bytes]) -> list[residue.PageHit]:
+def _residue(url: str, needles: list[bytes]) -> list[pages.PageHit]:
     """An independent look at every page: erased bytes in dead versions or free space."""
     with _admin(url) as conn:
         tables, _ = residue.maintainable(conn, "custody")
-        hits, _pages = residue.search_pages(conn, tables, needles, "public")
+        hits, _read = pages.search_pages(conn, tables, needles, "public")
     return [h for h in hits if h.item is None]
 
 

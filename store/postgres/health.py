@@ -16,6 +16,7 @@ import psycopg
 from store.errors import NotALedger, StoreError
 from store.postgres import residue
 from store.postgres.opening import connect
+from store.postgres.pages import inspection_barrier
 from store.postgres.schema import APPLICATION, SCHEMA_VERSION, TOMBSTONE_TRIGGERS, migration_1
 
 VECTOR = ("SELECT default_version, installed_version FROM pg_available_extensions "
@@ -186,7 +187,7 @@ def report(conn: psycopg.Connection[Any], schema: str, address: str) -> ServerHe
                         rights, notes, last_subject=None if sample is None else
                         (int(sample[0]), str(sample[1]), str(sample[2])),
                         pending_erasures=pending, erasure_snapshots=held,
-                        page_inspection=residue.inspection_barrier(conn)[1])
+                        page_inspection=inspection_barrier(conn)[1])
 
 
 def _horizon(conn: psycopg.Connection[Any]) -> str | None:
