@@ -309,7 +309,7 @@ class LedgerFile:
 
     def wal_checkpoint(self, *, wait: bool = True) -> CheckpointOutcome:
         """Complete at once: there is no WAL file of the ledger's own to empty (what the
-        server's WAL holds after an erasure is issue 34's certificate)."""
+        server's WAL holds after an erasure is a place of its certificate: places_beyond_scan)."""
         return CheckpointOutcome(True, 1, 0, NO_FILE_WAL)
 
     def rewrite(self, *, wait: bool = True, during: Hook | None = None,

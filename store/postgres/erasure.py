@@ -186,7 +186,8 @@ class ErasureStore:
 
     def rewrite_due(self) -> dict[str, str] | None:
         """The clean-up an erasure recorded as due and not yet finished, if any (on a server
-        nothing records one yet: issue 34's pending places will)."""
+        nothing records one: a pending place of its certificate keeps the pending rows, and
+        store.postgres.residue re-checks it)."""
         row = self._one(META_GET, (REWRITE,))
         return None if row is None else dict(json.loads(row[0]))
 
