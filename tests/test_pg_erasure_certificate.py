@@ -365,3 +365,16 @@ def test_an_erasure_inside_a_larger_transaction_is_finished_after_its_commit(env
         assert cert.complete is False
     assert env.ledger.status().pending_scrubs == []
     assert not _residue(str(env.path), [sealed])
+
+
+def test_a_subject_key_left_wrapped_is_found_not_clean(env: Env,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key place reads the key store back: a destruction that did not happen (the key
+    store's destroy made to do nothing) is `found`, naming the generation."""
+    env.put("acct:4200042", "diagnosis", SECRET)
+    monkeypatch.setattr(env.ledger.keys.store, "destroy", lambda ref, at: 1)
+    cert = env.ledger.forget_subject("acct:4200042", actor="user:dpo",
+                                     reason="subject_request").certificate
+    keys = _places(cert)["key store: the subject's data key"]
+    assert keys.outcome == "found" and "still holds generation(s)" in keys.detail
+    assert cert.complete is False
