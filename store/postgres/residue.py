@@ -29,13 +29,16 @@ SHOWN = 8
 LOCK_WAIT = (psycopg.errors.LockNotAvailable, StoreBusy)
 
 # Sessions of this database (not this one) whose snapshot xmin is at or before the erasure's
-# transaction: its commit may be invisible to them. age() compares xids across wraparound.
+# transaction: its commit may be invisible to them. age() compares xids across wraparound. An
+# autovacuum worker's snapshot holds nothing back (VACUUM ignores it) and reads no rows for
+# anyone.
 SNAPSHOTS = """
 SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.usename::text, ''),
        coalesce(to_char(a.xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
        coalesce(a.state, '')
 FROM pg_stat_activity a
 WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+  AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
   AND a.backend_xmin IS NOT NULL AND age(a.backend_xmin) >= age(xid(%(e)s::xid8))
 ORDER BY a.xact_start NULLS FIRST, a.pid"""
 PREPARED = """
