@@ -378,3 +378,15 @@ def test_a_subject_key_left_wrapped_is_found_not_clean(env: Env,
     keys = _places(cert)["key store: the subject's data key"]
     assert keys.outcome == "found" and "still holds generation(s)" in keys.detail
     assert cert.complete is False
+
+
+def test_words_a_live_fact_still_has_are_not_searched_for(env: Env) -> None:
+    """The keyed words of the erased fact that another live fact still has (its subject's) are
+    in the word index by design: they are not erased strings, so the pages holding them in
+    live rows make nothing `shared`, and the erased fact's own words are searched and gone."""
+    fact = env.put("acct:42", "diagnosis", SECRET)
+    env.put("acct:42", "plan", "basic")
+    cert = env.ledger.forget(fact, actor="user:dpo", reason="subject_request").certificate
+    old = _places(cert)[OLD]
+    assert old.outcome == "clean", old
+    assert "none found" in old.detail

@@ -23,7 +23,10 @@ ERASED = ("forgotten", "expired")
 def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
     """Check every place the values could be, after the transaction committed."""
     if work.keyed:  # the keyed words no live index row holds (the erasure removed its rows)
-        keyed_needles(work, lambda term: bool(ledger.db.recall.lexical(f'"{term}"', 1)))
+        # One count per word through the port (an FTS5 phrase query here found nothing on a
+        # server, so every word a live fact still has became a needle found in live rows).
+        held = ledger.db.recall.doc_freq([k.decode("ascii") for k in work.keyed]) or {}
+        keyed_needles(work, lambda term: held.get(term, 0) > 0)
     checks = row_places(ledger, work, keys_place=keys_place)
     # Built while the background pass over the erasure's WAL may still run (no commit waits for
     # one: `Checkpointer.before_write`); the checkpoint below waits for it.
