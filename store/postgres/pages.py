@@ -5,6 +5,7 @@ or bytes left in a page's free space). Used by store.postgres.residue."""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 import struct
@@ -86,8 +87,14 @@ def live_items(raw: bytes, heap: bool) -> list[tuple[int, int, int]]:
     return items
 
 
-def _holder(items: list[tuple[int, int, int]], start: int, end: int) -> int | None:
-    return next((n for n, lo, hi in items if lo <= start and end <= hi), None)
+def _holder(items: list[tuple[int, int, int]], starts: list[int], start: int,
+            end: int) -> int | None:
+    """The line pointer of the item holding bytes start..end (`starts`: the items' starts,
+    ascending, as `items` is sorted), None when no item does."""
+    at = bisect.bisect_right(starts, start) - 1
+    if at >= 0 and end <= items[at][2]:
+        return items[at][0]
+    return None
 
 
 
@@ -135,10 +142,12 @@ def search_pages(conn: psycopg.Connection[Any], tables: list[tuple[int, str]],
                     found = list(pattern.finditer(data))
                     if not found:
                         continue
-                    items = live_items(data, heap=kind in ("r", "t"))
+                    items = sorted(live_items(data, heap=kind in ("r", "t")),
+                                   key=lambda item: item[1])
+                    starts = [lo for _n, lo, _hi in items]
                     hits += [PageHit(table, str(relation), int(page), m.start(),
                                      which[m.group()[:PREFIX]],
-                                     _holder(items, m.start(), m.end()))
+                                     _holder(items, starts, m.start(), m.end()))
                              for m in found]
     return hits, read
 
