@@ -390,3 +390,30 @@ def test_words_a_live_fact_still_has_are_not_searched_for(env: Env) -> None:
     old = _places(cert)[OLD]
     assert old.outcome == "clean", old
     assert "none found" in old.detail
+
+
+def test_a_deleted_key_kept_as_an_index_separator_is_residue(inspected: str) -> None:
+    """A B-tree keeps a deleted row's key as a separator (an inner page's or a high key) in an
+    item as live as any: after plain VACUUM it is still in the index's pages, so it is residue
+    (the index is rebuilt, and the certificate says clean only once it is gone), never a live
+    row's copy."""
+    with _admin(inspected) as conn:
+        conn.execute("CREATE SCHEMA lab")
+        conn.execute("CREATE TABLE lab.words(term text COLLATE \"C\" PRIMARY KEY)")
+        conn.execute("INSERT INTO lab.words SELECT 'h' || md5(g::text) FROM "
+                     "generate_series(1, 20000) g")
+        # The first leaf's high key: the first key of the second leaf, kept as a separator.
+        data = conn.execute("SELECT data FROM bt_page_items('lab.words_pkey', 1) "
+                            "WHERE itemoffset = 1").fetchone()[0]
+        key = bytes.fromhex(data.replace(" ", ""))[1:].rstrip(b"\x00")
+        assert conn.execute("DELETE FROM lab.words WHERE term = %s",
+                            (key.decode(),)).rowcount == 1
+        tables, _ = residue.maintainable(conn, "lab")
+        residue.vacuum(conn, "lab", ["words"])
+        hits, _read = pages.search_pages(conn, tables, [key], "public")
+        assert [h.relation for h in hits if h.item is None] == ["words_pkey"] * len(hits)
+        assert hits
+        place = residue.old_versions_place(conn, "lab", [key])
+        assert place.outcome == "clean", place
+        assert "VACUUM FULL rewrote words" in place.detail
+        assert not pages.search_pages(conn, tables, [key], "public")[0]

@@ -125,9 +125,12 @@ def _pattern(needles: list[bytes]) -> tuple[re.Pattern[bytes], dict[bytes, int]]
 
 
 def search_pages(conn: psycopg.Connection[Any], tables: list[tuple[int, str]],
-                 needles: list[bytes], pageinspect: str) -> tuple[list[PageHit], int]:
+                 needles: list[bytes], pageinspect: str, *,
+                 rebuilt: bool = False) -> tuple[list[PageHit], int]:
     """Every page of each table's relations (heap, TOAST, indexes), searched for the needles:
-    (what was found, how many pages were read)."""
+    (what was found, how many pages were read). A copy in an index item counts as held by a
+    live row only once the index was `rebuilt` (VACUUM FULL): before, a B-tree's inner pages
+    keep deleted keys as separators, in items as live as any."""
     pattern, which = _pattern(needles)
     pages = sql.SQL(PAGES).format(fn=sql.Identifier(pageinspect, "get_raw_page"))
     hits: list[PageHit] = []
@@ -142,7 +145,8 @@ def search_pages(conn: psycopg.Connection[Any], tables: list[tuple[int, str]],
                     found = list(pattern.finditer(data))
                     if not found:
                         continue
-                    items = sorted(live_items(data, heap=kind in ("r", "t")),
+                    items = sorted(live_items(data, heap=kind in ("r", "t"))
+                                   if kind != "i" or rebuilt else [],
                                    key=lambda item: item[1])
                     starts = [lo for _n, lo, _hi in items]
                     hits += [PageHit(table, str(relation), int(page), m.start(),

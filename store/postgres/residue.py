@@ -179,7 +179,8 @@ def old_versions_place(conn: psycopg.Connection[Any], schema: str, needles: list
                 "VACUUM FULL could not take its lock (another session is using the table); "
                 "retried at the next write, open or finish_scrubs"))
         hits = [h for h in hits if h.table not in rewritten] + search_pages(
-            conn, [t for t in tables if t[1] in rewritten], needles, pageinspect)[0]
+            conn, [t for t in tables if t[1] in rewritten], needles, pageinspect,
+            rebuilt=True)[0]
     searched = (f"{count} page(s) of {len(tables)} table(s), their TOAST tables and indexes "
                 f"read with pageinspect and searched for {len(needles)} erased byte string(s)")
     full = (f"; VACUUM FULL rewrote {', '.join(rewritten)}, whose pages plain VACUUM had left "
