@@ -9,6 +9,7 @@ certificate has none of these places: its files are byte-scanned."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,20 @@ def _holder(url: str, name: str) -> psycopg.Connection[Any]:
     return conn
 
 
+def _close(conn: psycopg.Connection[Any], url: str) -> None:
+    """Close a session and wait until the server has ended its backend (a closed client's
+    backend lingers a moment in pg_stat_activity, with its snapshot)."""
+    pid = conn.info.backend_pid
+    conn.close()
+    with _admin(url) as admin:
+        for _ in range(500):
+            if admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+                             (pid,)).fetchone() is None:
+                return
+            time.sleep(0.01)
+    raise AssertionError(f"the backend {pid} did not end")
+
+
 def _residue(url: str, needles: list[bytes]) -> list[pages.PageHit]:
     """An independent look at every page: erased bytes in dead versions or free space."""
     with _admin(url) as conn:
@@ -126,13 +141,13 @@ def test_an_older_snapshot_keeps_it_pending_named_until_it_ends(env: Env) -> Non
         assert holder.execute("SELECT value FROM custody.events WHERE fact_id = %s AND kind = "
                               "'assert'", (fact,)).fetchone()[0] is not None
     finally:
-        holder.close()
+        _close(holder, str(env.path))
     # A transaction opened after the erasure does not hold it back.
     newer = _holder(str(env.path), "after-the-erasure")
     try:
         again = env.ledger.finish_scrubs()
     finally:
-        newer.close()
+        _close(newer, str(env.path))
     assert len(again) == 1
     places = _places(again[0])
     assert places[SNAPSHOTS].outcome == "clean", places[SNAPSHOTS]
@@ -149,7 +164,7 @@ def test_the_next_write_finishes_a_pending_erasure(env: Env) -> None:
     try:
         env.ledger.forget(fact, actor="user:dpo", reason="subject_request")
     finally:
-        holder.close()
+        _close(holder, str(env.path))
     assert env.ledger.status().pending_scrubs != []
     assert _residue(str(env.path), [sealed])  # the old row version, not removed yet
     env.put("acct:7", "plan", "gold")
@@ -166,7 +181,7 @@ def test_a_pending_erasure_left_by_a_closed_process_is_finished_at_the_next_open
         env.ledger.forget(fact, actor="user:dpo", reason="subject_request")
         env.ledger.close()
     finally:
-        holder.close()
+        _close(holder, str(env.path))
     env.reopen()
     certs = env.ledger.finished_at_open
     assert len(certs) == 1 and certs[0].complete is True, [c.render() for c in certs]
@@ -226,7 +241,7 @@ def test_page_inspection_finds_the_erased_bytes_when_vacuum_is_skipped(env: Env)
     try:
         env.ledger.forget(fact, actor="user:dpo", reason="subject_request")
     finally:
-        holder.close()
+        _close(holder, str(env.path))
     with _admin(str(env.path)) as conn:
         skipped = residue.old_versions_place(conn, "custody", [sealed], run_vacuum=False)
         assert skipped.outcome == "found", skipped
@@ -258,7 +273,7 @@ def _forget_held(env: Env, fact: str) -> None:
     try:
         env.ledger.forget(fact, actor="user:dpo", reason="subject_request")
     finally:
-        holder.close()
+        _close(holder, str(env.path))
 
 
 def test_bytes_plain_vacuum_leaves_are_found_and_rewritten_never_called_clean(env: Env) -> None:
@@ -301,7 +316,7 @@ def test_a_rewrite_another_session_blocks_stays_pending(env: Env) -> None:
         assert cert.complete is False
         assert env.ledger.status().pending_scrubs != []
     finally:
-        locker.close()
+        _close(locker, str(env.path))
     [cert] = env.ledger.finish_scrubs()
     assert _places(cert)[OLD].outcome in ("clean", "shared") and cert.complete is True
     assert not _residue(str(env.path), [sealed])
@@ -337,7 +352,7 @@ def test_doctor_names_a_pending_erasure_and_the_transaction_holding_it(env: Env)
         assert f"pid {holder.info.backend_pid}" in line.detail and "nightly-report" in line.detail
         assert next(c for c in checks if c.name == "page-inspection").outcome == "ok"
     finally:
-        holder.close()
+        _close(holder, str(env.path))
     env.ledger.finish_scrubs()
     checks, _ = server_checks(inspect_server(str(env.path)))
     assert next(c for c in checks if c.name == "pending-erasures").outcome == "ok"
