@@ -202,15 +202,18 @@ def test_every_subcommand_gives_the_same_results_on_a_server_as_on_a_file(
     for (command, code_f, out_f), (_, code_s, out_s) in zip(on_file, on_server, strict=True):
         if command.startswith("forget"):
             # The erasure certificate differs by design: a file's WAL checkpoint and byte scans
-            # against a server's own files, which no scan reaches, listed as pending, so the
-            # server's certificate is not complete (exit 1) until issue 34's epoch keys; it
-            # never claims a byte scan it did not do.
+            # against a server's own places (issue 34): no older snapshot holds the erasure,
+            # the old row versions were vacuumed but cannot be read back without pageinspect
+            # (not installed here: `unverifiable`, with why), and the server's WAL and copies
+            # are beyond this process. It never claims a byte scan it did not do.
             places = _found(json.loads(out_s), "places")
             assert places and not any("byte scan" in p["place"] and p["outcome"] == "clean"
                                       for p in places), places
-            assert [p["outcome"] for p in places if p["place"].startswith("the server's files")
-                    ] == ["pending"], places
-            assert (code_f, code_s) == (0, 1), command
+            assert [p["outcome"] for p in places if p["place"].startswith("server: in-flight")
+                    ] == ["clean"], places
+            assert [p["detail"] for p in places if p["place"].startswith("server: old row")
+                    and "pageinspect extension is not installed" in p["detail"]], places
+            assert (code_f, code_s) == (0, 0), command
             out_s, out_f = (json.dumps(_without(json.loads(o), ("places", "complete")))
                             for o in (out_s, out_f))
         else:

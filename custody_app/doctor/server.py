@@ -26,8 +26,30 @@ def server_checks(health: Any) -> tuple[list[DoctorCheck], bool]:
                             "nothing else was checked."))
         return checks, False
     checks += [_pgvector(health), _schema(health, where), _triggers(health, where),
-               _role(health, where)]
+               _role(health, where), _pending(health, where), _inspection(health, where)]
     return checks, True
+
+
+def _pending(health: Any, where: str) -> DoctorCheck:
+    """Erasures whose certificate a place of the server keeps pending (issue 34)."""
+    pending, held = health.pending_erasures, health.erasure_snapshots
+    if not pending:
+        return check("pending-erasures", "ok", f"no erasure of {where} is pending.")
+    facts = ", ".join(f for f, _ in pending[:5]) + (", ..." if len(pending) > 5 else "")
+    why = (f"held back by {len(held)} transaction(s) older than the erasure that may still read "
+           f"the old row versions: {'; '.join(held[:5])}" if held else
+           "no older transaction holds it back now")
+    return check("pending-erasures", "warn", f"{len(pending)} erased fact(s) of {where} since "
+                 f"{pending[0][1]} ({facts}) are pending, {why}. The next write, read-write "
+                 "open or finish_scrubs re-checks and re-issues the certificate.")
+
+
+def _inspection(health: Any, where: str) -> DoctorCheck:
+    if health.page_inspection is None:
+        return check("page-inspection", "ok", f"erasure certificates of {where} read the "
+                     "ledger's pages back (pageinspect) and search the old row versions.")
+    return check("page-inspection", "warn", f"erasure certificates of {where} cannot search the "
+                 f"old row versions (`unverifiable`): {health.page_inspection}.")
 
 
 def _pgvector(health: Any) -> DoctorCheck:

@@ -36,6 +36,7 @@ from store.rows import FactRow
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
+    from store.port import KeyStorePort
 
 
 def previously_forgotten_digest(ledger: LedgerCore, subject_ref: str, predicate: str,
@@ -179,6 +180,15 @@ def subject_place(subject: str, earlier: int, work: ErasureWork) -> PlaceCheck:
         f"included); shorter than {MIN_SCAN_BYTES} bytes, so a byte scan cannot prove it absent"))
 
 
+def still_wrapped(store: KeyStorePort, subject_ref: str) -> list[int]:
+    """The generations of the subject's key the key store still holds wrapped (read back)."""
+    latest = store.latest(subject_ref)
+    if latest is None:
+        return []
+    return [g for g in range(latest[0] + 1)
+            if (row := store.generation(subject_ref, g)) is not None and row[1] is not None]
+
+
 def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
                    cmd: ForgetSubject) -> SubjectForgetResult:
     if ledger.keys is None:
@@ -226,11 +236,14 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     rotated = None
     if ledger.policy.policy.erasure.rotate_index_key == "after_forget_subject":
         rotated = rotate_index_key(ledger)
+    left = still_wrapped(ledger.keys.store, subject_hash)
     keys_place = PlaceCheck(
-        place="key store: the subject's data key", outcome="clean",
-        detail=f"{destroyed} key generation(s) destroyed at {tx_at}; copies of the ledger made "
-        "before can no longer be decrypted for this subject; work begun before this instant "
-        "cannot write for it")
+        place="key store: the subject's data key", outcome="found" if left else "clean",
+        detail=f"{destroyed} key generation(s) destroyed at {tx_at} and none left wrapped (read "
+        "back from the key store); copies of the ledger made before can no longer be decrypted "
+        "for this subject; work begun before this instant cannot write for it" if not left
+        else f"the key store still holds generation(s) {', '.join(map(str, left))} of the "
+        "subject's key wrapped after its destruction")
     cert = certificate(ledger, "forget_subject", work, actor=cmd.actor, reason=cmd.reason,
                        subject_hash=subject_hash, keys_place=keys_place)
     cert = cert.model_copy(update={"places": [*cert.places, index_key_place(rotated)]})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from custody_app.core.faults import crash_point
 from custody_app.domain.timeutil import format_time
@@ -23,7 +23,10 @@ ERASED = ("forgotten", "expired")
 def places(ledger: LedgerCore, work: ErasureWork, *, keys_place: PlaceCheck) -> list[PlaceCheck]:
     """Check every place the values could be, after the transaction committed."""
     if work.keyed:  # the keyed words no live index row holds (the erasure removed its rows)
-        keyed_needles(work, lambda term: bool(ledger.db.recall.lexical(f'"{term}"', 1)))
+        # One count per word through the port (an FTS5 phrase query here found nothing on a
+        # server, so every word a live fact still has became a needle found in live rows).
+        held = ledger.db.recall.doc_freq([k.decode("ascii") for k in work.keyed]) or {}
+        keyed_needles(work, lambda term: held.get(term, 0) > 0)
     checks = row_places(ledger, work, keys_place=keys_place)
     # Built while the background pass over the erasure's WAL may still run (no commit waits for
     # one: `Checkpointer.before_write`); the checkpoint below waits for it.
@@ -81,9 +84,15 @@ def row_places(ledger: LedgerCore, work: ErasureWork, *,
                                  outcome="not_applicable", detail="this ledger has no recall index"))
     checks.append(keys_place)
     checks += work.notes
-    checks += [PlaceCheck(place=place, outcome="pending", detail=detail)
-               for place, detail in ledger.db.places_beyond_scan()]
+    checks += server_places(ledger, work)
     return checks
+
+
+def server_places(ledger: LedgerCore, work: ErasureWork) -> list[PlaceCheck]:
+    """The places the store checks itself beyond the rows (a server's snapshots and old row
+    versions, searched for the erased strings; none on SQLite, whose files are scanned)."""
+    return [PlaceCheck(place=place, outcome=cast(Outcome, outcome), detail=detail)
+            for place, outcome, detail in ledger.db.places_beyond_scan(work.needles)]
 
 
 def residue_of(scans: list[PlaceCheck]) -> tuple[int, int]:
@@ -170,7 +179,9 @@ def reissue(ledger: LedgerCore, cert: ErasureCertificate, work: ErasureWork,
             rewritten: RewriteOutcome | None = None) -> ErasureCertificate:
     """The certificate again once a pending checkpoint completed: checkpoint and scans redone.
     `rewritten`: the file rewrite the finish did first (a rewrite was due)."""
-    kept = [p for p in cert.places
+    # The store's own places checked again (a server: the snapshot that held them may be gone).
+    fresh = {p.place: p for p in server_places(ledger, work)}
+    kept = [fresh.get(p.place, p) for p in cert.places
             if not p.place.startswith(("WAL checkpoint", "byte scan", REWRITE_PLACE))]
     checks = kept + [PlaceCheck(place="WAL checkpoint (TRUNCATE)", outcome="clean",
                                 detail="completed after the reader that blocked it closed")]

@@ -28,6 +28,9 @@ class ErasureReceipt(ReadModel):
     roots: list[str]
     subject_hash: str | None = None
     counts: dict[str, int] | None = None
+    # How many of its erased facts are still pending: a place of its certificate (a WAL
+    # checkpoint a reader blocked, a server transaction older than it) is not finished yet.
+    pending: int = 0
 
 
 class SubjectErasure(ReadModel):
@@ -51,7 +54,8 @@ class ErasuresResult(ReadModel):
                 f"  {r.tx_at} {r.operation}{who} by {r.actor}, reason {r.reason}: {r.facts} "
                 f"fact(s) ({r.derived} derived, cascade depth {r.cascade_depth}), seq "
                 f"{r.first_seq}-{r.last_seq}" + (f", counts {json.dumps(r.counts)}" if r.counts
-                                                 else ""))
+                                                 else "")
+                + (f", PENDING for {r.pending} fact(s)" if r.pending else ""))
         if self.subject is not None:
             s = self.subject
             lines.append(f"subject {s.subject_hash}: " + (
@@ -82,7 +86,8 @@ def erasures(core: LedgerCore, subject: str | None = None) -> ErasuresResult:
         rows = sorted((seq, json.loads(body)) for kind in ("forget", "expire", "forget_subject")
                       for seq, body in core.db.erasure.events_of_kind(kind))
         tombstones = core.db.erasure.tombstones()
-        receipts = [_receipt(core, group) for group in _transactions(rows)]
+        pending = {fact_id for fact_id, _since in core.db.erasure.pending()}
+        receipts = [_receipt(core, group, pending) for group in _transactions(rows)]
     found = None
     if subject is not None:
         if core.keys is None:
@@ -115,7 +120,8 @@ def _transactions(rows: list[tuple[int, dict[str, Any]]]) -> list[list[tuple[int
     return groups
 
 
-def _receipt(core: LedgerCore, rows: list[tuple[int, dict[str, Any]]]) -> ErasureReceipt:
+def _receipt(core: LedgerCore, rows: list[tuple[int, dict[str, Any]]],
+             pending: set[str]) -> ErasureReceipt:
     first = rows[0][1]
     tx_at, actor = str(first["tx_at"]), str(first["actor"])
     operation = "sweep" if first["kind"] == "expire" else "forget"
@@ -131,4 +137,4 @@ def _receipt(core: LedgerCore, rows: list[tuple[int, dict[str, Any]]]) -> Erasur
         roots=sorted({r for r in facts.values() if r} | {f for f, r in facts.items() if not r}
                      if not subject_row else set()),
         subject_hash=str(subject_row["subject_hash"]) if subject_row else None,
-        counts=counts if isinstance(counts, dict) else None)
+        counts=counts if isinstance(counts, dict) else None, pending=len(set(facts) & pending))

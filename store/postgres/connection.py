@@ -17,6 +17,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from store.errors import LedgerDamaged, StoreError
+from store.postgres import residue
 from store.postgres.damage import damage
 from store.postgres.erasure import LAST_TOMBSTONE
 from store.postgres.events import EventStore
@@ -72,12 +73,14 @@ class _SubStore:
         return store
 
 
-SERVER_FILES = "the server's files: old row versions, its WAL, WAL archives, backups, replicas"
-SERVER_FILES_DETAIL = (
-    "the erasure nulled and deleted the rows in its transaction, but the server keeps their old "
-    "versions in its table files until VACUUM, in its WAL until the segments are recycled, and "
-    "in every archive, base backup or replica made meanwhile; this process can neither read nor "
-    "scan them, and nothing yet makes those copies unreadable (epoch keys are not built yet)")
+# What issue 34's epoch place covers (custody_app/keys, h-epoch, pending until the erasure's
+# epoch is destroyed): until then this place says it cannot be checked, so no server
+# certificate claims them. Drop it once the epoch place is in.
+SERVER_COPIES = "the server's WAL, WAL archives, base backups and replicas"
+SERVER_COPIES_DETAIL = (
+    "the server keeps the erased rows' old bytes in its WAL until the segments are recycled, "
+    "and in every archive, base backup or replica made meanwhile; this process can neither "
+    "read nor scan them, and nothing here makes those copies unreadable")
 
 STORED_BYTES = ("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -330,15 +333,39 @@ class LedgerFile:
 
     def wal_checkpoint(self, *, wait: bool = True) -> CheckpointOutcome:
         """Complete at once: there is no WAL file of the ledger's own to empty (what the
-        server's WAL holds after an erasure is issue 34's certificate)."""
+        server's WAL holds after an erasure is a place of its certificate: places_beyond_scan)."""
         return CheckpointOutcome(True, 1, 0, NO_FILE_WAL)
 
     def rewrite(self, *, wait: bool = True, during: Hook | None = None,
                 vacuumed: Hook | None = None) -> RewriteOutcome:
-        """Not done on a server: its files are the server's, not the ledger's (a VACUUM FULL of
-        its tables, and what it can prove, is issue 34's work). Never claims completion."""
-        return RewriteOutcome(False, 0, 0, "not done: a server ledger's files belong to the "
-                              "server; rewriting them is not available on PostgreSQL yet")
+        """VACUUM FULL of the ledger's tables (each rewritten from its live rows, indexes and
+        TOAST with it), when no transaction older than the pending erasure could still read
+        the rows it replaced (VACUUM FULL would have to copy them); otherwise not done.
+        Outside any transaction only. `wait`, `during`: unused here; `vacuumed` is called after
+        it."""
+        if self._depth:
+            return RewriteOutcome(False, 0, 0, "not done: inside a transaction")
+        held = residue.old_snapshots(self.conn, residue.horizon(
+            self.conn, self.meta(residue.HORIZON)))
+        if held:
+            return RewriteOutcome(False, 0, 0, "not done: a transaction older than the erasure "
+                                  f"may still read the old row versions ({held[0]})")
+        before = self.stored_bytes()[0]
+        tables, refused = residue.maintainable(self.conn, self.schema)
+        if refused:
+            return RewriteOutcome(False, before, before, "not done: the role may not VACUUM "
+                                  f"{', '.join(refused[:5])}")
+        try:
+            residue.vacuum(self.conn, self.schema, [name for _oid, name in tables], full=True,
+                           lock_timeout_ms=self.busy_timeout_ms)
+        except residue.LOCK_WAIT:
+            return RewriteOutcome(False, before, before, "not done: VACUUM FULL could not take "
+                                  "its lock (another session is using a table)")
+        if vacuumed is not None:
+            vacuumed()
+        after = self.stored_bytes()[0]
+        return RewriteOutcome(True, before, after, f"VACUUM FULL of the ledger's {len(tables)} "
+                              f"table(s): {before} -> {after} bytes")
 
     def scan(self, needles: list[bytes]) -> dict[str, list[int]]:
         """Nothing to scan: a server ledger has no file this process may read (an erasure
@@ -349,11 +376,16 @@ class LedgerFile:
         """None: the ledger's bytes are in the server's files, out of this process's reach."""
         return []
 
-    def places_beyond_scan(self) -> list[tuple[str, str]]:
-        """Where a server keeps erased bytes that no scan of this process reads: old row
-        versions in its table files (until VACUUM), its WAL, and the archives, base backups and
-        replicas made from them. An erasure certificate lists it as pending."""
-        return [(SERVER_FILES, SERVER_FILES_DETAIL)]
+    def places_beyond_scan(self, needles: list[bytes]) -> list[tuple[str, str, str]]:
+        """The server's own places for an erasure whose transaction committed, each (place,
+        outcome, detail) (store.postgres.residue): transactions older than the erasure that
+        may still read the old row versions (`pending`, named), and those old versions
+        (VACUUM, then the raw pages searched for `needles`: `clean`, `found` with where, or
+        `unverifiable` with why); then the WAL and the copies made from it (unverifiable)."""
+        places = residue.server_places(self.conn, self.schema, needles, self.meta(residue.HORIZON),
+                                       in_transaction=self._depth > 0,
+                                       lock_timeout_ms=self.busy_timeout_ms)
+        return [*places, (SERVER_COPIES, "unverifiable", SERVER_COPIES_DETAIL)]
 
     def stored_bytes(self) -> tuple[int, int]:
         """(the bytes the ledger's tables take on the server, indexes and TOAST included; 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from store.postgres.residue import HORIZON
 from store.rows import FACT_COLUMNS, FactRow
 
 # Text is compared and ordered byte for byte, as SQLite's BINARY collation does, whatever the
@@ -30,9 +31,8 @@ DDL: tuple[str, ...] = (
     counts       text NOT NULL,
     at           text COLLATE "C" NOT NULL)""",
     "CREATE INDEX tombstones_by_subject ON tombstones(subject_hash, at)",
-    # Erasures whose clean-up could not complete yet. On a server the SQLite meaning (a WAL
-    # checkpoint a reader blocked) has no twin; the table keeps the same rows for issue 34's
-    # pending places (an old snapshot, an epoch not yet destroyed).
+    # Erasures whose clean-up could not complete yet: on a server, a place of its certificate
+    # still pending (a transaction older than the erasure, old row versions not removed yet).
     """CREATE TABLE pending_scrubs(
     fact_id text COLLATE "C" PRIMARY KEY,
     since   text COLLATE "C" NOT NULL)""",
@@ -61,6 +61,11 @@ ADD_PENDING = ("INSERT INTO pending_scrubs(fact_id, since) VALUES (%s, %s) "
                "ON CONFLICT DO NOTHING")
 PENDING = f"SELECT fact_id, since FROM pending_scrubs ORDER BY since {C}, fact_id {C}"
 CLEAR_PENDING = "DELETE FROM pending_scrubs"
+# The erasure's own transaction id, beside its pending rows: a snapshot whose xmin is not after
+# it may still read what it replaced (store.postgres.residue; the newest erasure's, which is
+# the strictest, when several are pending).
+RECORD_HORIZON = ("INSERT INTO ledger_meta(key, value) VALUES (%s, pg_current_xact_id()::text) "
+                  "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value")
 _NOT_ERASED = "(f.ended IS NULL OR f.ended NOT IN ('forgotten', 'expired'))"
 FACTS_OF_SUBJECT = (f"SELECT {_FCOLS} FROM facts f WHERE f.subject = %s AND {_NOT_ERASED} "
                     "ORDER BY f.assert_seq")
@@ -165,7 +170,10 @@ class ErasureStore:
                 self._rows(TOMBSTONES)]
 
     def add_pending(self, fact_ids: list[str], since: str) -> None:
+        """Pending rows of an erasure, in its transaction, with that transaction's id."""
         self._many(ADD_PENDING, [(f, since) for f in fact_ids])
+        if fact_ids:
+            self._conn.execute(RECORD_HORIZON, (HORIZON,))
 
     def pending(self) -> list[tuple[str, str]]:
         return [(str(f), str(s)) for f, s in self._rows(PENDING)]
@@ -174,10 +182,12 @@ class ErasureStore:
         """Drop every pending-scrub row and the rewrite-due mark with them."""
         self._conn.execute(CLEAR_PENDING)
         self._conn.execute(META_DELETE, (REWRITE,))
+        self._conn.execute(META_DELETE, (HORIZON,))
 
     def rewrite_due(self) -> dict[str, str] | None:
         """The clean-up an erasure recorded as due and not yet finished, if any (on a server
-        nothing records one yet: issue 34's pending places will)."""
+        nothing records one: a pending place of its certificate keeps the pending rows, and
+        store.postgres.residue re-checks it)."""
         row = self._one(META_GET, (REWRITE,))
         return None if row is None else dict(json.loads(row[0]))
 

@@ -1,7 +1,9 @@
 """Read-only inspection of a ledger on a PostgreSQL server for `custody-app doctor`: the server's
-version, pgvector, the schema's version, the append-only triggers (present and enabled), and
-what the connecting role may do to the ledger's tables (an owner or a superuser may drop or
-alter them, or switch their triggers off). Plain data; the doctor prints it. Writes nothing."""
+version, pgvector, the schema's version, the append-only triggers (present and enabled), what
+the connecting role may do to the ledger's tables (an owner or a superuser may drop or alter
+them, or switch their triggers off), the erasures still pending (and the transactions holding
+them back) and whether an erasure certificate may read raw pages. Plain data; the doctor
+prints it. Writes nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from typing import Any
 import psycopg
 
 from store.errors import NotALedger, StoreError
+from store.postgres import residue
 from store.postgres.opening import connect
+from store.postgres.pages import inspection_barrier
 from store.postgres.schema import APPLICATION, SCHEMA_VERSION, TOMBSTONE_TRIGGERS, migration_1
 
 VECTOR = ("SELECT default_version, installed_version FROM pg_available_extensions "
@@ -39,6 +43,8 @@ PRIVILEGE = "SELECT has_table_privilege(%s, %s)"
 # The newest assert whose subject is not erased (the doctor matches the key store against it).
 LAST_SUBJECT = ("SELECT seq, subject, body FROM events WHERE kind = 'assert' "
                 "AND subject IS NOT NULL ORDER BY seq DESC LIMIT 1")
+PENDING = "SELECT fact_id, since FROM pending_scrubs ORDER BY since, fact_id"
+META = "SELECT value FROM ledger_meta WHERE key = %s"
 _NAMED = re.compile(r"CREATE TRIGGER (\w+) BEFORE [A-Z ]+? ON (\w+)")
 FIRES = ("O", "A")
 
@@ -80,6 +86,12 @@ class ServerHealth:
     supported_version: int = SCHEMA_VERSION
     # (seq, subject, hashed body) of the newest assert with a subject not erased, if any.
     last_subject: tuple[int, str, str] | None = None
+    # Erased facts whose certificate is still pending (fact_id, since), and the transactions
+    # older than their erasure that hold it back (named, store.postgres.residue).
+    pending_erasures: list[tuple[str, str]] = field(default_factory=list)
+    erasure_snapshots: list[str] = field(default_factory=list)
+    # Why an erasure certificate cannot read the old row versions back (None: it can).
+    page_inspection: str | None = None
 
 
 def expected_triggers(tables: set[str]) -> dict[str, str]:
@@ -167,11 +179,20 @@ def report(conn: psycopg.Connection[Any], schema: str, address: str) -> ServerHe
                      + ": it may drop or alter the ledger's tables and switch their triggers "
                        "off; run agents and reviewers as a role that only reads and inserts")
     sample = conn.execute(LAST_SUBJECT).fetchone() if version is not None else None
+    pending = [(str(f), str(t)) for f, t in conn.execute(PENDING)] if version is not None else []
+    held = residue.old_snapshots(conn, residue.horizon(conn, _horizon(conn))) if pending else []
     return ServerHealth(address, schema, server_version(conn), available, installed, where,
                         version, triggers(conn, schema),
                         trigger_problems(conn, schema) if version is not None else [],
                         rights, notes, last_subject=None if sample is None else
-                        (int(sample[0]), str(sample[1]), str(sample[2])))
+                        (int(sample[0]), str(sample[1]), str(sample[2])),
+                        pending_erasures=pending, erasure_snapshots=held,
+                        page_inspection=inspection_barrier(conn)[1])
+
+
+def _horizon(conn: psycopg.Connection[Any]) -> str | None:
+    row = conn.execute(META, (residue.HORIZON,)).fetchone()
+    return None if row is None else str(row[0])
 
 
 def inspect_server(url: str) -> ServerHealth:

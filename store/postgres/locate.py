@@ -1,8 +1,9 @@
 """Where erased bytes still are, on a server: nowhere this process can look. The SQLite Locator
 scans the ledger's files and names the page of each hit; a server ledger's files are the
 server's, so the scan finds nothing and the lookups that explain a hit are never reached. What
-an erasure certificate on a server checks instead is issue 34's work: until then it must not
-claim a byte scan (see LedgerFile.scan)."""
+an erasure certificate on a server checks instead (old row versions read back through
+pageinspect, older snapshots) are the store's own places: store.postgres.residue, never a
+byte scan (see LedgerFile.scan)."""
 
 from __future__ import annotations
 

@@ -126,7 +126,8 @@ class TextStore:
 
     def erase_fact(self, fact_id: str) -> None:
         """Null the sealed text of every event about the fact (the old row versions stay in
-        the table's files until VACUUM: the server's erasure certificate is issue 34's)."""
+        the table's files until VACUUM: the erasure's certificate VACUUMs and inspects them,
+        store.postgres.residue)."""
         self._conn.execute(ERASE_FACTS, ([fact_id],))
 
     def of_facts(self, fact_ids: list[str], chunk: int = 5000) -> dict[str, list[tuple[int, bytes | None]]]:

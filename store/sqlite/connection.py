@@ -264,7 +264,7 @@ class LedgerFile:
         """The files that hold this ledger's bytes: the database and its WAL."""
         return [self.path, wal_path(self.path)]
 
-    def places_beyond_scan(self) -> list[tuple[str, str]]:
+    def places_beyond_scan(self, needles: list[bytes]) -> list[tuple[str, str, str]]:
         """Where this ledger's erased bytes could stay that `scan` does not read: none (the
         database file and its WAL are scanned; backups and copies are listed by the
         certificate as what erasure cannot reach)."""
