@@ -7,7 +7,8 @@ from typing import Literal
 from custody_app.domain.readmodels import ReadModel
 from custody_app.domain.timeutil import format_time, parse_duration, parse_time
 
-Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable"]
+Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable",
+                  "crypto-erased"]
 
 CANNOT_REACH = (
     "backups, snapshots and copies of the ledger file taken before this erasure (for a single "

@@ -15,6 +15,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import erased_subject
 from custody_app.erasure import digests
 from custody_app.erasure.cascade import cascade, refuse_held
+from custody_app.erasure.epoch import after_erasure, with_epoch_place
 from custody_app.erasure.certificate import (
     ErasedFact,
     ForgetResult,
@@ -160,6 +161,8 @@ def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
     with head_mark(ledger):
         cert = certificate(ledger, "forget", work, actor=cmd.actor, reason=cmd.reason,
                            root=cmd.fact_id, keys_place=SUBJECT_KEY_KEPT)
+    after_erasure(ledger)
+    cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=False)
     scrubs.settle(ledger, cert, work)
     first = work.erased[0]
     return ForgetResult(fact_id=cmd.fact_id, event_id=first.event_id, seq=first.seq, tx_at=tx_at,
@@ -224,7 +227,10 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         ledger.keys.record_mark(ledger.db.events.head())
     crash_point("erasure.keys_committed")
     rotated = None
-    if ledger.policy.policy.erasure.rotate_index_key == "after_forget_subject":
+    epoch = after_erasure(ledger)
+    if epoch is not None:
+        rotated = epoch.index
+    elif ledger.policy.policy.erasure.rotate_index_key == "after_forget_subject":
         rotated = rotate_index_key(ledger)
     keys_place = PlaceCheck(
         place="key store: the subject's data key", outcome="clean",
@@ -234,6 +240,9 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     cert = certificate(ledger, "forget_subject", work, actor=cmd.actor, reason=cmd.reason,
                        subject_hash=subject_hash, keys_place=keys_place)
     cert = cert.model_copy(update={"places": [*cert.places, index_key_place(rotated)]})
+    cert = with_epoch_place(ledger, cert, row.seq, destroyed_keys=True)
+    if not any(p.outcome == "crypto-erased" for p in cert.places):
+        scrubs.await_epoch(cert, row.seq)
     scrubs.settle(ledger, cert, work)
     return SubjectForgetResult(subject_hash=subject_hash, counts=counts, event_id=row.hash,
                                seq=row.seq, tx_at=tx_at, keys_destroyed=destroyed,

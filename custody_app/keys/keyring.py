@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hmac
+import json
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
 from custody_app.files.output import write_output
 from custody_app.keys import crypto, marks
+from custody_app.keys import epoch as epochs
 from store import KeyStoreFile, open_keystore
 from store import keystore_exists as store_keystore_exists
 from store.address import address_of
@@ -185,7 +188,6 @@ class KeyRing:
         # (generation, key, latest destruction, key created at) per subject ref.
         self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
         self._seen_version = -1
-        self._mark_key = marks.mark_key(master)
         # (key, fingerprint) of the word index key last fingerprinted (see held_index_id).
         self._index_id: tuple[bytes, str] | None = None
         # The genesis hash of the ledger opened with this key store (set by the open's check):
@@ -198,8 +200,14 @@ class KeyRing:
             try:
                 crypto.unwrap(master, check, "check")
             except crypto.DecryptError:
+                where = f"${MASTER_ENV}" if master_from_env() is not None else str(
+                    master_path_for(self.address))
+                stale = epochs.stale_message(store, master, where)
+                if stale is not None:
+                    raise LedgerError("epoch_rotated", stale) from None
                 raise LedgerError("master_key_wrong",
                                   f"the master key does not open the key store {store.path}") from None
+        self._mark_key = mark_key_of(store, master)
 
     @classmethod
     def open(cls, ledger_path: str | Path, keystore: str | Path | None = None) -> KeyRing:
@@ -211,6 +219,9 @@ class KeyRing:
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         try:
+            if master_from_env() is None:
+                # A rotate-epoch cut short leaves `<master file>.next`: settled first.
+                epochs.resolve(store, master_path_for(path))
             # A master key is made only for a new key store: one that already holds keys was
             # made under another (a server ledger opened from a second host, say), and a fresh
             # key file would open nothing.
@@ -228,6 +239,111 @@ class KeyRing:
         """Where this key store's master key file is (used when $CUSTODY_MASTER_KEY is unset)."""
         return master_path_for(self.address)
 
+    @property
+    def epoch(self) -> str:
+        """The id of the epoch key this ring holds."""
+        return epochs.epoch_id(self._master)
+
+    def _wrap(self, key: bytes, purpose: str) -> bytes:
+        """`key` wrapped under the epoch in force. Called inside a key store transaction, so
+        no rotation commits between this check and the write: a key wrapped under an epoch
+        another process has just retired would be lost with it."""
+        self._follow_epoch()
+        return crypto.wrap(self._master, key, purpose)
+
+    def _open_wrapped(self, wrapped: bytes, purpose: str) -> bytes:
+        """Unwrap under the epoch held here, else (another process rotated it since) under
+        the epoch in force, read again from the key files."""
+        try:
+            return crypto.unwrap(self._master, wrapped, purpose)
+        except crypto.DecryptError:
+            if not self._follow_epoch():
+                raise
+        return crypto.unwrap(self._master, wrapped, purpose)
+
+    def _follow_epoch(self) -> bool:
+        """When the key store's epoch is not the one held here (another process ran
+        rotate-epoch), take the new key from this host's key file (or the `.next` of a rotation
+        that committed and has not renamed it yet); `epoch_rotated` when this host has none.
+        True when the key changed. The unwrapped keys stay valid: a rotation re-wraps them."""
+        found = epochs.record(self.store)
+        if found is None or found.get("id") == self.epoch:
+            return False
+        wanted = str(found.get("id"))
+        if master_from_env() is None:
+            for path in (self.master_file, epochs.next_path(self.master_file)):
+                key = epochs.read_key(path)
+                if key is not None and epochs.epoch_id(key) == wanted and epochs.opens(
+                        self.store, key):
+                    self._master = key
+                    return True
+        where = f"${MASTER_ENV}" if master_from_env() is not None else str(self.master_file)
+        raise LedgerError("epoch_rotated", epochs.stale_message(self.store, self._master, where)
+                          or f"the key store {self.path} is under epoch {wanted}, which the "
+                          f"key in {where} is not: copy the key file of the host that rotated "
+                          "it")
+
+    def rotate_epoch(self, at: str, seq: int,
+                     crash_point: Callable[[str], None] = lambda _: None) -> dict[str, object]:
+        """A new epoch key: every live wrapped key re-wrapped under it in one key store
+        transaction that records the new epoch (its id, `at`, the ledger head `seq` it
+        covers), then the old key file overwritten and replaced (custody_app.keys.epoch).
+        Refused (`epoch_key_in_env`) while $CUSTODY_MASTER_KEY gives the key: the product
+        cannot destroy an environment variable. Returns the rotation recorded. `crash_point`:
+        the kill trials' hook (custody_app.core.faults), called at each step."""
+        if master_from_env() is not None:
+            raise LedgerError(
+                "epoch_key_in_env",
+                f"rotate-epoch destroys the old epoch key, and the key here comes from "
+                f"${MASTER_ENV}, which this program cannot destroy: nothing was changed. Write "
+                f"the key to the master key file {self.master_file} (mode 0600), unset "
+                f"${MASTER_ENV} and run rotate-epoch again")
+        path = self.master_file
+        nxt = epochs.next_path(path)
+        epochs.resolve(self.store, path)
+        with self.store.write():
+            self._follow_epoch()
+            old, new = self._master, crypto.new_key()
+            _write_secret(nxt, new.hex().encode())
+            crash_point("epoch.next_written")
+            try:
+                rows = [(ref, gen, crypto.wrap(new, crypto.unwrap(old, wrapped,
+                                                                  f"data:{ref}:{gen}"),
+                                               f"data:{ref}:{gen}"))
+                        for ref, gen, wrapped in self.store.live_keys()]
+                self.store.rewrap_keys(rows)
+                if self.store.meta(epochs.MARK_KEY_META) is None:
+                    self.store.put_meta(epochs.MARK_KEY_META,
+                                        crypto.wrap(new, self._mark_key, epochs.MARK_KEY_META))
+                for name in epochs.WRAPPED_META:
+                    wrapped = self.store.meta(name)
+                    if wrapped is not None and not (name == epochs.MARK_KEY_META and
+                                                    _opens(new, wrapped, name)):
+                        self.store.replace_meta(
+                            name, crypto.wrap(new, crypto.unwrap(old, wrapped, name), name))
+                self.store.replace_meta("check", crypto.wrap(new, b"custody", "check"))
+                found = epochs.record(self.store) or {}
+                rotation = {"retired": self.epoch, "id": epochs.epoch_id(new), "at": at,
+                            "seq": seq, "host": socket.gethostname(), "file": str(path),
+                            "keys": len(rows)}
+                history = [*epochs.rotations(self.store), rotation]
+                value = json.dumps({"id": rotation["id"], "at": at, "host": rotation["host"],
+                                    "file": str(path), "rotations": history},
+                                   sort_keys=True).encode()
+                if found:
+                    self.store.replace_meta(epochs.EPOCH_META, value)
+                else:
+                    self.store.put_meta(epochs.EPOCH_META, value)
+                crash_point("epoch.before_commit")
+            except BaseException:
+                nxt.unlink(missing_ok=True)  # the transaction rolls back: the new key opens nothing
+                raise
+        crash_point("epoch.keys_committed")
+        self._master = new
+        epochs.promote(path)
+        crash_point("epoch.promoted")
+        return rotation
+
     def close(self) -> None:
         self._cache.clear()
         self._slots.clear()
@@ -238,10 +354,11 @@ class KeyRing:
         if name not in self._slots:
             wrapped = self.store.meta(name)
             if wrapped is None:
-                self.store.put_meta(name, crypto.wrap(self._master, make or crypto.new_key(), name))
+                with self.store.write():
+                    self.store.put_meta(name, self._wrap(make or crypto.new_key(), name))
                 wrapped = self.store.meta(name)
                 assert wrapped is not None
-            self._slots[name] = crypto.unwrap(self._master, wrapped, name)
+            self._slots[name] = self._open_wrapped(wrapped, name)
         return self._slots[name]
 
     @property
@@ -272,7 +389,7 @@ class KeyRing:
     def pending_index_key(self) -> bytes | None:
         """The new word index key of a rotation under way (its recorded intent), if any."""
         wrapped = self.store.meta("index_next")
-        return None if wrapped is None else crypto.unwrap(self._master, wrapped, "index_next")
+        return None if wrapped is None else self._open_wrapped(wrapped, "index_next")
 
     def begin_index_rotation(self) -> bytes:
         """Record the intent of a rotation: a fresh key beside the current one (or the key of
@@ -282,7 +399,8 @@ class KeyRing:
             return pending
         self._slot("index")  # the slot must exist before it is replaced
         new = crypto.new_key()
-        self.store.put_meta("index_next", crypto.wrap(self._master, new, "index_next"))
+        with self.store.write():
+            self.store.put_meta("index_next", self._wrap(new, "index_next"))
         return new
 
     def follow_index(self, recorded: str | None) -> None:
@@ -325,7 +443,7 @@ class KeyRing:
         if new is None:
             return
         with self.store.write():
-            self.store.replace_meta("index", crypto.wrap(self._master, new, "index"))
+            self.store.replace_meta("index", self._wrap(new, "index"))
             self.store.drop_meta("index_next")
         self._slots["index"] = new
 
@@ -383,8 +501,8 @@ class KeyRing:
             return row[0], self._unwrap(ref, row[0], row[1]), row[2]
         generation = 1 if row is None else row[0] + 1
         key = crypto.new_key()
-        self.store.add(ref, generation, crypto.wrap(self._master, key, f"data:{ref}:{generation}"),
-                       now)
+        with self.store.write():
+            self.store.add(ref, generation, self._wrap(key, f"data:{ref}:{generation}"), now)
         # This write is the key store's change: the keys cached here stay current (the next
         # key_for_write of this transaction needs no second look at the store).
         self._seen_version = self.store.data_version()
@@ -407,8 +525,8 @@ class KeyRing:
             if len(self._cache) >= CACHED_SUBJECTS:
                 self._cache.clear()
             assert wrapped is not None
-            self._cache[(ref, generation)] = crypto.unwrap(self._master, wrapped,
-                                                          f"data:{ref}:{generation}")
+            self._cache[(ref, generation)] = self._open_wrapped(wrapped,
+                                                                f"data:{ref}:{generation}")
         return self._cache[(ref, generation)]
 
     def drop_cache(self) -> None:
@@ -465,6 +583,23 @@ class KeyRing:
     def destroyed_at(self, subject: str) -> str | None:
         row = self.store.latest(self.subject_ref(subject))
         return None if row is None else row[3]
+
+
+def _opens(key: bytes, wrapped: bytes, purpose: str) -> bool:
+    try:
+        crypto.unwrap(key, wrapped, purpose)
+    except crypto.DecryptError:
+        return False
+    return True
+
+
+def mark_key_of(store: KeyStoreFile, master: bytes) -> bytes:
+    """The marks' MAC key: the one a rotation kept (wrapped in the key store), else derived from
+    the master key (a key store never rotated: marks made before any rotation verify)."""
+    wrapped = store.meta(epochs.MARK_KEY_META)
+    if wrapped is None:
+        return marks.mark_key(master)
+    return crypto.unwrap(master, wrapped, epochs.MARK_KEY_META)
 
 
 def read_public_key(path: str | Path) -> str:

@@ -51,7 +51,8 @@ from custody_app.domain.readmodels import (
     WhyResult,
 )
 from custody_app.domain.timeutil import ManualClock, format_time
-from custody_app.erasure import receipts, rotate
+from custody_app.erasure import epoch, receipts, rotate
+from custody_app.erasure.epoch import EpochResult
 from custody_app.erasure.certificate import (
     ErasureCertificate,
     ForgetResult,
@@ -199,6 +200,11 @@ class Ledger(EvidenceViews, TimelineReads):
     def rotate_index_key(self) -> RotateResult:
         """Re-key the word index under a fresh key and destroy the old key."""
         return rotate.rotate_index_key(self)
+
+    def rotate_epoch(self) -> EpochResult:
+        """Re-key the word index, re-wrap every key under a new epoch key and destroy the old
+        one (its key file replaced): copies taken before no longer yield what was erased."""
+        return epoch.rotate_epoch(self, self.scrubs)
 
     def erasures(self, subject: str | None = None) -> ErasuresResult:
         """The erasure receipts; with `subject`, whether it was erased (by peppered hash)."""
