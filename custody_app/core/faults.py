@@ -27,6 +27,7 @@ POINTS = (
     "epoch.next_written",        # rotate-epoch: `<master file>.next` written, key store not yet
     "epoch.before_commit",       # every key re-wrapped under the new epoch, not committed
     "epoch.keys_committed",      # the key store committed under the new epoch, `.next` not renamed
+    "epoch.zeroed",              # the old master file overwritten with zeroes, `.next` not renamed
     "epoch.promoted",            # `.next` renamed over the master file
 )
 

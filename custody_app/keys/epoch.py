@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def fsync_folder(path: Path) -> None:
         os.close(fd)
 
 
-def promote(master_file: Path) -> None:
+def promote(master_file: Path, crash_point: Callable[[str], None] = lambda _: None) -> None:
     """`.next` over the master file: the old key overwritten with zeroes first (so its bytes do
     not wait for the blocks to be reused), then the rename, then the folder fsynced. A kill in
     between leaves `.next` and a master file that no longer opens: resolve() promotes it."""
@@ -110,6 +111,7 @@ def promote(master_file: Path) -> None:
             os.fsync(handle.fileno())
     except FileNotFoundError:
         pass
+    crash_point("epoch.zeroed")
     try:
         os.replace(nxt, master_file)
     except FileNotFoundError:

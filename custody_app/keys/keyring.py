@@ -340,7 +340,7 @@ class KeyRing:
                 raise
         crash_point("epoch.keys_committed")
         self._master = new
-        epochs.promote(path)
+        epochs.promote(path, crash_point)
         crash_point("epoch.promoted")
         return rotation
 

@@ -125,7 +125,8 @@ class KeyStoreFile(MarkReads):
              what: str = "a statement") -> Any:
         cache = self._cache
         if cache is not None:
-            found = cache.get((statement, params))
+            # (a write's parameters may be lists, which no cache key holds)
+            found = cache.get((statement, params)) if statement in CACHEABLE else None
             if found is None and statement == GET_META and self._meta is not None:
                 name = str(params[0])
                 found = [(self._meta[name],)] if name in self._meta else []
