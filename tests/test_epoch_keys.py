@@ -359,3 +359,21 @@ def test_policy_after_erasure_rotates_at_the_end_of_a_subject_erasure(
         assert outcomes["word index key (copies taken before)"] == "clean"
         assert led.erasures().pending_epochs == 0
         _read_all(led, values)
+
+
+def test_doctor_shows_erasures_pending_on_the_epoch_until_a_rotation(address: str) -> None:
+    from custody_app.doctor.checks import diagnose
+
+    with Ledger.open(address) as led:
+        _fill(led)
+        led.forget_subject("acct:BOB-1", actor="user:dpo", reason="subject_request")
+    lines = {c.name: c for c in diagnose(address).checks}
+    assert lines["epoch-pending"].outcome == "warn"
+    assert "1 subject erasure(s)" in lines["epoch-pending"].detail
+    assert "never rotated" in lines["epoch-key"].detail
+    with Ledger.open(address) as led:
+        rotated = led.rotate_epoch()
+    lines = {c.name: c for c in diagnose(address).checks}
+    assert lines["epoch-pending"].outcome == "ok", lines["epoch-pending"]
+    assert rotated.epoch in lines["epoch-key"].detail
+    assert lines["ledger-marks"].outcome == "ok" and lines["master-key"].outcome == "ok"

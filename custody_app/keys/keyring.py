@@ -210,7 +210,11 @@ class KeyRing:
         self._mark_key = mark_key_of(store, master)
 
     @classmethod
-    def open(cls, ledger_path: str | Path, keystore: str | Path | None = None) -> KeyRing:
+    def open(cls, ledger_path: str | Path, keystore: str | Path | None = None, *,
+             readonly: bool = False) -> KeyRing:
+        """The key ring of the ledger's key store. A `.next` key file a rotate-epoch cut short
+        left is settled first (promoted or deleted); `readonly` leaves the files as they are
+        and uses whichever of the two keys opens the key store."""
         path = keystore_path_for(ledger_path, keystore)
         # The store first: a file of another application is refused before a master key
         # file is made beside it.
@@ -219,9 +223,13 @@ class KeyRing:
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         try:
-            if master_from_env() is None:
+            nxt = epochs.next_path(master_path_for(path))
+            if master_from_env() is None and nxt.exists():
                 # A rotate-epoch cut short leaves `<master file>.next`: settled first.
-                epochs.resolve(store, master_path_for(path))
+                if not readonly:
+                    epochs.resolve(store, master_path_for(path))
+                elif epochs.opens(store, key := epochs.read_key(nxt)) and key is not None:
+                    return cls(store, key, path)
             # A master key is made only for a new key store: one that already holds keys was
             # made under another (a server ledger opened from a second host, say), and a fresh
             # key file would open nothing.
