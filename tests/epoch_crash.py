@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from custody_app.keys import epoch as epochs
 from custody_app.keys.keyring import keystore_path_for, master_path_for
@@ -152,7 +153,7 @@ def file_copier(base: Path, work: Path) -> Callable[[str], Path]:
 def server_copier(server: object, base_url: str) -> Callable[[str], str]:
     """Copies of a server ledger: a database from the base's as a template, and the base's
     master key file at the copy's key file path."""
-    base_name = base_url.rsplit("/", 1)[1].split("?", 1)[0]
+    base_name = unquote(urlsplit(base_url).path.lstrip("/"))
     base_key = master_of(base_url)
 
     def make(name: str) -> str:
