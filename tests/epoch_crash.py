@@ -157,7 +157,7 @@ def server_copier(server: object, base_url: str) -> Callable[[str], str]:
     base_key = master_of(base_url)
 
     def make(name: str) -> str:
-        url = server.url(f"{base_name}_{name}")  # type: ignore[attr-defined]
+        url = str(server.url(f"{base_name}_{name}"))  # type: ignore[attr-defined]
         with server.admin() as conn:  # type: ignore[attr-defined]
             conn.execute(f'CREATE DATABASE "{base_name}_{name}" TEMPLATE "{base_name}"')
         target = master_of(url)

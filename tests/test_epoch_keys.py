@@ -165,7 +165,7 @@ def test_a_backup_from_before_an_erasure_yields_nothing_after_rotation(address: 
     # file of the day, opens her sealed value.
     ref, gen, wrapped = alice_rows[0]
     key = crypto.unwrap(before, wrapped, f"data:{ref}:{gen}")
-    assert crypto.open_sealed(key, sealed, fact.fact_id) is not None
+    assert sealed is not None and crypto.open_sealed(key, sealed, fact.fact_id) is not None
     with Ledger.open(address) as led:
         led.forget_subject("acct:ALICE", actor="user:dpo", reason="subject_request")
     # Still works after the erasure alone: the epoch is live.
@@ -335,9 +335,9 @@ def test_a_key_store_made_before_epochs_opens_and_rotates(address: str) -> None:
         trusted, bad = led.keys.trusted_mark()  # type: ignore[union-attr]
         assert trusted is not None and bad == []
         led.rotate_epoch()
-        _read_all(led, values)  # type: ignore[arg-type]
+        _read_all(led, values)
     with Ledger.open(address) as led:
-        _read_all(led, values)  # type: ignore[arg-type]
+        _read_all(led, values)
         trusted, bad = led.keys.trusted_mark()  # type: ignore[union-attr]
         assert trusted is not None and bad == []
 

@@ -144,7 +144,7 @@ def _epoch(store: health.Inspection | None, keystore: str | Path) -> DoctorCheck
     if store is None:
         return check("epoch-key", "warn", f"the epoch of {keystore} cannot be read: the key "
                      "store is unusable.")
-    found = epochs.record(store)  # type: ignore[arg-type]
+    found = epochs.record(store)
     if found is None:
         return check("epoch-key", "ok", f"the key store {keystore} is under its first epoch "
                      "key (never rotated: `custody-app rotate-epoch`).")

@@ -15,13 +15,13 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import erased_subject
 from custody_app.erasure import digests
 from custody_app.erasure.cascade import cascade, refuse_held
-from custody_app.erasure.epoch import after_erasure, with_epoch_place
 from custody_app.erasure.certificate import (
     ErasedFact,
     ForgetResult,
     PlaceCheck,
     SubjectForgetResult,
 )
+from custody_app.erasure.epoch import after_erasure, with_epoch_place
 from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs

@@ -12,9 +12,9 @@ from custody_app.domain.retention import cutoff_for, window_for
 from custody_app.domain.timeutil import parse_time
 from custody_app.erasure.cascade import Descendants, cascade
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
+from custody_app.erasure.epoch import after_erasure, with_epoch_place
 from custody_app.erasure.forget import erase
 from custody_app.erasure.group import Member, erase_group
-from custody_app.erasure.epoch import after_erasure, with_epoch_place
 from custody_app.erasure.proof import SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.work import ErasureWork

@@ -17,10 +17,16 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from custody_app.keys import crypto
 from store import KeyStoreFile
+
+
+class MetaReader(Protocol):
+    """What reading the epoch needs of a key store (doctor's read-only inspection has it too)."""
+
+    def meta(self, name: str) -> bytes | None: ...
 
 # The key store's plain record of the epoch in force and the rotations before it (JSON): read
 # without any key, so a host whose key file was retired learns when and how to get the new one.
@@ -42,7 +48,7 @@ def next_path(master_file: Path) -> Path:
     return master_file.with_name(master_file.name + ".next")
 
 
-def record(store: KeyStoreFile) -> dict[str, Any] | None:
+def record(store: MetaReader) -> dict[str, Any] | None:
     """The epoch record (None: never rotated)."""
     raw = store.meta(EPOCH_META)
     if raw is None:
@@ -54,14 +60,14 @@ def record(store: KeyStoreFile) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def rotations(store: KeyStoreFile) -> list[dict[str, Any]]:
+def rotations(store: MetaReader) -> list[dict[str, Any]]:
     """Each rotation, oldest first: {"retired", "id", "at", "seq", "host", "file"}."""
     found = record(store)
     listed = found.get("rotations", []) if found else []
     return [r for r in listed if isinstance(r, dict)]
 
 
-def current_id(store: KeyStoreFile, master: bytes) -> str:
+def current_id(store: MetaReader, master: bytes) -> str:
     """The id of the epoch in force (a key store never rotated: its master key's)."""
     found = record(store)
     return str(found["id"]) if found and "id" in found else epoch_id(master)
@@ -76,7 +82,7 @@ def read_key(path: Path) -> bytes | None:
     return key if len(key) == crypto.KEY_BYTES else None
 
 
-def opens(store: KeyStoreFile, key: bytes | None) -> bool:
+def opens(store: MetaReader, key: bytes | None) -> bool:
     """Does `key` open the key store's `check` (no check yet: a new store, any key does)?"""
     check = store.meta("check")
     if key is None:
@@ -137,7 +143,7 @@ def resolve(store: KeyStoreFile, master_file: Path) -> str | None:
         return "deleted"
 
 
-def stale_message(store: KeyStoreFile, master: bytes, where: str) -> str | None:
+def stale_message(store: MetaReader, master: bytes, where: str) -> str | None:
     """Why `master` (from `where`) no longer opens the key store, when a rotation retired it
     (None: it is no epoch this key store ever had)."""
     mine = epoch_id(master)

@@ -52,13 +52,13 @@ from custody_app.domain.readmodels import (
 )
 from custody_app.domain.timeutil import ManualClock, format_time
 from custody_app.erasure import epoch, receipts, rotate
-from custody_app.erasure.epoch import EpochResult
 from custody_app.erasure.certificate import (
     ErasureCertificate,
     ForgetResult,
     SubjectForgetResult,
     SweepResult,
 )
+from custody_app.erasure.epoch import EpochResult
 from custody_app.erasure.forget import forget, forget_subject
 from custody_app.erasure.receipts import ErasuresResult
 from custody_app.erasure.rollforward import roll_forward
