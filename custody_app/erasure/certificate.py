@@ -12,7 +12,9 @@ Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_ap
 
 CANNOT_REACH = (
     "backups, snapshots and copies of the ledger file taken before this erasure (for a single "
-    "fact they stay readable while the subject's data key exists; forget_subject destroys it)",
+    "fact they stay readable while the subject's data key exists; forget_subject destroys it, "
+    "and a copy of the key store taken before gives it back until `custody-app rotate-epoch` "
+    "destroys the epoch key that wrapped it)",
     "in a copy of the ledger taken before this erasure: the embeddings (vectors are not "
     "encrypted, and approximate the erased text), and the word index rows, testable with the "
     "current key store until the index key is rotated (`custody-app rotate-index-key`)",

@@ -72,7 +72,7 @@ BEGIN_WRITE = ("BEGIN ISOLATION LEVEL READ COMMITTED; "
 # The reads a write transaction answers from its cache (the lock keeps every other writer out
 # until it ends); any statement of its own that writes forgets them all.
 CACHEABLE = frozenset((GET_META, LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, CHANGES, MARKS,
-                       NEXT_MARK, SUBJECT_KEYS))
+                       NEXT_MARK, SUBJECT_KEYS, LIVE_KEYS))
 KeyRow = tuple[int, bytes | None, str, str | None]
 _KEYS_FULL = "the disk is full: the key store write was rolled back"
 
@@ -430,7 +430,8 @@ class KeyStoreFile(MarkReads):
 
 
 # What a write of the key store makes stale (a statement not named here: everything).
-_KEY_READS = frozenset((LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, SUBJECT_KEYS, CHANGES))
+_KEY_READS = frozenset((LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, SUBJECT_KEYS, LIVE_KEYS,
+                        CHANGES))
 _MARK_READS = frozenset((MARKS, NEXT_MARK, CHANGES))
 _META_READS = frozenset((GET_META, CHANGES))
 _STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, REWRAP_KEYS: _KEY_READS, INSERT_DESTROYED: _KEY_READS,
