@@ -110,8 +110,9 @@ def window(make_copy: Callable[[str], str | Path], runs: int = 2) -> float:
 
 def trials(make_copy: Callable[[str], str | Path], values: dict[str, str], old_key: bytes, *,
            kills: int, seed: int, points: tuple[str, ...] = POINTS) -> dict[str, object]:
-    """Each crash point once, then `kills` SIGKILLs after a random delay in [0, 1.2 x window]
-    (the child's rotation alone; its open is before the timer); outcome counts and problems."""
+    """Each crash point once, then SIGKILLs after a random delay in [0, window] (the child's
+    rotation alone: its open is before the timer) until `kills` children were killed; outcome
+    counts and problems."""
     outcomes: Counter[str] = Counter()
     problems: list[str] = []
     at_point: dict[str, str] = {}
@@ -124,19 +125,22 @@ def trials(make_copy: Callable[[str], str | Path], values: dict[str, str], old_k
         outcomes[outcome.split(":")[0]] += 1
         if outcome.startswith("neither") or not killed:
             problems.append(f"{point}: {at_point[point]}")
-    span = window(make_copy) * 1.2
+    span = window(make_copy)
     rng = random.Random(seed)
-    killed_count = 0
-    for n in range(kills):
-        target = make_copy(f"r{n}")
+    killed_count = tried = 0
+    # Until `kills` children were really killed mid-rotation (a delay past the rotation's end
+    # kills nothing; each such trial is judged too), at most 4 x `kills` tries.
+    while killed_count < kills and tried < 4 * kills:
+        target = make_copy(f"r{tried}")
         killed, _ = run_child(target, kill=rng.uniform(0, span))
         killed_count += killed
         outcome = judge(target, values, old_key)
         outcomes[outcome.split(":")[0]] += 1
         if outcome.startswith("neither"):
-            problems.append(f"random trial {n}: {outcome}")
+            problems.append(f"random trial {tried}: {outcome}")
+        tried += 1
     return {"points": at_point, "outcomes": dict(outcomes), "problems": problems,
-            "random": kills, "killed": killed_count, "window_s": span / 1.2,
+            "random": tried, "killed": killed_count, "window_s": span,
             "seconds": time.perf_counter() - started}
 
 

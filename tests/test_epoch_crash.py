@@ -60,7 +60,7 @@ def test_server_kills_at_every_point_and_random_instants_leave_one_epoch(
     assert result["problems"] == [], result
     outcomes = result["outcomes"]
     assert isinstance(outcomes, dict) and set(outcomes) <= {"old", "new"}
-    assert int(str(result["killed"])) >= SERVER_KILLS // 2, result  # most random kills hit the rotation
+    assert int(str(result["killed"])) >= SERVER_KILLS, result  # killed mid-rotation
     points = result["points"]
     assert isinstance(points, dict)
     # before the key store commits: the old epoch; after: the new one
