@@ -27,7 +27,8 @@ NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "
          "erasure-leaks", "recall-maintenance",
          "key-store", "master-key", "forget-key", "signing-key", "keys-match", "ledger-marks",
          "index-key", "epoch-key",
-         "integrity", "policy", "erasure-half-state", "epoch-pending"]  # policy: which one is in force (issue 32)
+         # policy: which one is in force (issue 32)
+         "integrity", "policy", "erasure-half-state", "epoch-pending"]
 STRIPPED = ("CUSTODY_LEDGER", "CUSTODY_POLICY", "CUSTODY_KEYSTORE", "CUSTODY_MASTER_KEY")
 
 
