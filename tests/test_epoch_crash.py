@@ -101,3 +101,31 @@ def test_a_kill_after_the_key_store_committed_is_promoted_at_the_next_open(
             assert led.why(fact_id).fact.value == value
     assert not epochs.next_path(master).exists()
     assert judge(target, values, b"") == "new"
+
+
+def test_opens_racing_rotations_never_lose_the_key(tmp_path: Path) -> None:
+    """Another process opening the ledger (which settles a `.next` it finds) while rotations
+    run: every open works, and at the end the key file opens the key store and every value
+    reads (a promotion racing another once zeroed the new key)."""
+    import subprocess
+    import sys
+
+    base = tmp_path / "base.db"
+    values = build_base(base)
+    script = ("import sys\nfrom custody_app.ledger.facade import Ledger\n"
+              "for _ in range(20):\n"
+              "    with Ledger.open(sys.argv[1]) as led:\n"
+              "        led.rotate_epoch()\n")
+    rotating = subprocess.Popen([sys.executable, "-c", script, str(base)],
+                                cwd=Path(__file__).resolve().parent.parent)
+    opened = 0
+    try:
+        while rotating.poll() is None:
+            with Ledger.open(base) as led:
+                fact_id, value = next(iter(values.items()))
+                assert led.why(fact_id).fact.value == value
+            opened += 1
+    finally:
+        rotating.wait(timeout=120)
+    assert rotating.returncode == 0 and opened > 0
+    assert judge(base, values, b"") == "new"

@@ -309,19 +309,27 @@ def test_marks_made_before_a_rotation_still_verify(address: str) -> None:
         keys.close()
 
 
-def _old_code(*lines: str) -> None:
-    """Run Python under the code of the main checkout (before epochs)."""
-    env = {**os.environ, "PYTHONPATH": "/work/main"}
-    done = subprocess.run([sys.executable, "-c", "\n".join(lines)], cwd="/", env=env,
+# The last commit before epoch keys: its code makes what "older key stores" means here.
+BEFORE_EPOCHS = "4e53e60"
+
+
+def _old_code(tmp_path: Path, *lines: str) -> None:
+    """Run Python under the code as it was before epoch keys (extracted from git)."""
+    tree = tmp_path / "before-epochs"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", BEFORE_EPOCHS, "custody_app",
+                              "store", "policies"], capture_output=True, timeout=60)
+    if archive.returncode != 0:
+        pytest.skip(f"the code before epoch keys ({BEFORE_EPOCHS}) is not in this checkout")
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True, timeout=60)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-c", "\n".join(lines)], cwd=str(tree), env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-@pytest.mark.skipif(not Path("/work/main/custody_app/keys/keyring.py").exists() or
-                    Path("/work/main/custody_app/keys/epoch.py").exists(),
-                    reason="needs a checkout of the code before epoch keys at /work/main")
-def test_a_key_store_made_before_epochs_opens_and_rotates(address: str) -> None:
-    _old_code("import sys",
+def test_a_key_store_made_before_epochs_opens_and_rotates(address: str, tmp_path: Path) -> None:
+    _old_code(tmp_path, "import sys",
               "from custody_app.ledger.facade import Ledger",
               f"led = Ledger.open({address!r})",
               "for n in range(3):",

@@ -107,28 +107,33 @@ def fsync_folder(path: Path) -> None:
 def promote(master_file: Path, crash_point: Callable[[str], None] = lambda _: None) -> None:
     """`.next` over the master file: the old key overwritten with zeroes first (so its bytes do
     not wait for the blocks to be reused), then the rename, then the folder fsynced. A kill in
-    between leaves `.next` and a master file that no longer opens: resolve() promotes it."""
+    between leaves `.next` and a master file that no longer opens: resolve() promotes it. Run
+    under the key store's write lock only (resolve), so no two processes promote at once: one
+    would zero the key the other had just put in place."""
     nxt = next_path(master_file)
-    try:
-        size = master_file.stat().st_size
-        with open(master_file, "r+b") as handle:
-            handle.write(b"0" * size)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except FileNotFoundError:
-        pass
+    new = read_key(nxt)
+    if new is None:
+        return
+    if read_key(master_file) != new:
+        try:
+            size = master_file.stat().st_size
+            with open(master_file, "r+b") as handle:
+                handle.write(b"0" * size)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except FileNotFoundError:
+            pass
     crash_point("epoch.zeroed")
-    try:
-        os.replace(nxt, master_file)
-    except FileNotFoundError:
-        return  # another process promoted it first
+    os.replace(nxt, master_file)
     fsync_folder(master_file.parent)
 
 
-def resolve(store: KeyStoreFile, master_file: Path) -> str | None:
-    """A `.next` left beside the master file by a rotation cut short, settled under the key
-    store's write lock (a rotation under way in another process holds it): promoted when its
-    key opens the key store, deleted when it does not. Returns what was done, if anything."""
+def resolve(store: KeyStoreFile, master_file: Path,
+            crash_point: Callable[[str], None] = lambda _: None) -> str | None:
+    """A `.next` beside the master file (a rotation cut short, or one that just committed),
+    settled under the key store's write lock (a rotation under way in another process holds
+    it): promoted when its key opens the key store, deleted when it does not. Returns what was
+    done, if anything."""
     nxt = next_path(master_file)
     if not nxt.exists():
         return None
@@ -136,7 +141,7 @@ def resolve(store: KeyStoreFile, master_file: Path) -> str | None:
         if not nxt.exists():
             return None
         if opens(store, read_key(nxt)):
-            promote(master_file)
+            promote(master_file, crash_point)
             return "promoted"
         nxt.unlink(missing_ok=True)
         fsync_folder(master_file.parent)

@@ -6,6 +6,7 @@ import hmac
 import json
 import os
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -279,12 +280,17 @@ class KeyRing:
             return False
         wanted = str(found.get("id"))
         if master_from_env() is None:
-            for path in (self.master_file, epochs.next_path(self.master_file)):
-                key = epochs.read_key(path)
-                if key is not None and epochs.epoch_id(key) == wanted and epochs.opens(
-                        self.store, key):
-                    self._master = key
-                    return True
+            # Twice: a promotion in another process may be between its two steps (the read
+            # path holds no lock; a write holds the key store's, which a promotion takes).
+            for attempt in range(2):
+                for path in (self.master_file, epochs.next_path(self.master_file)):
+                    key = epochs.read_key(path)
+                    if key is not None and epochs.epoch_id(key) == wanted and epochs.opens(
+                            self.store, key):
+                        self._master = key
+                        return True
+                if attempt == 0:
+                    time.sleep(0.05)
         where = f"${MASTER_ENV}" if master_from_env() is not None else str(self.master_file)
         raise LedgerError("epoch_rotated", epochs.stale_message(self.store, self._master, where)
                           or f"the key store {self.path} is under epoch {wanted}, which the "
@@ -348,7 +354,9 @@ class KeyRing:
                 raise
         crash_point("epoch.keys_committed")
         self._master = new
-        epochs.promote(path, crash_point)
+        # Under the key store's lock again: an open in another process may be settling the
+        # same `.next` (it promotes it as this would).
+        epochs.resolve(self.store, path, crash_point)
         crash_point("epoch.promoted")
         return rotation
 
