@@ -26,8 +26,9 @@ from tests.conftest import CAUSE
 NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "pending-scrubs",
          "erasure-leaks", "recall-maintenance",
          "key-store", "master-key", "forget-key", "signing-key", "keys-match", "ledger-marks",
-         "index-key",
-         "integrity", "policy", "erasure-half-state"]  # policy: which one is in force (issue 32)
+         "index-key", "epoch-key",
+         # policy: which one is in force (issue 32)
+         "integrity", "policy", "erasure-half-state", "epoch-pending"]
 STRIPPED = ("CUSTODY_LEDGER", "CUSTODY_POLICY", "CUSTODY_KEYSTORE", "CUSTODY_MASTER_KEY")
 
 

@@ -43,7 +43,8 @@ def _script(ks: Any) -> list[Any]:
     call("meta", "check")
     call("put_meta", "index", b"i1")
     call("replace_meta", "index", b"i2")
-    call("replace_meta", "check", b"nope")
+    call("put_meta", "ledger", b"g1")
+    call("replace_meta", "ledger", b"nope")  # the ledger binding is written once
     call("put_meta", "index_next", b"n1")
     call("drop_meta", "index_next")
     call("drop_meta", "index_next")
@@ -89,7 +90,7 @@ def test_same_answers_as_sqlite(pg_url: str, tmp_path: Path) -> None:
         want, got = _script(sq), _script(pg)
         for w, g in zip(want, got, strict=True):
             assert g == w
-        assert ("replace_meta", ("check", b"nope"), ("refused", True), False) in got
+        assert ("replace_meta", ("ledger", b"nope"), ("refused", True), False) in got
         assert len([g for g in got if g[2] == ("refused", True)]) == 2
     finally:
         sq.close()
@@ -158,11 +159,12 @@ ATTACKS = [
     "TRUNCATE ledger_marks",
     "INSERT INTO ledger_marks VALUES (1, 1, 'h', 'at', 0, NULL) "
     "ON CONFLICT (n) DO UPDATE SET mac = 'forged'",
-    # Entries other than the index key replaced or removed.
-    "UPDATE keystore_meta SET value = 'x' WHERE name = 'check'",
+    # Entries other than the wrapped keys an epoch rotation re-wraps replaced, or removed.
+    "UPDATE keystore_meta SET value = 'x' WHERE name = 'ledger'",
+    "UPDATE keystore_meta SET value = '9' WHERE name = 'marks_legacy_upto'",
     "DELETE FROM keystore_meta WHERE name = 'check'",
     "TRUNCATE keystore_meta",
-    "INSERT INTO keystore_meta VALUES ('check', 'x') ON CONFLICT (name) DO UPDATE SET value = 'x'",
+    "INSERT INTO keystore_meta VALUES ('ledger', 'x') ON CONFLICT (name) DO UPDATE SET value = 'x'",
 ]
 
 
@@ -171,6 +173,7 @@ def test_triggers_refuse_what_sqlite_refuses(pg_url: str, tmp_path: Path) -> Non
     sq = sqlite_keystore.open_keystore(tmp_path / "k.keys")
     for keys in (ks, sq):
         keys.put_meta("check", b"c")
+        keys.put_meta("ledger", b"g")
         keys.add("r", 1, b"k1", "2026-01-01")
         keys.destroy("r", "2026-01-02")
         keys.add_mark(5, "h5", "2026-01-03", _sign)
@@ -188,6 +191,15 @@ def test_triggers_refuse_what_sqlite_refuses(pg_url: str, tmp_path: Path) -> Non
         assert list(ks.marks()) == list(sq.marks()) == [(1, 5, "h5", "2026-01-03", False,
                                                          "mac:1:5:h5")]
         assert ks.meta("check") == b"c"
+        # A live key may be re-wrapped (rotate-epoch), as may the wrapped entries; a destroyed
+        # key never (the attacks above).
+        for keys in (ks, sq):
+            keys.add("live", 1, b"k1", "2026-01-01")
+            assert keys.rewrap_keys([("live", 1, b"k2"), ("r", 1, b"back")]) == 1
+            assert keys.generation("live", 1) == (1, b"k2", "2026-01-01", None)
+            assert keys.latest("r") == (1, None, "2026-01-01", "2026-01-02")
+            keys.replace_meta("check", b"c2")
+            assert keys.meta("check") == b"c2"
         # The index key alone may be replaced, and only its rotation's intent deleted.
         raw.execute("INSERT INTO keystore_meta VALUES ('index_next', 'n')")
         raw.execute("UPDATE keystore_meta SET value = 'm' WHERE name = 'index_next'")

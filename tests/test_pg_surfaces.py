@@ -183,7 +183,7 @@ def _scenario(address: str, tmp_path: Path) -> list[tuple[str, int, str]]:
             ("sweep", "--dry-run", "--json"),
             ("forget", plan, "--reason", "error", "--json"),
             ("forget-subject", "acct:2", "--reason", "subject_request", "--json"),
-            ("erasures", "--json"), ("rotate-index-key", "--json"),
+            ("erasures", "--json"), ("rotate-index-key", "--json"), ("rotate-epoch", "--json"),
             ("history", plan, "--json"), ("verify", "--json"), ("rebuild", "--deep")):
         run(*args)
     return out

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from custody_app.domain.errors import LedgerError
+from custody_app.erasure.epoch import SERVER_COPIES
 from custody_app.keys.demo_receipts import bind_demo_receipts
 from custody_app.ledger.facade import Ledger
 from custody_app.receipts import json_sha256, public_hex, sign
-from store.postgres.connection import SERVER_FILES
 from tests import rawsql
 from tests.audience import audience, recording
 from tests.conftest import Env, fixture_copy
@@ -261,7 +261,7 @@ def test_the_default_age_limit_is_an_hour_and_the_policy_hash_is_unchanged() -> 
 def test_a_subject_claim_is_erased_with_the_subject_and_verify_rechecks_it(make_env: Any) -> None:
     """The receipt's signed subject claim names the data principal: it is sealed with the
     fact, so forget_subject leaves no plaintext of it (certificate complete; on a server,
-    pending for the server's own files only), and verify checks the receipt's signature while
+    pending only for the server's WAL, archives, backups and replicas until rotate-epoch), and verify checks the receipt's signature while
     the claim can be opened."""
     env = make_env(policy())
     wrote = cite(env, "acct:42", "billed_seats", 120, crm(subject="acct:42"),
@@ -271,7 +271,7 @@ def test_a_subject_claim_is_erased_with_the_subject_and_verify_rechecks_it(make_
     assert env.ledger.verify().valid
     cert = env.ledger.forget_subject("acct:42", actor="user:dpo", reason="subject_request")
     pending = [p.place for p in cert.certificate.places if p.outcome in ("pending", "found")]
-    assert pending == ([] if not rawsql.is_server(env.path) else [SERVER_FILES]), \
+    assert pending == ([] if not rawsql.is_server(env.path) else [SERVER_COPIES]), \
         cert.certificate.render()
     assert cert.certificate.complete is not pending
     assert env.ledger.verify().valid

@@ -24,6 +24,11 @@ POINTS = (
     "upgrade.committed",         # the free-text upgrade committed, its WAL checkpoint not done
     "copy.loading",              # copy: a batch of rows loaded into the destination (`#N`: the N-th)
     "copy.indexed",              # copy: every row and key loaded, indexes rebuilt, not marked done
+    "epoch.next_written",        # rotate-epoch: `<master file>.next` written, key store not yet
+    "epoch.before_commit",       # every key re-wrapped under the new epoch, not committed
+    "epoch.keys_committed",      # the key store committed under the new epoch, `.next` not renamed
+    "epoch.zeroed",              # the old master file overwritten with zeroes, `.next` not renamed
+    "epoch.promoted",            # `.next` renamed over the master file
 )
 
 

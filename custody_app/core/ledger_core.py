@@ -173,7 +173,7 @@ class LedgerCore:
                     # default; a write that would record a policy is refused (_record_policy).
                     loaded, refusal = load_policy(None), exc
             if not readonly or keystore_exists(keystore_path_for(path, keystore)):
-                keys = KeyRing.open(path, keystore)
+                keys = KeyRing.open(path, keystore, readonly=readonly)
             if not readonly and (mismatch := ledger_id_mismatch(db)) is not None:
                 raise mismatch  # reads go on, so verify can name it
             if keys is not None:

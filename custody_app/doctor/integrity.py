@@ -7,6 +7,7 @@ from pathlib import Path
 
 from custody_app.doctor.report import DoctorCheck, check
 from custody_app.domain.errors import LedgerError
+from custody_app.erasure.epoch import pending_erasures
 from custody_app.erasure.rollforward import unfinished
 from custody_app.ledger.facade import Ledger
 from store.address import address_of
@@ -24,6 +25,7 @@ def check_integrity(path: str, keystore: str | Path | None,
                          policy=policy) as ledger:
             report = ledger.verify()
             half = unfinished(ledger)
+            waiting = pending_erasures(ledger)
             in_force = _policy_line(ledger, policy)
     except LedgerError as exc:
         return [check("integrity", "FAIL", f"{shown} could not be verified: {exc.message} "
@@ -46,6 +48,16 @@ def check_integrity(path: str, keystore: str | Path | None,
     else:
         lines.append(check("erasure-half-state", "ok",
                            f"every subject erasure of {shown} is complete in the key store too."))
+    if waiting:
+        first = waiting[0]
+        lines.append(check("epoch-pending", "warn", (
+            f"{len(waiting)} subject erasure(s) of {shown} (the first at {first['tx_at']}, seq "
+            f"{first['seq']}) wait for the epoch key to be rotated: a backup, WAL archive, "
+            "replica or copy taken before them, read with the current key files, still yields "
+            "what they destroyed until `custody-app rotate-epoch` runs.")))
+    else:
+        lines.append(check("epoch-pending", "ok", f"no subject erasure of {shown} waits for an "
+                           "epoch rotation."))
     return lines
 
 

@@ -11,6 +11,7 @@ from custody_app.core import host_mark
 from custody_app.doctor.report import DoctorCheck, check, loose_mode
 from custody_app.domain.errors import LedgerError
 from custody_app.keys import crypto, marks
+from custody_app.keys import epoch as epochs
 from custody_app.keys.keyring import (
     MASTER_ENV,
     keystore_path_for,
@@ -110,11 +111,47 @@ def _master(keystore: str | Path, store: health.Inspection | None) -> tuple[Doct
     try:
         crypto.unwrap(master, wrapped, "check")
     except crypto.DecryptError:
+        nxt = epochs.next_path(path)
+        if not from_env and (key := epochs.read_key(nxt)) is not None and _opens_check(key,
+                                                                                   wrapped):
+            return check("master-key", "warn", f"the key store {keystore} is under the new "
+                         f"epoch key in {nxt} (a rotate-epoch cut short before it replaced "
+                         f"{path}): the next read-write open moves it over."), key
+        if (stale := epochs.stale_message(store, master, where)) is not None:
+            return check("master-key", "FAIL", f"{stale}."), None
         return check("master-key", "FAIL", f"the master key in {where} does not open the key "
                      f"store {keystore}: it belongs to another key store."), None
     mode_note = "" if from_env else ", readable by its owner only,"
     return check("master-key", "ok", f"the master key in {where}{mode_note} opens the key "
                  f"store {keystore}."), master
+
+
+def _opens_check(key: bytes, wrapped: bytes) -> bool:
+    try:
+        crypto.unwrap(key, wrapped, "check")
+    except crypto.DecryptError:
+        return False
+    return True
+
+
+def _epoch(store: health.Inspection | None, keystore: str | Path) -> DoctorCheck:
+    """The epoch key (issue 34): a rotation cut short, and when the last rotation was."""
+    nxt = epochs.next_path(master_path_for(keystore))
+    if not os.environ.get(MASTER_ENV) and nxt.exists():
+        return check("epoch-key", "warn", f"a rotate-epoch of {keystore} was cut short: {nxt} "
+                     "is left beside the master key file; the next read-write open moves it "
+                     "over the master key file (the key store committed under it) or deletes "
+                     "it (it did not).")
+    if store is None:
+        return check("epoch-key", "warn", f"the epoch of {keystore} cannot be read: the key "
+                     "store is unusable.")
+    found = epochs.record(store)
+    if found is None:
+        return check("epoch-key", "ok", f"the key store {keystore} is under its first epoch "
+                     "key (never rotated: `custody-app rotate-epoch`).")
+    return check("epoch-key", "ok", f"the key store {keystore} is under epoch {found.get('id')}, "
+                 f"rotated at {found.get('at')} on host {found.get('host')} "
+                 f"({len(found.get('rotations', []))} rotation(s)).")
 
 
 def _slot(name: str, label: str, store: health.Inspection | None, keystore: str | Path,
@@ -198,7 +235,12 @@ def _marks(store: health.Inspection | None, keystore: str | Path, master: bytes 
     if (store.pragma("user_version") or 0) < KEYSTORE_VERSION:
         return check("ledger-marks", "warn", f"the key store {keystore} predates authenticated "
                      "marks: the next read-write open upgrades it.")
-    bad = marks.untrusted_marks(store.keystore(), marks.mark_key(master))
+    try:
+        key = _marks_key(store, master)
+    except crypto.DecryptError:
+        return check("ledger-marks", "FAIL", f"the marks' MAC key in the key store {keystore} "
+                     "does not unwrap under the master key: it was damaged or replaced.")
+    bad = marks.untrusted_marks(store.keystore(), key)
     if bad:
         named = ", ".join(marks.describe(row) for row in bad[:5])
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
@@ -210,16 +252,29 @@ def _marks(store: health.Inspection | None, keystore: str | Path, master: bytes 
                  "carries a valid MAC under the master key.")
 
 
-def _host_mark(ledger: str, shown: str, master: bytes | None) -> DoctorCheck | None:
+def _marks_key(store: health.Inspection, master: bytes) -> bytes:
+    """The marks' MAC key: the one a rotation kept (wrapped in the key store), else derived from
+    the master key. Raises crypto.DecryptError when the wrapped one does not unwrap."""
+    wrapped = store.meta(epochs.MARK_KEY_META)
+    return (marks.mark_key(master) if wrapped is None
+            else crypto.unwrap(master, wrapped, epochs.MARK_KEY_META))
+
+
+def _host_mark(ledger: str, shown: str, store: health.Inspection | None,
+               master: bytes | None) -> DoctorCheck | None:
     """This host's own copy of the newest head it saw of a server ledger (core.host_mark):
     whether it is there and holds its MAC. None for a file ledger (it keeps none)."""
     path = host_mark.host_mark_file(ledger)
     if path is None:
         return None
-    if master is None:
+    try:
+        key = None if store is None or master is None else marks.host_mark_key(
+            _marks_key(store, master))
+    except crypto.DecryptError:
+        key = None
+    if key is None:
         return check("host-mark", "warn", f"this host's record of how far {shown} had come "
-                     f"({path}) cannot be checked without the master key.")
-    key = marks.host_mark_key(master)
+                     f"({path}) cannot be checked without a usable key store and master key.")
     mark, why = host_mark.read(path, lambda *parts: marks.host_mark_mac(key, *parts))
     if why is not None:
         return check("host-mark", "warn", f"{why}: it is never trusted as the bar a restored "
@@ -267,8 +322,8 @@ def check_keys(ledger: str, keystore: str | Path | None,
         master_check, master = _master(path, store)
         lines = [first, master_check, _forget(store, path, master),
                  _signing(ledger, store, path, master), _match(ledger, sample, store, path, master),
-                 _marks(store, path, master), _rotation(store, path)]
-        seen = _host_mark(given, ledger, master)
+                 _marks(store, path, master), _rotation(store, path), _epoch(store, path)]
+        seen = _host_mark(given, ledger, store, master)
         return lines if seen is None else [*lines, seen]
     except StoreError as exc:
         return [check("key-store", "FAIL", f"{exc} ({exc.code}): the key store is damaged.")]

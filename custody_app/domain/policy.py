@@ -101,6 +101,12 @@ class ErasurePolicy(_Section):
     rotate_index_key: Literal["manual", "after_forget_subject"] = "manual"
     """When the lexical index is re-keyed (`custody-app rotate-index-key`): only when asked, or
     after each forget_subject, so a copy taken before it cannot be tested with the key store."""
+    rotate_epoch: Literal["manual", "after_erasure"] = "manual"
+    """When the epoch key is rotated (`custody-app rotate-epoch`: every key re-wrapped under a
+    new master key, the word index re-keyed, the old key destroyed): only when asked (by hand
+    or a scheduled job), or at the end of every forget, forget_subject and sweep, so a copy
+    taken before a subject erasure (a backup, a WAL archive, a replica) no longer yields what
+    it destroyed. Refused while $CUSTODY_MASTER_KEY gives the key."""
 
 
 Detector = Literal["email", "phone", "card", "iban", "aadhaar", "pan", "gstin", "ifsc",
@@ -239,6 +245,8 @@ def policy_from_text(source: str, path: str, *, stored: bool = False) -> LoadedP
         del data["review"]["retract_directly"]
     if not data["review"]["direct_retractors"]:
         del data["review"]["direct_retractors"]
+    if data["erasure"]["rotate_epoch"] == "manual":
+        del data["erasure"]["rotate_epoch"]  # epoch keys (issue 34): likewise
     canonical = rfc8785.dumps(data).decode()
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     return LoadedPolicy(policy, digest, canonical, source, path)

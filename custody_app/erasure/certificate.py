@@ -7,11 +7,14 @@ from typing import Literal
 from custody_app.domain.readmodels import ReadModel
 from custody_app.domain.timeutil import format_time, parse_duration, parse_time
 
-Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable"]
+Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable",
+                  "crypto-erased"]
 
 CANNOT_REACH = (
     "backups, snapshots and copies of the ledger file taken before this erasure (for a single "
-    "fact they stay readable while the subject's data key exists; forget_subject destroys it)",
+    "fact they stay readable while the subject's data key exists; forget_subject destroys it, "
+    "and a copy of the key store taken before gives it back until `custody-app rotate-epoch` "
+    "destroys the epoch key that wrapped it)",
     "in a copy of the ledger taken before this erasure: the embeddings (vectors are not "
     "encrypted, and approximate the erased text), and the word index rows, testable with the "
     "current key store until the index key is rotated (`custody-app rotate-index-key`)",

@@ -21,6 +21,7 @@ from custody_app.erasure.certificate import (
     PlaceCheck,
     SubjectForgetResult,
 )
+from custody_app.erasure.epoch import after_erasure, with_epoch_place
 from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, certificate
 from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs
@@ -161,6 +162,8 @@ def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
     with head_mark(ledger):
         cert = certificate(ledger, "forget", work, actor=cmd.actor, reason=cmd.reason,
                            root=cmd.fact_id, keys_place=SUBJECT_KEY_KEPT)
+    after_erasure(ledger)
+    cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=False)
     scrubs.settle(ledger, cert, work)
     first = work.erased[0]
     return ForgetResult(fact_id=cmd.fact_id, event_id=first.event_id, seq=first.seq, tx_at=tx_at,
@@ -234,7 +237,10 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         ledger.keys.record_mark(ledger.db.events.head())
     crash_point("erasure.keys_committed")
     rotated = None
-    if ledger.policy.policy.erasure.rotate_index_key == "after_forget_subject":
+    epoch = after_erasure(ledger)
+    if epoch is not None:
+        rotated = epoch.index
+    elif ledger.policy.policy.erasure.rotate_index_key == "after_forget_subject":
         rotated = rotate_index_key(ledger)
     left = still_wrapped(ledger.keys.store, subject_hash)
     keys_place = PlaceCheck(
@@ -247,6 +253,9 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     cert = certificate(ledger, "forget_subject", work, actor=cmd.actor, reason=cmd.reason,
                        subject_hash=subject_hash, keys_place=keys_place)
     cert = cert.model_copy(update={"places": [*cert.places, index_key_place(rotated)]})
+    cert = with_epoch_place(ledger, cert, row.seq, destroyed_keys=True)
+    if not any(p.outcome == "crypto-erased" for p in cert.places):
+        scrubs.await_epoch(cert, row.seq)
     scrubs.settle(ledger, cert, work)
     return SubjectForgetResult(subject_hash=subject_hash, counts=counts, event_id=row.hash,
                                seq=row.seq, tx_at=tx_at, keys_destroyed=destroyed,

@@ -31,6 +31,11 @@ class ErasureReceipt(ReadModel):
     # How many of its erased facts are still pending: a place of its certificate (a WAL
     # checkpoint a reader blocked, a server transaction older than it) is not finished yet.
     pending: int = 0
+    # A subject erasure (it destroyed keys): `pending` while the epoch key that wrapped them is
+    # live (a copy taken before still yields them), `crypto-erased` once rotate-epoch
+    # destroyed it (at `epoch_destroyed_at`). None for a forget or sweep (no key destroyed).
+    epoch: Literal["pending", "crypto-erased"] | None = None
+    epoch_destroyed_at: str | None = None
 
 
 class SubjectErasure(ReadModel):
@@ -45,9 +50,15 @@ class ErasuresResult(ReadModel):
     erasures: list[ErasureReceipt]
     tombstones: int
     subject: SubjectErasure | None = None
+    # Subject erasures whose epoch key is still live (`custody-app rotate-epoch` completes them).
+    pending_epochs: int = 0
 
     def render(self) -> str:
         lines = [f"{len(self.erasures)} erasure(s), {self.tombstones} subject tombstone(s)"]
+        if self.pending_epochs:
+            lines.append(f"{self.pending_epochs} subject erasure(s) pending on a live epoch key "
+                         "(copies taken before still yield what they destroyed): run "
+                         "`custody-app rotate-epoch`")
         for r in self.erasures:
             who = f" subject {r.subject_hash}" if r.subject_hash else ""
             lines.append(
@@ -55,7 +66,9 @@ class ErasuresResult(ReadModel):
                 f"fact(s) ({r.derived} derived, cascade depth {r.cascade_depth}), seq "
                 f"{r.first_seq}-{r.last_seq}" + (f", counts {json.dumps(r.counts)}" if r.counts
                                                  else "")
-                + (f", PENDING for {r.pending} fact(s)" if r.pending else ""))
+                + (f", PENDING for {r.pending} fact(s)" if r.pending else "")
+                + (f", epoch {r.epoch}" + (f" at {r.epoch_destroyed_at}"
+                                           if r.epoch_destroyed_at else "") if r.epoch else ""))
         if self.subject is not None:
             s = self.subject
             lines.append(f"subject {s.subject_hash}: " + (
@@ -88,6 +101,7 @@ def erasures(core: LedgerCore, subject: str | None = None) -> ErasuresResult:
         tombstones = core.db.erasure.tombstones()
         pending = {fact_id for fact_id, _since in core.db.erasure.pending()}
         receipts = [_receipt(core, group, pending) for group in _transactions(rows)]
+    receipts = _with_epochs(core, receipts)
     found = None
     if subject is not None:
         if core.keys is None:
@@ -97,7 +111,26 @@ def erasures(core: LedgerCore, subject: str | None = None) -> ErasuresResult:
         found = SubjectErasure(subject_hash=ref, erased=hit is not None,
                                at=hit[4] if hit else None, seq=hit[0] if hit else None,
                                reason=hit[2] if hit else None)
-    return ErasuresResult(erasures=receipts, tombstones=len(tombstones), subject=found)
+    return ErasuresResult(erasures=receipts, tombstones=len(tombstones), subject=found,
+                          pending_epochs=sum(1 for r in receipts if r.epoch == "pending"))
+
+
+def _with_epochs(core: LedgerCore, receipts: list[ErasureReceipt]) -> list[ErasureReceipt]:
+    """Each subject erasure with its epoch's state (see erasure/epoch.py)."""
+    if core.keys is None:
+        return receipts
+    from custody_app.erasure.epoch import covering  # epoch imports this module
+    from custody_app.keys.epoch import rotations
+
+    done = rotations(core.keys.store)
+    out = []
+    for r in receipts:
+        if r.operation == "forget_subject":
+            found = covering(done, r.last_seq)
+            r = r.model_copy(update={"epoch": "crypto-erased" if found else "pending",
+                                     "epoch_destroyed_at": found.get("at") if found else None})
+        out.append(r)
+    return out
 
 
 def _transactions(rows: list[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:

@@ -12,6 +12,7 @@ from custody_app.domain.retention import cutoff_for, window_for
 from custody_app.domain.timeutil import parse_time
 from custody_app.erasure.cascade import Descendants, cascade
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
+from custody_app.erasure.epoch import after_erasure, with_epoch_place
 from custody_app.erasure.forget import erase
 from custody_app.erasure.group import Member, erase_group
 from custody_app.erasure.proof import SUBJECT_KEY_KEPT, certificate
@@ -109,6 +110,8 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep, *, grouped: bool = Tru
     if expired and not cmd.dry_run:
         cert = certificate(ledger, "sweep", work, actor=cmd.actor, reason=cmd.reason,
                            keys_place=SUBJECT_KEY_KEPT)
+        after_erasure(ledger)
+        cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=False)
         scrubs.settle(ledger, cert, work)
     return SweepResult(cutoffs=cutoffs, expired=expired, held=sorted(held), dry_run=cmd.dry_run,
                        certificate=cert, reasons=reasons)

@@ -3,145 +3,36 @@
 from __future__ import annotations
 
 import hmac
-import os
+import json
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
-from custody_app.files.output import write_output
 from custody_app.keys import crypto, marks
+from custody_app.keys import epoch as epochs
+
+# The key files beside a key store (custody_app.keys.master), named here as they always were.
+from custody_app.keys.master import KEYSTORE_ENV as KEYSTORE_ENV
+from custody_app.keys.master import MASTER_ENV as MASTER_ENV
+from custody_app.keys.master import keystore_exists as keystore_exists
+from custody_app.keys.master import keystore_path_for as keystore_path_for
+from custody_app.keys.master import load_master as load_master
+from custody_app.keys.master import master_from_env as master_from_env
+from custody_app.keys.master import master_path_for as master_path_for
+from custody_app.keys.master import place_master as place_master
+from custody_app.keys.master import public_key_path_for as public_key_path_for
+from custody_app.keys.master import read_public_key as read_public_key
+from custody_app.keys.master import write_public_key as write_public_key
+from custody_app.keys.master import write_secret as write_secret
 from store import KeyStoreFile, open_keystore
-from store import keystore_exists as store_keystore_exists
-from store.address import address_of
 from store.errors import StoreError
 from store.rows import MarkRow
 
-MASTER_ENV = "CUSTODY_MASTER_KEY"
-KEYSTORE_ENV = "CUSTODY_KEYSTORE"
 # Subjects whose refs and keys are cached (each cache is emptied when full): enough for a
 # group's working set, and at ~300 bytes an entry, an RSS that does not grow with the ledger.
 CACHED_SUBJECTS = 65_536
-
-
-def keystore_path_for(ledger_path: str | Path, keystore: str | Path | None = None) -> str:
-    """`--keystore`, else $CUSTODY_KEYSTORE, else the ledger's own (`<ledger>.keys` beside a
-    file ledger; the server ledger's database for a server ledger)."""
-    chosen = keystore or os.environ.get(KEYSTORE_ENV)
-    return str(chosen) if chosen else address_of(ledger_path).default_keystore()
-
-
-def keystore_exists(keystore: str | Path) -> bool:
-    return store_keystore_exists(str(keystore))
-
-
-def master_path_for(keystore: str | Path) -> Path:
-    return address_of(keystore).master_key_file()
-
-
-def public_key_path_for(ledger_path: str | Path) -> Path:
-    return address_of(ledger_path).sibling(".pub")
-
-
-def write_public_key(ledger_path: str | Path, pem: str) -> Path:
-    """`<ledger>.pub` (0644), written once: an existing file holding this key is kept, and one
-    holding anything else is never replaced (`output_protected`)."""
-    path = public_key_path_for(ledger_path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        if path.is_file() and path.read_text(encoding="utf-8") == pem:
-            return path
-    except (OSError, UnicodeDecodeError):
-        pass
-    return write_output(path, pem, public=True)
-
-
-def _write_secret(path: Path, data: bytes) -> None:
-    """Create `path` (0600) holding `data`, all or nothing: a process killed half-way leaves no
-    empty key file behind (that would make the ledger unopenable). Never replaces a file."""
-    # A server ledger's local key files live in a per-user folder made on first use (0700).
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.link(temp, path)  # fails if the file exists, like O_EXCL
-    finally:
-        temp.unlink(missing_ok=True)
-
-
-def master_from_env() -> bytes | None:
-    """$CUSTODY_MASTER_KEY as bytes, None when unset; refused unless 64 hex digits."""
-    env = os.environ.get(MASTER_ENV)
-    if not env:
-        return None
-    try:
-        key = bytes.fromhex(env.strip())
-    except ValueError:
-        key = b""
-    if len(key) != crypto.KEY_BYTES:
-        raise LedgerError("master_key_invalid", f"{MASTER_ENV} must be 64 hex digits")
-    return key
-
-
-def load_master(keystore: str | Path, *, create: bool) -> bytes:
-    """The master key: $CUSTODY_MASTER_KEY (64 hex digits), else the key file beside the store."""
-    env = master_from_env()
-    if env is not None:
-        return env
-    path = master_path_for(keystore)
-    if not path.exists():
-        if not create:
-            raise LedgerError("master_key_missing", f"master key file {path} does not exist "
-                              f"(copy it from the host that created the key store, or set "
-                              f"${MASTER_ENV})")
-        try:
-            _write_secret(path, crypto.new_key().hex().encode())
-        except FileExistsError:
-            pass  # another process opening the same new ledger made it first: use theirs
-    try:
-        key = bytes.fromhex(path.read_text().strip())
-    except (OSError, ValueError):
-        key = b""
-    if len(key) != crypto.KEY_BYTES:
-        raise LedgerError("master_key_invalid", f"master key file {path} is not 64 hex digits")
-    return key
-
-
-def place_master(keystore: str | Path, key: bytes, *, check_only: bool = False) -> str:
-    """Make `key` the master key of the key store at `keystore` (a copy's: its wrapped keys
-    are under the source's master key): nothing to write when `$CUSTODY_MASTER_KEY` gives
-    it; else its master key file, 0600, kept when it holds this key already, never
-    replaced when it holds another (`master_key_conflict`). Returns where the key is (with
-    `check_only`: where it would be, refusing the same conflicts, writing nothing)."""
-    env = master_from_env()
-    if env is not None:
-        if env != key:
-            raise LedgerError("master_key_conflict",
-                              f"${MASTER_ENV} is not the source's master key: unset it (the "
-                              "copy then writes the key file) or set it to the source's key")
-        return f"${MASTER_ENV}"
-    path = master_path_for(keystore)
-    if not path.exists() and not path.is_symlink():
-        if check_only:
-            return str(path)
-        try:
-            _write_secret(path, key.hex().encode())
-            return str(path)
-        except FileExistsError:
-            pass
-    try:
-        held = bytes.fromhex(path.read_text().strip())
-    except (OSError, ValueError):
-        held = b""
-    if held != key:
-        raise LedgerError("master_key_conflict",
-                          f"the master key file {path} exists and holds another key: a copy "
-                          "keeps the source's master key (its keys are wrapped under it); "
-                          "move that file away or name another destination")
-    return str(path)
 
 
 # ledger_meta: the fingerprint of the word index key the lexical index was built under
@@ -185,8 +76,6 @@ class KeyRing:
         # (generation, key, latest destruction, key created at) per subject ref.
         self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
         self._seen_version = -1
-        self._mark_key = marks.mark_key(master)
-        self._host_mark_key = marks.host_mark_key(master)
         # (key, fingerprint) of the word index key last fingerprinted (see held_index_id).
         self._index_id: tuple[bytes, str] | None = None
         # The genesis hash of the ledger opened with this key store (set by the open's check):
@@ -199,11 +88,24 @@ class KeyRing:
             try:
                 crypto.unwrap(master, check, "check")
             except crypto.DecryptError:
+                where = f"${MASTER_ENV}" if master_from_env() is not None else str(
+                    master_path_for(self.address))
+                stale = epochs.stale_message(store, master, where)
+                if stale is not None:
+                    raise LedgerError("epoch_rotated", stale) from None
                 raise LedgerError("master_key_wrong",
                                   f"the master key does not open the key store {store.path}") from None
+        self._mark_key = mark_key_of(store, master)
+        # Derived from the marks' key, which a rotation keeps: a host's mark made under one
+        # epoch still holds under the next (core.host_mark).
+        self._host_mark_key = marks.host_mark_key(self._mark_key)
 
     @classmethod
-    def open(cls, ledger_path: str | Path, keystore: str | Path | None = None) -> KeyRing:
+    def open(cls, ledger_path: str | Path, keystore: str | Path | None = None, *,
+             readonly: bool = False) -> KeyRing:
+        """The key ring of the ledger's key store. A `.next` key file a rotate-epoch cut short
+        left is settled first (promoted or deleted); `readonly` leaves the files as they are
+        and uses whichever of the two keys opens the key store."""
         path = keystore_path_for(ledger_path, keystore)
         # The store first: a file of another application is refused before a master key
         # file is made beside it.
@@ -212,6 +114,13 @@ class KeyRing:
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
         try:
+            nxt = epochs.next_path(master_path_for(path))
+            if master_from_env() is None and nxt.exists():
+                # A rotate-epoch cut short leaves `<master file>.next`: settled first.
+                if not readonly:
+                    epochs.resolve(store, master_path_for(path))
+                elif epochs.opens(store, key := epochs.read_key(nxt)) and key is not None:
+                    return cls(store, key, path)
             # A master key is made only for a new key store: one that already holds keys was
             # made under another (a server ledger opened from a second host, say), and a fresh
             # key file would open nothing.
@@ -229,6 +138,118 @@ class KeyRing:
         """Where this key store's master key file is (used when $CUSTODY_MASTER_KEY is unset)."""
         return master_path_for(self.address)
 
+    @property
+    def epoch(self) -> str:
+        """The id of the epoch key this ring holds."""
+        return epochs.epoch_id(self._master)
+
+    def _wrap(self, key: bytes, purpose: str) -> bytes:
+        """`key` wrapped under the epoch in force. Called inside a key store transaction, so
+        no rotation commits between this check and the write: a key wrapped under an epoch
+        another process has just retired would be lost with it."""
+        self._follow_epoch()
+        return crypto.wrap(self._master, key, purpose)
+
+    def _open_wrapped(self, wrapped: bytes, purpose: str) -> bytes:
+        """Unwrap under the epoch held here, else (another process rotated it since) under
+        the epoch in force, read again from the key files."""
+        try:
+            return crypto.unwrap(self._master, wrapped, purpose)
+        except crypto.DecryptError:
+            if not self._follow_epoch():
+                raise
+        return crypto.unwrap(self._master, wrapped, purpose)
+
+    def _follow_epoch(self) -> bool:
+        """When the key store's epoch is not the one held here (another process ran
+        rotate-epoch), take the new key from this host's key file (or the `.next` of a rotation
+        that committed and has not renamed it yet); `epoch_rotated` when this host has none.
+        True when the key changed. The unwrapped keys stay valid: a rotation re-wraps them."""
+        found = epochs.record(self.store)
+        if found is None or found.get("id") == self.epoch:
+            return False
+        wanted = str(found.get("id"))
+        if master_from_env() is None:
+            # Twice: a promotion in another process may be between its two steps (the read
+            # path holds no lock; a write holds the key store's, which a promotion takes).
+            for attempt in range(2):
+                for path in (self.master_file, epochs.next_path(self.master_file)):
+                    key = epochs.read_key(path)
+                    if key is not None and epochs.epoch_id(key) == wanted and epochs.opens(
+                            self.store, key):
+                        self._master = key
+                        return True
+                if attempt == 0:
+                    time.sleep(0.05)
+        where = f"${MASTER_ENV}" if master_from_env() is not None else str(self.master_file)
+        raise LedgerError("epoch_rotated", epochs.stale_message(self.store, self._master, where)
+                          or f"the key store {self.path} is under epoch {wanted}, which the "
+                          f"key in {where} is not: copy the key file of the host that rotated "
+                          "it")
+
+    def rotate_epoch(self, at: str, seq: int,
+                     crash_point: Callable[[str], None] = lambda _: None) -> dict[str, object]:
+        """A new epoch key: every live wrapped key re-wrapped under it in one key store
+        transaction that records the new epoch (its id, `at`, the ledger head `seq` it
+        covers), then the old key file overwritten and replaced (custody_app.keys.epoch).
+        Refused (`epoch_key_in_env`) while $CUSTODY_MASTER_KEY gives the key: the product
+        cannot destroy an environment variable. Returns the rotation recorded. `crash_point`:
+        the kill trials' hook (custody_app.core.faults), called at each step."""
+        if master_from_env() is not None:
+            raise LedgerError(
+                "epoch_key_in_env",
+                f"rotate-epoch destroys the old epoch key, and the key here comes from "
+                f"${MASTER_ENV}, which this program cannot destroy: nothing was changed. Write "
+                f"the key to the master key file {self.master_file} (mode 0600), unset "
+                f"${MASTER_ENV} and run rotate-epoch again")
+        path = self.master_file
+        nxt = epochs.next_path(path)
+        epochs.resolve(self.store, path)
+        with self.store.write():
+            self._follow_epoch()
+            old, new = self._master, crypto.new_key()
+            write_secret(nxt, new.hex().encode())
+            crash_point("epoch.next_written")
+            try:
+                rows = [(ref, gen, crypto.wrap(new, crypto.unwrap(old, wrapped,
+                                                                  f"data:{ref}:{gen}"),
+                                               f"data:{ref}:{gen}"))
+                        for ref, gen, wrapped in self.store.live_keys()]
+                self.store.rewrap_keys(rows)
+                if self.store.meta(epochs.MARK_KEY_META) is None:
+                    self.store.put_meta(epochs.MARK_KEY_META,
+                                        crypto.wrap(new, self._mark_key, epochs.MARK_KEY_META))
+                for name in epochs.WRAPPED_META:
+                    wrapped = self.store.meta(name)
+                    if wrapped is not None and not (name == epochs.MARK_KEY_META and
+                                                    _opens(new, wrapped, name)):
+                        self.store.replace_meta(
+                            name, crypto.wrap(new, crypto.unwrap(old, wrapped, name), name))
+                self.store.replace_meta("check", crypto.wrap(new, b"custody", "check"))
+                found = epochs.record(self.store) or {}
+                rotation = {"retired": self.epoch, "id": epochs.epoch_id(new), "at": at,
+                            "seq": seq, "host": socket.gethostname(), "file": str(path),
+                            "keys": len(rows)}
+                history = [*epochs.rotations(self.store), rotation]
+                value = json.dumps({"id": rotation["id"], "at": at, "host": rotation["host"],
+                                    "file": str(path), "rotations": history},
+                                   sort_keys=True).encode()
+                if found:
+                    self.store.replace_meta(epochs.EPOCH_META, value)
+                else:
+                    self.store.put_meta(epochs.EPOCH_META, value)
+                crash_point("epoch.before_commit")
+            except BaseException:
+                nxt.unlink(missing_ok=True)  # the transaction rolls back: the new key opens nothing
+                raise
+        crash_point("epoch.keys_committed")
+        self._master = new
+        # Under the key store's lock again: an open in another process may be settling the
+        # same `.next` (it promotes it as this would).
+        epochs.resolve(self.store, path, crash_point)
+        crash_point("epoch.promoted")
+        return rotation
+
     def close(self) -> None:
         self._cache.clear()
         self._slots.clear()
@@ -239,10 +260,11 @@ class KeyRing:
         if name not in self._slots:
             wrapped = self.store.meta(name)
             if wrapped is None:
-                self.store.put_meta(name, crypto.wrap(self._master, make or crypto.new_key(), name))
+                with self.store.write():
+                    self.store.put_meta(name, self._wrap(make or crypto.new_key(), name))
                 wrapped = self.store.meta(name)
                 assert wrapped is not None
-            self._slots[name] = crypto.unwrap(self._master, wrapped, name)
+            self._slots[name] = self._open_wrapped(wrapped, name)
         return self._slots[name]
 
     @property
@@ -288,7 +310,7 @@ class KeyRing:
     def pending_index_key(self) -> bytes | None:
         """The new word index key of a rotation under way (its recorded intent), if any."""
         wrapped = self.store.meta("index_next")
-        return None if wrapped is None else crypto.unwrap(self._master, wrapped, "index_next")
+        return None if wrapped is None else self._open_wrapped(wrapped, "index_next")
 
     def begin_index_rotation(self) -> bytes:
         """Record the intent of a rotation: a fresh key beside the current one (or the key of
@@ -298,7 +320,8 @@ class KeyRing:
             return pending
         self._slot("index")  # the slot must exist before it is replaced
         new = crypto.new_key()
-        self.store.put_meta("index_next", crypto.wrap(self._master, new, "index_next"))
+        with self.store.write():
+            self.store.put_meta("index_next", self._wrap(new, "index_next"))
         return new
 
     def follow_index(self, recorded: str | None) -> None:
@@ -341,7 +364,7 @@ class KeyRing:
         if new is None:
             return
         with self.store.write():
-            self.store.replace_meta("index", crypto.wrap(self._master, new, "index"))
+            self.store.replace_meta("index", self._wrap(new, "index"))
             self.store.drop_meta("index_next")
         self._slots["index"] = new
 
@@ -396,8 +419,8 @@ class KeyRing:
             return row[0], self._unwrap(ref, row[0], row[1]), row[2]
         generation = 1 if row is None else row[0] + 1
         key = crypto.new_key()
-        self.store.add(ref, generation, crypto.wrap(self._master, key, f"data:{ref}:{generation}"),
-                       now)
+        with self.store.write():
+            self.store.add(ref, generation, self._wrap(key, f"data:{ref}:{generation}"), now)
         # This write is the key store's change: the keys cached here stay current (the next
         # key_for_write of this transaction needs no second look at the store).
         self._seen_version = self.store.data_version()
@@ -420,8 +443,8 @@ class KeyRing:
             if len(self._cache) >= CACHED_SUBJECTS:
                 self._cache.clear()
             assert wrapped is not None
-            self._cache[(ref, generation)] = crypto.unwrap(self._master, wrapped,
-                                                          f"data:{ref}:{generation}")
+            self._cache[(ref, generation)] = self._open_wrapped(wrapped,
+                                                                f"data:{ref}:{generation}")
         return self._cache[(ref, generation)]
 
     def drop_cache(self) -> None:
@@ -459,7 +482,7 @@ class KeyRing:
 
     def host_mark_mac(self, genesis: str, seq: int, head: str, at: str) -> str:
         """The MAC of a host's own copy of the ledger's high-water mark (kept outside the
-        database: custody_app.core.host_mark), under a key derived from the master key."""
+        database: custody_app.core.host_mark), under a key derived from the marks' key."""
         return marks.host_mark_mac(self._host_mark_key, genesis, seq, head, at)
 
     def newest_trusted_mark(self) -> MarkRow | None:
@@ -491,10 +514,18 @@ class KeyRing:
         return None if row is None else row[3]
 
 
-def read_public_key(path: str | Path) -> str:
-    """A public key file's PEM text; an unreadable file is a `key_unreadable` refusal."""
+def _opens(key: bytes, wrapped: bytes, purpose: str) -> bool:
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LedgerError("key_unreadable",
-                          f"cannot read public key {path}: {exc.strerror}") from None
+        crypto.unwrap(key, wrapped, purpose)
+    except crypto.DecryptError:
+        return False
+    return True
+
+
+def mark_key_of(store: KeyStoreFile, master: bytes) -> bytes:
+    """The marks' MAC key: the one a rotation kept (wrapped in the key store), else derived from
+    the master key (a key store never rotated: marks made before any rotation verify)."""
+    wrapped = store.meta(epochs.MARK_KEY_META)
+    if wrapped is None:
+        return marks.mark_key(master)
+    return crypto.unwrap(master, wrapped, epochs.MARK_KEY_META)

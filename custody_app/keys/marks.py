@@ -19,10 +19,10 @@ def mark_key(master: bytes) -> bytes:
     return bytes.fromhex(crypto.keyed_digest(master, "custody", "ledger marks"))
 
 
-def host_mark_key(master: bytes) -> bytes:
+def host_mark_key(mark_key: bytes) -> bytes:
     """The MAC key of a host's own copy of the high-water mark (custody_app.core.host_mark):
-    derived from the master key, apart from the key store's marks' key."""
-    return bytes.fromhex(crypto.keyed_digest(master, "custody", "host marks"))
+    derived from the marks' key (which an epoch rotation keeps), apart from it."""
+    return bytes.fromhex(crypto.keyed_digest(mark_key, "custody", "host marks"))
 
 
 def host_mark_mac(key: bytes, genesis: str, seq: int, head: str, at: str) -> str:

@@ -51,13 +51,14 @@ from custody_app.domain.readmodels import (
     WhyResult,
 )
 from custody_app.domain.timeutil import ManualClock, format_time
-from custody_app.erasure import receipts, rotate
+from custody_app.erasure import epoch, receipts, rotate
 from custody_app.erasure.certificate import (
     ErasureCertificate,
     ForgetResult,
     SubjectForgetResult,
     SweepResult,
 )
+from custody_app.erasure.epoch import EpochResult
 from custody_app.erasure.forget import forget, forget_subject
 from custody_app.erasure.receipts import ErasuresResult
 from custody_app.erasure.rollforward import roll_forward
@@ -199,6 +200,11 @@ class Ledger(EvidenceViews, TimelineReads):
     def rotate_index_key(self) -> RotateResult:
         """Re-key the word index under a fresh key and destroy the old key."""
         return rotate.rotate_index_key(self)
+
+    def rotate_epoch(self) -> EpochResult:
+        """Re-key the word index, re-wrap every key under a new epoch key and destroy the old
+        one (its key file replaced): copies taken before no longer yield what was erased."""
+        return epoch.rotate_epoch(self, self.scrubs)
 
     def erasures(self, subject: str | None = None) -> ErasuresResult:
         """The erasure receipts; with `subject`, whether it was erased (by peppered hash)."""

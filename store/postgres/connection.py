@@ -73,15 +73,6 @@ class _SubStore:
         return store
 
 
-# What issue 34's epoch place covers (custody_app/keys, h-epoch, pending until the erasure's
-# epoch is destroyed): until then this place says it cannot be checked, so no server
-# certificate claims them. Drop it once the epoch place is in.
-SERVER_COPIES = "the server's WAL, WAL archives, base backups and replicas"
-SERVER_COPIES_DETAIL = (
-    "the server keeps the erased rows' old bytes in its WAL until the segments are recycled, "
-    "and in every archive, base backup or replica made meanwhile; this process can neither "
-    "read nor scan them, and nothing here makes those copies unreadable")
-
 STORED_BYTES = ("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = %s AND c.relkind = 'r'")
@@ -381,11 +372,12 @@ class LedgerFile:
         outcome, detail) (store.postgres.residue): transactions older than the erasure that
         may still read the old row versions (`pending`, named), and those old versions
         (VACUUM, then the raw pages searched for `needles`: `clean`, `found` with where, or
-        `unverifiable` with why); then the WAL and the copies made from it (unverifiable)."""
-        places = residue.server_places(self.conn, self.schema, needles, self.meta(residue.HORIZON),
-                                       in_transaction=self._depth > 0,
-                                       lock_timeout_ms=self.busy_timeout_ms)
-        return [*places, (SERVER_COPIES, "unverifiable", SERVER_COPIES_DETAIL)]
+        `unverifiable` with why). The WAL and the copies made from it are the epoch's place
+        (custody_app.erasure.epoch): crypto-erased once the epoch that wrapped the destroyed
+        keys is destroyed, pending until then."""
+        return residue.server_places(self.conn, self.schema, needles, self.meta(residue.HORIZON),
+                                     in_transaction=self._depth > 0,
+                                     lock_timeout_ms=self.busy_timeout_ms)
 
     def stored_bytes(self) -> tuple[int, int]:
         """(the bytes the ledger's tables take on the server, indexes and TOAST included; 0:

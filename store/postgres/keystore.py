@@ -47,6 +47,13 @@ DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = %s "
 # A keyless row born destroyed: the fence for a subject that had no live key at its erasure.
 INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at, "
                     "destroyed_at) VALUES (%s, %s, NULL, %s, %s)")
+LIVE_KEYS = ("SELECT subject_ref, generation, wrapped FROM subject_keys "
+             "WHERE destroyed_at IS NULL AND wrapped IS NOT NULL ORDER BY subject_ref, generation")
+# Every re-wrapping of an epoch rotation in one statement (arrays of refs, generations, keys).
+REWRAP_KEYS = ("UPDATE subject_keys k SET wrapped = n.wrapped "
+               "FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS n(ref, gen, wrapped) "
+               "WHERE k.subject_ref = n.ref AND k.generation = n.gen "
+               "AND k.destroyed_at IS NULL AND k.wrapped IS NOT NULL")
 ADD_MARK = ("INSERT INTO ledger_marks(n, seq, head, at, accepted, mac) "
             "VALUES (%s, %s, %s, %s, %s, %s)")
 NEXT_MARK = "SELECT coalesce(max(n), 0) + 1 FROM ledger_marks"
@@ -67,7 +74,7 @@ BEGIN_WRITE = ("BEGIN ISOLATION LEVEL READ COMMITTED; "
 # The reads a write transaction answers from its cache (the lock keeps every other writer out
 # until it ends); any statement of its own that writes forgets them all.
 CACHEABLE = frozenset((GET_META, LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, CHANGES, MARKS,
-                       NEXT_MARK, SUBJECT_KEYS, NEWEST_MARK))
+                       NEXT_MARK, SUBJECT_KEYS, NEWEST_MARK, LIVE_KEYS))
 KeyRow = tuple[int, bytes | None, str, str | None]
 _KEYS_FULL = "the disk is full: the key store write was rolled back"
 
@@ -120,7 +127,8 @@ class KeyStoreFile(MarkReads):
              what: str = "a statement") -> Any:
         cache = self._cache
         if cache is not None:
-            found = cache.get((statement, params))
+            # (a write's parameters may be lists, which no cache key holds)
+            found = cache.get((statement, params)) if statement in CACHEABLE else None
             if found is None and statement == GET_META and self._meta is not None:
                 name = str(params[0])
                 found = [(self._meta[name],)] if name in self._meta else []
@@ -269,6 +277,22 @@ class KeyStoreFile(MarkReads):
                 self._run(INSERT_DESTROYED, (subject_ref, generation, destroyed_at,
                                              destroyed_at), what="a key destruction")
             return destroyed
+
+    def live_keys(self) -> list[tuple[str, int, bytes]]:
+        """(subject ref, generation, wrapped key) of every key not destroyed."""
+        return [(str(r), int(g), bytes(w)) for r, g, w in self._run(LIVE_KEYS).fetchall()]
+
+    def rewrap_keys(self, rows: list[tuple[str, int, bytes]]) -> int:
+        """Replace the wrapping of each live key (subject ref, generation, new wrapped key), in
+        one key store transaction (an epoch rotation's); a destroyed key is never revived."""
+        with self.write():
+            if not rows:
+                return 0
+            cur = self._run(REWRAP_KEYS, ([r for r, _, _ in rows], [g for _, g, _ in rows],
+                                          [w for _, _, w in rows]), what="re-wrapping keys")
+            changed = max(0, int(cur.rowcount))
+            self._dirty = self._dirty or changed > 0
+            return changed
 
     def add_mark(self, seq: int, head: str, at: str, sign: Callable[[MarkRow], str], *,
                  accepted: bool = False, last: MarkRow | None = None) -> MarkRow | None:
@@ -460,10 +484,11 @@ class KeyStoreFile(MarkReads):
 
 
 # What a write of the key store makes stale (a statement not named here: everything).
-_KEY_READS = frozenset((LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, SUBJECT_KEYS, CHANGES))
+_KEY_READS = frozenset((LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, SUBJECT_KEYS, LIVE_KEYS,
+                        CHANGES))
 _MARK_READS = frozenset((MARKS, NEXT_MARK, NEWEST_MARK, CHANGES))
 _META_READS = frozenset((GET_META, CHANGES))
-_STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, INSERT_DESTROYED: _KEY_READS,
+_STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, REWRAP_KEYS: _KEY_READS, INSERT_DESTROYED: _KEY_READS,
           ADD_MARK: _MARK_READS, PUT_META: _META_READS, REPLACE_META: _META_READS,
           DROP_META: _META_READS}
 

@@ -12,8 +12,47 @@ from psycopg import sql
 from store.errors import LedgerTooNew, NotALedger, StoreError
 
 APPLICATION = "custody-app key store"
-KEYSTORE_VERSION = 1
+KEYSTORE_VERSION = 2
 _REFUSED = "integrity_constraint_violation"
+
+# Entries are written once; only the word index key ('index', and a rotation's intent
+# 'index_next') may be replaced, and only 'index_next' deleted; an epoch rotation (issue 34)
+# replaces the wrapping of the wrapped entries, the marks' MAC key and the epoch record. An
+# INSERT ... ON CONFLICT DO UPDATE is an UPDATE here, so no entry is replaced that way either.
+META_GUARD = f"""CREATE OR REPLACE FUNCTION keystore_meta_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.name IN ('index', 'index_next', 'check', 'forget', 'pepper',
+                                         'signing', 'mark_key', 'epoch')
+       AND NEW.name = OLD.name THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'DELETE' AND OLD.name = 'index_next' THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'custody: key store entries are written once' USING ERRCODE = '{_REFUSED}';
+END $$"""
+# A key is destroyed once (wrapped nulled, destroyed_at set), or re-wrapped while live (an
+# epoch rotation); its row is never deleted, and a destroyed key never comes back.
+KEYS_GUARD = f"""CREATE OR REPLACE FUNCTION subject_keys_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION 'custody: a subject key is destroyed, never deleted'
+            USING ERRCODE = '{_REFUSED}';
+    END IF;
+    IF OLD.destroyed_at IS NULL AND NEW.subject_ref = OLD.subject_ref
+       AND NEW.generation = OLD.generation AND NEW.created_at = OLD.created_at
+       AND ((NEW.destroyed_at IS NOT NULL AND NEW.wrapped IS NULL)
+            OR (NEW.destroyed_at IS NULL AND OLD.wrapped IS NOT NULL
+                AND NEW.wrapped IS NOT NULL)) THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'custody: a key can only be destroyed, once, or re-wrapped'
+        USING ERRCODE = '{_REFUSED}';
+END $$"""
+# Each version's steps from the one before (a key store of version 1 is upgraded at open).
+UPGRADES: dict[int, tuple[str, ...]] = {2: (META_GUARD, KEYS_GUARD)}
 
 DDL: tuple[str, ...] = (
     """CREATE TABLE schema_version(
@@ -47,31 +86,10 @@ DDL: tuple[str, ...] = (
     # Entries are written once; only the word index key ('index', and a rotation's intent
     # 'index_next') may be replaced, and only 'index_next' deleted. An INSERT ... ON CONFLICT
     # DO UPDATE is an UPDATE here, so no entry is replaced that way either.
-    f"""CREATE FUNCTION keystore_meta_guard() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'UPDATE' AND OLD.name IN ('index', 'index_next') AND NEW.name = OLD.name THEN
-        RETURN NEW;
-    END IF;
-    IF TG_OP = 'DELETE' AND OLD.name = 'index_next' THEN
-        RETURN OLD;
-    END IF;
-    RAISE EXCEPTION 'custody: key store entries are written once' USING ERRCODE = '{_REFUSED}';
-END $$""",
+    META_GUARD,
     """CREATE TRIGGER keystore_meta_write_once BEFORE UPDATE OR DELETE ON keystore_meta
     FOR EACH ROW EXECUTE FUNCTION keystore_meta_guard()""",
-    f"""CREATE FUNCTION subject_keys_guard() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        RAISE EXCEPTION 'custody: a subject key is destroyed, never deleted'
-            USING ERRCODE = '{_REFUSED}';
-    END IF;
-    IF OLD.destroyed_at IS NULL AND NEW.destroyed_at IS NOT NULL AND NEW.wrapped IS NULL
-       AND NEW.subject_ref = OLD.subject_ref AND NEW.generation = OLD.generation
-       AND NEW.created_at = OLD.created_at THEN
-        RETURN NEW;
-    END IF;
-    RAISE EXCEPTION 'custody: a key can only be destroyed, once' USING ERRCODE = '{_REFUSED}';
-END $$""",
+    KEYS_GUARD,
     """CREATE TRIGGER subject_keys_destroy_only BEFORE UPDATE OR DELETE ON subject_keys
     FOR EACH ROW EXECUTE FUNCTION subject_keys_guard()""",
     f"""CREATE FUNCTION keystore_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -129,6 +147,12 @@ def ensure(conn: psycopg.Connection[Any], keys: str, where: str, *, create: bool
             raise NotALedger(f"{where} holds tables but not a custody-app key store")
         if int(row[0]) > KEYSTORE_VERSION:
             raise LedgerTooNew(f"{where} was written by a newer custody-app")
+        if int(row[0]) < KEYSTORE_VERSION and create:  # doctor's read-only open: as it is
+            conn.execute(sql.SQL("SET LOCAL search_path = {}").format(sql.Identifier(keys)))
+            for version in range(int(row[0]) + 1, KEYSTORE_VERSION + 1):
+                for statement in UPGRADES[version]:
+                    conn.execute(statement)
+            conn.execute("UPDATE schema_version SET version = %s", (KEYSTORE_VERSION,))
         return
     if exists and conn.execute(HAS_RELATIONS, (keys,)).fetchone() is not None:
         raise NotALedger(f"{where} holds tables but not a custody-app key store")

@@ -97,7 +97,27 @@ ALTER TABLE ledger_marks ADD COLUMN mac TEXT;
 INSERT INTO keystore_meta(name, value)
 SELECT 'marks_legacy_upto', CAST(CAST(coalesce(max(n), 0) AS TEXT) AS BLOB) FROM ledger_marks;
 """
-_MIGRATIONS = (_V1, _V2, _V3, _V4)
+# Epoch keys (issue 34): `custody-app rotate-epoch` re-wraps every live key under a new master
+# (epoch) key in one transaction, so the wrapped entries and a live key's `wrapped` may be
+# replaced by another wrapping; `epoch` (the epoch's record, plain JSON) and `mark_key` (the
+# marks' MAC key, wrapped, so marks outlive the master they were derived from) may be replaced.
+# Nothing else changes: the ledger binding, marks_legacy_upto and destroyed keys stay as they are.
+_V5 = """
+DROP TRIGGER keystore_meta_no_update;
+CREATE TRIGGER keystore_meta_no_update BEFORE UPDATE ON keystore_meta
+WHEN NOT (OLD.name IN ('index', 'index_next', 'check', 'forget', 'pepper', 'signing',
+                       'mark_key', 'epoch') AND NEW.name IS OLD.name)
+BEGIN SELECT RAISE(ABORT, 'custody: key store entries are written once'); END;
+DROP TRIGGER subject_keys_destroy_only;
+CREATE TRIGGER subject_keys_destroy_only BEFORE UPDATE ON subject_keys
+WHEN NOT (OLD.destroyed_at IS NULL AND NEW.subject_ref IS OLD.subject_ref
+          AND NEW.generation IS OLD.generation AND NEW.created_at IS OLD.created_at
+          AND ((NEW.destroyed_at IS NOT NULL AND NEW.wrapped IS NULL)
+               OR (NEW.destroyed_at IS NULL AND OLD.wrapped IS NOT NULL
+                   AND NEW.wrapped IS NOT NULL)))
+BEGIN SELECT RAISE(ABORT, 'custody: a key can only be destroyed, once, or re-wrapped'); END;
+"""
+_MIGRATIONS = (_V1, _V2, _V3, _V4, _V5)
 
 GET_META = "SELECT value FROM keystore_meta WHERE name = ?"
 PUT_META = "INSERT INTO keystore_meta(name, value) VALUES (?, ?)"
@@ -119,6 +139,11 @@ DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = ? "
 # A keyless row born destroyed: the fence for a subject that had no live key at its erasure.
 INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at, "
                     "destroyed_at) VALUES (?, ?, NULL, ?, ?)")
+
+LIVE_KEYS = ("SELECT subject_ref, generation, wrapped FROM subject_keys "
+             "WHERE destroyed_at IS NULL AND wrapped IS NOT NULL ORDER BY subject_ref, generation")
+REWRAP_KEY = ("UPDATE subject_keys SET wrapped = ? WHERE subject_ref = ? AND generation = ? "
+              "AND destroyed_at IS NULL AND wrapped IS NOT NULL")
 
 ADD_MARK = ("INSERT INTO ledger_marks(n, seq, head, at, accepted, mac) "
             "VALUES (?, ?, ?, ?, ?, ?)")
@@ -213,6 +238,20 @@ class KeyStoreFile(MarkReads):
                 self.conn.execute(INSERT_DESTROYED, (subject_ref, generation, destroyed_at,
                                                      destroyed_at))
             return destroyed
+
+    def live_keys(self) -> list[tuple[str, int, bytes]]:
+        """(subject ref, generation, wrapped key) of every key not destroyed."""
+        return [(str(r), int(g), bytes(w)) for r, g, w in self.conn.execute(LIVE_KEYS)]
+
+    def rewrap_keys(self, rows: list[tuple[str, int, bytes]]) -> int:
+        """Replace the wrapping of each live key (subject ref, generation, new wrapped key), in
+        one key store transaction (an epoch rotation's); a destroyed key is never revived."""
+        with self.write():
+            before = self.conn.total_changes()
+            self.conn.executemany(REWRAP_KEY, [(w, r, g) for r, g, w in rows])
+            changed = int(self.conn.total_changes() - before)
+            self._dirty = self._dirty or changed > 0
+            return changed
 
     def add_mark(self, seq: int, head: str, at: str, sign: Callable[[MarkRow], str], *,
                  accepted: bool = False, last: MarkRow | None = None) -> MarkRow | None:

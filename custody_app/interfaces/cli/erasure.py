@@ -25,7 +25,7 @@ from custody_app.interfaces.cli.common import (
 from custody_app.interfaces.cli.text import fact_line
 from custody_app.ledger.facade import Ledger
 
-NAMES = ("forget", "forget-subject", "sweep", "erasures", "rotate-index-key")
+NAMES = ("forget", "forget-subject", "sweep", "erasures", "rotate-index-key", "rotate-epoch")
 READ_ONLY = ("erasures",)
 
 
@@ -50,6 +50,10 @@ def add_parsers(add: AddParser) -> None:
             "cascade depth, time); with --subject, whether that subject was erased")
     s.add_argument("--subject", help="match this subject by its peppered hash")
     add_paging(s, 100, "erasures")
+    s.add_argument("--json", action="store_true")
+    s = add("rotate-epoch", "re-wrap every key under a new epoch (master) key, re-key the word "
+            "index and destroy the old key, so backups, WAL archives, replicas and copies taken "
+            "before an erasure no longer yield what it destroyed")
     s.add_argument("--json", action="store_true")
     s = add("rotate-index-key", "re-key the word index under a fresh key and destroy the old "
             "one, so copies taken before can no longer be tested with the current key store")
@@ -111,6 +115,17 @@ def _rotate(ledger: Ledger, args: argparse.Namespace) -> int:
     return int(Exit.OK if result.checkpoint_complete else Exit.OP_FAILED)
 
 
+def _rotate_epoch(ledger: Ledger, args: argparse.Namespace) -> int:
+    result = ledger.rotate_epoch()
+    if args.json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        print_text(f"rotated the epoch key in {result.seconds:.2f} s: {escape_text(result.detail)}")
+        for cert in result.certificates:
+            show_rendered(cert)
+    return int(Exit.OK if result.index.checkpoint_complete else Exit.OP_FAILED)
+
+
 COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "forget": lambda led, a: _erasure(
         a, r := led.forget(a.fact, actor=operator(a), reason=a.reason), r.certificate),
@@ -120,4 +135,5 @@ COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "sweep": _sweep,
     "erasures": _erasures,
     "rotate-index-key": _rotate,
+    "rotate-epoch": _rotate_epoch,
 }

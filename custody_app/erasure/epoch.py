@@ -1,0 +1,147 @@
+"""`custody-app rotate-epoch`: the word index key re-keyed (erasure/rotate.py), then every live
+key re-wrapped under a new epoch key and the old one destroyed (custody_app.keys.epoch). What
+a subject erasure destroyed is then gone from every copy taken before it (a backup, a WAL
+archive, a replica, a copied file), even read with the key files that remain.
+
+An erasure is covered by the first rotation whose recorded ledger head is at or after its last
+event: until then its certificate's place for those copies is pending (on a file ledger, whose
+copies are the user's own files, `unverifiable`), after it `crypto-erased` with that rotation's
+time. `erasures` and `doctor` list the erasures still waiting for one."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from custody_app.core.faults import crash_point
+from custody_app.domain.errors import LedgerError
+from custody_app.domain.readmodels import ReadModel
+from custody_app.domain.timeutil import format_time
+from custody_app.erasure.certificate import ErasureCertificate, PlaceCheck
+from custody_app.erasure.rotate import RotateResult, rotate_index_key
+from custody_app.keys import epoch as epochs
+from custody_app.keys.keyring import MASTER_ENV, master_from_env
+from store.address import address_of
+
+if TYPE_CHECKING:
+    from custody_app.core.ledger_core import LedgerCore
+    from custody_app.erasure.scrubs import Scrubs
+
+SERVER_COPIES = "WAL, archives, backups and replicas"
+FILE_COPIES = "copies of the ledger and key store files made before"
+
+
+class EpochResult(ReadModel):
+    """A rotation: the epoch retired and the new one, how many keys were re-wrapped, the word
+    index's re-keying, and the erasures it completed (their certificates re-issued when this
+    process issued them)."""
+
+    retired: str
+    epoch: str
+    at: str
+    seq: int
+    keys: int
+    seconds: float
+    index: RotateResult
+    completed: list[dict[str, Any]]
+    certificates: list[ErasureCertificate] = []
+    detail: str
+
+
+def copies_place_name(core: LedgerCore) -> str:
+    return SERVER_COPIES if address_of(core.db.path).own_file() is None else FILE_COPIES
+
+
+def covering(rotations: list[dict[str, Any]], seq: int) -> dict[str, Any] | None:
+    """The first rotation made once the ledger's head was at or past `seq`."""
+    return next((r for r in rotations if int(r.get("seq", -1)) >= seq), None)
+
+
+def epoch_place(core: LedgerCore, seq: int, *, destroyed_keys: bool) -> PlaceCheck:
+    """The certificate's place for copies taken before an erasure whose last event is `seq`."""
+    name = copies_place_name(core)
+    if not destroyed_keys:
+        return PlaceCheck(place=name, outcome="not_applicable", detail=(
+            "this erasure destroyed no key (the subject's data key is kept for its other "
+            "facts): a copy taken before still yields the erased value with the current key "
+            "store, whatever the epoch; forget_subject destroys the key"))
+    if core.keys is None:
+        return PlaceCheck(place=name, outcome="pending", detail="no key store to read the "
+                          "epoch from")
+    found = covering(epochs.rotations(core.keys.store), seq)
+    if found is not None:
+        return PlaceCheck(place=name, outcome="crypto-erased", detail=(
+            f"the epoch {found.get('retired')} that wrapped the keys this erasure destroyed was "
+            f"destroyed at {found.get('at')} (rotate-epoch): a copy taken before this erasure "
+            "no longer yields its values, free text or index words, even with the current "
+            "key files (a plaintext subject id in such a copy's rows is not under any key)"))
+    current = (epochs.record(core.keys.store) or {}).get("id") or core.keys.epoch
+    return PlaceCheck(
+        place=name, outcome="pending" if name == SERVER_COPIES else "unverifiable",
+        detail=f"the epoch {current} that wraps the keys this erasure destroyed is still live: "
+        "a copy taken before this erasure, read with the current key files, still yields what "
+        "it destroyed until `custody-app rotate-epoch` destroys that epoch (or the policy's "
+        "[erasure] rotate_epoch runs it)")
+
+
+def with_epoch_place(core: LedgerCore, cert: ErasureCertificate, seq: int, *,
+                     destroyed_keys: bool) -> ErasureCertificate:
+    """The certificate with its epoch place (re)computed, and `complete` with it."""
+    name = copies_place_name(core)
+    places = [p for p in cert.places if p.place != name]
+    places.append(epoch_place(core, seq, destroyed_keys=destroyed_keys))
+    complete = all(p.outcome not in ("pending", "found") for p in places)
+    return cert.model_copy(update={"places": places, "complete": complete})
+
+
+def pending_erasures(core: LedgerCore) -> list[dict[str, Any]]:
+    """The subject erasures (they destroy keys) no rotation has covered yet, oldest first."""
+    from custody_app.erasure.receipts import erasures  # receipts imports this module
+
+    if core.keys is None:
+        return []
+    covered = max((int(r.get("seq", -1)) for r in epochs.rotations(core.keys.store)), default=-1)
+    return [{"tx_at": r.tx_at, "seq": r.last_seq, "subject_hash": r.subject_hash}
+            for r in erasures(core).erasures
+            if r.operation == "forget_subject" and r.last_seq > covered]
+
+
+def refuse_env() -> None:
+    if master_from_env() is not None:
+        raise LedgerError(
+            "epoch_key_in_env",
+            f"rotate-epoch destroys the old epoch key, and the key here comes from "
+            f"${MASTER_ENV}, which this program cannot destroy: nothing was changed. Write the "
+            f"key to the ledger's master key file (mode 0600), unset ${MASTER_ENV} and run "
+            "rotate-epoch again")
+
+
+def rotate_epoch(core: LedgerCore, scrubs: Scrubs | None = None) -> EpochResult:
+    """Re-key the word index, then re-wrap every key under a new epoch and destroy the old."""
+    if core.keys is None:
+        raise LedgerError("keystore_missing", "the key store is not available")
+    refuse_env()  # before anything is re-keyed
+    started = time.perf_counter()
+    waiting = pending_erasures(core)
+    index = rotate_index_key(core)
+    head = core.db.events.head()
+    seq = head[0] if head else 0
+    at = format_time(core.clock.now())
+    rotation = core.keys.rotate_epoch(at, seq, crash_point)
+    done = [e for e in waiting if e["seq"] <= seq]
+    certificates = scrubs.epoch_rotated(core, index) if scrubs is not None else []
+    return EpochResult(
+        retired=str(rotation["retired"]), epoch=str(rotation["id"]), at=at, seq=seq,
+        keys=int(str(rotation["keys"])), seconds=round(time.perf_counter() - started, 3),
+        index=index, completed=done, certificates=certificates,
+        detail=f"{rotation['keys']} live key(s) re-wrapped under the epoch {rotation['id']}; "
+        f"the epoch {rotation['retired']} is destroyed, so a copy of the ledger or key store "
+        f"taken before {at} no longer yields what an erasure before it destroyed; "
+        f"{len(done)} subject erasure(s) completed by it")
+
+
+def after_erasure(core: LedgerCore) -> EpochResult | None:
+    """The policy's `rotate_epoch = "after_erasure"`: a rotation at the end of an erasure."""
+    if core.policy.policy.erasure.rotate_epoch != "after_erasure" or core.keys is None:
+        return None
+    return rotate_epoch(core)
