@@ -261,8 +261,8 @@ def test_the_default_age_limit_is_an_hour_and_the_policy_hash_is_unchanged() -> 
 def test_a_subject_claim_is_erased_with_the_subject_and_verify_rechecks_it(make_env: Any) -> None:
     """The receipt's signed subject claim names the data principal: it is sealed with the
     fact, so forget_subject leaves no plaintext of it (certificate complete; on a server,
-    pending only for the server's WAL, archives, backups and replicas until rotate-epoch), and verify checks the receipt's signature while
-    the claim can be opened."""
+    pending only for the server's WAL, archives, backups and replicas until rotate-epoch),
+    and verify checks the receipt's signature while the claim can be opened."""
     env = make_env(policy())
     wrote = cite(env, "acct:42", "billed_seats", 120, crm(subject="acct:42"),
                  pointer="/billed_seats", output=CRM_OUT)
