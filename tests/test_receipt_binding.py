@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from custody_app.core.host_mark import host_mark_file
 from custody_app.domain.errors import LedgerError
 from custody_app.erasure.epoch import SERVER_COPIES
 from custody_app.keys.demo_receipts import bind_demo_receipts
@@ -445,6 +446,14 @@ def test_an_action_whose_receipt_does_not_match_is_named_by_verify_explain_and_t
         body["outcome"] = "issued: EUR 25,000"
         con.execute("UPDATE events SET body = ? WHERE seq = ?", (canonical(body), done.seq))
         _recompute_from(con, done.seq)
+    seen = host_mark_file(str(env.path))
+    if seen is not None:
+        # On a server this host saw the head it wrote: the rewritten chain is refused at open
+        # (core.host_mark). Another host, which never saw it, opens it: verify names it there.
+        with pytest.raises(LedgerError) as refused:
+            env.reopen()
+        assert refused.value.code == "ledger_forked"
+        seen.unlink()
     ledger = env.reopen()
     report = ledger.verify()
     assert not report.valid and report.first_bad_seq == done.seq
