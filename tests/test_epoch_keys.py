@@ -226,6 +226,25 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           timeout=120)
 
 
+def test_an_erasure_waiting_only_for_its_epoch_is_not_rechecked_by_later_writes(
+        address: str) -> None:
+    """The place for copies taken before is settled by rotate-epoch alone: the erasure leaves
+    no pending row behind for it, so later writes do not re-run its other places (on a
+    server: VACUUM and the page search) while the epoch is live."""
+    with Ledger.open(address) as led:
+        _fill(led)
+        result = led.forget_subject("acct:ALICE", actor="user:dpo", reason="subject_request")
+        waiting = [p.outcome for p in result.certificate.places
+                   if p.place in ("WAL, archives, backups and replicas",
+                                  "copies of the ledger and key store files made before")]
+        assert waiting == (["pending"] if address.startswith("postgresql") else ["unverifiable"])
+        assert led.db.erasure.pending() == []
+        led.assert_fact("acct:BOB", "plan", "pro", actor="agent:a", cause=CAUSE,
+                        provenance="attested")
+        assert led.finish_scrubs() == []
+        assert led.erasures().pending_epochs == 1
+
+
 def test_rotate_epoch_refuses_a_key_from_the_environment(address: str) -> None:
     with Ledger.open(address) as led:
         values = _fill(led)

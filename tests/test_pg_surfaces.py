@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from custody_app.erasure.epoch import SERVER_COPIES
 from store.address import address_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,11 +214,20 @@ def test_every_subcommand_gives_the_same_results_on_a_server_as_on_a_file(
                     ] == ["clean"], places
             assert [p["detail"] for p in places if p["place"].startswith("server: old row")
                     and "pageinspect extension is not installed" in p["detail"]], places
-            assert (code_f, code_s) == (0, 0), command
+            # Pending on a server only while the epoch that wrapped the destroyed keys is live
+            # (its WAL, archives, backups and replicas: rotate-epoch makes them crypto-erased).
+            pending = [p["place"] for p in places if p["outcome"] == "pending"]
+            assert set(pending) <= {SERVER_COPIES}, places
+            assert (code_f, code_s) == (0, 1 if pending else 0), command
             out_s, out_f = (json.dumps(_without(json.loads(o), ("places", "complete")))
                             for o in (out_s, out_f))
         else:
             assert code_s == code_f, command
+        if command.startswith("recall"):
+            # The strategy statement names each backend's own indexes (FTS5 and sqlite-vec on
+            # a file, the server's postings and vector tables): the ranking is the same.
+            from tests.test_copy import engines_named
+            out_s, out_f = engines_named(out_s), engines_named(out_f)
         assert out_s == out_f, command
     # Every subcommand the CLI has was run (the scenario is kept whole as the CLI grows).
     from custody_app.interfaces.cli.main import SUBCOMMANDS

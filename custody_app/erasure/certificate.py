@@ -10,6 +10,13 @@ from custody_app.domain.timeutil import format_time, parse_duration, parse_time
 Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable",
                   "crypto-erased"]
 
+# The place for copies taken before an erasure (custody_app.erasure.epoch): pending until
+# rotate-epoch destroys the epoch key that wrapped the keys it destroyed. Settled by that
+# rotation, never by a later write's re-check (which would re-run every other place for it).
+SERVER_COPIES = "WAL, archives, backups and replicas"
+FILE_COPIES = "copies of the ledger and key store files made before"
+COPIES_PLACES = frozenset((SERVER_COPIES, FILE_COPIES))
+
 CANNOT_REACH = (
     "backups, snapshots and copies of the ledger file taken before this erasure (for a single "
     "fact they stay readable while the subject's data key exists; forget_subject destroys it, "
@@ -21,7 +28,8 @@ CANNOT_REACH = (
     "exports, evidence packs and reports already written out of the ledger",
     "an agent's or model's context window, caches, logs, transcripts or fine-tuned weights",
     "anything a person or program copied out of the ledger before the erasure",
-    "freed blocks of the underlying disk or SSD (below SQLite, outside this software's reach)",
+    "freed blocks of the underlying disk or SSD (below the database, outside this software's "
+    "reach)",
 )
 
 

@@ -17,6 +17,8 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
 from custody_app.domain.timeutil import format_time
+from custody_app.erasure.certificate import FILE_COPIES as FILE_COPIES
+from custody_app.erasure.certificate import SERVER_COPIES as SERVER_COPIES
 from custody_app.erasure.certificate import ErasureCertificate, PlaceCheck
 from custody_app.erasure.rotate import RotateResult, rotate_index_key
 from custody_app.keys import epoch as epochs
@@ -27,8 +29,6 @@ if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
     from custody_app.erasure.scrubs import Scrubs
 
-SERVER_COPIES = "WAL, archives, backups and replicas"
-FILE_COPIES = "copies of the ledger and key store files made before"
 
 
 class EpochResult(ReadModel):

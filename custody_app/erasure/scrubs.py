@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from custody_app.domain.timeutil import format_time
-from custody_app.erasure.certificate import ErasureCertificate
+from custody_app.erasure.certificate import COPIES_PLACES, ErasureCertificate
 from custody_app.erasure.completion import finished_elsewhere
 from custody_app.erasure.proof import reissue
 from custody_app.erasure.rewrites import REWRITE_PLACE, rewrite
@@ -35,8 +35,10 @@ class Scrubs:
         is kept (with what a re-issued certificate needs) until a checkpoint completes."""
         checkpointed = any(p.place.startswith("WAL checkpoint") and p.outcome == "clean"
                            for p in cert.places)
-        # A file rewrite whose own checkpoint a reader blocked keeps the erasure pending.
-        if checkpointed and not any(p.outcome == "pending" for p in cert.places):
+        # A file rewrite whose own checkpoint a reader blocked keeps the erasure pending; the
+        # epoch's place for copies taken before does not (rotate-epoch settles it).
+        if checkpointed and not any(p.outcome == "pending" and p.place not in COPIES_PLACES
+                                    for p in cert.places):
             # Not pending any more, whatever the scan found: leaks are recorded as leaks.
             self.clear(core, [cert])
             return
@@ -114,7 +116,7 @@ class Scrubs:
         certificates = [reissue(core, cert, work, rewritten)
                         for cert, work in self._pending.values()]
         if any(p.outcome == "pending" and p.place != REWRITE_PLACE
-               and not p.place.startswith("WAL checkpoint")
+               and p.place not in COPIES_PLACES and not p.place.startswith("WAL checkpoint")
                for cert in certificates for p in cert.places):
             # A place the store checks itself is still pending (a server: a transaction older
             # than the erasure): kept, with its certificate as re-issued, until it is not.
