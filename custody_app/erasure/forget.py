@@ -244,8 +244,8 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         "cannot write for it")
     cert = certificate(ledger, "forget_subject", work, actor=cmd.actor, reason=cmd.reason,
                        subject_hash=subject_hash, keys_place=keys_place)
-    others = [rekey.keys_place(plans, place="key store: the data keys of other subjects "
-                               "the cascade reached")] if plans else []
+    others = [rekey.keys_place(plans, place="data keys of other subjects the cascade "
+                               "reached (key store)")] if plans else []
     cert = cert.model_copy(update={"places": [*cert.places, *others,
                                               index_key_place(rotated)]})
     scrubs.settle(ledger, cert, work)

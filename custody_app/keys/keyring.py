@@ -407,6 +407,16 @@ class KeyRing:
             return None
         return self._unwrap(ref, generation, row[1])
 
+    def key_for_open(self, ref: str, generation: int) -> bytes | None:
+        """key_for_read() for opening a stored blob: None when the key was destroyed (the
+        blob is erased), DecryptError when the key store never held that generation (a blob
+        put there by hand: a re-seal's rule lets only a higher generation in, issue 34)."""
+        key = self.key_for_read(ref, generation)
+        if key is None and self.store.generation(ref, generation) is None:
+            raise crypto.DecryptError(f"a stored value is sealed under key generation "
+                                      f"{generation}, which the key store never held")
+        return key
+
     def _unwrap(self, ref: str, generation: int, wrapped: bytes | None) -> bytes:
         if (ref, generation) not in self._cache:
             if len(self._cache) >= CACHED_SUBJECTS:
