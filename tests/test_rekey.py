@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from custody_app.domain.errors import LedgerError
+from custody_app.erasure import rekey
 from custody_app.keys import crypto
 from custody_app.keys.keyring import public_key_path_for, write_public_key
 from custody_app.keys.values import text_bind
@@ -359,5 +360,54 @@ def test_a_refused_forget_mints_nothing(tmp_path: Path) -> None:
         assert keys is not None
         latest = keys.store.latest(keys.subject_ref(SUBJECT))
         assert latest is not None and latest[0] == 1
+    finally:
+        env.ledger.close()
+
+
+# A child that forgets one fact of a server ledger and is killed at $CUSTODY_FAULT's point.
+CHILD = """
+import sys
+from custody_app.ledger.facade import Ledger
+with Ledger.open(sys.argv[1]) as led:
+    led.forget(sys.argv[2], actor="user:dpo", reason="error")
+"""
+COMMITTED = {"erasure.ledger_committed": True, "rekey.keys_retired": True,
+             "erasure.before_commit": False, "tx.keys_committed": False}
+
+
+@pytest.mark.parametrize("point", sorted(COMMITTED))
+def test_a_kill_in_a_server_forget_is_completed_at_the_next_open(pg_url: str,
+                                                                 point: str) -> None:
+    """The crash trials of tests/erasure_crash.py run on SQLite files; here the server: a
+    kill at each commit boundary of a forget leaves the whole re-key or none of it once the
+    next read-write open has run, every value readable, and no old generation alive."""
+    env = Env(pg_url)
+    try:
+        gone = put(env, "plan", SECRET, detail=FREE_TEXT)
+        kept = {put(env, f"p{n}", f"kept value {n}"): f"kept value {n}" for n in range(2)}
+        blob = sealed(env.ledger, gone)
+    finally:
+        env.ledger.close()
+    child = subprocess.run([sys.executable, "-c", CHILD, pg_url, gone], cwd=ROOT,
+                           env={**os.environ, "CUSTODY_FAULT": point}, capture_output=True,
+                           text=True, check=False)
+    assert child.returncode == -9, child.stderr[-2000:]
+    env = Env(pg_url)  # the next read-write open rolls forward
+    try:
+        assert not rekey.unfinished(env.ledger)
+        committed = COMMITTED[point]
+        assert env.ledger.history(gone).status == ("forgotten" if committed else "active")
+        believed = {f.fact_id: f.value for f in env.ledger.as_of(subject=SUBJECT).facts}
+        assert believed == {**kept, **({} if committed else {gone: SECRET})}
+        assert opens(every_current_key(env), blob, gone) is not committed
+        keys = env.ledger.keys
+        assert keys is not None
+        ref = keys.subject_ref(SUBJECT)
+        latest = keys.store.latest(ref)
+        assert latest is not None
+        live = [g for g in range(1, latest[0] + 1)
+                if (row := keys.store.generation(ref, g)) is not None and row[1] is not None]
+        assert live == ([2] if committed else [1, 2] if point == "tx.keys_committed" else [1])
+        assert env.ledger.verify().valid
     finally:
         env.ledger.close()
