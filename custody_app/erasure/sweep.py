@@ -10,11 +10,11 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Sweep
 from custody_app.domain.retention import cutoff_for, window_for
 from custody_app.domain.timeutil import parse_time
+from custody_app.erasure import rekey
 from custody_app.erasure.cascade import Descendants, cascade
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.erasure.forget import erase
 from custody_app.erasure.group import Member, erase_group
-from custody_app.erasure import rekey
 from custody_app.erasure.proof import certificate
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.work import ErasureWork

@@ -11,6 +11,7 @@ import psycopg
 from store.errors import StoreIntegrityError
 from store.rows import EVENT_COLUMNS, EventRow, event_values
 
+
 # A re-seal (issue 34): a sealed blob replaced by one of a higher key generation ("CV1", then
 # the generation as a big-endian u32: bytes 4-7 compare as the numbers do), salt untouched.
 def resealed(col: str) -> str:
