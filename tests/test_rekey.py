@@ -411,3 +411,25 @@ def test_a_kill_in_a_server_forget_is_completed_at_the_next_open(pg_url: str,
         assert env.ledger.verify().valid
     finally:
         env.ledger.close()
+
+
+def test_doctor_names_a_re_key_cut_short_and_the_next_open_completes_it(tmp_path: Path) -> None:
+    env = Env(tmp_path / "ledger.db")
+    try:
+        gone = put(env, "plan", SECRET)
+        put(env, "tier", "stays")
+    finally:
+        env.ledger.close()
+    child = subprocess.run([sys.executable, "-c", CHILD, str(env.path), gone], cwd=ROOT,
+                           env={**os.environ, "CUSTODY_FAULT": "erasure.ledger_committed"},
+                           capture_output=True, text=True, check=False)
+    assert child.returncode == -9, child.stderr[-2000:]
+    done = cli("doctor", "--ledger", str(env.path))
+    assert "re-keyed subject(s)" in done.stdout + done.stderr, done.stdout + done.stderr
+    env = Env(tmp_path / "ledger.db")  # the read-write open completes it
+    try:
+        assert not rekey.unfinished(env.ledger)
+    finally:
+        env.ledger.close()
+    done = cli("doctor", "--ledger", str(env.path))
+    assert "re-keyed subject(s)" not in done.stdout + done.stderr

@@ -10,8 +10,9 @@ from custody_app.domain.timeutil import format_time, parse_duration, parse_time
 Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable"]
 
 CANNOT_REACH = (
-    "backups, snapshots and copies of the ledger file taken before this erasure (for a single "
-    "fact they stay readable while the subject's data key exists; forget_subject destroys it)",
+    "backups, snapshots and copies of the ledger file taken before this erasure (the keys that "
+    "sealed the erased facts are destroyed: a forget or a sweep re-keys the subject, "
+    "forget_subject destroys its key; a copy of the key store taken with them still opens them)",
     "in a copy of the ledger taken before this erasure: the embeddings (vectors are not "
     "encrypted, and approximate the erased text), and the word index rows, testable with the "
     "current key store until the index key is rotated (`custody-app rotate-index-key`)",
