@@ -433,3 +433,69 @@ def test_doctor_names_a_re_key_cut_short_and_the_next_open_completes_it(tmp_path
         env.ledger.close()
     done = cli("doctor", "--ledger", str(env.path))
     assert "re-keyed subject(s)" not in done.stdout + done.stderr
+
+
+def test_a_schema_9_ledger_upgrades_and_re_keys(tmp_path: Path) -> None:
+    """SQLite schema step 10 replaces the update rules of an existing file (here the schema-5
+    fixture, tests/fixtures/v5, upgraded on open): its forgets re-key."""
+    from tests.conftest import fixture_copy
+
+    path = fixture_copy(ROOT / "tests" / "fixtures" / "v5", tmp_path)
+    env = Env(path)
+    try:
+        led = env.ledger
+        facts = [f for f in led.as_of(include="claimed").facts if f.value is not None]
+        by_subject: dict[str, list[str]] = {}
+        for fact in facts:
+            by_subject.setdefault(fact.subject, []).append(fact.fact_id)
+        subject, ids = next((s, i) for s, i in sorted(by_subject.items()) if len(i) >= 2)
+        before = {f: sealed(led, f) for f in ids}
+        led.forget(ids[0], actor="user:dpo", reason="error")
+        keys = led.keys
+        assert keys is not None
+        old = crypto.sealed_generation(before[ids[1]])
+        assert keys.key_for_read(keys.subject_ref(subject), old) is None
+        assert crypto.sealed_generation(sealed(led, ids[1])) > old
+        assert led.verify().valid
+    finally:
+        env.ledger.close()
+
+
+# The server's update rule of events before schema 2 (what a ledger made by the code before
+# issue 34 holds), and its free-text rule.
+OLD_EVENTS_RULE = """CREATE OR REPLACE FUNCTION events_erase_only() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT (OLD.kind = 'assert' AND (NEW.value IS NULL OR NEW.value IS NOT DISTINCT FROM OLD.value)
+        AND NEW.body IS NOT DISTINCT FROM OLD.body) THEN
+        RAISE EXCEPTION 'custody: events are append-only; only erasure may null parts of an assert'
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END $$"""
+OLD_TEXTS_RULE = """CREATE TRIGGER event_texts_erase_only BEFORE UPDATE ON event_texts FOR EACH ROW
+WHEN (NOT (NEW.sealed IS NULL AND NEW.salt IS NULL AND NEW.seq IS NOT DISTINCT FROM OLD.seq))
+EXECUTE FUNCTION custody_refuse('sealed free text can only be erased')"""
+
+
+def test_a_server_ledger_of_schema_1_upgrades_and_re_keys(pg_url: str) -> None:
+    env = Env(pg_url)
+    try:
+        gone = put(env, "plan", SECRET, detail=FREE_TEXT)
+        stays = put(env, "tier", "stays", detail="a detail that stays")
+        db = env.ledger.db
+        with db.write():
+            db.conn.execute(OLD_EVENTS_RULE)
+            db.conn.execute("DROP TRIGGER event_texts_erase_only ON event_texts")
+            db.conn.execute(OLD_TEXTS_RULE)
+            db.conn.execute("UPDATE schema_version SET version = 1")
+    finally:
+        env.ledger.close()
+    env = Env(pg_url)  # opening runs schema step 2
+    try:
+        env.ledger.forget(gone, actor="user:dpo", reason="error")
+        assert crypto.sealed_generation(sealed(env.ledger, stays)) == 2
+        assert all(crypto.sealed_generation(b) == 2 for b in texts_of(env, stays))
+        assert env.ledger.verify().valid
+    finally:
+        env.ledger.close()
