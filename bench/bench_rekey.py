@@ -100,7 +100,7 @@ def forget_row(address: str, n: int, forgets: int) -> dict[str, float]:
         for fact_id in targets:
             TIMER.seconds = 0.0
             began = time.perf_counter()
-            result = led.forget(fact_id, actor="user:bench", reason="error")
+            led.forget(fact_id, actor="user:bench", reason="error")
             whole.append(time.perf_counter() - began)
             share.append(TIMER.seconds)
         assert led.verify().valid
