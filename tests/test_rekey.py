@@ -461,7 +461,7 @@ def test_a_schema_9_ledger_upgrades_and_re_keys(tmp_path: Path) -> None:
         env.ledger.close()
 
 
-# The server's update rule of events before schema 2 (what a ledger made by the code before
+# The server's update rule of events before the re-seal step (what a ledger made by the code before
 # issue 34 holds), and its free-text rule.
 OLD_EVENTS_RULE = """CREATE OR REPLACE FUNCTION events_erase_only() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -478,7 +478,10 @@ WHEN (NOT (NEW.sealed IS NULL AND NEW.salt IS NULL AND NEW.seq IS NOT DISTINCT F
 EXECUTE FUNCTION custody_refuse('sealed free text can only be erased')"""
 
 
-def test_a_server_ledger_of_schema_1_upgrades_and_re_keys(pg_url: str) -> None:
+def test_a_server_ledger_before_the_re_seal_step_upgrades_and_re_keys(pg_url: str) -> None:
+    from store.postgres.schema import MIGRATIONS, SCHEMA_VERSION, run_migration_reseal
+
+    assert MIGRATIONS[-1] is run_migration_reseal
     env = Env(pg_url)
     try:
         gone = put(env, "plan", SECRET, detail=FREE_TEXT)
@@ -488,10 +491,11 @@ def test_a_server_ledger_of_schema_1_upgrades_and_re_keys(pg_url: str) -> None:
             db.conn.execute(OLD_EVENTS_RULE)
             db.conn.execute("DROP TRIGGER event_texts_erase_only ON event_texts")
             db.conn.execute(OLD_TEXTS_RULE)
-            db.conn.execute("UPDATE schema_version SET version = 1")
+            # The schema just before the re-seal step (the last of the ladder).
+            db.conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION - 1,))
     finally:
         env.ledger.close()
-    env = Env(pg_url)  # opening runs schema step 2
+    env = Env(pg_url)  # opening runs the re-seal step
     try:
         env.ledger.forget(gone, actor="user:dpo", reason="error")
         assert crypto.sealed_generation(sealed(env.ledger, stays)) == 2
