@@ -129,6 +129,8 @@ def test_a_copy_taken_before_a_forget_opens_with_no_remaining_key(
         assert all(in_copy(copy, b, backend) for b in text_blobs)
 
         result = env.ledger.forget(gone, actor="user:dpo", reason="subject_request")
+        # Done: the old generation destroyed, and the intent gone with the pending rows.
+        assert env.ledger.db.meta(rekey.PENDING) is None
         env.reopen()  # the key store as a later reader finds it
 
         current = every_current_key(env)

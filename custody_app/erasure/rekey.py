@@ -119,14 +119,16 @@ def _pending(ledger: LedgerCore) -> dict[str, list[object]]:
 
 
 def finish(ledger: LedgerCore, plans: dict[str, Rekey]) -> None:
-    """After the ledger committed: the key store destroys the old generations, then the
-    intent goes (a crash before either is completed by `roll_forward`)."""
+    """After the ledger committed: the key store destroys the old generations. The intent
+    leaves the ledger with the erasure's next ledger write (`clear_intents`, in the pending
+    rows' cleanup after the proof: no write of its own between the commit and the proof's
+    checkpoint); a crash before that is completed by `roll_forward`."""
     if not plans or ledger.keys is None:
         return
-    todo: dict[str, list[object]] = {p.ref: [p.generation, p.at] for p in plans.values()}
-    retired = _retire(ledger, todo)
+    retired = _retire(ledger, {p.ref: [p.generation, p.at] for p in plans.values()})
     for plan in plans.values():
         plan.retired = retired.get(plan.ref, 0)
+        ledger.rekeys_retired[plan.ref] = plan.generation
 
 
 def _retire(ledger: LedgerCore, todo: dict[str, list[object]]) -> dict[str, int]:
@@ -136,27 +138,47 @@ def _retire(ledger: LedgerCore, todo: dict[str, list[object]]) -> dict[str, int]
         for ref, (generation, at) in sorted(todo.items()):
             retired[ref] = ledger.keys.retire(ref, int(str(generation)), str(at))
     crash_point("rekey.keys_retired")
-    with ledger.db.write():
-        pending = _pending(ledger)
-        for ref, (generation, _at) in todo.items():
-            if ref in pending and int(str(pending[ref][0])) <= int(str(generation)):
-                del pending[ref]
-        ledger.db.put_meta(PENDING, json.dumps(pending, sort_keys=True) if pending else None)
     return retired
 
 
+def clear_intents(ledger: LedgerCore) -> None:
+    """Inside a ledger write: drop the intents of the re-keys this process finished (an
+    intent recorded since for a newer generation stays)."""
+    done, ledger.rekeys_retired = ledger.rekeys_retired, {}
+    if not done:
+        return
+    pending = _pending(ledger)
+    left = {ref: entry for ref, entry in pending.items()
+            if ref not in done or int(str(entry[0])) > done[ref]}
+    if left != pending:
+        ledger.db.put_meta(PENDING, json.dumps(left, sort_keys=True) if left else None)
+
+
 def unfinished(ledger: LedgerCore) -> dict[str, list[object]]:
-    """The re-keys whose old generations the key store has not destroyed yet (by subject
-    ref: [generation, time])."""
-    return _pending(ledger)
+    """The recorded re-keys whose old generations the key store still holds (by subject ref:
+    [generation, time]); an intent whose generations are destroyed already is done."""
+    if ledger.keys is None:
+        return {}
+    out = {}
+    for ref, entry in _pending(ledger).items():
+        below = ledger.keys.store.generation(ref, int(str(entry[0])) - 1)
+        if below is not None and below[1] is not None:
+            out[ref] = entry
+    return out
 
 
 def roll_forward(ledger: LedgerCore) -> int:
-    """At a read-write open: complete every re-key cut short after its ledger committed."""
+    """At a read-write open: complete every re-key cut short after its ledger committed, and
+    drop every intent."""
     with ledger.db.read():
         todo = _pending(ledger)
-    if todo and ledger.keys is not None:
-        _retire(ledger, todo)
+    if not todo or ledger.keys is None:
+        return 0
+    _retire(ledger, todo)
+    with ledger.db.write():
+        # Only what was retired here: another process may have recorded a re-key since.
+        ledger.rekeys_retired = {ref: int(str(entry[0])) for ref, entry in todo.items()}
+        clear_intents(ledger)
     return len(todo)
 
 

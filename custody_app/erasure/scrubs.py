@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from custody_app.erasure import rekey
 from custody_app.erasure.certificate import ErasureCertificate
 from custody_app.erasure.completion import finished_elsewhere
 from custody_app.erasure.proof import reissue
@@ -45,6 +46,7 @@ class Scrubs:
         try:
             with core.transaction():
                 core.db.erasure.clear_pending()
+                rekey.clear_intents(core)
                 for cert in certs or []:
                     leaks = [h for p in cert.places for h in p.hits if h.classification == "leak"]
                     if leaks:
