@@ -100,7 +100,9 @@ def reseal_all(ledger: LedgerCore, plans: dict[str, Rekey]) -> None:
         db.events.reseal_values(values)
         db.texts.reseal(texts)
         plan.values, plan.texts = len(values), len(texts)
-    pending = _pending(ledger)
+    # The intents of this process's earlier re-keys go too (on a server, whose certificates
+    # stay pending, no cleanup of pending rows comes to take them).
+    pending = _without_done(ledger, _pending(ledger))
     pending.update({plan.ref: [plan.generation, plan.at] for plan in plans.values()})
     db.put_meta(PENDING, json.dumps(pending, sort_keys=True))
 
@@ -144,14 +146,18 @@ def _retire(ledger: LedgerCore, todo: dict[str, list[object]]) -> dict[str, int]
 def clear_intents(ledger: LedgerCore) -> None:
     """Inside a ledger write: drop the intents of the re-keys this process finished (an
     intent recorded since for a newer generation stays)."""
-    done, ledger.rekeys_retired = ledger.rekeys_retired, {}
-    if not done:
+    if not ledger.rekeys_retired:
         return
     pending = _pending(ledger)
-    left = {ref: entry for ref, entry in pending.items()
-            if ref not in done or int(str(entry[0])) > done[ref]}
+    left = _without_done(ledger, pending)
     if left != pending:
         ledger.db.put_meta(PENDING, json.dumps(left, sort_keys=True) if left else None)
+
+
+def _without_done(ledger: LedgerCore, pending: dict[str, list[object]]) -> dict[str, list[object]]:
+    done, ledger.rekeys_retired = ledger.rekeys_retired, {}
+    return {ref: entry for ref, entry in pending.items()
+            if ref not in done or int(str(entry[0])) > done[ref]}
 
 
 def unfinished(ledger: LedgerCore) -> dict[str, list[object]]:
