@@ -15,7 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from custody_app.erasure import rekey
 from custody_app.erasure.rollforward import unfinished
+from custody_app.keys import crypto
 from custody_app.ledger.facade import Ledger
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,12 +28,12 @@ KINDS = ("forget", "forget_subject", "sweep", "reindex")
 # The named points each kind passes (tx.keys_committed#2: the erasure's own transaction).
 POINTS: dict[str, tuple[str, ...]] = {
     "forget": ("erasure.before_commit", "tx.keys_committed#2", "erasure.ledger_committed",
-               "erasure.checkpointed"),
+               "rekey.keys_retired", "erasure.checkpointed"),
     "forget_subject": ("erasure.before_commit", "tx.keys_committed#2",
                        "erasure.ledger_committed", "erasure.keys_committed",
                        "erasure.checkpointed"),
     "sweep": ("erasure.before_commit", "tx.keys_committed#2", "erasure.ledger_committed",
-              "erasure.checkpointed"),
+              "rekey.keys_retired", "erasure.checkpointed"),
     "reindex": ("reindex.before_commit", "tx.keys_committed#2"),
 }
 
@@ -56,6 +58,13 @@ def build_base(path: Path, facts: int = 30) -> None:
         names[FORGET_ROOT] = put("acct:FORGET-0001", "plan", "the value to forget")
         names["forget_derived"] = put("acct:FORGET-0002", "summary", "derived from the root",
                                       sources=[names[FORGET_ROOT]])
+        # The root's subject lives on: the forget re-keys it (issue 34).
+        names["forget_sibling"] = put("acct:FORGET-0001", "tier", "the sibling that stays")
+        root = led.db.facts.get(names[FORGET_ROOT])
+        assert root is not None
+        event = led.db.events.get(root.assert_seq)
+        assert event is not None and event.value is not None
+        names["forget_root_blob"] = bytes(event.value).hex()
         for n in range(facts):
             put(f"acct:OTHER-{n:04d}", "plan", f"other value {n}",
                 space=OLD_SPACE if n % 3 == 0 else "org")
@@ -171,6 +180,8 @@ def _outcome(led: Ledger, kind: str, names: dict[str, str]) -> str:
             f"index holds {len(indexed)} of {len(seqs)} believed facts"
     if kind == "forget":
         states = _state(led, [names[FORGET_ROOT], names["forget_derived"]])
+        states |= {f"sibling:{s}" for s in _state(led, [names["forget_sibling"]]) - {"kept"}}
+        states |= _old_keys(led, names, erased=states == {"erased"})
     elif kind == "sweep":
         old = [f for f in _all_ids(led) if led.db.facts.get(f).space == OLD_SPACE]  # type: ignore[union-attr]
         states = _state(led, old)
@@ -186,11 +197,27 @@ def _outcome(led: Ledger, kind: str, names: dict[str, str]) -> str:
             states.add(f"half:tombstone={tombstone}")
         if tombstone and led.keys.store.last_destroyed(ref) is None:
             states.add("half:key live")
+    if rekey.unfinished(led):
+        states.add("half:a re-key's old generations live after open")
     if states == {"erased"}:
         return "whole"
     if states == {"kept"}:
         return "none"
     return ", ".join(sorted(states))
+
+
+def _old_keys(led: Ledger, names: dict[str, str], *, erased: bool) -> set[str]:
+    """After a whole forget, the key that sealed the root's value is gone and its subject's
+    other fact is under a newer one; after none, the old key still opens the value."""
+    assert led.keys is not None
+    blob = bytes.fromhex(names["forget_root_blob"])
+    ref = led.keys.subject_ref("acct:FORGET-0001")
+    old = led.keys.key_for_read(ref, crypto.sealed_generation(blob))
+    if erased and old is not None:
+        return {"half:the forgotten value's old key lives"}
+    if not erased and old is None:
+        return {"half:the kept value's key is gone"}
+    return set()
 
 
 def _all_ids(led: Ledger) -> list[str]:

@@ -90,7 +90,10 @@ def test_forget_subject_erases_the_subject_and_everything_derived(env: Env) -> N
     assert SUBJECT not in cert.render() and SUBJECT not in cert.model_dump_json()
     data = ledger_bytes(env.path)
     assert not [b for b in blobs if b in data]
-    assert keep_blob in data
+    # OTHER keeps a fact: the cascade's erasure of OTHER's derived fact re-keyed OTHER (issue
+    # 34), so that fact is the same value sealed again under OTHER's next key generation.
+    assert sealed(ledger, untouched) in data and keep_blob not in data
+    assert crypto.sealed_generation(sealed(ledger, untouched)) == 2
 
     # The forget_subject event and the tombstone are content-free: a peppered hash only.
     assert ledger.keys is not None
@@ -116,7 +119,10 @@ def test_forget_subject_erases_the_subject_and_everything_derived(env: Env) -> N
     [(generation, wrapped, _, destroyed_at)] = key_rows(ledger, SUBJECT)
     assert (generation, wrapped, destroyed_at) == (1, None, day(3))
     assert result.keys_destroyed == 1
-    assert all(w is not None and d is None for _, w, _, d in key_rows(ledger, OTHER))
+    # The other subject was re-keyed (its derived fact went with the cascade): generation 1,
+    # which sealed that fact, is destroyed; generation 2 lives, under which its other fact is.
+    assert [(g, w is not None, d) for g, w, _, d in key_rows(ledger, OTHER)] == [
+        (1, False, day(3)), (2, True, None)]
 
 
 def test_forget_subject_leaves_no_plaintext_subject_in_the_file(env: Env) -> None:

@@ -14,6 +14,7 @@ POINTS = (
     "tx.keys_committed",         # a write's key store committed, its ledger not yet
     "erasure.ledger_committed",  # the ledger committed; key store and checkpoint not done
     "erasure.keys_committed",    # forget_subject: the key store destruction committed too
+    "rekey.keys_retired",        # a re-key's old generations destroyed, its ledger intent kept
     "erasure.checkpointed",      # the truncating WAL checkpoint done, before the certificate
     "erasure.rewrite_due",       # residue found: "rewrite due" committed, VACUUM not started
     "erasure.vacuuming",         # inside the VACUUM (`#N`: its N-th progress call)

@@ -84,6 +84,9 @@ class LedgerCore:
         self.policy_refusal: LedgerError | None = None
         # The key fence compares against when this unit of work began (see unit_of_work()).
         self.work_started = format_time(self.clock.now())
+        # Re-keys whose old generations this process destroyed (subject ref -> generation):
+        # their intents leave the ledger with the erasure's next write (erasure/rekey.py).
+        self.rekeys_retired: dict[str, int] = {}
         # The writer keys this process holds, by the actor each is registered for (see
         # hold_writer_key): every event written as one of them is signed with it.
         self.signers: dict[str, WriterKey] = {}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from custody_app.doctor.report import DoctorCheck, check
 from custody_app.domain.errors import LedgerError
+from custody_app.erasure import rekey
 from custody_app.erasure.epoch import pending_erasures
 from custody_app.erasure.rollforward import unfinished
 from custody_app.ledger.facade import Ledger
@@ -26,6 +27,7 @@ def check_integrity(path: str, keystore: str | Path | None,
             report = ledger.verify()
             half = unfinished(ledger)
             waiting = pending_erasures(ledger)
+            rekeys = rekey.unfinished(ledger)
             in_force = _policy_line(ledger, policy)
     except LedgerError as exc:
         return [check("integrity", "FAIL", f"{shown} could not be verified: {exc.message} "
@@ -39,12 +41,16 @@ def check_integrity(path: str, keystore: str | Path | None,
         where = f" at seq {report.first_bad_seq}" if report.first_bad_seq else ""
         lines = [check("integrity", "FAIL", f"{shown} fails verify{where}: {report.problem}")]
     lines.append(in_force)
-    if half:
+    if half or rekeys:
         seqs = ", ".join(str(seq) for seq, _, _ in half[:5])
-        lines.append(check("erasure-half-state", "warn", (
-            f"{len(half)} subject erasure(s) of {shown} (seq {seqs}) are committed in the ledger "
-            "but their key destruction is not in the key store yet: the next read-write open "
-            "completes it.")))
+        said = (f"{len(half)} subject erasure(s) of {shown} (seq {seqs}) are committed in the "
+                "ledger but their key destruction is not in the key store yet" if half else "")
+        if rekeys:
+            said += ("; " if said else "") + (
+                f"{len(rekeys)} re-keyed subject(s) of {shown} have their values re-sealed in "
+                "the ledger but their old key generations not destroyed yet")
+        lines.append(check("erasure-half-state", "warn",
+                           f"{said}: the next read-write open completes it."))
     else:
         lines.append(check("erasure-half-state", "ok",
                            f"every subject erasure of {shown} is complete in the key store too."))

@@ -18,10 +18,10 @@ FILE_COPIES = "copies of the ledger and key store files made before"
 COPIES_PLACES = frozenset((SERVER_COPIES, FILE_COPIES))
 
 CANNOT_REACH = (
-    "backups, snapshots and copies of the ledger file taken before this erasure (for a single "
-    "fact they stay readable while the subject's data key exists; forget_subject destroys it, "
-    "and a copy of the key store taken before gives it back until `custody-app rotate-epoch` "
-    "destroys the epoch key that wrapped it)",
+    "backups, snapshots and copies of the ledger file taken before this erasure (the keys that "
+    "sealed the erased facts are destroyed: a forget or a sweep re-keys the subject, "
+    "forget_subject destroys its key; a copy of the key store taken with them still opens them "
+    "until `custody-app rotate-epoch` destroys the epoch key that wrapped them)",
     "in a copy of the ledger taken before this erasure: the embeddings (vectors are not "
     "encrypted, and approximate the erased text), and the word index rows, testable with the "
     "current key store until the index key is rotated (`custody-app rotate-index-key`)",

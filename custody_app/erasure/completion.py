@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from custody_app.domain.timeutil import format_time
 from custody_app.erasure.certificate import ErasedFact, ErasureCertificate, PlaceCheck
-from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, row_places
+from custody_app.erasure.proof import ERASED, SUBJECT_REKEYED, row_places
 from custody_app.erasure.rewrites import REWRITE_PLACE
 from custody_app.erasure.work import ErasureWork
 
@@ -29,7 +29,7 @@ NOT_SCANNED = (
 
 def _keys_place(core: LedgerCore, subject_hash: str | None) -> PlaceCheck:
     if subject_hash is None:
-        return SUBJECT_KEY_KEPT
+        return SUBJECT_REKEYED
     destroyed = core.keys.store.last_destroyed(subject_hash) if core.keys is not None else None
     return PlaceCheck(
         place="key store: the subject's data key", outcome="clean" if destroyed else "found",

@@ -13,7 +13,7 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Forget, ForgetSubject
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import erased_subject
-from custody_app.erasure import digests
+from custody_app.erasure import digests, rekey
 from custody_app.erasure.cascade import cascade, refuse_held
 from custody_app.erasure.certificate import (
     ErasedFact,
@@ -22,7 +22,7 @@ from custody_app.erasure.certificate import (
     SubjectForgetResult,
 )
 from custody_app.erasure.epoch import after_erasure, with_epoch_place
-from custody_app.erasure.proof import ERASED, SUBJECT_KEY_KEPT, certificate
+from custody_app.erasure.proof import ERASED, certificate
 from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.work import (
@@ -152,18 +152,24 @@ def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
         facts, root_of = cascade(ledger.db, [fact])
         refuse_held(facts, f"forget of {cmd.fact_id}")
         tx_at = ledger.tx_at()
+        # The subjects keep other facts: each is re-keyed (erasure/rekey.py), so no key left
+        # opens what a copy taken before holds of the erased facts.
+        plans: dict[str, rekey.Rekey] = {}
+        rekey.begin(ledger, plans, facts, tx_at)
         erase(ledger, facts, root_of, kind="forget", reason=cmd.reason, actor=cmd.actor,
                tx_at=tx_at, work=work)
+        rekey.reseal_all(ledger, plans)
         crash_point("erasure.before_commit")
     crash_point("erasure.ledger_committed")
+    rekey.finish(ledger, plans)
     # The key store's head mark (rollback detection) is one synchronous key store transaction:
     # its fsyncs run beside the proof's checkpoint and scan, and the forget returns only once
     # it is durable (a failure is raised as before).
     with head_mark(ledger):
         cert = certificate(ledger, "forget", work, actor=cmd.actor, reason=cmd.reason,
-                           root=cmd.fact_id, keys_place=SUBJECT_KEY_KEPT)
+                           root=cmd.fact_id, keys_place=rekey.keys_place(plans))
     after_erasure(ledger)
-    cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=False)
+    cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=bool(plans))
     scrubs.settle(ledger, cert, work)
     first = work.erased[0]
     return ForgetResult(fact_id=cmd.fact_id, event_id=first.event_id, seq=first.seq, tx_at=tx_at,
@@ -208,8 +214,12 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         tx_at = ledger.tx_at()
         subject_hash = ledger.keys.subject_ref(cmd.subject)
         earlier = ledger.db.erasure.erased_of_subject(cmd.subject)
+        # Derived facts of other subjects the cascade reached: those subjects are re-keyed.
+        plans: dict[str, rekey.Rekey] = {}
+        rekey.begin(ledger, plans, facts, tx_at, skip=subject_hash)
         erase(ledger, facts, root_of, kind="forget", reason=cmd.reason, actor=cmd.actor,
                tx_at=tx_at, work=work, subject_hash=subject_hash)
+        rekey.reseal_all(ledger, plans)
         # Facts of the subject forgotten or expired before keep no plaintext id either; the
         # chain never held it, so the projection (and a rebuild) name them by the hash.
         for fact in earlier:
@@ -236,6 +246,7 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         destroyed = ledger.keys.destroy(cmd.subject, tx_at)
         ledger.keys.record_mark(ledger.db.events.head())
     crash_point("erasure.keys_committed")
+    rekey.finish(ledger, plans)
     rotated = None
     epoch = after_erasure(ledger)
     if epoch is not None:
@@ -252,7 +263,10 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         "subject's key wrapped after its destruction")
     cert = certificate(ledger, "forget_subject", work, actor=cmd.actor, reason=cmd.reason,
                        subject_hash=subject_hash, keys_place=keys_place)
-    cert = cert.model_copy(update={"places": [*cert.places, index_key_place(rotated)]})
+    others = [rekey.keys_place(plans, place="data keys of other subjects the cascade "
+                               "reached (key store)")] if plans else []
+    cert = cert.model_copy(update={"places": [*cert.places, *others,
+                                              index_key_place(rotated)]})
     cert = with_epoch_place(ledger, cert, row.seq, destroyed_keys=True)
     if not any(p.outcome == "crypto-erased" for p in cert.places):
         scrubs.await_epoch(cert, row.seq)

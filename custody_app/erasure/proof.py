@@ -169,10 +169,13 @@ def certificate(ledger: LedgerCore, operation: Literal["forget", "forget_subject
     return cert
 
 
-SUBJECT_KEY_KEPT = PlaceCheck(
-    place="key store: the subject's data key", outcome="not_applicable",
-    detail="kept: the subject's other facts use it, so copies of the ledger made before this "
-    "forget can still be decrypted with it; forget_subject destroys it")
+# A certificate issued again by another process (erasure/completion.py) no longer knows the
+# re-key's counts: what the erasure did to the key, in general (erasure/rekey.py).
+SUBJECT_REKEYED = PlaceCheck(
+    place="key store: the subject's data key", outcome="clean",
+    detail="re-keyed: the subject's other facts were re-sealed under a new key generation and "
+    "the generations the erased facts used destroyed once the ledger committed (a re-key cut "
+    "short is completed at the next read-write open)")
 
 
 def reissue(ledger: LedgerCore, cert: ErasureCertificate, work: ErasureWork,

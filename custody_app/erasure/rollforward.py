@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from custody_app.erasure import rekey
 from custody_app.erasure.rotate import roll_forward_index_key
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ def roll_forward(ledger: LedgerCore) -> list[int]:
     """Destroy the keys of every unfinished subject erasure (returns their seqs), and finish a
     rotation of the word index key cut short."""
     roll_forward_index_key(ledger)
+    rekey.roll_forward(ledger)
     with ledger.db.read():
         todo = unfinished(ledger)
     if not todo:

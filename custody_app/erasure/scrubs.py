@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from custody_app.domain.timeutil import format_time
+from custody_app.erasure import rekey
 from custody_app.erasure.certificate import COPIES_PLACES, ErasureCertificate
 from custody_app.erasure.completion import finished_elsewhere
 from custody_app.erasure.proof import reissue
@@ -76,6 +77,7 @@ class Scrubs:
         try:
             with core.transaction():
                 core.db.erasure.clear_pending()
+                rekey.clear_intents(core)
                 for cert in certs or []:
                     leaks = [h for p in cert.places for h in p.hits if h.classification == "leak"]
                     if leaks:

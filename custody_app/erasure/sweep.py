@@ -10,12 +10,13 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Sweep
 from custody_app.domain.retention import cutoff_for, window_for
 from custody_app.domain.timeutil import parse_time
+from custody_app.erasure import rekey
 from custody_app.erasure.cascade import Descendants, cascade
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
 from custody_app.erasure.epoch import after_erasure, with_epoch_place
 from custody_app.erasure.forget import erase
 from custody_app.erasure.group import Member, erase_group
-from custody_app.erasure.proof import SUBJECT_KEY_KEPT, certificate
+from custody_app.erasure.proof import certificate
 from custody_app.erasure.scrubs import Scrubs
 from custody_app.erasure.work import ErasureWork
 
@@ -42,12 +43,14 @@ def _cutoffs(ledger: LedgerCore, cmd: Sweep) -> tuple[dict[str, str], dict[str, 
 
 def _expire(ledger: LedgerCore, cmd: Sweep, cutoffs: dict[str, str], windows: dict[str, str],
             work: ErasureWork, tx_at: str, expired: list[str], held: set[str],
-            reasons: dict[str, ExpiryReason], grouped: bool) -> None:
+            reasons: dict[str, ExpiryReason], grouped: bool,
+            plans: dict[str, rekey.Rekey]) -> None:
     """Each space's candidates past its cutoff, expired (a dry run only lists them); a cascade
     that reaches a held fact is skipped whole. `reasons` gets why each expires (its root).
     `grouped`: every expiry written at the end as one group (`erase_group`), which stores
     exactly what erasing each cascade in turn (`erase`) does: erasing a cascade changes no
-    row another cascade reads but its own facts', which `done` already leaves out."""
+    row another cascade reads but its own facts', which `done` already leaves out. `plans`
+    gets each subject to re-key (once, however many of its facts expire)."""
     done: set[str] = set()
     members: list[Member] = []
     for space, cutoff in sorted(cutoffs.items()):
@@ -76,8 +79,10 @@ def _expire(ledger: LedgerCore, cmd: Sweep, cutoffs: dict[str, str], windows: di
             if grouped:
                 members += [(f, root_of.get(f.fact_id), extra) for f in facts]
             else:
+                rekey.begin(ledger, plans, facts, tx_at)
                 erase(ledger, facts, root_of, kind="expire", reason=cmd.reason,
                       actor=cmd.actor, tx_at=tx_at, work=work, extra=extra)
+    rekey.begin(ledger, plans, [fact for fact, _, _ in members], tx_at)
     erase_group(ledger, members, kind="expire", reason=cmd.reason, actor=cmd.actor, tx_at=tx_at,
                 work=work)
 
@@ -95,23 +100,27 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep, *, grouped: bool = Tru
     expired: list[str] = []
     held: set[str] = set()
     reasons: dict[str, ExpiryReason] = {}
+    plans: dict[str, rekey.Rekey] = {}
     with (ledger.db.read() if cmd.dry_run else ledger.transaction()):
         tx_at = ledger.tx_at() if not cmd.dry_run else ledger.now()
         batched = nullcontext() if cmd.dry_run else ledger.index.removals_batched()
         with batched:
-            _expire(ledger, cmd, cutoffs, windows, work, tx_at, expired, held, reasons, grouped)
+            _expire(ledger, cmd, cutoffs, windows, work, tx_at, expired, held, reasons, grouped,
+                    plans)
+        rekey.reseal_all(ledger, plans)
         if expired and not cmd.dry_run:
             crash_point("erasure.before_commit")
     if expired and not cmd.dry_run:
         crash_point("erasure.ledger_committed")
+        rekey.finish(ledger, plans)
         if ledger.keys is not None:
             ledger.keys.record_mark(ledger.db.events.head())
     cert = None
     if expired and not cmd.dry_run:
         cert = certificate(ledger, "sweep", work, actor=cmd.actor, reason=cmd.reason,
-                           keys_place=SUBJECT_KEY_KEPT)
+                           keys_place=rekey.keys_place(plans))
         after_erasure(ledger)
-        cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=False)
+        cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=bool(plans))
         scrubs.settle(ledger, cert, work)
     return SweepResult(cutoffs=cutoffs, expired=expired, held=sorted(held), dry_run=cmd.dry_run,
                        certificate=cert, reasons=reasons)

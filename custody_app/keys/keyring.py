@@ -279,9 +279,14 @@ class KeyRing:
         return self._slot("forget")
 
     def digest_key(self, ref: str) -> bytes | None:
-        """The key of the subject's forgotten-value digests: derived from its live data key and
-        never stored, so it is destroyed with that key. None without a live key."""
+        """The key of the subject's forgotten-value digests: derived from its live data key,
+        destroyed with that key. Once the subject is re-keyed (issue 34) the derived key is
+        kept wrapped beside its data keys (`_pin_digest`), so the digests kept before stay
+        recognisable; forget_subject destroys it with them. None without a live key."""
         self._follow_store()
+        pinned = self.store.latest(_digest_ref(ref))
+        if pinned is not None and pinned[1] is not None and pinned[3] is None:
+            return self._unwrap(_digest_ref(ref), pinned[0], pinned[1])
         live = self._live.get(ref)
         if live is not None:
             # The subject's latest key, live, as the key store stood at its change counter.
@@ -438,6 +443,16 @@ class KeyRing:
             return None
         return self._unwrap(ref, generation, row[1])
 
+    def key_for_open(self, ref: str, generation: int) -> bytes | None:
+        """key_for_read() for opening a stored blob: None when the key was destroyed (the
+        blob is erased), DecryptError when the key store never held that generation (a blob
+        put there by hand: a re-seal's rule lets only a higher generation in, issue 34)."""
+        key = self.key_for_read(ref, generation)
+        if key is None and self.store.generation(ref, generation) is None:
+            raise crypto.DecryptError(f"a stored value is sealed under key generation "
+                                      f"{generation}, which the key store never held")
+        return key
+
     def _unwrap(self, ref: str, generation: int, wrapped: bytes | None) -> bytes:
         if (ref, generation) not in self._cache:
             if len(self._cache) >= CACHED_SUBJECTS:
@@ -454,10 +469,44 @@ class KeyRing:
 
     def destroy(self, subject: str, at: str) -> int:
         """Destroy every live data key of the subject (crypto-shredding); the rows stay as tombstones."""
-        ref = self.subject_ref(subject)
-        self._cache = {k: v for k, v in self._cache.items() if k[0] != ref}
+        return self.destroy_ref(self.subject_ref(subject), at)
+
+    # ---- re-keying a subject whose facts an erasure took (issue 34, erasure/rekey.py) ----
+
+    def rekey_begin(self, ref: str, now: str) -> int:
+        """A new data key generation for the subject (by peppered ref), returned; the next
+        write and the re-seal use it. Its digest key is pinned first, so re-keying does not
+        change it. Inside the erasure's transaction: the key store commits before the ledger,
+        so no re-sealed value lacks its key."""
+        with self.store.write():
+            self._pin_digest(ref, now)
+            row = self.store.latest(ref)
+            generation = 1 if row is None else row[0] + 1
+            key = crypto.new_key()
+            self.store.add(ref, generation,
+                           crypto.wrap(self._master, key, f"data:{ref}:{generation}"), now)
         self._live.pop(ref, None)
-        return self.store.destroy(ref, at)
+        self._cache[(ref, generation)] = key
+        return generation
+
+    def _pin_digest(self, ref: str, now: str) -> None:
+        digest_ref = _digest_ref(ref)
+        pinned = self.store.latest(digest_ref)
+        if pinned is not None and pinned[3] is None:
+            return
+        key = self.digest_key(ref)
+        if key is None:
+            return
+        generation = 1 if pinned is None else pinned[0] + 1
+        self.store.add(digest_ref, generation,
+                       crypto.wrap(self._master, key, f"data:{digest_ref}:{generation}"), now)
+
+    def retire(self, ref: str, below: int, at: str) -> int:
+        """Destroy the subject's data key generations older than `below` (the re-key's end:
+        nothing sealed under them is left). Fences no work: generation `below` lives on."""
+        self._cache = {k: v for k, v in self._cache.items() if k[0] != ref or k[1] >= below}
+        self._live.pop(ref, None)
+        return self.store.retire(ref, below, at)
 
     def record_mark(self, head: tuple[int, str, str] | None, *, accepted: bool = False) -> None:
         """Record the ledger's head as the high-water mark (rollback detection), MAC'd, and
@@ -504,14 +553,26 @@ class KeyRing:
         return None if value is None else value.decode("ascii", "replace")
 
     def destroy_ref(self, ref: str, at: str) -> int:
-        """destroy() by peppered subject hash (the roll-forward of an erasure has no plaintext)."""
-        self._cache = {k: v for k, v in self._cache.items() if k[0] != ref}
+        """destroy() by peppered subject hash (the roll-forward of an erasure has no plaintext);
+        the subject's pinned digest key goes with its data keys."""
+        digest_ref = _digest_ref(ref)
+        self._cache = {k: v for k, v in self._cache.items() if k[0] not in (ref, digest_ref)}
         self._live.pop(ref, None)
-        return self.store.destroy(ref, at)
+        with self.store.write():
+            pinned = self.store.latest(digest_ref)
+            if pinned is not None and pinned[3] is None:
+                self.store.destroy(digest_ref, at)
+            return self.store.destroy(ref, at)
 
     def destroyed_at(self, subject: str) -> str | None:
         row = self.store.latest(self.subject_ref(subject))
         return None if row is None else row[3]
+
+
+def _digest_ref(ref: str) -> str:
+    """Where a re-keyed subject's digest key is kept among the subject keys (a subject ref is
+    hex: no subject's own ref looks like this)."""
+    return f"digest:{ref}"
 
 
 def _opens(key: bytes, wrapped: bytes, purpose: str) -> bool:

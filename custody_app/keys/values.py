@@ -30,14 +30,33 @@ def _open(keys: KeyRing | None, subject_ref: str, blob: bytes | None, bind: str,
     if blob is None or keys is None:
         return None
     if ciphers is not None:
-        return ciphers.open_blob(keys.key_for_read, subject_ref, bytes(blob), bind)
-    key = keys.key_for_read(subject_ref, crypto.sealed_generation(bytes(blob)))
+        return ciphers.open_blob(keys.key_for_open, subject_ref, bytes(blob), bind)
+    key = keys.key_for_open(subject_ref, crypto.sealed_generation(bytes(blob)))
     return None if key is None else crypto.open_sealed(key, bytes(blob), bind)
 
 
 def _bind(fact_id: str) -> str:
     # Associated data: a sealed text cannot move to another fact, nor pass for a sealed value.
     return f"text:{fact_id}"
+
+
+def text_bind(fact_id: str) -> str:
+    """What a fact's sealed free text is bound to (a value is bound to its fact id)."""
+    return _bind(fact_id)
+
+
+def reseal(keys: KeyRing, ref: str, blob: bytes, bind: str, generation: int,
+           key: bytes) -> bytes | None:
+    """`blob` sealed again under the subject's `generation` (`key`), the same plaintext and
+    binding (issue 34's re-key); None when it is at that generation or above already, or its
+    key is gone. Raises DecryptError on a tampered blob."""
+    old = crypto.sealed_generation(blob)
+    if old >= generation:
+        return None
+    old_key = keys.key_for_read(ref, old)
+    if old_key is None:
+        return None
+    return crypto.seal(key, generation, crypto.open_sealed(old_key, blob, bind), bind)
 
 
 class TextCodec:

@@ -12,6 +12,38 @@ from store.errors import StoreIntegrityError
 from store.postgres.failures import later, queues
 from store.rows import EVENT_COLUMNS, EventRow, event_values
 
+
+# A re-seal (issue 34): a sealed blob replaced by one of a higher key generation ("CV1", then
+# the generation as a big-endian u32: bytes 4-7 compare as the numbers do), salt untouched.
+def resealed(col: str) -> str:
+    return (f"(OLD.{col} IS NOT NULL AND NEW.{col} IS NOT NULL AND length(NEW.{col}) >= 35 "
+            f"AND substring(NEW.{col} from 1 for 3) = '\\x435631'::bytea "
+            f"AND substring(OLD.{col} from 1 for 3) = '\\x435631'::bytea "
+            f"AND substring(NEW.{col} from 4 for 4) > substring(OLD.{col} from 4 for 4) "
+            "AND NEW.salt IS NOT DISTINCT FROM OLD.salt)")
+
+
+EVENTS_ERASE_ONLY = """FUNCTION events_erase_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT (
+        OLD.kind = 'assert'
+        AND (NEW.value IS NULL OR NEW.value IS NOT DISTINCT FROM OLD.value OR """ + resealed("value") + """)
+        AND (NEW.salt IS NULL OR NEW.salt IS NOT DISTINCT FROM OLD.salt)
+        AND ((NEW.value IS NULL) = (NEW.salt IS NULL))
+        AND (NEW.subject IS NULL OR NEW.subject IS NOT DISTINCT FROM OLD.subject)
+        AND NEW.seq IS NOT DISTINCT FROM OLD.seq AND NEW.kind IS NOT DISTINCT FROM OLD.kind
+        AND NEW.tx_at IS NOT DISTINCT FROM OLD.tx_at AND NEW.actor IS NOT DISTINCT FROM OLD.actor
+        AND NEW.policy_hash IS NOT DISTINCT FROM OLD.policy_hash
+        AND NEW.fact_id IS NOT DISTINCT FROM OLD.fact_id AND NEW.body IS NOT DISTINCT FROM OLD.body
+        AND NEW.prev_hash IS NOT DISTINCT FROM OLD.prev_hash
+        AND NEW.hash IS NOT DISTINCT FROM OLD.hash
+    ) THEN
+        RAISE EXCEPTION 'custody: events are append-only; only erasure may null parts of an assert'
+            USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END $$"""
+
 # Every text column compares and sorts byte by byte (COLLATE "C"), as SQLite's do, whatever
 # the database's locale: the same ORDER BY gives the same order on both backends.
 DDL: tuple[str, ...] = (
@@ -74,27 +106,9 @@ END $$""",
     """CREATE TRIGGER events_chain BEFORE INSERT ON events
 FOR EACH ROW EXECUTE FUNCTION events_chain()""",
     # Only an assert's value with its salt, and its plaintext subject, may change, and only to
-    # NULL (erasure): the condition of store.sqlite.schema.EVENTS_UPDATE_TRIGGER.
-    """CREATE FUNCTION events_erase_only() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NOT (
-        OLD.kind = 'assert'
-        AND (NEW.value IS NULL OR NEW.value IS NOT DISTINCT FROM OLD.value)
-        AND (NEW.salt IS NULL OR NEW.salt IS NOT DISTINCT FROM OLD.salt)
-        AND ((NEW.value IS NULL) = (NEW.salt IS NULL))
-        AND (NEW.subject IS NULL OR NEW.subject IS NOT DISTINCT FROM OLD.subject)
-        AND NEW.seq IS NOT DISTINCT FROM OLD.seq AND NEW.kind IS NOT DISTINCT FROM OLD.kind
-        AND NEW.tx_at IS NOT DISTINCT FROM OLD.tx_at AND NEW.actor IS NOT DISTINCT FROM OLD.actor
-        AND NEW.policy_hash IS NOT DISTINCT FROM OLD.policy_hash
-        AND NEW.fact_id IS NOT DISTINCT FROM OLD.fact_id AND NEW.body IS NOT DISTINCT FROM OLD.body
-        AND NEW.prev_hash IS NOT DISTINCT FROM OLD.prev_hash
-        AND NEW.hash IS NOT DISTINCT FROM OLD.hash
-    ) THEN
-        RAISE EXCEPTION 'custody: events are append-only; only erasure may null parts of an assert'
-            USING ERRCODE = 'integrity_constraint_violation';
-    END IF;
-    RETURN NEW;
-END $$""",
+    # NULL (erasure), or the value to a re-seal of it (issue 34): the condition of
+    # store.sqlite.schema.EVENTS_UPDATE_TRIGGER.
+    "CREATE " + EVENTS_ERASE_ONLY,
     """CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
 FOR EACH ROW EXECUTE FUNCTION events_erase_only()""",
     # One refusal for every DELETE and TRUNCATE of an append-only table (its message names it).
@@ -155,6 +169,8 @@ HOLDING_VALUE = ("SELECT seq FROM events WHERE seq = ANY(%s::bigint[]) "
                  "AND (length(value) > 0 OR length(salt) > 0)")
 ERASE_VALUE = "UPDATE events SET value = NULL, salt = NULL WHERE seq = %s AND kind = 'assert'"
 ERASE_SUBJECT = "UPDATE events SET subject = NULL WHERE seq = %s AND kind = 'assert'"
+# A re-key's re-seal (issue 34): the trigger allows only a blob of a higher key generation.
+RESEAL_VALUE = "UPDATE events SET value = %s WHERE seq = %s AND kind = 'assert'"
 
 
 def _row(r: tuple[Any, ...]) -> EventRow:
@@ -284,6 +300,12 @@ class EventStore:
 
     def erase_subject(self, seq: int) -> None:
         self._conn.execute(ERASE_SUBJECT, (seq,))
+
+    def reseal_values(self, rows: list[tuple[int, bytes]]) -> None:
+        """Replace each (seq, sealed value) by the same value sealed under a newer key."""
+        if rows:
+            with self._conn.cursor() as cur:
+                cur.executemany(RESEAL_VALUE, [(blob, seq) for seq, blob in rows])
 
     def presentations(self) -> Iterator[tuple[str, int, str]]:
         """(fact_id, seq, tx_at) of every assert and affirm, in (fact_id, seq) order."""

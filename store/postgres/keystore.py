@@ -34,7 +34,13 @@ LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject
               "WHERE subject_ref = %s ORDER BY generation DESC LIMIT 1")
 KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
               "WHERE subject_ref = %s AND generation = %s")
-LAST_DESTROYED = "SELECT max(destroyed_at) FROM subject_keys WHERE subject_ref = %s"
+# The subject's latest erasure: a generation a re-key retired (issue 34: a newer generation
+# created by then outlived it) is no erasure of the subject, so it fences no work.
+LAST_DESTROYED = ("SELECT max(d.destroyed_at) FROM subject_keys d WHERE d.subject_ref = %s "
+                  "AND d.destroyed_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM subject_keys s "
+                  "WHERE s.subject_ref = d.subject_ref AND s.generation > d.generation "
+                  "AND s.created_at <= d.destroyed_at "
+                  "AND (s.destroyed_at IS NULL OR s.destroyed_at > d.destroyed_at))")
 # Inside a write transaction: every key row of a subject, newest first, in one read (what
 # latest, last_destroyed and generation answer from).
 SUBJECT_KEYS = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
@@ -44,6 +50,10 @@ INSERT_KEY = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, create
 # Keys created after the erasure (by newer work) are not the erased subject's old keys.
 DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = %s "
            "WHERE subject_ref = %s AND destroyed_at IS NULL AND created_at <= %s")
+# A re-key (issue 34): every live generation older than the one its values were re-sealed under
+# is destroyed (the same tombstone as DESTROY's, so the same trigger rule allows it).
+RETIRE = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = %s "
+          "WHERE subject_ref = %s AND generation < %s AND destroyed_at IS NULL")
 # A keyless row born destroyed: the fence for a subject that had no live key at its erasure.
 INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at, "
                     "destroyed_at) VALUES (%s, %s, NULL, %s, %s)")
@@ -241,8 +251,11 @@ class KeyStoreFile(MarkReads):
         """When the subject's latest key destruction happened (any generation), if ever."""
         rows = self._subject_keys(subject_ref)
         if rows is not None:
-            # max() of text as the server's (C-collated) max() compares it: by code point.
-            return max((r[3] for r in rows if r[3] is not None), default=None)
+            # max() of text as the server's (C-collated) max() compares it: by code point;
+            # LAST_DESTROYED's rule: a generation a re-key retired is no erasure.
+            return max((d[3] for d in rows if d[3] is not None and not any(
+                s[0] > d[0] and s[2] <= d[3] and (s[3] is None or s[3] > d[3])
+                for s in rows)), default=None)
         row = self._run(LAST_DESTROYED, (subject_ref,)).fetchone()
         return None if row is None or row[0] is None else str(row[0])
 
@@ -293,6 +306,14 @@ class KeyStoreFile(MarkReads):
             changed = max(0, int(cur.rowcount))
             self._dirty = self._dirty or changed > 0
             return changed
+
+    def retire(self, subject_ref: str, below: int, destroyed_at: str) -> int:
+        """Destroy every live key of the subject older than generation `below` (a re-key's
+        end); returns how many. Fences no work: a newer generation lives on."""
+        with self.write():
+            cur = self._run(RETIRE, (destroyed_at, subject_ref, below), what="a key retirement")
+            self._dirty = True
+            return max(0, int(cur.rowcount))
 
     def add_mark(self, seq: int, head: str, at: str, sign: Callable[[MarkRow], str], *,
                  accepted: bool = False, last: MarkRow | None = None) -> MarkRow | None:
@@ -488,7 +509,7 @@ _KEY_READS = frozenset((LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, SUBJECT_KEYS, LI
                         CHANGES))
 _MARK_READS = frozenset((MARKS, NEXT_MARK, NEWEST_MARK, CHANGES))
 _META_READS = frozenset((GET_META, CHANGES))
-_STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, REWRAP_KEYS: _KEY_READS, INSERT_DESTROYED: _KEY_READS,
+_STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, REWRAP_KEYS: _KEY_READS, RETIRE: _KEY_READS, INSERT_DESTROYED: _KEY_READS,
           ADD_MARK: _MARK_READS, PUT_META: _META_READS, REPLACE_META: _META_READS,
           DROP_META: _META_READS}
 

@@ -11,6 +11,9 @@ from typing import Any
 
 import psycopg
 
+from store.postgres.events import EVENTS_ERASE_ONLY
+from store.postgres.texts import TEXTS_ERASE_ONLY
+
 # What `schema_version.application` says in a custody-app ledger's schema.
 APPLICATION = "custody-app"
 
@@ -95,6 +98,17 @@ def run_migration_2(conn: psycopg.Connection[Any]) -> None:
         conn.execute(statement)
 
 
+
+def run_migration_reseal(conn: psycopg.Connection[Any]) -> None:
+    """Issue 34: the update rules of events and event_texts allow a re-key's re-seal (a sealed
+    blob replaced by one of a higher key generation, nothing else changed). A self-contained
+    step (migration 3). A ledger made by migration 1 of this code has the rules already:
+    replacing them is harmless."""
+    conn.execute("CREATE OR REPLACE " + EVENTS_ERASE_ONLY)
+    conn.execute("DROP TRIGGER IF EXISTS event_texts_erase_only ON event_texts")
+    conn.execute(TEXTS_ERASE_ONLY)
+
+
 # Index i holds the step that upgrades version i to i+1 (run inside one transaction).
-MIGRATIONS = (run_migration_1, run_migration_2)
+MIGRATIONS = (run_migration_1, run_migration_2, run_migration_reseal)
 SCHEMA_VERSION = len(MIGRATIONS)

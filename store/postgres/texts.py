@@ -11,6 +11,7 @@ from psycopg import sql
 
 from store.errors import StoreIntegrityError
 from store.postgres.bulk import no_limit
+from store.postgres.events import resealed
 from store.postgres.failures import later, queues
 from store.rows import TextRow, text_row
 
@@ -20,6 +21,13 @@ from store.rows import TextRow, text_row
 # a statement trigger of its own; an INSERT ... ON CONFLICT DO UPDATE fires the UPDATE
 # trigger (SQLite's "no replace" trigger guards its INSERT OR REPLACE, which has no PostgreSQL
 # twin: a second row of a seq is refused by the primary key).
+# Erased (sealed and salt to NULL) or re-sealed under a newer key (issue 34), nothing else.
+TEXTS_ERASE_ONLY = """CREATE TRIGGER event_texts_erase_only BEFORE UPDATE ON event_texts FOR EACH ROW
+WHEN (NOT (NEW.seq IS NOT DISTINCT FROM OLD.seq
+           AND NEW.fact_id IS NOT DISTINCT FROM OLD.fact_id
+           AND NEW.subject_ref IS NOT DISTINCT FROM OLD.subject_ref
+           AND ((NEW.sealed IS NULL AND NEW.salt IS NULL) OR """ + resealed("sealed") + """)))
+EXECUTE FUNCTION custody_refuse('sealed free text can only be erased or re-sealed')"""
 DDL: tuple[str, ...] = (
     """CREATE TABLE event_texts(
     seq         bigint PRIMARY KEY,
@@ -29,11 +37,7 @@ DDL: tuple[str, ...] = (
     salt        text COLLATE "C"
 )""",
     "CREATE INDEX event_texts_by_fact ON event_texts(fact_id, seq)",
-    """CREATE TRIGGER event_texts_erase_only BEFORE UPDATE ON event_texts FOR EACH ROW
-WHEN (NOT (NEW.sealed IS NULL AND NEW.salt IS NULL AND NEW.seq IS NOT DISTINCT FROM OLD.seq
-           AND NEW.fact_id IS NOT DISTINCT FROM OLD.fact_id
-           AND NEW.subject_ref IS NOT DISTINCT FROM OLD.subject_ref))
-EXECUTE FUNCTION custody_refuse('sealed free text can only be erased')""",
+    TEXTS_ERASE_ONLY,
     """CREATE TRIGGER event_texts_no_delete BEFORE DELETE ON event_texts FOR EACH ROW
 EXECUTE FUNCTION custody_refuse('sealed free text cannot be deleted, only erased')""",
     """CREATE TRIGGER event_texts_no_truncate BEFORE TRUNCATE ON event_texts FOR EACH STATEMENT
@@ -50,6 +54,8 @@ INSERT = ("INSERT INTO event_texts(seq, fact_id, subject_ref, sealed, salt) "
 INSERT_QUEUED = ("INSERT INTO event_texts(seq, fact_id, subject_ref, sealed, salt) "
                  "VALUES (%s, %s, %s, %s, %s)")
 GET = "SELECT fact_id, subject_ref, sealed, salt FROM event_texts WHERE seq = %s"
+# A re-key's re-seal (issue 34): the trigger allows only a blob of a higher key generation.
+RESEAL = "UPDATE event_texts SET sealed = %s WHERE seq = %s"
 FOR_FACT = "SELECT seq, sealed FROM event_texts WHERE fact_id = %s ORDER BY seq"
 ERASE_FACTS = ("UPDATE event_texts SET sealed = NULL, salt = NULL "
                "WHERE fact_id = ANY(%s::text[]) AND sealed IS NOT NULL")
@@ -145,6 +151,12 @@ class TextStore:
         for f, s in self._conn.execute(SEALED_OF, (fact_ids,)):
             out.setdefault(str(f), []).append(int(s))
         return out
+
+    def reseal(self, rows: list[tuple[int, bytes]]) -> None:
+        """Replace each (seq, sealed text) by the same text sealed under a newer key."""
+        if rows:
+            with self._conn.cursor() as cur:
+                cur.executemany(RESEAL, [(blob, seq) for seq, blob in rows])
 
     def erase_facts(self, fact_ids: list[str]) -> None:
         """`erase_fact` for several facts, in one statement."""

@@ -47,6 +47,8 @@ HOLDING_VALUE = ("SELECT seq FROM events WHERE seq IN (SELECT value FROM json_ea
                  "AND (length(value) > 0 OR length(salt) > 0)")
 ERASE_VALUE = "UPDATE events SET value = NULL, salt = NULL WHERE seq = ? AND kind = 'assert'"
 ERASE_SUBJECT = "UPDATE events SET subject = NULL WHERE seq = ? AND kind = 'assert'"
+# A re-key's re-seal (issue 34): the trigger allows only a blob of a higher key generation.
+RESEAL_VALUE = "UPDATE events SET value = ? WHERE seq = ? AND kind = 'assert'"
 
 
 def _row(r: tuple[object, ...]) -> EventRow:
@@ -157,6 +159,10 @@ class EventStore:
 
     def erase_subject(self, seq: int) -> None:
         self._conn.execute(ERASE_SUBJECT, (seq,))
+
+    def reseal_values(self, rows: list[tuple[int, bytes]]) -> None:
+        """Replace each (seq, sealed value) by the same value sealed under a newer key."""
+        self._conn.executemany(RESEAL_VALUE, [(blob, seq) for seq, blob in rows])
 
     def presentations(self) -> Iterator[tuple[str, int, str]]:
         """(fact_id, seq, tx_at) of every assert and affirm, read through the fact index as

@@ -130,12 +130,22 @@ LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject
               "WHERE subject_ref = ? ORDER BY generation DESC LIMIT 1")
 KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
               "WHERE subject_ref = ? AND generation = ?")
-LAST_DESTROYED = "SELECT max(destroyed_at) FROM subject_keys WHERE subject_ref = ?"
+# The subject's latest erasure: a generation a re-key retired (issue 34: a newer generation
+# created by then outlived it) is no erasure of the subject, so it fences no work.
+LAST_DESTROYED = ("SELECT max(d.destroyed_at) FROM subject_keys d WHERE d.subject_ref = ? "
+                  "AND d.destroyed_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM subject_keys s "
+                  "WHERE s.subject_ref = d.subject_ref AND s.generation > d.generation "
+                  "AND s.created_at <= d.destroyed_at "
+                  "AND (s.destroyed_at IS NULL OR s.destroyed_at > d.destroyed_at))")
 INSERT_KEY = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at) "
               "VALUES (?, ?, ?, ?)")
 # Keys created after the erasure (by newer work) are not the erased subject's old keys.
 DESTROY = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = ? "
            "WHERE subject_ref = ? AND destroyed_at IS NULL AND created_at <= ?")
+# A re-key (issue 34): every live generation older than the one its values were re-sealed under
+# is destroyed (the same tombstone as DESTROY's, so the same trigger rule allows it).
+RETIRE = ("UPDATE subject_keys SET wrapped = NULL, destroyed_at = ? "
+          "WHERE subject_ref = ? AND generation < ? AND destroyed_at IS NULL")
 # A keyless row born destroyed: the fence for a subject that had no live key at its erasure.
 INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, created_at, "
                     "destroyed_at) VALUES (?, ?, NULL, ?, ?)")
@@ -252,6 +262,15 @@ class KeyStoreFile(MarkReads):
             changed = int(self.conn.total_changes() - before)
             self._dirty = self._dirty or changed > 0
             return changed
+
+    def retire(self, subject_ref: str, below: int, destroyed_at: str) -> int:
+        """Destroy every live key of the subject older than generation `below` (a re-key's
+        end); returns how many. Fences no work: a newer generation lives on."""
+        with self.write():
+            self.conn.execute(RETIRE, (destroyed_at, subject_ref, below))
+            retired = int(self.conn.changes())
+            self._dirty = self._dirty or retired > 0
+            return retired
 
     def add_mark(self, seq: int, head: str, at: str, sign: Callable[[MarkRow], str], *,
                  accepted: bool = False, last: MarkRow | None = None) -> MarkRow | None:

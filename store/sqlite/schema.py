@@ -5,11 +5,21 @@ from __future__ import annotations
 # 'CUST' as a big-endian int: lets `file`-style tools and open_ledger tell a ledger from any db.
 APPLICATION_ID = 0x43555354
 
+# A re-seal (issue 34: the erasure re-keys the subject): a sealed blob replaced by a sealed blob
+# of a higher key generation ("CV1", then the generation as a big-endian u32: bytes 4-7 compare
+# as the numbers do), nothing else of the row changed. The commitment in the body still binds
+# the plaintext: verify opens the new blob and checks it.
+RESEALED = """
+        AND typeof(NEW.{col}) = 'blob' AND length(NEW.{col}) >= 35
+        AND substr(NEW.{col}, 1, 3) = X'435631' AND substr(OLD.{col}, 1, 3) = X'435631'
+        AND substr(NEW.{col}, 4, 4) > substr(OLD.{col}, 4, 4)"""
+
 EVENTS_UPDATE_TRIGGER = """
 CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
 WHEN NOT (
     OLD.kind = 'assert'
-    AND (NEW.value IS NULL OR NEW.value IS OLD.value)
+    AND (NEW.value IS NULL OR NEW.value IS OLD.value OR (
+        OLD.value IS NOT NULL AND NEW.salt IS OLD.salt{RESEALED}))
     AND (NEW.salt IS NULL OR NEW.salt IS OLD.salt)
     AND ((NEW.value IS NULL) = (NEW.salt IS NULL))
     AND (NEW.subject IS NULL OR NEW.subject IS OLD.subject)
@@ -21,7 +31,7 @@ WHEN NOT (
 BEGIN
     SELECT RAISE(ABORT, 'custody: events are append-only; only erasure may null parts of an assert');
 END;
-"""
+""".replace("{RESEALED}", RESEALED.format(col="value"))
 
 V1 = f"""
 CREATE TABLE ledger_meta(
@@ -301,6 +311,25 @@ WHEN EXISTS (SELECT 1 FROM event_signatures WHERE seq = NEW.seq)
 BEGIN SELECT RAISE(ABORT, 'custody: an event signature cannot be replaced'); END;
 """
 
+# Issue 34. Erasing facts of a subject that lives on re-keys it: every surviving sealed value
+# and free text of the subject is sealed again under a new key generation, and the old ones
+# are destroyed. The update rules of events and event_texts allow exactly that re-seal (a
+# non-null blob replaced by one of a higher generation, every other column untouched). A
+# self-contained step, so it can be renumbered at a merge.
+TEXTS_UPDATE_TRIGGER = """
+CREATE TRIGGER event_texts_erase_only BEFORE UPDATE ON event_texts
+WHEN NOT (NEW.seq IS OLD.seq AND NEW.fact_id IS OLD.fact_id AND NEW.subject_ref IS OLD.subject_ref
+          AND ((NEW.sealed IS NULL AND NEW.salt IS NULL)
+               OR (OLD.sealed IS NOT NULL AND NEW.salt IS OLD.salt{RESEALED})))
+BEGIN SELECT RAISE(ABORT, 'custody: sealed free text can only be erased or re-sealed'); END;
+""".replace("{RESEALED}", RESEALED.format(col="sealed"))
+V10 = f"""
+DROP TRIGGER events_append_only_update;
+{EVENTS_UPDATE_TRIGGER}
+DROP TRIGGER event_texts_erase_only;
+{TEXTS_UPDATE_TRIGGER}
+"""
+
 # Index i holds the script that upgrades user_version i to i+1.
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9)
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,6 +16,8 @@ GET = "SELECT fact_id, subject_ref, sealed, salt FROM event_texts WHERE seq = ?"
 FOR_FACT = "SELECT seq, sealed FROM event_texts WHERE fact_id = ? ORDER BY seq"
 ERASE_FACT = ("UPDATE event_texts SET sealed = NULL, salt = NULL "
               "WHERE fact_id = ? AND sealed IS NOT NULL")
+# A re-key's re-seal (issue 34): the trigger allows only a blob of a higher key generation.
+RESEAL = "UPDATE event_texts SET sealed = ? WHERE seq = ?"
 FOR_FACTS = ("SELECT fact_id, seq, sealed FROM event_texts "
              "WHERE fact_id IN (SELECT value FROM json_each(?)) ORDER BY seq")
 SEALED_OF = ("SELECT fact_id, seq FROM event_texts WHERE fact_id IN (SELECT value FROM json_each(?)) "
@@ -94,6 +96,10 @@ class TextStore:
     def erase_facts(self, fact_ids: list[str]) -> None:
         """`erase_fact` for several facts, in order."""
         self._conn.executemany(ERASE_FACT, [(f,) for f in fact_ids])
+
+    def reseal(self, rows: list[tuple[int, bytes]]) -> None:
+        """Replace each (seq, sealed text) by the same text sealed under a newer key."""
+        self._conn.executemany(RESEAL, [(blob, seq) for seq, blob in rows])
 
     def seqs(self) -> Iterator[int]:
         for row in self._conn.execute(ALL_SEQS).fetchall():
