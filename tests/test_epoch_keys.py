@@ -387,13 +387,14 @@ def test_policy_after_erasure_rotates_at_the_end_of_a_subject_erasure(
         assert outcomes["word index key (copies taken before)"] == "clean"
         assert led.erasures().pending_epochs == 0
         _read_all(led, values)
-        # a one-fact forget rotates too (its keyed index words), and says no key was destroyed
+        # a one-fact forget rotates too: it re-keyed its subject (the generation the erased
+        # value used is destroyed), so copies taken before are crypto-erased as well
         epoch = led.keys.epoch  # type: ignore[union-attr]
         gone = led.assert_fact("acct:BOB-0", "extra", "to forget", actor="agent:a",
                                cause=CAUSE, provenance="attested")
         forgot = led.forget(gone.fact_id, actor="user:dpo", reason="subject_request")
         assert led.keys.epoch != epoch  # type: ignore[union-attr]
-        assert "not_applicable" == {p.place: p.outcome for p in forgot.certificate.places}[
+        assert "crypto-erased" == {p.place: p.outcome for p in forgot.certificate.places}[
             "WAL, archives, backups and replicas" if address.startswith("postgresql") else
             "copies of the ledger and key store files made before"]
         _read_all(led, values)

@@ -17,12 +17,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from custody_app.erasure.certificate import SERVER_COPIES
 from store.postgres import pages, residue
 from tests.conftest import Env
 
 SNAPSHOTS = residue.SNAPSHOTS_PLACE
 OLD = residue.OLD_VERSIONS_PLACE
 SECRET = "a rare condition named xyzzy"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _places(cert: Any) -> dict[str, Any]:
@@ -46,8 +48,14 @@ def inspected(pg_url: str) -> str:
 
 
 @pytest.fixture
-def env(inspected: str) -> Iterator[Env]:
-    env = Env(inspected)
+def env(inspected: str, tmp_path: Path) -> Iterator[Env]:
+    """A ledger whose policy rotates the epoch after each erasure, so the place for the
+    server's WAL and the copies made from it is settled at once (crypto-erased) and these
+    tests see the server's own places decide whether a certificate is complete."""
+    policy = tmp_path / "rotating.toml"
+    policy.write_text((ROOT / "policies" / "default.toml").read_text().replace(
+        'rotate_epoch = "manual"', 'rotate_epoch = "after_erasure"'))
+    env = Env(inspected, policy)
     try:
         yield env
     finally:
@@ -106,9 +114,8 @@ def test_a_server_erasure_checks_its_own_places(env: Env) -> None:
         old = places[OLD]
         assert old.outcome in ("clean", "shared"), old
         assert "VACUUM ran" in old.detail and "read with pageinspect" in old.detail
-        # the WAL and its copies are not claimed: this process cannot read them
-        assert places[
-            "the server's WAL, WAL archives, base backups and replicas"].outcome == "unverifiable"
+        # the WAL and its copies: the epoch that wrapped the destroyed keys is destroyed
+        assert places[SERVER_COPIES].outcome == "crypto-erased", places[SERVER_COPIES]
         assert places["events table: value and salt of each assert"].outcome == "clean"
         assert places["facts projection"].outcome == "clean"
         assert cert.complete is True, cert.render()

@@ -7,6 +7,7 @@ import json
 import socket
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 from custody_app.domain.errors import LedgerError
@@ -284,18 +285,21 @@ class KeyRing:
         kept wrapped beside its data keys (`_pin_digest`), so the digests kept before stay
         recognisable; forget_subject destroys it with them. None without a live key."""
         self._follow_store()
-        pinned = self.store.latest(_digest_ref(ref))
-        if pinned is not None and pinned[1] is not None and pinned[3] is None:
-            return self._unwrap(_digest_ref(ref), pinned[0], pinned[1])
         live = self._live.get(ref)
         if live is not None:
             # The subject's latest key, live, as the key store stood at its change counter.
-            key = live[1]
+            generation, key = live[0], live[1]
         else:
             row = self.store.latest(ref)
             if row is None or row[1] is None or row[3] is not None:
                 return None
-            key = self._unwrap(ref, row[0], row[1])
+            generation, key = row[0], self._unwrap(ref, row[0], row[1])
+        if generation > 1:
+            # Pinned at the subject's first re-key, which made generation 2 or later: a subject
+            # still at its first generation has none (and costs no read for it).
+            pinned = self.store.latest(_digest_ref(ref))
+            if pinned is not None and pinned[1] is not None and pinned[3] is None:
+                return self._unwrap(_digest_ref(ref), pinned[0], pinned[1])
         return bytes.fromhex(crypto.keyed_digest(key, "custody", "forgotten digests"))
 
     def _follow_store(self) -> None:
@@ -424,7 +428,9 @@ class KeyRing:
             return row[0], self._unwrap(ref, row[0], row[1]), row[2]
         generation = 1 if row is None else row[0] + 1
         key = crypto.new_key()
-        with self.store.write():
+        # Inside a key store transaction (the epoch check in _wrap holds until it ends); the
+        # enclosing write's when there is one: a savepoint would cost a server a round trip.
+        with nullcontext() if self.store.writing() else self.store.write():
             self.store.add(ref, generation, self._wrap(key, f"data:{ref}:{generation}"), now)
         # This write is the key store's change: the keys cached here stay current (the next
         # key_for_write of this transaction needs no second look at the store).

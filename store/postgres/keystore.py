@@ -372,6 +372,10 @@ class KeyStoreFile(MarkReads):
             self._changes += loaded
             return loaded
 
+    def writing(self) -> bool:
+        """Whether a key store transaction (write()) is open."""
+        return self._depth > 0
+
     @contextmanager
     def write(self) -> Iterator[None]:
         """A key store transaction on its own connection (READ COMMITTED, one writer at a time
@@ -509,7 +513,8 @@ _KEY_READS = frozenset((LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, SUBJECT_KEYS, LI
                         CHANGES))
 _MARK_READS = frozenset((MARKS, NEXT_MARK, NEWEST_MARK, CHANGES))
 _META_READS = frozenset((GET_META, CHANGES))
-_STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, REWRAP_KEYS: _KEY_READS, RETIRE: _KEY_READS, INSERT_DESTROYED: _KEY_READS,
+_STALE = {INSERT_KEY: _KEY_READS, DESTROY: _KEY_READS, REWRAP_KEYS: _KEY_READS, RETIRE: _KEY_READS,
+          INSERT_DESTROYED: _KEY_READS,
           ADD_MARK: _MARK_READS, PUT_META: _META_READS, REPLACE_META: _META_READS,
           DROP_META: _META_READS}
 

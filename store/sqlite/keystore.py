@@ -336,6 +336,10 @@ class KeyStoreFile(MarkReads):
             self._dirty = self._dirty or loaded > 0
             return loaded
 
+    def writing(self) -> bool:
+        """Whether a key store transaction (write()) is open."""
+        return bool(self.conn.in_transaction)
+
     @contextmanager
     def write(self) -> Iterator[None]:
         """A key store transaction (a savepoint inside one). A full disk at its commit is a
