@@ -23,6 +23,7 @@ from textual.widgets import DataTable
 
 from custody_app.interfaces.tui import app as app_module
 from custody_app.ledger.facade import Ledger
+from store.postgres.schema import SCHEMA_VERSION
 from tests.test_pg_surfaces import CAUSE, ROOT, _env, fact, ops
 from tests.test_tui_live import until
 from tests.tuikit import app_on, build_story, idle, keys, notes
@@ -225,7 +226,8 @@ def test_a_ledger_made_before_notifications_gets_them_at_its_next_read_write_ope
         finally:
             changes.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM custody.schema_version").fetchone() == (2,)
+        assert conn.execute("SELECT version FROM custody.schema_version").fetchone() == (
+            SCHEMA_VERSION,)
 
 
 def test_a_running_mcp_server_follows_another_processs_confirm_and_erasure(
