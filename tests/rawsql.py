@@ -177,3 +177,16 @@ def stored(address: Path | str) -> Any:
         return pgserver.dump(str(address))
     return tuple(Path(f"{address}{s}").read_bytes() if Path(f"{address}{s}").exists() else b""
                  for s in ("", "-wal", ".keys", ".keys-wal"))
+
+
+def as_another_host(address: Path | str) -> None:
+    """Forget this host's record of how far a server ledger had come (core.host_mark), as a
+    host that never opened it: a hand edit at the head this host saw is refused at its open
+    (`ledger_forked`) before verify could name it; another host's verify names it."""
+    if not is_server(address):
+        return
+    from custody_app.core.host_mark import host_mark_file
+
+    seen = host_mark_file(str(address))
+    if seen is not None:
+        seen.unlink(missing_ok=True)

@@ -62,6 +62,7 @@ def _rewrite(con: rawsql.Session, seq: int, edit: Any) -> str:
 
 
 def _verify_fails_at(env: Env, seq: int, words: str) -> None:
+    rawsql.as_another_host(env.path)  # this host refuses an edit at the head it saw
     with Ledger.open(env.path, policy=env.policy, readonly=True) as ledger:
         report = ledger.verify()
     assert not report.valid

@@ -19,11 +19,12 @@ from custody_app.domain.readmodels import ReadModel
 from custody_app.domain.timeutil import format_time
 from custody_app.erasure.certificate import FILE_COPIES as FILE_COPIES
 from custody_app.erasure.certificate import SERVER_COPIES as SERVER_COPIES
-from custody_app.erasure.certificate import ErasureCertificate, PlaceCheck
+from custody_app.erasure.certificate import ErasureCertificate
+from custody_app.erasure.epoch_place import covering as covering
+from custody_app.erasure.epoch_place import with_epoch_place as with_epoch_place
 from custody_app.erasure.rotate import RotateResult, rotate_index_key
 from custody_app.keys import epoch as epochs
 from custody_app.keys.keyring import MASTER_ENV, master_from_env
-from store.address import address_of
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
@@ -46,52 +47,6 @@ class EpochResult(ReadModel):
     completed: list[dict[str, Any]]
     certificates: list[ErasureCertificate] = []
     detail: str
-
-
-def copies_place_name(core: LedgerCore) -> str:
-    return SERVER_COPIES if address_of(core.db.path).own_file() is None else FILE_COPIES
-
-
-def covering(rotations: list[dict[str, Any]], seq: int) -> dict[str, Any] | None:
-    """The first rotation made once the ledger's head was at or past `seq`."""
-    return next((r for r in rotations if int(r.get("seq", -1)) >= seq), None)
-
-
-def epoch_place(core: LedgerCore, seq: int, *, destroyed_keys: bool) -> PlaceCheck:
-    """The certificate's place for copies taken before an erasure whose last event is `seq`."""
-    name = copies_place_name(core)
-    if not destroyed_keys:
-        return PlaceCheck(place=name, outcome="not_applicable", detail=(
-            "this erasure destroyed no key (the subject's data key is kept for its other "
-            "facts): a copy taken before still yields the erased value with the current key "
-            "store, whatever the epoch; forget_subject destroys the key"))
-    if core.keys is None:
-        return PlaceCheck(place=name, outcome="pending", detail="no key store to read the "
-                          "epoch from")
-    found = covering(epochs.rotations(core.keys.store), seq)
-    if found is not None:
-        return PlaceCheck(place=name, outcome="crypto-erased", detail=(
-            f"the epoch {found.get('retired')} that wrapped the keys this erasure destroyed was "
-            f"destroyed at {found.get('at')} (rotate-epoch): a copy taken before this erasure "
-            "no longer yields its values, free text or index words, even with the current "
-            "key files (a plaintext subject id in such a copy's rows is not under any key)"))
-    current = (epochs.record(core.keys.store) or {}).get("id") or core.keys.epoch
-    return PlaceCheck(
-        place=name, outcome="pending" if name == SERVER_COPIES else "unverifiable",
-        detail=f"the epoch {current} that wraps the keys this erasure destroyed is still live: "
-        "a copy taken before this erasure, read with the current key files, still yields what "
-        "it destroyed until `custody-app rotate-epoch` destroys that epoch (or the policy's "
-        "[erasure] rotate_epoch runs it)")
-
-
-def with_epoch_place(core: LedgerCore, cert: ErasureCertificate, seq: int, *,
-                     destroyed_keys: bool) -> ErasureCertificate:
-    """The certificate with its epoch place (re)computed, and `complete` with it."""
-    name = copies_place_name(core)
-    places = [p for p in cert.places if p.place != name]
-    places.append(epoch_place(core, seq, destroyed_keys=destroyed_keys))
-    complete = all(p.outcome not in ("pending", "found") for p in places)
-    return cert.model_copy(update={"places": places, "complete": complete})
 
 
 def pending_erasures(core: LedgerCore) -> list[dict[str, Any]]:

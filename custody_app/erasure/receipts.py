@@ -119,7 +119,7 @@ def _with_epochs(core: LedgerCore, receipts: list[ErasureReceipt]) -> list[Erasu
     """Each subject erasure with its epoch's state (see erasure/epoch.py)."""
     if core.keys is None:
         return receipts
-    from custody_app.erasure.epoch import covering  # epoch imports this module
+    from custody_app.erasure.epoch_place import covering
     from custody_app.keys.epoch import rotations
 
     done = rotations(core.keys.store)

@@ -11,6 +11,7 @@ from custody_app.domain.timeutil import format_time
 from custody_app.erasure import rekey
 from custody_app.erasure.certificate import COPIES_PLACES, ErasureCertificate
 from custody_app.erasure.completion import finished_elsewhere
+from custody_app.erasure.epoch_place import with_epoch_place
 from custody_app.erasure.proof import reissue
 from custody_app.erasure.rewrites import REWRITE_PLACE, rewrite
 from custody_app.erasure.work import ErasureWork
@@ -54,7 +55,6 @@ class Scrubs:
         """After rotate-epoch: the certificates of this process's subject erasures it covered,
         re-issued with their place for copies taken before `crypto-erased` (and the word index
         key's: `index`, the rotation's re-keying)."""
-        from custody_app.erasure.epoch import with_epoch_place  # it imports this module
         from custody_app.erasure.rotate import index_key_place
 
         done, kept = [], []

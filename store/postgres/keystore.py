@@ -372,6 +372,18 @@ class KeyStoreFile(MarkReads):
             self._changes += loaded
             return loaded
 
+    def _roll_back_to(self, name: str) -> None:
+        """Roll the savepoint `name` back (what is queued now is dropped with it) and release it."""
+        self._queued = [(f"ROLLBACK TO SAVEPOINT {name}", ()), (f"RELEASE SAVEPOINT {name}", ())]
+        self._flush()
+
+    def _forget_reads(self) -> None:
+        """Forget the write transaction's cached reads (a rolled-back write may have changed
+        what they answered)."""
+        if self._cache is not None:
+            self._cache.clear()
+            self._meta = None
+
     def writing(self) -> bool:
         """Whether a key store transaction (write()) is open."""
         return self._depth > 0
@@ -405,12 +417,8 @@ class KeyStoreFile(MarkReads):
                 else:
                     # Sent (and with it everything queued before it): what is queued now was
                     # queued inside it, and is dropped with its rollback.
-                    self._queued = [(f"ROLLBACK TO SAVEPOINT {name}", ()),
-                                    (f"RELEASE SAVEPOINT {name}", ())]
-                    self._flush()
-                if self._cache is not None:
-                    self._cache.clear()
-                    self._meta = None
+                    self._roll_back_to(name)
+                self._forget_reads()
                 raise
             self._depth -= 1
             if self._queued[-1:] == [marker]:
@@ -423,12 +431,8 @@ class KeyStoreFile(MarkReads):
                     self._flush()
                 except StoreError:
                     self._dirty = saved
-                    self._queued = [(f"ROLLBACK TO SAVEPOINT {name}", ()),
-                                    (f"RELEASE SAVEPOINT {name}", ())]
-                    self._flush()
-                    if self._cache is not None:
-                        self._cache.clear()
-                        self._meta = None
+                    self._roll_back_to(name)
+                    self._forget_reads()
                     raise
             else:
                 self._queued.append((f"RELEASE SAVEPOINT {name}", ()))
