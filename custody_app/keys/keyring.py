@@ -34,6 +34,8 @@ from store.rows import MarkRow
 # Subjects whose refs and keys are cached (each cache is emptied when full): enough for a
 # group's working set, and at ~300 bytes an entry, an RSS that does not grow with the ledger.
 CACHED_SUBJECTS = 65_536
+# Opens that read the key file just before another process's rotation committed: tried again.
+RACED_ROTATION_TRIES = 4
 
 
 # ledger_meta: the fingerprint of the word index key the lexical index was built under
@@ -114,21 +116,32 @@ class KeyRing:
             store = open_keystore(path)
         except StoreError as exc:
             raise LedgerError(exc.code, str(exc)) from None
-        try:
-            nxt = epochs.next_path(master_path_for(path))
-            if master_from_env() is None and nxt.exists():
-                # A rotate-epoch cut short leaves `<master file>.next`: settled first.
-                if not readonly:
-                    epochs.resolve(store, master_path_for(path))
-                elif epochs.opens(store, key := epochs.read_key(nxt)) and key is not None:
-                    return cls(store, key, path)
-            # A master key is made only for a new key store: one that already holds keys was
-            # made under another (a server ledger opened from a second host, say), and a fresh
-            # key file would open nothing.
-            return cls(store, load_master(path, create=store.meta("check") is None), path)
-        except BaseException:
-            store.close()
-            raise
+        for attempt in range(RACED_ROTATION_TRIES):
+            try:
+                nxt = epochs.next_path(master_path_for(path))
+                if master_from_env() is None and nxt.exists():
+                    # A rotate-epoch cut short leaves `<master file>.next`: settled first.
+                    if not readonly:
+                        epochs.resolve(store, master_path_for(path))
+                    elif epochs.opens(store, key := epochs.read_key(nxt)) and key is not None:
+                        return cls(store, key, path)
+                # A master key is made only for a new key store: one that already holds keys
+                # was made under another (a server ledger opened from a second host, say), and
+                # a fresh key file would open nothing.
+                return cls(store, load_master(path, create=store.meta("check") is None), path)
+            except LedgerError as exc:
+                # A rotation in another process of this host committed between this open's
+                # read of the key file and its check: the new key is in the file (or its
+                # `.next`) by now, or soon. Another host's rotation is refused as it was.
+                if (exc.code != "epoch_rotated" or master_from_env() is not None
+                        or attempt == RACED_ROTATION_TRIES - 1):
+                    store.close()
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+            except BaseException:
+                store.close()
+                raise
+        raise AssertionError("unreachable: the last try raises or returns")
 
     @property
     def path(self) -> str:
