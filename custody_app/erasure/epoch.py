@@ -17,11 +17,10 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
 from custody_app.domain.timeutil import format_time
-from custody_app.erasure.certificate import FILE_COPIES as FILE_COPIES
 from custody_app.erasure.certificate import SERVER_COPIES as SERVER_COPIES
 from custody_app.erasure.certificate import ErasureCertificate
-from custody_app.erasure.epoch_place import covering as covering
 from custody_app.erasure.epoch_place import with_epoch_place as with_epoch_place
+from custody_app.erasure.receipts import erasures
 from custody_app.erasure.rotate import RotateResult, rotate_index_key
 from custody_app.keys import epoch as epochs
 from custody_app.keys.keyring import MASTER_ENV, master_from_env
@@ -51,8 +50,6 @@ class EpochResult(ReadModel):
 
 def pending_erasures(core: LedgerCore) -> list[dict[str, Any]]:
     """The subject erasures (they destroy keys) no rotation has covered yet, oldest first."""
-    from custody_app.erasure.receipts import erasures  # receipts imports this module
-
     if core.keys is None:
         return []
     covered = max((int(r.get("seq", -1)) for r in epochs.rotations(core.keys.store)), default=-1)

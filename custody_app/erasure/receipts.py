@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
+from custody_app.erasure.epoch_place import covering
+from custody_app.keys.epoch import rotations
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
@@ -119,9 +121,6 @@ def _with_epochs(core: LedgerCore, receipts: list[ErasureReceipt]) -> list[Erasu
     """Each subject erasure with its epoch's state (see erasure/epoch.py)."""
     if core.keys is None:
         return receipts
-    from custody_app.erasure.epoch_place import covering
-    from custody_app.keys.epoch import rotations
-
     done = rotations(core.keys.store)
     out = []
     for r in receipts:
