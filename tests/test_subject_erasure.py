@@ -405,7 +405,10 @@ def test_redaction_masks_before_anything_is_stored(env: Env) -> None:
          "end": 11 + len(email) + len(card)},
         {"path": "/tags/0", "kind": "email", "start": 0, "end": len(email)},
     ]
-    assert email not in event.body and card not in event.body and "4111" not in event.body
+    # The card's digits, not "4111" alone: the body carries random hex digests, and a 4-digit
+    # run turns up in one about once in a thousand ledgers (the CI failure of stop 38).
+    assert email not in event.body and card not in event.body
+    assert card.replace(" ", "") not in event.body
     history = ledger.history(result.fact_id).events[0].model_dump()
     assert history["value"] == view.value and email not in json.dumps(history)
     assert ledger.db.wal_checkpoint().complete
