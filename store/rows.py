@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(slots=True)
@@ -184,6 +184,21 @@ def filter_code(kind: str, value: str) -> int:
 
 
 VecRow = tuple[int, int, bytes, str, int, int]  # fact_seq, cell, vector, status, space/subject codes
+
+
+class VectorSeal(Protocol):
+    """How a server's recall vectors and cell centroids are stored (issue 34: nothing erasable
+    in the clear): the layer above, which holds the keys, hands one in
+    (`RecallStore.seal_vectors`); the store calls it on every vector and centroid it writes
+    or reads and never sees a key. Each blob is bound to its row (the fact's assert seq, the
+    cell), so one moved to another row does not open."""
+
+    form: str  # recorded with the index: "sealed"
+
+    def seal(self, fact_seq: int, vector: bytes) -> bytes: ...
+    def open(self, fact_seq: int, blob: bytes) -> bytes: ...
+    def seal_centroid(self, cell: int, centroid: bytes) -> bytes: ...
+    def open_centroid(self, cell: int, blob: bytes) -> bytes: ...
 
 
 def vec_row(fact_seq: int, cell: int, vector: bytes, status: str, space: str,

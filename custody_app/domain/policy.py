@@ -141,6 +141,11 @@ class RecallPolicy(_Section):
     and a query reads only the nearest cells (below it, every vector: exact search)."""
     ann_probe: Annotated[float, Field(gt=0, le=1)] = 0.08
     """Share of the cells a clustered vector search reads (1 = all of them, exact)."""
+    server_vectors: Literal["sealed", "clear"] = "sealed"
+    """On a server ledger: "sealed" stores every vector and cell centroid AES-GCM sealed
+    under a key derived from the word index key (rotate-epoch makes copies taken before an
+    erasure unreadable); "clear" stores them as plain float32 rows, and then every erasure
+    certificate says that vectors are not crypto-erased in copies. A file ledger ignores it."""
 
     @model_validator(mode="after")
     def _ordered(self) -> RecallPolicy:

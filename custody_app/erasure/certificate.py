@@ -8,7 +8,7 @@ from custody_app.domain.readmodels import ReadModel
 from custody_app.domain.timeutil import format_time, parse_duration, parse_time
 
 Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable",
-                  "crypto-erased"]
+                  "crypto-erased", "not-crypto-erased"]
 
 # The place for copies taken before an erasure (custody_app.erasure.epoch): pending until
 # rotate-epoch destroys the epoch key that wrapped the keys it destroyed. Settled by that
@@ -16,6 +16,10 @@ Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_ap
 SERVER_COPIES = "WAL, archives, backups and replicas"
 FILE_COPIES = "copies of the ledger and key store files made before"
 COPIES_PLACES = frozenset((SERVER_COPIES, FILE_COPIES))
+# A server ledger whose policy keeps its recall vectors in the clear ([recall] server_vectors =
+# "clear"): every certificate says that its copies keep the vectors (custody_app.erasure
+# .epoch_place).
+VECTOR_COPIES = "recall vectors in copies"
 
 CANNOT_REACH = (
     "backups, snapshots and copies of the ledger file taken before this erasure (the keys that "

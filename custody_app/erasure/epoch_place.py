@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from custody_app.erasure.certificate import FILE_COPIES, SERVER_COPIES, ErasureCertificate, PlaceCheck
+from custody_app.erasure.certificate import (
+    FILE_COPIES,
+    SERVER_COPIES,
+    VECTOR_COPIES,
+    ErasureCertificate,
+    PlaceCheck,
+)
 from custody_app.keys import epoch as epochs
 from store.address import address_of
 
@@ -52,11 +58,33 @@ def epoch_place(core: LedgerCore, seq: int, *, destroyed_keys: bool) -> PlaceChe
         "[erasure] rotate_epoch runs it)")
 
 
+def vector_place(core: LedgerCore) -> PlaceCheck | None:
+    """On a server whose policy keeps recall vectors in the clear: the place that says copies
+    keep them (None: sealed, or a file ledger, whose byte scan covers its vectors)."""
+    if (address_of(core.db.path).own_file() is not None
+            or core.db.recall.vector_form() == "sealed"):
+        return None
+    why = ("the policy's [recall] server_vectors = \"clear\"" if
+           core.policy.policy.recall.server_vectors == "clear" else
+           "the recall index's vectors are stored in the clear (an index built before vectors "
+           "were sealed, or without a key store)")
+    return PlaceCheck(place=VECTOR_COPIES, outcome="not-crypto-erased", detail=(
+        f"{why}: the erased facts' vectors were deleted from the live table, but a backup, WAL "
+        "archive, replica or old row version taken before this erasure keeps them as plain "
+        "float32 rows under no key, and a fact's words can be approximated from its vector; "
+        "rotate-epoch does not reach them"))
+
+
 def with_epoch_place(core: LedgerCore, cert: ErasureCertificate, seq: int, *,
                      destroyed_keys: bool) -> ErasureCertificate:
-    """The certificate with its epoch place (re)computed, and `complete` with it."""
+    """The certificate with its epoch place (re)computed (after it, on a server keeping its
+    vectors in the clear, the place that says so), and `complete` with it. The epoch place
+    stays the last one."""
     name = copies_place_name(core)
-    places = [p for p in cert.places if p.place != name]
+    places = [p for p in cert.places if p.place not in (name, VECTOR_COPIES)]
+    vectors = vector_place(core)
+    if vectors is not None:
+        places.append(vectors)
     places.append(epoch_place(core, seq, destroyed_keys=destroyed_keys))
     complete = all(p.outcome not in ("pending", "found") for p in places)
     return cert.model_copy(update={"places": places, "complete": complete})

@@ -20,6 +20,7 @@ from custody_app.domain.readmodels import ReadModel
 from custody_app.erasure.certificate import PlaceCheck
 from custody_app.keys.keyring import INDEX_KEY_ID
 from custody_app.keys.keyring import index_key_id as key_id
+from custody_app.keys.vectors import SEALED, VectorCipher
 from custody_app.recall import text
 from custody_app.recall.index import INDEXED
 
@@ -41,10 +42,14 @@ class RotateResult(ReadModel):
 
 
 def _reindex_under(core: LedgerCore, new: bytes) -> int:
-    """One ledger transaction: the lexical index rebuilt under `new`, its fingerprint kept."""
+    """One ledger transaction: the lexical index rebuilt under `new`, a server's sealed vectors
+    and centroids re-sealed under the key derived from it, its fingerprint kept."""
     with core.transaction():
         rows = lexical_rows(core.index, new)
         core.db.recall.recreate_lexical(rows)
+        if core.db.recall.vector_form() == SEALED:
+            # Under the key the index is under now (the transaction's fence followed it).
+            core.db.recall.reseal(VectorCipher.fixed(core.index.key()), VectorCipher.fixed(new))
         core.db.recall.refresh_statistics()
         core.db.texts.set_meta(KEY_ID, key_id(new))
         crash_point("rotate.before_commit")

@@ -57,6 +57,7 @@ KEY_TABLES = ("subject_keys", "ledger_marks")
 NOT_COPIED_META = frozenset({
     "embedder", "embedder_dims", "recall_layout", "recall_vec_version", "recall_cells_version",
     "recall_cells_n", "recall_cells_moving", "recall_maintenance_error", "sqlite_vec_version",
+    "recall_vec_form",
     COPY_INCOMPLETE})
 Progress = Callable[[str, int], None]
 

@@ -12,6 +12,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.policy import LoadedPolicy
 from custody_app.keys.keyring import INDEX_KEY_ID, KeyRing
 from custody_app.keys.values import ValueCodec
+from custody_app.keys.vectors import SEALED, VectorCipher
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, embedder_for, make_embedder
@@ -19,6 +20,7 @@ from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from custody_app.recall.removals import BatchedRemovals
 from store import LedgerFile
+from store.address import address_of
 from store.rows import FactRow, VecRow, vec_row
 
 # Status in the indexes for each fact status; a fact in any other status is not indexed. The
@@ -59,8 +61,11 @@ class RecallIndex(BatchedRemovals):
         # Exact vector search in process while the vectors fit its budget (rebuilt from
         # sqlite-vec, kept in step with every change made here, reloaded after any other).
         self.matrix = VectorMatrix(db, self.embedder.dimensions)
+        # A server's vectors and centroids are read and written through the form recorded
+        # with its index (sealed, or in the clear); a rebuild writes the policy's form.
+        self.seal_as_recorded()
         # Re-clustering runs here, on a connection of its own, never inside a write.
-        self.maintenance = Maintenance(db.path, policy)
+        self.maintenance = Maintenance(db.path, policy, seal=self.fixed_seal)
         # Adds not yet written, by assert seq: (fact, index status, its text); flushed before
         # commit and before any read of the index rows.
         self._pending: dict[int, Pending] = {}
@@ -94,8 +99,31 @@ class RecallIndex(BatchedRemovals):
         return self.keys.subject_ref(subject)
 
     def is_current(self) -> bool:
-        """Were the vectors made by the policy's embedder (else `rebuild` re-embeds)?"""
-        return self.db.recall.embedder() == (self.embedder.name, self.embedder.dimensions)
+        """Were the vectors made by the policy's embedder, and stored in the form it asks
+        (else `rebuild` re-embeds)?"""
+        return (self.db.recall.embedder() == (self.embedder.name, self.embedder.dimensions)
+                and self.db.recall.vector_form() == self.wanted_form())
+
+    def wanted_form(self) -> str:
+        """How the policy wants the vectors stored: sealed on a server (unless its [recall]
+        server_vectors = "clear"), in the clear in a file ledger (sqlite-vec searches them;
+        its erasure's byte scan covers them) or without a key store."""
+        if (self.keys is None or not address_of(self.db.path).server
+                or self.policy.policy.recall.server_vectors == "clear"):
+            return "clear"
+        return SEALED
+
+    def seal_as_recorded(self, form: str | None = None) -> None:
+        """Read and write the vectors in `form` (default: the form recorded with the index)."""
+        form = self.db.recall.vector_form() if form is None else form
+        self.db.recall.seal_vectors(VectorCipher(self.key) if form == SEALED else None)
+
+    def fixed_seal(self) -> VectorCipher | None:
+        """For another connection (a background re-clustering): the cipher of the index key
+        held now, when the vectors are sealed."""
+        if self.db.recall.vector_form() != SEALED:
+            return None
+        return VectorCipher.fixed(self.key())
 
     def use_recorded_embedder(self) -> None:
         """For a read-only open whose vectors another embedder made (it cannot re-embed):
@@ -261,7 +289,12 @@ class RecallIndex(BatchedRemovals):
         """Drop and rebuild both indexes for the policy's embedder, re-embedding every
         believed fact (inside the caller's write transaction). Returns how many facts were
         indexed."""
-        self.db.recall.create(self.embedder.name, self.embedder.dimensions)
+        self.seal_as_recorded(self.wanted_form())
+        try:
+            self.db.recall.create(self.embedder.name, self.embedder.dimensions)
+        except BaseException:
+            self.seal_as_recorded()
+            raise
         self.matrix.drop()
         believed = [f for status in INDEXED for f in self.db.facts.with_status(status)]
         self._pending, self._removed, self._moved = {}, set(), {}

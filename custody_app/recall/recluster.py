@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from custody_app.domain.policy import LoadedPolicy
+from custody_app.keys.keyring import INDEX_KEY_ID
+from custody_app.keys.vectors import VectorCipher
 from custody_app.recall.cells import MIN_CELLS, SAMPLE, Matrix, kmeans, regrow_due
 from custody_app.recall.heap import give_back_freed_heap
 from store import LedgerFile, open_ledger
@@ -52,13 +54,18 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
               budget_s: float | None = BUDGET_S,
               progress: Progress | None = None,
               stop: threading.Event | None = None,
-              held_ms: list[float] | None = None) -> int:
+              held_ms: list[float] | None = None,
+              seal: VectorCipher | None = None) -> int:
     """Re-cluster the cells of the ledger open as `db` (a connection no one else writes
     through), reporting (moved, total) after each write transaction; resumes a re-clustering
     that was interrupted. Each transaction moves up to `batch` vectors and stops before the row
     it expects to take it past `budget_s` (None: no time limit). Returns the number of cells, or 0 when
     stopped before the end (it resumes next time). `held_ms` collects how long each of its
-    write transactions held the write lock."""
+    write transactions held the write lock. `seal`: the cipher of a server's sealed vectors
+    (installed on `db` here); the re-clustering stops before it would seal new centroids under
+    a word index key another process has rotated away meanwhile."""
+    if seal is not None:
+        db.recall.seal_vectors(seal)
     moving = db.recall.moving_below()
     if not moving:
         with db.read():
@@ -91,6 +98,9 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
             moving = db.recall.moving_below()
             if not moving and db.recall.clustered_on() != clustered:
                 return 0  # another connection re-clustered meanwhile: not due any more
+            if not moving and seal is not None and db.meta(INDEX_KEY_ID) not in (None,
+                                                                                seal.key_id()):
+                return 0  # the index key was rotated meanwhile: the next run uses the new one
             if not moving:
                 moving = max((c for c, _ in db.recall.cells()), default=0) + 1
                 db.recall.begin_moving(moving, [c.tobytes() for c in centroids])
@@ -202,9 +212,13 @@ class Maintenance:
     """Runs `recluster` in a background thread on its own connection to the ledger file, when
     the index says it is due; `close` stops it between two batches."""
 
-    def __init__(self, path: str | Path, policy: LoadedPolicy) -> None:
+    def __init__(self, path: str | Path, policy: LoadedPolicy,
+                 seal: Callable[[], VectorCipher | None] | None = None) -> None:
         self.path = str(path)
         self.policy = policy
+        # Asked at each start, in the owner's thread (its key ring is not shared with ours).
+        self._seal = seal
+        self._cipher: VectorCipher | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.error: BaseException | None = None
@@ -220,6 +234,7 @@ class Maintenance:
             return
         self._stop.clear()
         self.error = None
+        self._cipher = self._seal() if self._seal is not None else None
         self._thread = threading.Thread(target=self._run, name="custody-recluster", daemon=True)
         self._thread.start()
 
@@ -232,7 +247,7 @@ class Maintenance:
             db.checkpoint_in_background()
             try:
                 recluster(db, self.policy, progress=self._note, stop=self._stop,
-                          held_ms=self.held_ms)
+                          held_ms=self.held_ms, seal=self._cipher)
                 if db.recall.maintenance_error() is not None:
                     with db.write():
                         db.recall.note_maintenance_error(None)  # this run succeeded

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from store.postgres.failures import later
-from store.postgres.recall_meta import CELLS_INSERT, RecallMeta
+from store.postgres.recall_meta import CELLS_ALL, CELLS_INSERT, VEC_FORM, RecallMeta
 from store.postgres.recall_search import RecallSearch, tokens
-from store.rows import FACT_COLUMNS, FactRow, RecallEngines, VecRow, vec_row
+from store.rows import FACT_COLUMNS, FactRow, RecallEngines, VecRow, VectorSeal, vec_row
 
 DDL: tuple[str, ...] = (
     # One row per indexed fact: its terms and scope as handed in (keyed hashes, never words)
@@ -51,6 +51,9 @@ DDL: tuple[str, ...] = (
     space_code   bigint NOT NULL,
     subject_code bigint NOT NULL)""",
     "CREATE INDEX recall_vec_by_cell ON recall_vec(cell)",
+    # `embedding` and `centroid` are sealed (AES-GCM under a key derived from the word index
+    # key, bound to the row) unless the policy keeps them in the clear (ledger_meta's
+    # recall_vec_form says which).
     """CREATE TABLE recall_cells(
     cell     bigint PRIMARY KEY,
     centroid bytea NOT NULL)""",
@@ -116,6 +119,13 @@ VEC_MOVE = ("UPDATE recall_vec v SET cell = m.cell FROM unnest(%s::bigint[], %s:
             "AS m(fact_seq, cell) WHERE v.fact_seq = m.fact_seq AND v.cell < %s")
 VEC_COUNT = "SELECT count(*) FROM recall_vec"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
+VEC_ALL = "SELECT fact_seq, embedding FROM recall_vec ORDER BY fact_seq"
+VEC_RESEAL = ("UPDATE recall_vec v SET embedding = m.embedding FROM unnest(%s::bigint[], "
+              "%s::bytea[]) AS m(fact_seq, embedding) WHERE v.fact_seq = m.fact_seq")
+CELLS_RESEAL = ("UPDATE recall_cells c SET centroid = m.centroid FROM unnest(%s::bigint[], "
+                "%s::bytea[]) AS m(cell, centroid) WHERE c.cell = m.cell")
+# Rows re-sealed a statement at a time.
+RESEAL_BATCH = 2000
 CREATED = "SELECT 1 FROM ledger_meta WHERE key = 'recall_layout'"
 ANALYZE = "ANALYZE recall_docs, recall_postings, recall_terms, recall_stats, recall_vec"
 # What recall shows of its hits, in one statement: the fact, its assert event's subject ref and
@@ -151,6 +161,40 @@ class RecallStore(RecallMeta, RecallSearch):
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
+        self._seal: VectorSeal | None = None
+
+    # ---- how vectors are stored ---------------------------------------------------------
+    def seal_vectors(self, seal: VectorSeal | None) -> None:
+        """Store and read vectors and centroids through `seal` from now on (None: in the
+        clear). The layer above chooses, by the form recorded with the index."""
+        self._seal = seal
+
+    def vector_form(self) -> str:
+        """How the stored vectors are kept: "sealed", or "clear" (also every index built
+        before vectors were sealed)."""
+        return self._meta(VEC_FORM) or "clear"
+
+    def reseal(self, old: VectorSeal, new: VectorSeal) -> int:
+        """Every vector and centroid opened with `old` and sealed again with `new` (inside the
+        caller's transaction: a key rotation's). Returns how many vectors."""
+        rows = [(int(s), old.open(int(s), bytes(b)))
+                for s, b in self._conn.execute(VEC_ALL).fetchall()]
+        for i in range(0, len(rows), RESEAL_BATCH):
+            batch = rows[i:i + RESEAL_BATCH]
+            self._conn.execute(VEC_RESEAL, ([s for s, _ in batch],
+                                            [new.seal(s, v) for s, v in batch]))
+        cells = [(int(c), old.open_centroid(int(c), bytes(b)))
+                 for c, b in self._conn.execute(CELLS_ALL).fetchall()]
+        if cells:
+            self._conn.execute(CELLS_RESEAL, ([c for c, _ in cells],
+                                              [new.seal_centroid(c, v) for c, v in cells]))
+        return len(rows)
+
+    def _out(self, fact_seq: int, blob: bytes) -> bytes:
+        return blob if self._seal is None else self._seal.open(fact_seq, blob)
+
+    def _in(self, fact_seq: int, vector: bytes) -> bytes:
+        return vector if self._seal is None else self._seal.seal(fact_seq, vector)
 
     # ---- the index as a whole -----------------------------------------------------------
     def engines(self) -> RecallEngines:
@@ -182,6 +226,7 @@ class RecallStore(RecallMeta, RecallSearch):
         self._put("embedder", embedder)
         self._put("embedder_dims", str(int(dimensions)))
         self._put("recall_layout", LAYOUT)
+        self._put(VEC_FORM, "clear" if self._seal is None else self._seal.form)
         self._new_cells(0)
 
     def exists(self) -> bool:
@@ -231,7 +276,9 @@ class RecallStore(RecallMeta, RecallSearch):
             columns = list(zip(*rows, strict=True))
             later(self._conn, VEC_INSERT, (
                 [int(v) for v in columns[0]], [int(v) for v in columns[1]],
-                [bytes(v) for v in columns[2]], [str(v) for v in columns[3]],
+                [self._in(int(s), bytes(v)) for s, v in zip(columns[0], columns[2],
+                                                             strict=True)],
+                [str(v) for v in columns[3]],
                 [int(v) for v in columns[4]], [int(v) for v in columns[5]]))
 
     def vector_cells(self) -> list[tuple[int, int]]:
@@ -257,7 +304,7 @@ class RecallStore(RecallMeta, RecallSearch):
 
     def vectors_of(self, fact_seqs: Sequence[int]) -> list[tuple[int, bytes]]:
         """(fact_seq, vector) of those of `fact_seqs` indexed, in the order asked."""
-        found = {int(s): bytes(v) for s, v in
+        found = {int(s): self._out(int(s), bytes(v)) for s, v in
                  self._conn.execute(VEC_OF, ([int(s) for s in fact_seqs],)).fetchall()}
         return [(seq, found[seq]) for seq in fact_seqs if seq in found]
 
@@ -291,7 +338,8 @@ class RecallStore(RecallMeta, RecallSearch):
         self._clear_vectors()
         if centroids:
             with self._conn.cursor() as cur:
-                cur.executemany(CELLS_INSERT, list(enumerate(centroids)))
+                cur.executemany(CELLS_INSERT, [(i, self._centroid_in(i, c))
+                                               for i, c in enumerate(centroids)])
         self._insert_vectors(rows)
         self._new_cells(len(rows))
 
@@ -303,7 +351,8 @@ class RecallStore(RecallMeta, RecallSearch):
             page = self._conn.execute(VEC_PAGE, (after, int(chunk))).fetchall()
             if not page:
                 return
-            yield [(int(r[0]), bytes(r[1]), str(r[2]), int(r[3]), int(r[4])) for r in page]
+            yield [(int(r[0]), self._out(int(r[0]), bytes(r[1])), str(r[2]), int(r[3]),
+                    int(r[4])) for r in page]
             if len(page) < chunk:
                 return
             after = int(page[-1][0])

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from store.postgres.failures import later, queues
+from store.rows import VectorSeal
 
 CELLS_ALL = "SELECT cell, centroid FROM recall_cells ORDER BY cell"
 CELLS_INSERT = "INSERT INTO recall_cells(cell, centroid) VALUES (%s, %s)"
@@ -29,10 +30,22 @@ BUMP = ("WITH old AS (SELECT value FROM ledger_meta WHERE key = %s) "
         "RETURNING (SELECT value FROM old)")
 
 
+# ledger_meta: how the vectors and centroids are stored ("sealed"; absent: in the clear, as
+# every index built before vectors were sealed), written when the index is (re)created.
+VEC_FORM = "recall_vec_form"
+
+
 class RecallMeta:
     """The part of `RecallStore` kept in ledger_meta and recall_cells."""
 
     _conn: Any
+    _seal: VectorSeal | None
+
+    def _centroid_in(self, cell: int, centroid: bytes) -> bytes:
+        return centroid if self._seal is None else self._seal.seal_centroid(cell, centroid)
+
+    def _centroid_out(self, cell: int, blob: bytes) -> bytes:
+        return blob if self._seal is None else self._seal.open_centroid(cell, blob)
 
     def _meta(self, key: str) -> str | None:
         row = self._conn.execute(META_GET, (key,)).fetchone()
@@ -85,7 +98,8 @@ class RecallMeta:
         from now on, searches read every cell until the old ones are empty."""
         if centroids:
             with self._conn.cursor() as cur:
-                cur.executemany(CELLS_INSERT, [(base + i, c) for i, c in enumerate(centroids)])
+                cur.executemany(CELLS_INSERT, [(base + i, self._centroid_in(base + i, c))
+                                               for i, c in enumerate(centroids)])
         self._put("recall_cells_moving", str(int(base)))
         self._put("recall_cells_version", str(int(self.cells_version()) + 1))
 
@@ -100,7 +114,8 @@ class RecallMeta:
 
     def cells(self) -> list[tuple[int, bytes]]:
         """The k-means centroids the vectors are partitioned by (none: one cell, exact search)."""
-        return [(int(c), bytes(b)) for c, b in self._conn.execute(CELLS_ALL).fetchall()]
+        return [(int(c), self._centroid_out(int(c), bytes(b)))
+                for c, b in self._conn.execute(CELLS_ALL).fetchall()]
 
     def cells_version(self) -> str:
         return self._meta("recall_cells_version") or "0"

@@ -89,6 +89,9 @@ class RecallSearch:
 
     _conn: Any
 
+    def _out(self, fact_seq: int, blob: bytes) -> bytes:  # the vector of a stored row
+        raise NotImplementedError
+
     def doc_freq(self, terms: list[str]) -> dict[str, int] | None:
         """How many indexed facts contain each term, in either column (None when the index
         was never created). One statement; the counts are stored, not walked."""
@@ -145,7 +148,8 @@ class RecallSearch:
         best_seqs, best = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         after = -(2**63)
         while True:
-            rows = self._conn.execute(statement, [*params, after, VEC_PAGE]).fetchall()
+            rows = [(r[0], self._out(int(r[0]), bytes(r[1]))) for r in
+                    self._conn.execute(statement, [*params, after, VEC_PAGE]).fetchall()]
             if not rows:
                 break
             seqs, distance = _distances(rows, target)

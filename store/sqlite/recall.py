@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 import apsw
 
 from store.errors import StoreFull
-from store.rows import RecallEngines, VecRow, vec_row
+from store.rows import RecallEngines, VecRow, VectorSeal, vec_row
 from store.sqlite.recall_hits import RecallHits
 from store.sqlite.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
 from store.sqlite.recall_search import RecallSearch
@@ -134,6 +134,17 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch):
     def engines(self) -> RecallEngines:
         """What these indexes are, in recall's own words."""
         return ENGINES
+
+    def seal_vectors(self, seal: VectorSeal | None) -> None:
+        """Nothing to do here: a file ledger's vectors stay in the clear (sqlite-vec searches
+        them), and its erasure's byte scan and file rewrite cover them."""
+
+    def vector_form(self) -> str:
+        return "clear"
+
+    def reseal(self, old: VectorSeal, new: VectorSeal) -> int:
+        """Nothing to re-seal in a file ledger."""
+        return 0
 
     def refresh_statistics(self) -> None:
         """Nothing to do here: FTS5 and vec0 keep the counts their searches use themselves."""
