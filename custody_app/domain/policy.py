@@ -252,6 +252,8 @@ def policy_from_text(source: str, path: str, *, stored: bool = False) -> LoadedP
         del data["review"]["direct_retractors"]
     if data["erasure"]["rotate_epoch"] == "manual":
         del data["erasure"]["rotate_epoch"]  # epoch keys (issue 34): likewise
+    if data["recall"]["server_vectors"] == "sealed":
+        del data["recall"]["server_vectors"]  # sealed vectors (issue 34): likewise
     canonical = rfc8785.dumps(data).decode()
     digest = hashlib.sha256(canonical.encode()).hexdigest()
     return LoadedPolicy(policy, digest, canonical, source, path)
