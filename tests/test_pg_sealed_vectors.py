@@ -24,6 +24,7 @@ from custody_app.erasure.certificate import VECTOR_COPIES
 from custody_app.keys import crypto
 from custody_app.keys.vectors import VectorCipher
 from custody_app.ledger.facade import Ledger
+from custody_app.recall import matrix as matrix_mod
 from tests import pgserver, rawsql
 from tests.test_epoch_keys import _key_files
 
@@ -298,3 +299,52 @@ def test_a_bad_server_vectors_value_is_refused_naming_file_and_key(url: str,
     assert refused.value.code == "policy_invalid"
     assert "server_vectors" in refused.value.message and "bad.toml" in str(
         refused.value.to_json())
+
+
+def stored_centroids(address: str) -> dict[int, bytes]:
+    with rawsql._server_connection(address) as conn:
+        return {int(c): bytes(b) for c, b in
+                conn.execute("SELECT cell, centroid FROM recall_cells").fetchall()}
+
+
+def test_cell_centroids_are_sealed_re_sealed_and_bound_to_their_cell(
+        url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The k-means centroids (a cell of one vector has that vector as its centroid) made by the
+    background re-clustering on its own connection are stored sealed, re-sealed by
+    rotate-epoch, and a centroid moved to another cell is refused, not searched with (the
+    store's KNN over cells: the in-process copy, which reads no centroid, turned off) nor used
+    to place a new fact (the write is refused and leaves nothing)."""
+    policy = policy_file(tmp_path, "[recall]\nann_min_facts = 100\nann_probe = 1.0\n")
+    with Ledger.open(url, policy=policy) as led:
+        for n in range(130):
+            put(led, f"acct:{n % 9}", f"note {n} about the {['teal', 'gold', 'lodz'][n % 3]} "
+                                      f"kayak and invoice {n * 7}")
+        led.index.settle()  # the re-clustering, in the background on its own connection
+        assert led.db.recall.clustered_on() > 0
+        opened = dict(led.db.recall.cells())
+        before = [h.fact.fact_id for h in led.recall("teal kayak", strategy="vector").results]
+    stored = stored_centroids(url)
+    assert len(stored) >= 2 and set(stored) == set(opened)
+    assert all(opened[c] not in stored[c] for c in stored)
+    with Ledger.open(url, policy=policy) as led:
+        led.rotate_epoch()
+    resealed = stored_centroids(url)
+    assert all(resealed[c] != stored[c] for c in stored)
+    with Ledger.open(url, policy=policy) as led:
+        assert dict(led.db.recall.cells()) == opened
+        assert [h.fact.fact_id for h in
+                led.recall("teal kayak", strategy="vector").results] == before
+    first, second = sorted(resealed)[:2]
+    rawsql.edit(url, f"UPDATE recall_cells SET centroid = (SELECT centroid FROM recall_cells "
+                     f"WHERE cell = {second}) WHERE cell = {first}")
+    monkeypatch.setattr(matrix_mod, "MAX_BYTES", 0)
+    with Ledger.open(url, policy=policy) as led:
+        with pytest.raises(LedgerError) as refused:
+            led.recall("teal kayak", strategy="vector")
+        assert refused.value.code == "recall_vector_unreadable"
+        assert f"cell {first}" in refused.value.message
+        head = led.db.events.head()
+        with pytest.raises(LedgerError) as refused:
+            put(led, "acct:new", "a fact placed by the centroids")
+        assert refused.value.code == "recall_vector_unreadable"
+        assert led.db.events.head() == head

@@ -47,8 +47,9 @@ def epoch_place(core: LedgerCore, seq: int, *, destroyed_keys: bool) -> PlaceChe
         return PlaceCheck(place=name, outcome="crypto-erased", detail=(
             f"the epoch {found.get('retired')} that wrapped the keys this erasure destroyed was "
             f"destroyed at {found.get('at')} (rotate-epoch): a copy taken before this erasure "
-            "no longer yields its values, free text or index words, even with the current "
-            "key files (a plaintext subject id in such a copy's rows is not under any key)"))
+            "no longer yields its values, free text, index words or sealed recall vectors, "
+            "even with the current key files (a plaintext subject id in such a copy's rows is "
+            "not under any key)"))
     current = (epochs.record(core.keys.store) or {}).get("id") or core.keys.epoch
     return PlaceCheck(
         place=name, outcome="pending" if name == SERVER_COPIES else "unverifiable",

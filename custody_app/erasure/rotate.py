@@ -153,6 +153,7 @@ def index_key_place(rotated: RotateResult | None) -> PlaceCheck:
     return PlaceCheck(
         place="word index key (copies taken before)", outcome="not_applicable",
         detail="not rotated: a copy of the ledger taken before this erasure, with the current "
-        "key store, still lets candidate words be tested against its index rows until "
+        "key store, still lets candidate words be tested against its index rows (and, on a "
+        "server, opens its sealed recall vectors, which are under the same key) until "
         "`custody-app rotate-index-key` runs (or the policy's [erasure] rotate_index_key = "
         "\"after_forget_subject\")")
