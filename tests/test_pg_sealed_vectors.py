@@ -272,11 +272,14 @@ def test_with_sealed_vectors_no_certificate_names_them(url: str, tmp_path: Path)
 def test_a_clear_or_older_index_is_sealed_at_the_first_read_write_open(url: str,
                                                                        tmp_path: Path) -> None:
     """Migration: an index whose vectors are in the clear (the policy said so, or it was
-    built before vectors were sealed: no recorded form) is rebuilt sealed at the next
-    read-write open under a policy that wants them sealed; a read-only open reads either."""
+    built before vectors were sealed: no recorded form) is sealed in place at the next
+    read-write open under a policy that wants them sealed (no re-embedding: the vector table's
+    version token is kept, so other processes' in-process copies stay valid); a read-only
+    open reads either."""
     with Ledger.open(url, policy=policy_file(tmp_path, CLEAR, "clear.toml")) as led:
         fact = put(led, "acct:ALICE", SECRET)
         vector = the_vector(led, fact.seq)
+        version = led.db.recall.vec_version()
     rawsql.edit(url, "DELETE FROM ledger_meta WHERE key = 'recall_vec_form'")
     assert stored_vectors(url)[fact.seq] == vector
     with Ledger.open(url, policy=policy_file(tmp_path), readonly=True) as led:
@@ -284,9 +287,13 @@ def test_a_clear_or_older_index_is_sealed_at_the_first_read_write_open(url: str,
     assert stored_vectors(url)[fact.seq] == vector
     with Ledger.open(url, policy=policy_file(tmp_path)) as led:
         assert the_vector(led, fact.seq) == vector
+        assert led.db.recall.vec_version() == version
         assert led.recall("zebrafinch diagnosis").results[0].fact.fact_id == fact.fact_id
     blob = stored_vectors(url)[fact.seq]
     assert blob != vector and vector not in blob
+    with Ledger.open(url, policy=policy_file(tmp_path, CLEAR, "clear.toml")) as led:
+        assert the_vector(led, fact.seq) == vector  # and back, in place too
+    assert stored_vectors(url)[fact.seq] == vector
 
 
 def test_a_bad_server_vectors_value_is_refused_naming_file_and_key(url: str,

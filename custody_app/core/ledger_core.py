@@ -217,7 +217,9 @@ class LedgerCore:
         """Rebuild the recall indexes with the policy's embedder (done at open when the
         embedder changed); returns how many believed facts were indexed."""
         with self.transaction():
-            indexed = self.index.rebuild(progress)
+            # Only the form the vectors are stored in differs: sealed (or opened) in place.
+            reformed = self.index.reform()
+            indexed = self.index.rebuild(progress) if reformed is None else reformed
             crash_point("reindex.before_commit")
         return indexed
 

@@ -95,6 +95,25 @@ class VectorCipher:
         return self._open(b"centroid:%d" % cell, blob, f"centroid of cell {cell}")
 
 
+class Clear:
+    """Vectors and centroids stored as they are (the policy's [recall] server_vectors =
+    "clear", or an index built before vectors were sealed): the other end of a conversion."""
+
+    form = "clear"
+
+    def seal(self, fact_seq: int, vector: bytes) -> bytes:
+        return vector
+
+    def open(self, fact_seq: int, blob: bytes) -> bytes:
+        return blob
+
+    def seal_centroid(self, cell: int, centroid: bytes) -> bytes:
+        return centroid
+
+    def open_centroid(self, cell: int, blob: bytes) -> bytes:
+        return blob
+
+
 class Lenient:
     """A cipher whose unreadable vector opens as no bytes (a zero-length vector) instead of a
     refusal: for `verify --deep`, which reports such a row as differing from the fact (and

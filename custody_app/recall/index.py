@@ -13,7 +13,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.domain.policy import LoadedPolicy
 from custody_app.keys.keyring import INDEX_KEY_ID, KeyRing
 from custody_app.keys.values import ValueCodec
-from custody_app.keys.vectors import SEALED, Lenient, VectorCipher
+from custody_app.keys.vectors import SEALED, Clear, Lenient, VectorCipher
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, embedder_for, make_embedder
@@ -118,6 +118,26 @@ class RecallIndex(BatchedRemovals):
         """Read and write the vectors in `form` (default: the form recorded with the index)."""
         form = self.db.recall.vector_form() if form is None else form
         self.db.recall.seal_vectors(VectorCipher(self.key) if form == SEALED else None)
+
+    def reform(self) -> int | None:
+        """Vectors the policy's embedder made, stored in another form than the policy asks
+        (an index built before vectors were sealed, or a policy that changed server_vectors):
+        each one sealed (or opened) in place, in the caller's transaction, without
+        re-embedding. Returns how many; None when a rebuild is needed instead."""
+        want = self.wanted_form()
+        have = self.db.recall.vector_form()
+        if (want == have or self.db.recall.embedder()
+                != (self.embedder.name, self.embedder.dimensions)):
+            return None
+        old = VectorCipher(self.key) if have == SEALED else Clear()
+        new = VectorCipher(self.key) if want == SEALED else Clear()
+        try:
+            done = self.db.recall.reseal(old, new)
+        except BaseException:
+            self.seal_as_recorded(have)
+            raise
+        self.seal_as_recorded(want)
+        return done
 
     @contextmanager
     def lenient_vectors(self) -> Iterator[None]:

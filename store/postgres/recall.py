@@ -175,8 +175,9 @@ class RecallStore(RecallMeta, RecallSearch):
         return self._meta(VEC_FORM) or "clear"
 
     def reseal(self, old: VectorSeal, new: VectorSeal) -> int:
-        """Every vector and centroid opened with `old` and sealed again with `new` (inside the
-        caller's transaction: a key rotation's). Returns how many vectors."""
+        """Every vector and centroid opened with `old` and sealed again with `new`, and the
+        form recorded `new`'s (inside the caller's transaction: a key rotation's, or a change
+        between sealed and clear). Returns how many vectors."""
         rows = [(int(s), old.open(int(s), bytes(b)))
                 for s, b in self._conn.execute(VEC_ALL).fetchall()]
         for i in range(0, len(rows), RESEAL_BATCH):
@@ -188,6 +189,7 @@ class RecallStore(RecallMeta, RecallSearch):
         if cells:
             self._conn.execute(CELLS_RESEAL, ([c for c, _ in cells],
                                               [new.seal_centroid(c, v) for c, v in cells]))
+        self._put(VEC_FORM, new.form)
         return len(rows)
 
     def _out(self, fact_seq: int, blob: bytes) -> bytes:
