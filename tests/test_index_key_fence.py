@@ -68,7 +68,22 @@ def _op(n: int) -> str:
 
 def test_a_streaming_batch_process_writes_under_the_key_another_process_rotated(
         tmp_path: Path) -> None:
-    path = tmp_path / "l.db"
+    _stream_across_a_rotation(tmp_path / "l.db")
+
+
+def test_on_a_server_the_fence_covers_the_sealed_vectors(pg_url: str) -> None:
+    """On a server the recall vectors are sealed under a key derived from the word index key
+    (issue 34): the streaming process seals the facts it writes after the rotation under the
+    new key, so `verify --deep` (which names a vector that does not open) passes and vector
+    recall finds each of them."""
+    _stream_across_a_rotation(pg_url)
+    with Ledger.open(pg_url) as led:
+        for n in range(4):
+            hits = led.recall(f"the {WORDS[n]} account", k=1, strategy="vector").results
+            assert hits and WORDS[n] in str(hits[0].fact.value)
+
+
+def _stream_across_a_rotation(path: Path | str) -> None:
     exe = [sys.executable, "-m", "custody_app"]
     assert subprocess.run([*exe, "init", "--ledger", str(path)], capture_output=True,
                           timeout=120, check=False).returncode == 0
