@@ -144,9 +144,17 @@ def sealing_at_open(where: dict[str, str], tmp: Path) -> float:
     of a ledger whose index was built before vectors were sealed does (seal them in place)."""
     policy = tmp / "default.toml"
     policy.write_text("")
+    with psycopg.connect(where["clear"], autocommit=True) as conn:
+        vectors = conn.execute("SELECT count(*) FROM recall_vec").fetchone()
     t0 = time.perf_counter()
     Ledger.open(where["clear"], policy=policy).close()
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    with psycopg.connect(where["clear"], autocommit=True) as conn:
+        form = conn.execute("SELECT value FROM ledger_meta WHERE key = "
+                            "'recall_vec_form'").fetchone()
+    assert form is not None and form[0] == "sealed", form
+    log(f"  {vectors[0] if vectors else 0:,} vectors sealed in place in {took:.3f} s")
+    return took
 
 
 def render(n: int, res: dict[str, Any], secs: dict[str, float], rot: dict[str, float],
@@ -175,7 +183,7 @@ def render(n: int, res: dict[str, Any], secs: dict[str, float], rot: dict[str, f
     lines.append(f"- The hybrid top 10 (facts, order and scores) is the same on both for "
                  f"{res['same'][0]} of {res['same'][1]} queries.")
     for what, value in secs.items():
-        lines.append(f"- {what}: {value:,.1f} s.")
+        lines.append(f"- {what}: {value:,.2f} s.")
     return "\n".join(lines)
 
 
