@@ -9,10 +9,12 @@ and a rotate-epoch (which re-seals every vector in its transaction) on each.
 
 The facts, queries and SQLite source ledger are `bench_recall.py`'s (same generator and seed;
 `--cache-dir` reuses a built one). Each server ledger is `copy_ledger` of it onto a fresh
-database of a server started as the tests start theirs (tests/pgserver.py), then VACUUM
-ANALYZE; the clear one is then opened read-write under a clear policy, which rebuilds its index
-in the clear (timed: the same work as the first read-write open of an older ledger under the
-sealed default, in the other direction). Each round opens both read-only, times each first
+database of a server started as the tests start theirs (tests/pgserver.py), its index
+rebuilt sealed by the copy; the clear one is then opened read-write under a clear policy, which
+opens its vectors and centroids and stores them clear in place (timed), then both are VACUUM
+ANALYZEd. At the end the clear one is opened read-write under the default policy again, which
+seals them in place (timed: what the first read-write open of a ledger whose index was built
+before vectors were sealed does). Each round opens both read-only, times each first
 recall (the order alternating round by round), then runs every query through each ledger's
 hybrid and vector recall, interleaved query by query (`bench_recall.timed_interleaved`).
 Prints markdown; with `--out FILE` also writes it into FILE as the section SECTION.
@@ -81,11 +83,11 @@ def build(server: Any, cache: Path, tmp: Path, n: int) -> tuple[dict[str, str], 
         copy_ledger(src / f"l{n}.db", dst)  # its index rebuilt under the default: sealed
         secs[f"copy ({form})"] = time.perf_counter() - t0
         shutil.rmtree(src)
+        policy = tmp / f"{form}.toml"
+        policy.write_text('[recall]\nserver_vectors = "clear"\n' if form == "clear" else "")
         if form == "clear":
-            policy = tmp / "clear.toml"
-            policy.write_text('[recall]\nserver_vectors = "clear"\n')
             t0 = time.perf_counter()
-            Ledger.open(dst, policy=policy).close()  # adopts it: the index rebuilt clear
+            Ledger.open(dst, policy=policy).close()  # its vectors stored clear in place
             secs["the first read-write open under the clear policy (every vector and centroid "
                  "opened and stored clear in place, no re-embedding)"] = time.perf_counter() - t0
         with psycopg.connect(dst, autocommit=True) as conn:
@@ -128,11 +130,14 @@ def rounds(where: dict[str, str], queries: list[str], n_rounds: int) -> dict[str
     return {"first": first, "per_query": per_query, "same": (same, len(queries))}
 
 
-def rotations(where: dict[str, str]) -> dict[str, float]:
-    """rotate-epoch on each (the sealed one re-seals every vector and centroid)."""
+def rotations(where: dict[str, str], tmp: Path) -> dict[str, float]:
+    """rotate-epoch on each (the sealed one re-seals every vector and centroid), each opened
+    under its own policy named (a policy named at open is recorded by the first write only:
+    without it, the clear ledger would follow the policy it recorded, the default, and be
+    sealed at this open)."""
     out = {}
     for form in FORMS:
-        with Ledger.open(where[form]) as led:
+        with Ledger.open(where[form], policy=tmp / f"{form}.toml") as led:
             t0 = time.perf_counter()
             led.rotate_epoch()
             out[form] = time.perf_counter() - t0
@@ -142,8 +147,7 @@ def rotations(where: dict[str, str]) -> dict[str, float]:
 def sealing_at_open(where: dict[str, str], tmp: Path) -> float:
     """The clear ledger opened read-write under the default policy: what the first such open
     of a ledger whose index was built before vectors were sealed does (seal them in place)."""
-    policy = tmp / "default.toml"
-    policy.write_text("")
+    policy = tmp / "sealed.toml"
     with psycopg.connect(where["clear"], autocommit=True) as conn:
         vectors = conn.execute("SELECT count(*) FROM recall_vec").fetchone()
     t0 = time.perf_counter()
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         log("paired rounds")
         res = rounds(where, queries, args.rounds)
         log("rotate-epoch")
-        rot = rotations(where)
+        rot = rotations(where, tmp)
         secs["the first read-write open of the clear one under the default policy (every "
              "vector and centroid sealed in place, no re-embedding)"] = sealing_at_open(where,
                                                                                        tmp)
