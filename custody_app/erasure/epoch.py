@@ -24,7 +24,6 @@ from custody_app.erasure.certificate import ErasureCertificate
 from custody_app.erasure.epoch_place import with_epoch_place as with_epoch_place
 from custody_app.erasure.receipts import erasures
 from custody_app.erasure.rotate import RotateResult, rotate_index_key
-from custody_app.keys import epoch as epochs
 from custody_app.keys.keyring import MASTER_ENV, master_from_env
 
 if TYPE_CHECKING:
