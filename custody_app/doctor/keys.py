@@ -219,6 +219,16 @@ def _match(ledger: str, sample: tuple[int, str, str] | None, store: health.Inspe
         recorded = json.loads(body).get("subject_ref")
     except ValueError:
         recorded = None
+    if subject == recorded and store is not None:
+        # A server ledger stores each subject by its ref, its id sealed (issue 34): the key
+        # store matches when it holds a data key under that ref (a ref is keyed by this
+        # ledger's pepper; another ledger's key store has no key under it).
+        if store.keystore().latest(recorded) is None:
+            return check("keys-match", "FAIL", f"the key store {keystore} holds no key of the "
+                         f"subject hash of event {seq} in {ledger}: it belongs to another "
+                         "ledger, and this ledger's values would read as erased.")
+        return check("keys-match", "ok", f"the key store {keystore} holds the key of the "
+                     f"subject hash of event {seq} in {ledger}: it is this ledger's key store.")
     if crypto.keyed_digest(pepper, "subject", subject) != recorded:
         return check("keys-match", "FAIL", f"the key store {keystore} does not reproduce the "
                      f"subject hash of event {seq} in {ledger}: it belongs to another ledger, "

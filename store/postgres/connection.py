@@ -25,6 +25,7 @@ from store.postgres.failures import flush_queued, forget_queued, later, translat
 from store.postgres.locate import Locator
 from store.postgres.projection import ACTIVE_OF_KEY
 from store.postgres.readcache import PRIME, ReadCache
+from store.postgres.subjects import SubjectNames, reseal, seal_existing, stored
 from store.postgres.tables import BATCH, column_types, load_rows, read_rows
 from store.rows import CheckpointOutcome, RewriteOutcome
 
@@ -102,6 +103,11 @@ class LedgerFile:
         self.cache = ReadCache()
         if hasattr(conn, "read_cache"):
             conn.read_cache = self.cache
+        # Subject ids in and out of their sealed form (store.postgres.subjects), beside the
+        # connection where every statement group finds them.
+        self.subject_names = SubjectNames(conn)
+        if hasattr(conn, "subject_names"):
+            conn.subject_names = self.subject_names
         self.events = EventStore(conn)
         self.locate = Locator(conn, path)
         self._depth = 0
@@ -177,9 +183,31 @@ class LedgerFile:
         and answered from its read cache (store.postgres.readcache) until it writes them."""
         if self._depth:
             return
-        self._expected = [(ACTIVE_OF_KEY, (subject, predicate))] if predicate is not None else []
+        self._expected = ([(ACTIVE_OF_KEY, (stored(self.conn, subject), predicate))]
+                          if predicate is not None else [])
         if subject_ref is not None:
             self._expected.append((LAST_TOMBSTONE, (subject_ref,)))
+
+    # ---- subject ids (issue 34: sealed on a server, store.postgres.subjects) --------------
+    def use_subject_codec(self, codec: Any) -> None:
+        """The layer above's codec (store.port.SubjectCodec): the subject columns hold each
+        subject's ref and `subjects` its id sealed under its data key; reads give the id."""
+        self.subject_names.attach(codec)
+
+    def reseal_subject(self, subject_ref: str, again: Callable[[bytes], bytes | None]) -> int:
+        """A re-key's re-seal of the subject's sealed id (`again`: the blob under the new
+        generation, None to leave it), inside the erasure's transaction; 1 when re-sealed."""
+        return reseal(self.conn, subject_ref, again)
+
+    def seal_subject_ids(self) -> int:
+        """A ledger made before its subject ids were sealed has them sealed now, in one write
+        transaction (a read-write open's roll-forward); how many subjects were (0: sealed
+        already, no transaction)."""
+        if self.subject_names.sealed:
+            return 0
+        with self.write():
+            self.subject_names.attach(self.subject_names.codec)  # the mode, read under the lock
+            return seal_existing(self.conn)
 
     @contextmanager
     def write(self) -> Iterator[None]:

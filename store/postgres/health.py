@@ -18,6 +18,7 @@ from store.postgres import residue
 from store.postgres.opening import connect
 from store.postgres.pages import inspection_barrier
 from store.postgres.schema import APPLICATION, SCHEMA_VERSION, TOMBSTONE_TRIGGERS, migration_1
+from store.postgres.subjects import DDL as SUBJECTS_DDL
 
 VECTOR = ("SELECT default_version, installed_version FROM pg_available_extensions "
           "WHERE name = 'vector'")
@@ -97,7 +98,8 @@ class ServerHealth:
 def expected_triggers(tables: set[str]) -> dict[str, str]:
     """The append-only and chain triggers a ledger's schema has (name -> table), taken from
     the DDL itself; the tombstone triggers when the schema has its tombstones table."""
-    statements = list(migration_1()) + (list(TOMBSTONE_TRIGGERS) if "tombstones" in tables else [])
+    statements = (list(migration_1()) + (list(TOMBSTONE_TRIGGERS) if "tombstones" in tables else [])
+                  + (list(SUBJECTS_DDL) if "subjects" in tables else []))
     return {m.group(1): m.group(2) for s in statements if (m := _NAMED.search(s))}
 
 
