@@ -151,14 +151,15 @@ def test_a_single_fact_forget_re_keys_and_the_subject_still_reads(url: str) -> N
         result = led.forget(gone, actor="user:dpo", reason="subject_request")
         assert "its sealed id" in {p.place: p for p in result.certificate.places}[
             "key store: the subject's data key"].detail
-    (now,) = rawsql.query(url, "SELECT sealed FROM subjects WHERE subject_ref = ?", (ref,))
-    assert crypto.sealed_generation(now[0]) > crypto.sealed_generation(first[0])
     with Ledger.open(url) as led:  # a new process: nothing cached, the id opened afresh
-        assert led.keys is not None
-        assert led.keys.key_for_read(ref, crypto.sealed_generation(first[0])) is None  # retired
         assert led.why(kept).fact.subject == SUBJECT
         assert [f.fact_id for f in led.as_of().facts] == [kept]
         assert led.verify().valid
+        # Sealed under the new generation; the one it was sealed under first is destroyed.
+        (now,) = rawsql.query(url, "SELECT sealed FROM subjects WHERE subject_ref = ?", (ref,))
+        assert crypto.sealed_generation(now[0]) > crypto.sealed_generation(first[0])
+        assert led.keys is not None
+        assert led.keys.key_for_read(ref, crypto.sealed_generation(first[0])) is None
         # Still written and read by its id.
         again = _put(led, SUBJECT, "plan", "silver")
         assert led.why(again).fact.subject == SUBJECT
@@ -190,6 +191,7 @@ def test_the_sealed_ids_rule_refuses_a_plain_edit(url: str) -> None:
         _put(led, OTHER, "plan", "basic")
         assert led.keys is not None
         ref, other = led.keys.subject_ref(SUBJECT), led.keys.subject_ref(OTHER)
+    assert len(rawsql.query(url, "SELECT subject_ref FROM subjects")) == 2
     before = pgserver.dump(url)
     for statement in (("UPDATE subjects SET sealed = (SELECT sealed FROM subjects WHERE "
                        "subject_ref = ?) WHERE subject_ref = ?", (other, ref)),
