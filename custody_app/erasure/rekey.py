@@ -52,10 +52,11 @@ class Rekey:
     subject_id: int = 0  # 1 when its sealed id (a server ledger's) was re-sealed under it
 
     def detail(self) -> str:
-        sealed_id = ", its sealed id" if self.subject_id else ""
+        sealed_id = " (its sealed id too)" if self.subject_id else ""
         return (f"subject {self.ref[:12]}...: key generation {self.generation - 1} destroyed "
-                f"({self.retired} generation(s) in all), {self.values} value(s){sealed_id} and "
-                f"{self.texts} free text(s) re-sealed under generation {self.generation}")
+                f"({self.retired} generation(s) in all), {self.values} value(s) and "
+                f"{self.texts} free text(s) re-sealed under generation {self.generation}"
+                + sealed_id)
 
 
 def begin(ledger: LedgerCore, plans: dict[str, Rekey], facts: Iterable[FactRow], now: str, *,

@@ -14,6 +14,7 @@ import psycopg
 from store.postgres.events import EVENTS_ERASE_ONLY
 from store.postgres.subjects import DDL as SUBJECTS_DDL
 from store.postgres.subjects import MARK_NEW
+from store.postgres.subjects import TRIGGERS as SUBJECTS_TRIGGERS
 from store.postgres.texts import TEXTS_ERASE_ONLY
 
 # What `schema_version.application` says in a custody-app ledger's schema.
@@ -117,6 +118,10 @@ def run_migration_sealed_subjects(conn: psycopg.Connection[Any]) -> None:
     assert's subject become the ref its hashed body names. A new ledger (nothing written) is
     sealed from the start; one that holds plaintext ids is sealed by its first read-write open
     (the key ring is needed: LedgerFile.seal_subject_ids)."""
+    if conn.execute(HAS_TABLE, ("subjects",)).fetchone() is not None:
+        # A schema that had this step already (the ladder's order changed): made again.
+        for trigger in SUBJECTS_TRIGGERS:
+            conn.execute(f"DROP TRIGGER IF EXISTS {trigger} ON subjects")
     for statement in SUBJECTS_DDL:
         conn.execute(statement)
     conn.execute("CREATE OR REPLACE " + EVENTS_ERASE_ONLY)

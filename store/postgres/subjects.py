@@ -32,7 +32,7 @@ META_GET = "SELECT value FROM ledger_meta WHERE key = %s"
 # NULL (a subject written again after its erasure, under a new key generation), or is
 # re-sealed under a higher generation (a re-key: "CV1", then the generation as a big-endian
 # u32, as store.postgres.events.resealed reads it).
-SUBJECTS_GUARD = """CREATE FUNCTION subjects_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+SUBJECTS_GUARD = """CREATE OR REPLACE FUNCTION subjects_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT (NEW.subject_ref IS NOT DISTINCT FROM OLD.subject_ref AND (
             NEW.sealed IS NULL OR OLD.sealed IS NULL OR NEW.sealed = OLD.sealed OR (
@@ -45,8 +45,11 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$"""
+# Idempotent (the migration may meet a schema that has it: `TRIGGERS` are dropped first), so the
+# order of the ladder's issue-34 steps can change at a merge.
+TRIGGERS = ("subjects_erase_or_reseal", "subjects_no_delete", "subjects_no_truncate")
 DDL: tuple[str, ...] = (
-    """CREATE TABLE subjects(
+    """CREATE TABLE IF NOT EXISTS subjects(
     subject_ref text COLLATE "C" PRIMARY KEY,
     sealed      bytea
 )""",
