@@ -202,3 +202,41 @@ def test_the_sealed_ids_rule_refuses_a_plain_edit(url: str) -> None:
         with pytest.raises(rawsql.Refused):
             rawsql.edit(url, statement)
     assert pgserver.dump(url) == before
+
+
+def _as_made_before(url: str, refs: dict[str, str]) -> None:
+    """The ledger as the code before sealed ids left it (the schema before that step, each id
+    in the clear in its facts and events, no `subjects`): what an upgrade meets."""
+    from store.postgres.schema import MIGRATIONS, run_migration_sealed_subjects
+
+    statements: list[rawsql.Statement] = ["DROP TABLE subjects",
+                                          "DELETE FROM ledger_meta WHERE key = 'subject_ids'"]
+    for subject, ref in refs.items():
+        statements += [("UPDATE facts SET subject = ? WHERE subject = ?", (subject, ref)),
+                       ("UPDATE events SET subject = ? WHERE subject = ?", (subject, ref))]
+    statements.append(("UPDATE schema_version SET version = ?",
+                       (MIGRATIONS.index(run_migration_sealed_subjects),)))
+    rawsql.edit(url, *statements, unguarded=True)
+
+
+def test_a_ledger_made_before_has_its_ids_sealed_by_its_first_read_write_open(
+        url: str, pg_server: Any, tmp_path: Path) -> None:
+    with Ledger.open(url) as led:
+        mine = _put(led, SUBJECT, "plan", "gold")
+        _put(led, SUBJECT, "email", "someone at example")
+        gone = _put(led, OTHER, "plan", "basic")
+        led.forget(gone, actor="user:dpo", reason="error")  # its only fact: re-keyed
+        assert led.keys is not None
+        refs = {SUBJECT: led.keys.subject_ref(SUBJECT), OTHER: led.keys.subject_ref(OTHER)}
+    _as_made_before(url, refs)
+    assert any(r[0] == SUBJECT for r in rawsql.query(url, "SELECT subject FROM facts"))
+    with Ledger.open(url) as led:
+        assert led.why(mine).fact.subject == SUBJECT
+        assert led.why(gone).fact.subject == OTHER  # forgotten alone: its subject stays
+        assert {f.subject for f in led.as_of(subject=SUBJECT).facts} == {SUBJECT}
+        assert led.verify().valid
+    stored = {r[0] for r in rawsql.query(url, "SELECT subject FROM facts UNION "
+                                              "SELECT subject FROM events")}
+    assert stored <= {*refs.values(), None}
+    _checkpoint(url)
+    assert SUBJECT.encode() not in _raw_dump(url, tmp_path)
