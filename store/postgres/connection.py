@@ -25,7 +25,15 @@ from store.postgres.failures import flush_queued, forget_queued, later, translat
 from store.postgres.locate import Locator
 from store.postgres.projection import ACTIVE_OF_KEY
 from store.postgres.readcache import PRIME, ReadCache
-from store.postgres.subjects import SubjectNames, reseal, seal_existing, stored
+from store.postgres.subjects import PUT as SUBJECT_PUT
+from store.postgres.subjects import (
+    SubjectNames,
+    named_rows,
+    reseal,
+    seal_existing,
+    stored,
+    stored_values,
+)
 from store.postgres.tables import BATCH, column_types, load_rows, read_rows
 from store.rows import CheckpointOutcome, RewriteOutcome
 
@@ -74,6 +82,8 @@ class _SubStore:
         return store
 
 
+# The tables whose `subject` column holds a subject's stored form (store.postgres.subjects).
+SUBJECT_TABLES = ("events", "facts")
 STORED_BYTES = ("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = %s AND c.relkind = 'r'")
@@ -161,13 +171,38 @@ class LedgerFile:
         """The table's rows (columns `names`, in that order) in primary-key order, `batch` at
         a time through a server-side cursor; read inside the caller's transaction for one
         consistent view."""
-        return read_rows(self.conn, table, names, batch)
+        rows = read_rows(self.conn, table, names, batch)
+        if table not in SUBJECT_TABLES or "subject" not in names:
+            return rows
+        at = names.index("subject")
+        return (named_rows(self.conn, part, at) for part in rows)  # each subject by its id
 
     def load_rows(self, table: str, names: list[str], rows: list[tuple[Any, ...]]) -> int:
         """Insert `rows` (columns `names`) by one COPY in one transaction (every trigger
         still applies); returns how many."""
         with self.write():
+            if table in SUBJECT_TABLES and "subject" in names:
+                rows = self._sealed_rows(table, names, rows)
             return load_rows(self.conn, table, names, rows)
+
+    def _sealed_rows(self, table: str, names: list[str],
+                     rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Rows of another ledger's events or facts as this one stores them: each subject by
+        its ref, an assert's id sealed into `subjects` beside its sealed value."""
+        at = names.index("subject")
+        value = names.index("value") if "value" in names else None
+        sealed: dict[str, bytes] = {}
+        for row in rows:
+            subject = row[at]
+            if (subject is not None and table == "events" and self.subject_names.sealed
+                    and not str(subject).startswith("erased:")):
+                ref, blob = self.subject_names.seal(str(subject),
+                                                    None if value is None else row[value])
+                sealed.setdefault(ref, blob)
+        if sealed:
+            with self.conn.cursor() as cur:
+                cur.executemany(SUBJECT_PUT, sorted(sealed.items()))
+        return [stored_values(self.conn, row, at) for row in rows]
 
     def _run(self, statement: str) -> None:
         self.conn.execute(statement)
