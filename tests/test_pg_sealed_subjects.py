@@ -198,7 +198,11 @@ def test_the_sealed_ids_rule_refuses_a_plain_edit(url: str) -> None:
                       ("UPDATE subjects SET subject_ref = ? WHERE subject_ref = ?",
                        ("0" * 64, ref)),
                       ("DELETE FROM subjects WHERE subject_ref = ?", (ref,)),
-                      "TRUNCATE subjects"):
+                      "TRUNCATE subjects",
+                      # an assert's subject moved to another subject's ref (its body names
+                      # its own), or back to the id in the clear
+                      ("UPDATE events SET subject = ? WHERE subject = ?", (other, ref)),
+                      ("UPDATE events SET subject = ? WHERE subject = ?", (SUBJECT, ref))):
         with pytest.raises(rawsql.Refused):
             rawsql.edit(url, statement)
     assert pgserver.dump(url) == before

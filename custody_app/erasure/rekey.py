@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from custody_app.core.faults import crash_point
@@ -108,7 +109,7 @@ def reseal_all(ledger: LedgerCore, plans: dict[str, Rekey]) -> None:
         # On a server the subject's id is sealed too (store.postgres.subjects): under N+1 now,
         # or the retirement of N would leave it unreadable.
         plan.subject_id = db.reseal_subject(
-            plan.ref, lambda blob, plan=plan: ids.reseal(plan.ref, blob, plan.generation))
+            plan.ref, partial(ids.reseal, plan.ref, generation=plan.generation))
     # The intents of this process's earlier re-keys go too (on a server, whose certificates
     # stay pending, no cleanup of pending rows comes to take them).
     pending = _without_done(ledger, _pending(ledger))

@@ -32,7 +32,7 @@ BEGIN
         AND (NEW.salt IS NULL OR NEW.salt IS NOT DISTINCT FROM OLD.salt)
         AND ((NEW.value IS NULL) = (NEW.salt IS NULL))
         AND (NEW.subject IS NULL OR NEW.subject IS NOT DISTINCT FROM OLD.subject
-             OR NEW.subject = (OLD.body::jsonb ->> 'subject_ref'))
+             OR NEW.subject IS NOT DISTINCT FROM (OLD.body::jsonb ->> 'subject_ref'))
         AND NEW.seq IS NOT DISTINCT FROM OLD.seq AND NEW.kind IS NOT DISTINCT FROM OLD.kind
         AND NEW.tx_at IS NOT DISTINCT FROM OLD.tx_at AND NEW.actor IS NOT DISTINCT FROM OLD.actor
         AND NEW.policy_hash IS NOT DISTINCT FROM OLD.policy_hash

@@ -68,7 +68,6 @@ PUT = ("INSERT INTO subjects(subject_ref, sealed) VALUES (%s, %s) ON CONFLICT (s
 GET_MANY = "SELECT subject_ref, sealed FROM subjects WHERE subject_ref = ANY(%s::text[])"
 GET = "SELECT sealed FROM subjects WHERE subject_ref = %s"
 RESEAL = "UPDATE subjects SET sealed = %s WHERE subject_ref = %s AND sealed IS NOT NULL"
-ERASE = "UPDATE subjects SET sealed = NULL WHERE subject_ref = %s AND sealed IS NOT NULL"
 # The roll-forward of a ledger made before (seal_existing): every plaintext id in the columns.
 PLAIN_IDS = ("SELECT DISTINCT subject FROM facts WHERE subject NOT LIKE 'erased:%%' "
              "UNION SELECT DISTINCT subject FROM events WHERE subject IS NOT NULL")
@@ -174,8 +173,24 @@ class SubjectNames:
         self._remember(ref, str(subject))
         return str(subject)
 
-    def forget(self, ref: str) -> None:
-        self._names.pop(ref, None)
+    def seal_existing(self) -> int:
+        """Inside a write transaction, on a ledger made before ids were sealed: each plaintext
+        id in the facts and events is sealed into `subjects` and replaced by its ref; then the
+        ledger is marked sealed. Returns how many subjects were sealed. A subject with no live
+        key (every key of it destroyed) keeps its ref with no sealed id: it reads as erased."""
+        if self.sealed:
+            return 0
+        codec = self._codec()
+        plain = sorted(str(r[0]) for r in self._conn.execute(PLAIN_IDS).fetchall())
+        for subject in plain:
+            ref = str(codec.ref(subject))
+            blob = codec.seal(subject, None)
+            self._conn.execute(PUT, (ref, None if blob is None else bytes(blob)))
+            self._conn.execute(TO_REF_FACTS, (ref, subject))
+            self._conn.execute(TO_REF_EVENTS, (ref, subject))
+        self._conn.execute(SET_MODE, (MODE_META, SEALED))
+        self._sealed = True
+        return len(plain)
 
 
 def names_of(conn: Any) -> SubjectNames | None:
@@ -245,31 +260,7 @@ def reseal(conn: Any, ref: str, again: Callable[[bytes], bytes | None]) -> int:
     return 1
 
 
-def erase(conn: Any, ref: str) -> None:
-    """forget_subject: the sealed id goes (its key is destroyed with the erasure as well)."""
-    names = names_of(conn)
-    if names is None or not names.sealed:
-        return
-    conn.execute(ERASE, (ref,))
-    names.forget(ref)
-
-
 def seal_existing(conn: Any) -> int:
-    """Inside a write transaction, on a ledger made before ids were sealed: each plaintext id
-    in the facts and events is sealed into `subjects` and replaced by its ref; then the ledger
-    is marked sealed. Returns how many subjects were sealed. A subject with no live key (its
-    values all erased) is stored by ref with no sealed id (it reads as erased)."""
+    """`SubjectNames.seal_existing` of the connection (0 for a bare one)."""
     names = names_of(conn)
-    if names is None or names.sealed:
-        return 0
-    codec = names._codec()
-    plain = sorted(str(r[0]) for r in conn.execute(PLAIN_IDS).fetchall())
-    for subject in plain:
-        ref = str(codec.ref(subject))
-        blob = codec.seal(subject, None)
-        conn.execute(PUT, (ref, None if blob is None else bytes(blob)))
-        conn.execute(TO_REF_FACTS, (ref, subject))
-        conn.execute(TO_REF_EVENTS, (ref, subject))
-    conn.execute(SET_MODE, (MODE_META, SEALED))
-    names._sealed = True
-    return len(plain)
+    return 0 if names is None else names.seal_existing()
