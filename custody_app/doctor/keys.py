@@ -11,7 +11,6 @@ from custody_app.core import host_mark
 from custody_app.doctor.report import DoctorCheck, check, loose_mode
 from custody_app.domain.errors import LedgerError
 from custody_app.keys import crypto, marks
-from custody_app.keys.subject_ids import subject_bind
 from custody_app.keys import epoch as epochs
 from custody_app.keys.keyring import (
     MASTER_ENV,
@@ -20,6 +19,7 @@ from custody_app.keys.keyring import (
     master_path_for,
     public_key_path_for,
 )
+from custody_app.keys.subject_ids import subject_bind
 from store import health, open_keystore
 from store.address import address_of
 from store.errors import StoreError

@@ -133,8 +133,8 @@ class SubjectNames:
         ref = str(codec.ref(subject))
         blob = codec.seal(subject, beside)
         if blob is None:
-            raise StoreError(f"no live key of subject {ref[:16]}... seals its id",
-                             "key_fenced")
+            raise StoreError(f"subject {ref[:16]}... has no live key to seal its id under "
+                             "(its keys are destroyed): nothing was written", "key_fenced")
         self._remember(ref, subject)
         return ref, bytes(blob)
 
