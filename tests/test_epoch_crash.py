@@ -129,3 +129,27 @@ def test_opens_racing_rotations_never_lose_the_key(tmp_path: Path) -> None:
         rotating.wait(timeout=120)
     assert rotating.returncode == 0 and opened > 0
     assert judge(base, values, b"") == "new"
+
+
+def test_an_open_that_reads_a_key_file_a_promotion_just_zeroed_tries_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A promotion zeroes the old key file before it renames the new one over it; an open in
+    another process that reads the file in that instant gets the zero key. It tries again (the
+    key file holds the new key an instant later) instead of failing `master_key_wrong` (a
+    racing-rotations run failed that way once)."""
+    from custody_app.keys import keyring
+
+    base = tmp_path / "base.db"
+    values = build_base(base)
+    real = keyring.load_master
+    reads: list[int] = []
+
+    def zeroed_once(path: Any, *, create: bool) -> bytes:
+        reads.append(1)
+        return bytes(32) if len(reads) == 1 else real(path, create=create)
+
+    monkeypatch.setattr(keyring, "load_master", zeroed_once)
+    with Ledger.open(base) as led:
+        fact_id, value = next(iter(values.items()))
+        assert led.why(fact_id).fact.value == value
+    assert len(reads) == 2

@@ -416,3 +416,53 @@ def test_doctor_shows_erasures_pending_on_the_epoch_until_a_rotation(address: st
     assert lines["epoch-pending"].outcome == "ok", lines["epoch-pending"]
     assert rotated.epoch in lines["epoch-key"].detail
     assert lines["ledger-marks"].outcome == "ok" and lines["master-key"].outcome == "ok"
+
+
+def test_single_fact_forgets_and_sweeps_are_pending_on_the_epoch_until_a_rotation(
+        address: str) -> None:
+    """A single-fact forget and a retention sweep re-key the subjects of what they erase (the
+    old key generation is destroyed), so copies taken before are theirs to wait on too:
+    `erasures` and `doctor` list them pending on the live epoch, rotate-epoch re-issues their
+    certificates crypto-erased, and `erasures` then shows the rotation's time."""
+    from custody_app.doctor.checks import diagnose
+
+    server = address.startswith("postgresql")
+    place = "WAL, archives, backups and replicas" if server else (
+        "copies of the ledger and key store files made before")
+    with Ledger.open(address) as led:
+        values = _fill(led)
+        gone = led.assert_fact("acct:BOB-0", "extra", SECRET, actor="agent:a", cause=CAUSE,
+                               provenance="attested")
+        led.assert_fact("acct:BOB-1", "old", "swept away zebrafinch-9", actor="agent:a",
+                        cause=CAUSE, provenance="attested", space="team:old")
+        later = led.assert_fact("acct:BOB-2", "plan", "pro", actor="agent:a", cause=CAUSE,
+                                provenance="attested")
+        forgot = led.forget(gone.fact_id, actor="user:dpo", reason="error")
+        swept = led.sweep(before=later.tx_at, space="team:old", actor="user:dpo",
+                          reason="retention")
+        assert swept.certificate is not None and len(swept.expired) == 1
+        for cert in (forgot.certificate, swept.certificate):
+            assert {p.place: p.outcome for p in cert.places}[place] == (
+                "pending" if server else "unverifiable")
+        listed = led.erasures()
+        assert [(r.operation, r.epoch) for r in listed.erasures] == [
+            ("forget", "pending"), ("sweep", "pending")]
+        assert listed.pending_epochs == 2
+        assert "2 erasure(s) pending on a live epoch key" in listed.render()
+        lines = {c.name: c for c in diagnose(address).checks}
+        assert lines["epoch-pending"].outcome == "warn", lines["epoch-pending"]
+        assert "1 single-fact forget(s), 1 retention sweep(s)" in lines["epoch-pending"].detail
+        rotated = led.rotate_epoch()
+        assert sorted(e["operation"] for e in rotated.completed) == ["forget", "sweep"]
+        assert sorted(c.operation for c in rotated.certificates) == ["forget", "sweep"]
+        for cert in rotated.certificates:
+            again = {p.place: p for p in cert.places}[place]
+            assert again.outcome == "crypto-erased" and rotated.at in again.detail
+            assert cert.complete is True
+        listed = led.erasures()
+        assert listed.pending_epochs == 0
+        assert [(r.epoch, r.epoch_destroyed_at) for r in listed.erasures] == [
+            ("crypto-erased", rotated.at)] * 2
+        _read_all(led, values)
+    lines = {c.name: c for c in diagnose(address).checks}
+    assert lines["epoch-pending"].outcome == "ok", lines["epoch-pending"]

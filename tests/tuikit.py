@@ -9,7 +9,7 @@ from typing import Any
 
 from textual.pilot import Pilot
 from textual.widgets import DataTable
-from textual.worker import WorkerCancelled
+from textual.worker import WorkerCancelled, WorkerState
 
 from custody_app.domain.timeutil import ManualClock
 from custody_app.interfaces.tui.app import CustodyApp, make_app
@@ -96,8 +96,14 @@ def app_on(path: Path, *, reviewer: str = REVIEWER, policy: Path | None = None,
 
 
 async def idle(pilot: Pilot[Any], rounds: int = 3) -> None:
-    """Let thread workers finish and the messages they posted be handled."""
-    for _ in range(rounds):
+    """Let thread workers finish and the messages they posted be handled: at least `rounds`
+    rounds, then more while a worker a handler started is still pending or running (on a loaded
+    machine a chain of worker, message, worker can outlast a fixed count; capped)."""
+    for n in range(rounds + 40):
+        busy = [w for w in pilot.app.workers
+                if w.state in (WorkerState.PENDING, WorkerState.RUNNING)]
+        if n >= rounds and not busy:
+            return
         try:
             await pilot.app.workers.wait_for_complete()
         except WorkerCancelled:

@@ -57,14 +57,25 @@ def check_integrity(path: str, keystore: str | Path | None,
     if waiting:
         first = waiting[0]
         lines.append(check("epoch-pending", "warn", (
-            f"{len(waiting)} subject erasure(s) of {shown} (the first at {first['tx_at']}, seq "
-            f"{first['seq']}) wait for the epoch key to be rotated: a backup, WAL archive, "
-            "replica or copy taken before them, read with the current key files, still yields "
-            "what they destroyed until `custody-app rotate-epoch` runs.")))
+            f"{len(waiting)} erasure(s) of {shown} ({_kinds(waiting)}; the first at "
+            f"{first['tx_at']}, seq {first['seq']}) wait for the epoch key to be rotated: a "
+            "backup, WAL archive, replica or copy taken before them, read with the current key "
+            "files, still yields what they destroyed until `custody-app rotate-epoch` runs.")))
     else:
-        lines.append(check("epoch-pending", "ok", f"no subject erasure of {shown} waits for an "
+        lines.append(check("epoch-pending", "ok", f"no erasure of {shown} waits for an "
                            "epoch rotation."))
     return lines
+
+
+# How the epoch-pending line names each kind of erasure that destroyed keys.
+_KIND_NAMES = (("forget_subject", "subject erasure(s)"), ("forget", "single-fact forget(s)"),
+               ("sweep", "retention sweep(s)"))
+
+
+def _kinds(waiting: list[dict[str, object]]) -> str:
+    """`1 subject erasure(s), 2 single-fact forget(s)`: the kinds that wait, counted."""
+    counts = {op: sum(1 for e in waiting if e["operation"] == op) for op, _ in _KIND_NAMES}
+    return ", ".join(f"{counts[op]} {name}" for op, name in _KIND_NAMES if counts[op])
 
 
 def _policy_line(ledger: Ledger, named: str | Path | None) -> DoctorCheck:

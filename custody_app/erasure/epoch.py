@@ -6,7 +6,9 @@ archive, a replica, a copied file), even read with the key files that remain.
 An erasure is covered by the first rotation whose recorded ledger head is at or after its last
 event: until then its certificate's place for those copies is pending (on a file ledger, whose
 copies are the user's own files, `unverifiable`), after it `crypto-erased` with that rotation's
-time. `erasures` and `doctor` list the erasures still waiting for one."""
+time. Every erasure that destroyed keys waits for one: a subject erasure, and a forget or a
+retention sweep, which re-key the subjects of what they erase (erasure/rekey.py). `erasures`
+and `doctor` list the erasures still waiting for one."""
 
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ from custody_app.erasure.certificate import ErasureCertificate
 from custody_app.erasure.epoch_place import with_epoch_place as with_epoch_place
 from custody_app.erasure.receipts import erasures
 from custody_app.erasure.rotate import RotateResult, rotate_index_key
-from custody_app.keys import epoch as epochs
 from custody_app.keys.keyring import MASTER_ENV, master_from_env
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
 
 class EpochResult(ReadModel):
     """A rotation: the epoch retired and the new one, how many keys were re-wrapped, the word
-    index's re-keying, and the erasures it completed (their certificates re-issued when this
-    process issued them)."""
+    index's re-keying, and the erasures it completed (subject erasures, forgets and sweeps that
+    destroyed keys; their certificates re-issued when this process issued them)."""
 
     retired: str
     epoch: str
@@ -49,13 +50,20 @@ class EpochResult(ReadModel):
 
 
 def pending_erasures(core: LedgerCore) -> list[dict[str, Any]]:
-    """The subject erasures (they destroy keys) no rotation has covered yet, oldest first."""
+    """The erasures that destroyed keys (a subject erasure; a forget or sweep that re-keyed
+    its subjects) no rotation has covered yet, oldest first."""
     if core.keys is None:
         return []
-    covered = max((int(r.get("seq", -1)) for r in epochs.rotations(core.keys.store)), default=-1)
-    return [{"tx_at": r.tx_at, "seq": r.last_seq, "subject_hash": r.subject_hash}
-            for r in erasures(core).erasures
-            if r.operation == "forget_subject" and r.last_seq > covered]
+    return [{"tx_at": r.tx_at, "seq": r.last_seq, "operation": r.operation,
+             "subject_hash": r.subject_hash}
+            for r in erasures(core).erasures if r.epoch == "pending"]
+
+
+def await_epoch(scrubs: Scrubs, cert: ErasureCertificate, seq: int) -> None:
+    """Keep the certificate of an erasure that destroyed keys (its last event `seq`) for the
+    next rotation to re-issue, unless one covered it already (the policy's after_erasure)."""
+    if not any(p.outcome == "crypto-erased" for p in cert.places):
+        scrubs.await_epoch(cert, seq)
 
 
 def refuse_env() -> None:
@@ -89,7 +97,7 @@ def rotate_epoch(core: LedgerCore, scrubs: Scrubs | None = None) -> EpochResult:
         detail=f"{rotation['keys']} live key(s) re-wrapped under the epoch {rotation['id']}; "
         f"the epoch {rotation['retired']} is destroyed, so a copy of the ledger or key store "
         f"taken before {at} no longer yields what an erasure before it destroyed; "
-        f"{len(done)} subject erasure(s) completed by it")
+        f"{len(done)} erasure(s) completed by it")
 
 
 def after_erasure(core: LedgerCore) -> EpochResult | None:

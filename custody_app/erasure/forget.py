@@ -21,7 +21,7 @@ from custody_app.erasure.certificate import (
     PlaceCheck,
     SubjectForgetResult,
 )
-from custody_app.erasure.epoch import after_erasure, with_epoch_place
+from custody_app.erasure.epoch import after_erasure, await_epoch, with_epoch_place
 from custody_app.erasure.proof import ERASED, certificate
 from custody_app.erasure.rotate import index_key_place, rotate_index_key
 from custody_app.erasure.scrubs import Scrubs
@@ -170,6 +170,8 @@ def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
                            root=cmd.fact_id, keys_place=rekey.keys_place(plans))
     after_erasure(ledger)
     cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=bool(plans))
+    if plans:  # it re-keyed: rotate-epoch re-issues its certificate (erasure/epoch.py)
+        await_epoch(scrubs, cert, work.erased[-1].seq)
     scrubs.settle(ledger, cert, work)
     first = work.erased[0]
     return ForgetResult(fact_id=cmd.fact_id, event_id=first.event_id, seq=first.seq, tx_at=tx_at,
@@ -268,8 +270,7 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     cert = cert.model_copy(update={"places": [*cert.places, *others,
                                               index_key_place(rotated)]})
     cert = with_epoch_place(ledger, cert, row.seq, destroyed_keys=True)
-    if not any(p.outcome == "crypto-erased" for p in cert.places):
-        scrubs.await_epoch(cert, row.seq)
+    await_epoch(scrubs, cert, row.seq)
     scrubs.settle(ledger, cert, work)
     return SubjectForgetResult(subject_hash=subject_hash, counts=counts, event_id=row.hash,
                                seq=row.seq, tx_at=tx_at, keys_destroyed=destroyed,

@@ -33,9 +33,11 @@ class ErasureReceipt(ReadModel):
     # How many of its erased facts are still pending: a place of its certificate (a WAL
     # checkpoint a reader blocked, a server transaction older than it) is not finished yet.
     pending: int = 0
-    # A subject erasure (it destroyed keys): `pending` while the epoch key that wrapped them is
-    # live (a copy taken before still yields them), `crypto-erased` once rotate-epoch
-    # destroyed it (at `epoch_destroyed_at`). None for a forget or sweep (no key destroyed).
+    # An erasure that destroyed keys (a subject erasure; a forget or sweep that re-keyed the
+    # subjects of its facts, issue 34): `pending` while the epoch key that wrapped them is live
+    # (a copy taken before still yields them), `crypto-erased` once rotate-epoch destroyed it
+    # (at `epoch_destroyed_at`). None for an erasure that destroyed no key (a forget or sweep
+    # by code older than the re-key, or of a subject that had no key).
     epoch: Literal["pending", "crypto-erased"] | None = None
     epoch_destroyed_at: str | None = None
 
@@ -52,13 +54,13 @@ class ErasuresResult(ReadModel):
     erasures: list[ErasureReceipt]
     tombstones: int
     subject: SubjectErasure | None = None
-    # Subject erasures whose epoch key is still live (`custody-app rotate-epoch` completes them).
+    # Erasures whose epoch key is still live (`custody-app rotate-epoch` completes them).
     pending_epochs: int = 0
 
     def render(self) -> str:
         lines = [f"{len(self.erasures)} erasure(s), {self.tombstones} subject tombstone(s)"]
         if self.pending_epochs:
-            lines.append(f"{self.pending_epochs} subject erasure(s) pending on a live epoch key "
+            lines.append(f"{self.pending_epochs} erasure(s) pending on a live epoch key "
                          "(copies taken before still yield what they destroyed): run "
                          "`custody-app rotate-epoch`")
         for r in self.erasures:
@@ -103,7 +105,8 @@ def erasures(core: LedgerCore, subject: str | None = None) -> ErasuresResult:
         tombstones = core.db.erasure.tombstones()
         pending = {fact_id for fact_id, _since in core.db.erasure.pending()}
         receipts = [_receipt(core, group, pending) for group in _transactions(rows)]
-    receipts = _with_epochs(core, receipts)
+        refs = _first_refs(core, receipts)
+    receipts = _with_epochs(core, receipts, refs)
     found = None
     if subject is not None:
         if core.keys is None:
@@ -117,14 +120,42 @@ def erasures(core: LedgerCore, subject: str | None = None) -> ErasuresResult:
                           pending_epochs=sum(1 for r in receipts if r.epoch == "pending"))
 
 
-def _with_epochs(core: LedgerCore, receipts: list[ErasureReceipt]) -> list[ErasureReceipt]:
-    """Each subject erasure with its epoch's state (see erasure/epoch.py)."""
+def _first_refs(core: LedgerCore, receipts: list[ErasureReceipt]) -> dict[int, str]:
+    """Inside a read: the subject ref of one erased fact of each forget and sweep (by its
+    first seq). Such an erasure re-keys every subject of its facts at once (erasure/rekey.py),
+    so one fact tells whether it destroyed keys."""
+    out: dict[int, str] = {}
+    for r in receipts:
+        if r.operation == "forget_subject" or not r.roots:
+            continue
+        fact = core.db.facts.get(r.roots[0])
+        event = core.db.events.get(fact.assert_seq) if fact is not None else None
+        ref = json.loads(event.body).get("subject_ref") if event is not None else None
+        if isinstance(ref, str):
+            out[r.first_seq] = ref
+    return out
+
+
+def _destroyed_keys(core: LedgerCore, r: ErasureReceipt, refs: dict[int, str]) -> bool:
+    """A subject erasure destroys its subject's keys; a forget or sweep destroyed a key when
+    its re-key retired a generation of its facts' subject at its instant (read back from the
+    key store: not for one cut short before its retirement, until the next open finishes it)."""
+    if r.operation == "forget_subject":
+        return True
+    assert core.keys is not None
+    ref = refs.get(r.first_seq)
+    return ref is not None and core.keys.store.destroyed_at(ref, r.tx_at)
+
+
+def _with_epochs(core: LedgerCore, receipts: list[ErasureReceipt],
+                 refs: dict[int, str]) -> list[ErasureReceipt]:
+    """Each erasure that destroyed keys with its epoch's state (see erasure/epoch.py)."""
     if core.keys is None:
         return receipts
     done = rotations(core.keys.store)
     out = []
     for r in receipts:
-        if r.operation == "forget_subject":
+        if _destroyed_keys(core, r, refs):
             found = covering(done, r.last_seq)
             r = r.model_copy(update={"epoch": "crypto-erased" if found else "pending",
                                      "epoch_destroyed_at": found.get("at") if found else None})

@@ -13,7 +13,7 @@ from custody_app.domain.timeutil import parse_time
 from custody_app.erasure import rekey
 from custody_app.erasure.cascade import Descendants, cascade
 from custody_app.erasure.certificate import ExpiryReason, SweepResult
-from custody_app.erasure.epoch import after_erasure, with_epoch_place
+from custody_app.erasure.epoch import after_erasure, await_epoch, with_epoch_place
 from custody_app.erasure.forget import erase
 from custody_app.erasure.group import Member, erase_group
 from custody_app.erasure.proof import certificate
@@ -121,6 +121,8 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep, *, grouped: bool = Tru
                            keys_place=rekey.keys_place(plans))
         after_erasure(ledger)
         cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=bool(plans))
+        if plans:  # it re-keyed: rotate-epoch re-issues its certificate (erasure/epoch.py)
+            await_epoch(scrubs, cert, work.erased[-1].seq)
         scrubs.settle(ledger, cert, work)
     return SweepResult(cutoffs=cutoffs, expired=expired, held=sorted(held), dry_run=cmd.dry_run,
                        certificate=cert, reasons=reasons)

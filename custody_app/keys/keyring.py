@@ -36,6 +36,8 @@ from store.rows import MarkRow
 CACHED_SUBJECTS = 65_536
 # Opens that read the key file just before another process's rotation committed: tried again.
 RACED_ROTATION_TRIES = 4
+# What an open that raced another process's rotation of this host's key file can meet.
+RACED_CODES = ("epoch_rotated", "master_key_wrong", "master_key_invalid")
 
 
 # ledger_meta: the fingerprint of the word index key the lexical index was built under
@@ -98,7 +100,17 @@ class KeyRing:
                     raise LedgerError("epoch_rotated", stale) from None
                 raise LedgerError("master_key_wrong",
                                   f"the master key does not open the key store {store.path}") from None
-        self._mark_key = mark_key_of(store, master)
+        try:
+            self._mark_key = mark_key_of(store, master)
+        except crypto.DecryptError:
+            # The check opened, then another process's rotation committed before the marks'
+            # key was read: `epoch_rotated`, which `open` tries again with the new key file.
+            found = epochs.record(store)
+            if found is None or found.get("id") == epochs.epoch_id(master):
+                raise LedgerError("master_key_wrong", f"the marks' key in {store.path} does not "
+                                  "open under the master key that opens its check") from None
+            raise LedgerError("epoch_rotated", f"the key store {store.path} was rotated to the "
+                              f"epoch {found.get('id')} while it was being opened") from None
         # Derived from the marks' key, which a rotation keeps: a host's mark made under one
         # epoch still holds under the next (core.host_mark).
         self._host_mark_key = marks.host_mark_key(self._mark_key)
@@ -133,7 +145,9 @@ class KeyRing:
                 # A rotation in another process of this host committed between this open's
                 # read of the key file and its check: the new key is in the file (or its
                 # `.next`) by now, or soon. Another host's rotation is refused as it was.
-                if (exc.code != "epoch_rotated" or master_from_env() is not None
+                # So is a key file read in the instant a promotion had zeroed it and not yet
+                # renamed the new one over it (`master_key_wrong`: the zero key opens nothing).
+                if (exc.code not in RACED_CODES or master_from_env() is not None
                         or attempt == RACED_ROTATION_TRIES - 1):
                     store.close()
                     raise
@@ -184,17 +198,19 @@ class KeyRing:
             return False
         wanted = str(found.get("id"))
         if master_from_env() is None:
-            # Twice: a promotion in another process may be between its two steps (the read
-            # path holds no lock; a write holds the key store's, which a promotion takes).
-            for attempt in range(2):
+            # Again after a pause: a promotion in another process may be between its two steps
+            # (the read path holds no lock; a write holds the key store's, which a promotion
+            # takes), or a newer rotation may have committed since the record was read (the
+            # epoch wanted is read again each time).
+            for attempt in range(RACED_ROTATION_TRIES):
                 for path in (self.master_file, epochs.next_path(self.master_file)):
                     key = epochs.read_key(path)
                     if key is not None and epochs.epoch_id(key) == wanted and epochs.opens(
                             self.store, key):
                         self._master = key
                         return True
-                if attempt == 0:
-                    time.sleep(0.05)
+                time.sleep(0.05 * (attempt + 1))
+                wanted = str((epochs.record(self.store) or found).get("id"))
         where = f"${MASTER_ENV}" if master_from_env() is not None else str(self.master_file)
         raise LedgerError("epoch_rotated", epochs.stale_message(self.store, self._master, where)
                           or f"the key store {self.path} is under epoch {wanted}, which the "

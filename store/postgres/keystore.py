@@ -34,6 +34,10 @@ LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject
               "WHERE subject_ref = %s ORDER BY generation DESC LIMIT 1")
 KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
               "WHERE subject_ref = %s AND generation = %s")
+# Whether an erasure at that instant destroyed a generation of the subject's key (a re-key's
+# retirement or a subject erasure).
+DESTROYED_AT = ("SELECT 1 FROM subject_keys WHERE subject_ref = %s AND destroyed_at = %s "
+                "AND wrapped IS NULL LIMIT 1")
 # The subject's latest erasure: a generation a re-key retired (issue 34: a newer generation
 # created by then outlived it) is no erasure of the subject, so it fences no work.
 LAST_DESTROYED = ("SELECT max(d.destroyed_at) FROM subject_keys d WHERE d.subject_ref = %s "
@@ -83,8 +87,8 @@ BEGIN_WRITE = ("BEGIN ISOLATION LEVEL READ COMMITTED; "
                + "; " + NEWEST_MARK)
 # The reads a write transaction answers from its cache (the lock keeps every other writer out
 # until it ends); any statement of its own that writes forgets them all.
-CACHEABLE = frozenset((GET_META, LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, CHANGES, MARKS,
-                       NEXT_MARK, SUBJECT_KEYS, NEWEST_MARK, LIVE_KEYS))
+CACHEABLE = frozenset((GET_META, LATEST_KEY, KEY_BY_GEN, LAST_DESTROYED, DESTROYED_AT, CHANGES,
+                       MARKS, NEXT_MARK, SUBJECT_KEYS, NEWEST_MARK, LIVE_KEYS))
 KeyRow = tuple[int, bytes | None, str, str | None]
 _KEYS_FULL = "the disk is full: the key store write was rolled back"
 
@@ -258,6 +262,13 @@ class KeyStoreFile(MarkReads):
                 for s in rows)), default=None)
         row = self._run(LAST_DESTROYED, (subject_ref,)).fetchone()
         return None if row is None or row[0] is None else str(row[0])
+
+    def destroyed_at(self, subject_ref: str, at: str) -> bool:
+        """Whether a generation of the subject's key was destroyed at `at`."""
+        rows = self._subject_keys(subject_ref)
+        if rows is not None:
+            return any(r[1] is None and r[3] == at for r in rows)
+        return self._run(DESTROYED_AT, (subject_ref, at)).fetchone() is not None
 
     def generation(self, subject_ref: str, generation: int) -> KeyRow | None:
         rows = self._subject_keys(subject_ref)

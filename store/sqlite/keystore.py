@@ -130,6 +130,10 @@ LATEST_KEY = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject
               "WHERE subject_ref = ? ORDER BY generation DESC LIMIT 1")
 KEY_BY_GEN = ("SELECT generation, wrapped, created_at, destroyed_at FROM subject_keys "
               "WHERE subject_ref = ? AND generation = ?")
+# Whether an erasure at that instant destroyed a generation of the subject's key (a re-key's
+# retirement or a subject erasure).
+DESTROYED_AT = ("SELECT 1 FROM subject_keys WHERE subject_ref = ? AND destroyed_at = ? "
+                "AND wrapped IS NULL LIMIT 1")
 # The subject's latest erasure: a generation a re-key retired (issue 34: a newer generation
 # created by then outlived it) is no erasure of the subject, so it fences no work.
 LAST_DESTROYED = ("SELECT max(d.destroyed_at) FROM subject_keys d WHERE d.subject_ref = ? "
@@ -224,6 +228,10 @@ class KeyStoreFile(MarkReads):
         """When the subject's latest key destruction happened (any generation), if ever."""
         row = self.conn.execute(LAST_DESTROYED, (subject_ref,)).fetchone()
         return None if row is None or row[0] is None else str(row[0])
+
+    def destroyed_at(self, subject_ref: str, at: str) -> bool:
+        """Whether a generation of the subject's key was destroyed at `at`."""
+        return self.conn.execute(DESTROYED_AT, (subject_ref, at)).fetchone() is not None
 
     def generation(self, subject_ref: str, generation: int) -> KeyRow | None:
         row = self.conn.execute(KEY_BY_GEN, (subject_ref, generation)).fetchone()
