@@ -31,6 +31,7 @@ from custody_app.domain.timeutil import Clock, WallClock, format_time
 from custody_app.files.output import require_regular
 from custody_app.keys import writer_keys
 from custody_app.keys.keyring import KeyRing, keystore_exists, keystore_path_for, master_from_env
+from custody_app.keys.subject_ids import SubjectIdCodec
 from custody_app.keys.values import ValueCodec
 from custody_app.keys.writer_keys import WriterKey
 from custody_app.recall.embedders import Embedder
@@ -67,6 +68,9 @@ class LedgerCore:
         self.policy = policy
         self.clock: Clock = clock or WallClock()
         self.keys = keys
+        if keys is not None:
+            # A server ledger stores each subject by its ref, its id sealed (issue 34).
+            db.use_subject_codec(SubjectIdCodec(keys))
         self.values = ValueCodec(keys)
         self.texts = self.values.texts
         # The recall indexes, kept equal to the believed facts by every append.

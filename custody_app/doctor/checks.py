@@ -232,7 +232,8 @@ def _diagnose_server(address: str, checks: list[DoctorCheck], keystore: str | Pa
     checks += lines
     if not present:
         return DoctorReport(ledger=shown, opened=False, checks=checks, ok=False)
-    checks += doctor_keys.check_keys(address, keystore, found.last_subject)
+    checks += doctor_keys.check_keys(address, keystore, found.last_subject,
+                                     sealed=found.last_subject_sealed)
     checks += check_integrity(address, keystore, policy)
     return DoctorReport(ledger=shown, opened=True, checks=checks,
                         ok=all(c.outcome != "FAIL" for c in checks))

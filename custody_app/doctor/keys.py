@@ -19,6 +19,7 @@ from custody_app.keys.keyring import (
     master_path_for,
     public_key_path_for,
 )
+from custody_app.keys.subject_ids import subject_bind
 from store import health, open_keystore
 from store.address import address_of
 from store.errors import StoreError
@@ -200,7 +201,7 @@ def _signing(ledger: str, store: health.Inspection | None, keystore: str | Path,
 
 
 def _match(ledger: str, sample: tuple[int, str, str] | None, store: health.Inspection | None,
-           keystore: str | Path, master: bytes | None) -> DoctorCheck:
+           keystore: str | Path, master: bytes | None, sealed: bytes | None = None) -> DoctorCheck:
     """Does this key store belong to this ledger? Its pepper must give the subject hash that the
     ledger's newest assert recorded (another ledger's key store reads every value as erased)."""
     if sample is None:
@@ -219,12 +220,33 @@ def _match(ledger: str, sample: tuple[int, str, str] | None, store: health.Inspe
         recorded = json.loads(body).get("subject_ref")
     except ValueError:
         recorded = None
+    if subject == recorded:
+        # A server ledger stores each subject by its ref, its id sealed under its data key
+        # (issue 34): the id is opened with the key store's key of that ref first.
+        subject = _sealed_id(store, master, recorded, sealed) or ""
     if crypto.keyed_digest(pepper, "subject", subject) != recorded:
         return check("keys-match", "FAIL", f"the key store {keystore} does not reproduce the "
                      f"subject hash of event {seq} in {ledger}: it belongs to another ledger, "
                      "and this ledger's values would read as erased.")
     return check("keys-match", "ok", f"the key store {keystore} reproduces the subject hash of "
                  f"event {seq} in {ledger}: it is this ledger's key store.")
+
+
+def _sealed_id(store: health.Inspection | None, master: bytes | None, ref: str,
+               sealed: bytes | None) -> str | None:
+    """A server ledger's sealed subject id opened with the key store's key of its ref (None:
+    no key opens it, as with another ledger's key store)."""
+    if store is None or master is None or sealed is None:
+        return None
+    try:
+        generation = crypto.sealed_generation(sealed)
+        row = store.keystore().generation(ref, generation)
+        if row is None or row[1] is None:
+            return None
+        key = crypto.unwrap(master, row[1], f"data:{ref}:{generation}")
+        return crypto.open_sealed(key, sealed, subject_bind(ref)).decode("utf-8")
+    except (crypto.DecryptError, UnicodeDecodeError, StoreError):
+        return None
 
 
 def _marks(store: health.Inspection | None, keystore: str | Path, master: bytes | None) -> DoctorCheck:
@@ -303,7 +325,8 @@ def _rotation(store: health.Inspection | None, keystore: str | Path) -> DoctorCh
 
 
 def check_keys(ledger: str, keystore: str | Path | None,
-               sample: tuple[int, str, str] | None = None) -> list[DoctorCheck]:
+               sample: tuple[int, str, str] | None = None, *,
+               sealed: bytes | None = None) -> list[DoctorCheck]:
     """The key store beside the ledger (or where `keystore`/$CUSTODY_KEYSTORE says), its master
     key, the forget and signing keys inside it, and that it is this ledger's (`sample`: the
     newest assert with its subject, from the ledger)."""
@@ -321,7 +344,7 @@ def check_keys(ledger: str, keystore: str | Path | None,
             first, store = _keystore(path)
         master_check, master = _master(path, store)
         lines = [first, master_check, _forget(store, path, master),
-                 _signing(ledger, store, path, master), _match(ledger, sample, store, path, master),
+                 _signing(ledger, store, path, master), _match(ledger, sample, store, path, master, sealed),
                  _marks(store, path, master), _rotation(store, path), _epoch(store, path)]
         seen = _host_mark(given, ledger, store, master)
         return lines if seen is None else [*lines, seen]

@@ -20,12 +20,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from custody_app.core.faults import crash_point
 from custody_app.erasure.certificate import PlaceCheck
 from custody_app.keys import crypto
 from custody_app.keys.keyring import KeyRing
+from custody_app.keys.subject_ids import SubjectIdCodec
 from custody_app.keys.values import reseal, text_bind
 from store.rows import FactRow
 
@@ -48,11 +50,14 @@ class Rekey:
     values: int = 0  # sealed values re-sealed under it
     texts: int = 0  # sealed free texts re-sealed under it
     retired: int = 0  # older generations destroyed
+    subject_id: int = 0  # 1 when its sealed id (a server ledger's) was re-sealed under it
 
     def detail(self) -> str:
+        sealed_id = " (its sealed id too)" if self.subject_id else ""
         return (f"subject {self.ref[:12]}...: key generation {self.generation - 1} destroyed "
                 f"({self.retired} generation(s) in all), {self.values} value(s) and "
-                f"{self.texts} free text(s) re-sealed under generation {self.generation}")
+                f"{self.texts} free text(s) re-sealed under generation {self.generation}"
+                + sealed_id)
 
 
 def begin(ledger: LedgerCore, plans: dict[str, Rekey], facts: Iterable[FactRow], now: str, *,
@@ -78,6 +83,7 @@ def reseal_all(ledger: LedgerCore, plans: dict[str, Rekey]) -> None:
     if not plans or ledger.keys is None:
         return
     keys, db = ledger.keys, ledger.db
+    ids = SubjectIdCodec(keys)
     for plan in plans.values():
         key = keys.key_for_read(plan.ref, plan.generation)
         assert key is not None  # made by begin() in this transaction
@@ -100,6 +106,10 @@ def reseal_all(ledger: LedgerCore, plans: dict[str, Rekey]) -> None:
         db.events.reseal_values(values)
         db.texts.reseal(texts)
         plan.values, plan.texts = len(values), len(texts)
+        # On a server the subject's id is sealed too (store.postgres.subjects): under N+1 now,
+        # or the retirement of N would leave it unreadable.
+        plan.subject_id = db.reseal_subject(
+            plan.ref, partial(ids.reseal, plan.ref, generation=plan.generation))
     # The intents of this process's earlier re-keys go too (on a server, whose certificates
     # stay pending, no cleanup of pending rows comes to take them).
     pending = _without_done(ledger, _pending(ledger))

@@ -27,11 +27,20 @@ def unfinished(ledger: LedgerCore) -> list[tuple[int, str, str]]:
     return out
 
 
+def seal_subject_ids(ledger: LedgerCore) -> int:
+    """A server ledger made before its subject ids were sealed (issue 34) has them sealed under
+    each subject's data key, in one transaction (0: nothing to do, or a file ledger)."""
+    if ledger.keys is None:
+        return 0
+    return ledger.db.seal_subject_ids()
+
+
 def roll_forward(ledger: LedgerCore) -> list[int]:
     """Destroy the keys of every unfinished subject erasure (returns their seqs), and finish a
     rotation of the word index key cut short."""
     roll_forward_index_key(ledger)
     rekey.roll_forward(ledger)
+    seal_subject_ids(ledger)
     with ledger.db.read():
         todo = unfinished(ledger)
     if not todo:

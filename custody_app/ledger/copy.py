@@ -38,6 +38,7 @@ from custody_app.keys.keyring import (
     public_key_path_for,
     write_public_key,
 )
+from custody_app.keys.subject_ids import SubjectIdCodec
 from custody_app.ledger.facade import Ledger
 from store import ledger_exists, occupied, open_keystore, open_ledger
 from store.address import address_of
@@ -57,8 +58,7 @@ KEY_TABLES = ("subject_keys", "ledger_marks")
 NOT_COPIED_META = frozenset({
     "embedder", "embedder_dims", "recall_layout", "recall_vec_version", "recall_cells_version",
     "recall_cells_n", "recall_cells_moving", "recall_maintenance_error", "sqlite_vec_version",
-    "recall_vec_form",
-    COPY_INCOMPLETE})
+    "recall_vec_form", "subject_ids", COPY_INCOMPLETE})
 Progress = Callable[[str, int], None]
 
 
@@ -175,8 +175,8 @@ def _copy(source: Ledger, src: str, dst: str, dst_keys: str, master: bytes, mast
             for key, value in _all_rows(source.db, "ledger_meta", ("key", "value")):
                 if key not in NOT_COPIED_META:
                     db.put_meta(str(key), str(value))
-            for table in LEDGER_TABLES:
-                counts[table] = _copy_table(source.db, db, table, progress)
+            # The key store first: a server destination seals each subject id as its rows
+            # load (issue 34: never stored in the clear, not even for a moment).
             master_at = place_master(dst_keys, master)
             store = open_keystore(dst_keys)
             keys_src = source.keys
@@ -192,7 +192,10 @@ def _copy(source: Ledger, src: str, dst: str, dst_keys: str, master: bytes, mast
                 counts[table] = _copy_table(keys_src.store, store, table, progress)
             for row in _all_rows(store, "subject_keys", ("wrapped",)):
                 destroyed += row[0] is None
-        keys, store = KeyRing(store, master), None
+            keys, store = KeyRing(store, master), None
+            db.use_subject_codec(SubjectIdCodec(keys))
+            for table in LEDGER_TABLES:
+                counts[table] = _copy_table(source.db, db, table, progress)
         # The destination read as any open reads it: bound to this ledger, its marks held.
         core = LedgerCore(db, source.policy, keys=keys)
         check_high_water(db, keys, dst, readonly=False)

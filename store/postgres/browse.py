@@ -10,6 +10,8 @@ from typing import Any
 import psycopg
 
 from store.postgres.bulk import no_limit
+from store.postgres.projection import fact_rows
+from store.postgres.subjects import named_rows, stored
 from store.rows import FACT_COLUMNS, BeliefRow, FactRow
 
 DDL: tuple[str, ...] = ()
@@ -139,23 +141,24 @@ class BrowseStore:
         padded = (tuple(statuses) + (None,) * 4)[:4]
         params = {"v": valid_at, "seq": seq, "head": head, "inc": min_rank,
                   "after": after_seq, "bound": head if diff else seq, "limit": no_limit(limit),
-                  "subject": subject, "predicate": predicate, "space": space,
+                  "subject": stored(self._conn, subject), "predicate": predicate,
+                  "space": space,
                   "s0": padded[0], "s1": padded[1], "s2": padded[2], "s3": padded[3]}
-        return [BeliefRow(*r) for r in self._conn.execute(sql, params)]
+        return named_rows(self._conn, self._conn.execute(sql, params).fetchall(), 2, BeliefRow)
 
     def with_status_page(self, status: str, after_seq: int, limit: int) -> list[FactRow]:
-        return [FactRow(*r) for r in
-                self._conn.execute(WITH_STATUS_PAGE, (status, after_seq, no_limit(limit)))]
+        return fact_rows(self._conn, self._conn.execute(
+            WITH_STATUS_PAGE, (status, after_seq, no_limit(limit))).fetchall())
 
     def events_newest(self, before_seq: int, limit: int) -> list[tuple[object, ...]]:
         """(seq, kind, tx_at, actor, fact_id, subject, predicate, body, value, fact status now),
         newest first."""
-        return [tuple(r) for r in
-                self._conn.execute(EVENTS_NEWEST, (before_seq, no_limit(limit)))]
+        return named_rows(self._conn, self._conn.execute(
+            EVENTS_NEWEST, (before_seq, no_limit(limit))).fetchall(), 5)
 
     def held_page(self, after_seq: int, limit: int) -> list[FactRow]:
-        return [FactRow(*r) for r in
-                self._conn.execute(HELD_PAGE, (after_seq, no_limit(limit)))]
+        return fact_rows(self._conn, self._conn.execute(
+            HELD_PAGE, (after_seq, no_limit(limit))).fetchall())
 
     def last_event_of_kind(self, fact_id: str, kind: str) -> tuple[int, str, str, str] | None:
         row = self._conn.execute(LAST_EVENT_OF_KIND, (fact_id, kind)).fetchone()

@@ -25,6 +25,15 @@ from store.postgres.failures import flush_queued, forget_queued, later, translat
 from store.postgres.locate import Locator
 from store.postgres.projection import ACTIVE_OF_KEY
 from store.postgres.readcache import PRIME, ReadCache
+from store.postgres.subjects import PUT as SUBJECT_PUT
+from store.postgres.subjects import (
+    SubjectNames,
+    named_rows,
+    reseal,
+    seal_existing,
+    stored,
+    stored_values,
+)
 from store.postgres.tables import BATCH, column_types, load_rows, read_rows
 from store.rows import CheckpointOutcome, RewriteOutcome
 
@@ -73,6 +82,8 @@ class _SubStore:
         return store
 
 
+# The tables whose `subject` column holds a subject's stored form (store.postgres.subjects).
+SUBJECT_TABLES = ("events", "facts")
 STORED_BYTES = ("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = %s AND c.relkind = 'r'")
@@ -102,6 +113,11 @@ class LedgerFile:
         self.cache = ReadCache()
         if hasattr(conn, "read_cache"):
             conn.read_cache = self.cache
+        # Subject ids in and out of their sealed form (store.postgres.subjects), beside the
+        # connection where every statement group finds them.
+        self.subject_names = SubjectNames(conn)
+        if hasattr(conn, "subject_names"):
+            conn.subject_names = self.subject_names
         self.events = EventStore(conn)
         self.locate = Locator(conn, path)
         self._depth = 0
@@ -155,13 +171,38 @@ class LedgerFile:
         """The table's rows (columns `names`, in that order) in primary-key order, `batch` at
         a time through a server-side cursor; read inside the caller's transaction for one
         consistent view."""
-        return read_rows(self.conn, table, names, batch)
+        rows = read_rows(self.conn, table, names, batch)
+        if table not in SUBJECT_TABLES or "subject" not in names:
+            return rows
+        at = names.index("subject")
+        return (named_rows(self.conn, part, at) for part in rows)  # each subject by its id
 
     def load_rows(self, table: str, names: list[str], rows: list[tuple[Any, ...]]) -> int:
         """Insert `rows` (columns `names`) by one COPY in one transaction (every trigger
         still applies); returns how many."""
         with self.write():
+            if table in SUBJECT_TABLES and "subject" in names:
+                rows = self._sealed_rows(table, names, rows)
             return load_rows(self.conn, table, names, rows)
+
+    def _sealed_rows(self, table: str, names: list[str],
+                     rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Rows of another ledger's events or facts as this one stores them: each subject by
+        its ref, an assert's id sealed into `subjects` beside its sealed value."""
+        at = names.index("subject")
+        value = names.index("value") if "value" in names else None
+        sealed: dict[str, bytes] = {}
+        for row in rows:
+            subject = row[at]
+            if (subject is not None and table == "events" and self.subject_names.sealed
+                    and not str(subject).startswith("erased:")):
+                ref, blob = self.subject_names.seal(str(subject),
+                                                    None if value is None else row[value])
+                sealed.setdefault(ref, blob)
+        if sealed:
+            with self.conn.cursor() as cur:
+                cur.executemany(SUBJECT_PUT, sorted(sealed.items()))
+        return [stored_values(self.conn, row, at) for row in rows]
 
     def _run(self, statement: str) -> None:
         self.conn.execute(statement)
@@ -177,9 +218,31 @@ class LedgerFile:
         and answered from its read cache (store.postgres.readcache) until it writes them."""
         if self._depth:
             return
-        self._expected = [(ACTIVE_OF_KEY, (subject, predicate))] if predicate is not None else []
+        self._expected = ([(ACTIVE_OF_KEY, (stored(self.conn, subject), predicate))]
+                          if predicate is not None else [])
         if subject_ref is not None:
             self._expected.append((LAST_TOMBSTONE, (subject_ref,)))
+
+    # ---- subject ids (issue 34: sealed on a server, store.postgres.subjects) --------------
+    def use_subject_codec(self, codec: Any) -> None:
+        """The layer above's codec (store.port.SubjectCodec): the subject columns hold each
+        subject's ref and `subjects` its id sealed under its data key; reads give the id."""
+        self.subject_names.attach(codec)
+
+    def reseal_subject(self, subject_ref: str, again: Callable[[bytes], bytes | None]) -> int:
+        """A re-key's re-seal of the subject's sealed id (`again`: the blob under the new
+        generation, None to leave it), inside the erasure's transaction; 1 when re-sealed."""
+        return reseal(self.conn, subject_ref, again)
+
+    def seal_subject_ids(self) -> int:
+        """A ledger made before its subject ids were sealed has them sealed now, in one write
+        transaction (a read-write open's roll-forward); how many subjects were (0: sealed
+        already, no transaction)."""
+        if self.subject_names.sealed:
+            return 0
+        with self.write():
+            self.subject_names.attach(self.subject_names.codec)  # the mode, read under the lock
+            return seal_existing(self.conn)
 
     @contextmanager
     def write(self) -> Iterator[None]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from store.postgres.projection import fact_rows
 from store.postgres.residue import HORIZON
+from store.postgres.subjects import named_rows, stored
 from store.rows import FACT_COLUMNS, FactRow
 
 # Text is compared and ordered byte for byte, as SQLite's BINARY collation does, whatever the
@@ -90,7 +92,8 @@ WITH RECURSIVE s(space) AS (
 )
 SELECT space FROM s WHERE space IS NOT NULL"""
 SPECIAL_EVENTS = "SELECT seq, body::text FROM events WHERE kind = %s ORDER BY seq"
-NAMES = "SELECT subject FROM facts UNION SELECT space FROM facts"
+# A fact's subject as stored (store.postgres.subjects), its space: names reads them apart.
+NAMES = "SELECT DISTINCT subject, NULL FROM facts UNION SELECT NULL, space FROM facts"
 IS_NAME = ("SELECT 1 FROM facts WHERE subject = %s UNION ALL "
            "SELECT 1 FROM facts WHERE space = %s LIMIT 1")
 META_GET = "SELECT value FROM ledger_meta WHERE key = %s"
@@ -152,10 +155,10 @@ class ErasureStore:
         return None if row is None else str(row[0])
 
     def erased_of_subject(self, subject: str) -> list[FactRow]:
-        return [FactRow(*r) for r in self._rows(ERASED_OF_SUBJECT, (subject,))]
+        return fact_rows(self._conn, self._rows(ERASED_OF_SUBJECT, (stored(self._conn, subject),)))
 
     def set_subject(self, assert_seq: int, subject: str) -> None:
-        self._conn.execute(SET_SUBJECT, (subject, assert_seq))
+        self._conn.execute(SET_SUBJECT, (stored(self._conn, subject), assert_seq))
 
     def add_tombstone(self, seq: int, subject_hash: str, reason: str, counts: str, at: str) -> None:
         self._conn.execute(ADD_TOMBSTONE, (seq, subject_hash, reason, counts, at))
@@ -196,14 +199,14 @@ class ErasureStore:
                                                           sort_keys=True)))
 
     def facts_of_subject(self, subject: str) -> list[FactRow]:
-        return [FactRow(*r) for r in self._rows(FACTS_OF_SUBJECT, (subject,))]
+        return fact_rows(self._conn, self._rows(FACTS_OF_SUBJECT, (stored(self._conn, subject),)))
 
     def sweep_candidates(self, space: str, cutoff: str) -> list[FactRow]:
-        return [FactRow(*r) for r in self._rows(SWEEP_CANDIDATES, (space, cutoff))]
+        return fact_rows(self._conn, self._rows(SWEEP_CANDIDATES, (space, cutoff)))
 
     def sweep_candidates_all(self, cutoff: str) -> list[FactRow]:
         """Every space at once (an explicit cutoff): one query, not one per space."""
-        return [FactRow(*r) for r in self._rows(SWEEP_ALL, (cutoff,))]
+        return fact_rows(self._conn, self._rows(SWEEP_ALL, (cutoff,)))
 
     def learned_before(self, space: str | None, cutoff: str) -> dict[str, str]:
         """fact_id -> tx_at of the sweep candidates of `space` (None: every space)."""
@@ -217,14 +220,15 @@ class ErasureStore:
 
     def is_name(self, text: str) -> bool:
         """Is this string a subject or space of some fact (an identifier that stays)?"""
-        return self._one(IS_NAME, (text, text)) is not None
+        return self._one(IS_NAME, (stored(self._conn, text), text)) is not None
 
     def names(self) -> set[str]:
         """Every subject and space of some fact: `is_name` for many strings at once."""
-        return {str(r[0]) for r in self._rows(NAMES)}
+        rows = named_rows(self._conn, self._rows(NAMES), 0)
+        return {str(r[0] if r[0] is not None else r[1]) for r in rows}
 
     def held(self) -> list[FactRow]:
-        return [FactRow(*r) for r in self._rows(HELD)]
+        return fact_rows(self._conn, self._rows(HELD))
 
     def leaks(self) -> list[dict[str, object]]:
         """The recorded erasures whose certificate found erased bytes leaking (newest last)."""

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from store.errors import StoreIntegrityError
+from store.postgres import subjects
 from store.postgres.failures import later, queues
 from store.rows import EVENT_COLUMNS, EventRow, event_values
 
@@ -30,7 +31,8 @@ BEGIN
         AND (NEW.value IS NULL OR NEW.value IS NOT DISTINCT FROM OLD.value OR """ + resealed("value") + """)
         AND (NEW.salt IS NULL OR NEW.salt IS NOT DISTINCT FROM OLD.salt)
         AND ((NEW.value IS NULL) = (NEW.salt IS NULL))
-        AND (NEW.subject IS NULL OR NEW.subject IS NOT DISTINCT FROM OLD.subject)
+        AND (NEW.subject IS NULL OR NEW.subject IS NOT DISTINCT FROM OLD.subject
+             OR NEW.subject IS NOT DISTINCT FROM (OLD.body::jsonb ->> 'subject_ref'))
         AND NEW.seq IS NOT DISTINCT FROM OLD.seq AND NEW.kind IS NOT DISTINCT FROM OLD.kind
         AND NEW.tx_at IS NOT DISTINCT FROM OLD.tx_at AND NEW.actor IS NOT DISTINCT FROM OLD.actor
         AND NEW.policy_hash IS NOT DISTINCT FROM OLD.policy_hash
@@ -54,7 +56,7 @@ DDL: tuple[str, ...] = (
     actor       text COLLATE "C" NOT NULL,
     policy_hash text COLLATE "C" NOT NULL,
     fact_id     text COLLATE "C",
-    subject     text COLLATE "C",
+    subject     text COLLATE "C", -- the subject's ref (store.postgres.subjects), NULL once erased
     body        text COLLATE "C" NOT NULL,
     value       bytea,
     salt        text COLLATE "C",
@@ -105,9 +107,10 @@ BEGIN
 END $$""",
     """CREATE TRIGGER events_chain BEFORE INSERT ON events
 FOR EACH ROW EXECUTE FUNCTION events_chain()""",
-    # Only an assert's value with its salt, and its plaintext subject, may change, and only to
-    # NULL (erasure), or the value to a re-seal of it (issue 34): the condition of
-    # store.sqlite.schema.EVENTS_UPDATE_TRIGGER.
+    # Only an assert's value with its salt, and its subject, may change, and only to NULL
+    # (erasure), the value to a re-seal of it (issue 34), or the subject to the ref its own
+    # hashed body names (the sealing of a ledger's plaintext ids, store.postgres.subjects): the
+    # condition of store.sqlite.schema.EVENTS_UPDATE_TRIGGER, and that last one.
     "CREATE " + EVENTS_ERASE_ONLY,
     """CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
 FOR EACH ROW EXECUTE FUNCTION events_erase_only()""",
@@ -168,9 +171,18 @@ MISSING = ("SELECT j.s FROM unnest(%s::bigint[]) WITH ORDINALITY AS j(s, n) "
 HOLDING_VALUE = ("SELECT seq FROM events WHERE seq = ANY(%s::bigint[]) "
                  "AND (length(value) > 0 OR length(salt) > 0)")
 ERASE_VALUE = "UPDATE events SET value = NULL, salt = NULL WHERE seq = %s AND kind = 'assert'"
+# The same, with the subject's sealed id (one statement: no round trip more).
+ERASE_SUBJECT_SEALED = (
+    "WITH gone AS (UPDATE subjects SET sealed = NULL WHERE sealed IS NOT NULL AND subject_ref = "
+    "(SELECT subject FROM events WHERE seq = %s AND kind = 'assert') RETURNING 1) "
+    "UPDATE events SET subject = NULL WHERE seq = %s AND kind = 'assert'")
 ERASE_SUBJECT = "UPDATE events SET subject = NULL WHERE seq = %s AND kind = 'assert'"
 # A re-key's re-seal (issue 34): the trigger allows only a blob of a higher key generation.
 RESEAL_VALUE = "UPDATE events SET value = %s WHERE seq = %s AND kind = 'assert'"
+
+
+# EventRow.subject's column (its stored form: store.postgres.subjects).
+_SUBJECT = EVENT_COLUMNS.index("subject")
 
 
 def _row(r: tuple[Any, ...]) -> EventRow:
@@ -193,13 +205,14 @@ class EventStore:
         """Inside a write transaction the row goes with the next statement (`later`): the
         chain trigger's refusal fails that statement, at the latest the savepoint's end or
         the commit, and rolls back what the savepoint or transaction wrote."""
+        values = self._stored(row)
         if queues(self._conn):
-            later(self._conn, INSERT, event_values(row))
+            later(self._conn, INSERT, values)
             if row.signature is not None:
                 later(self._conn, INSERT_SIGNATURE, (row.seq, row.signature))
             return
         try:
-            self._conn.execute(INSERT, event_values(row))
+            self._conn.execute(INSERT, values)
             if row.signature is not None:
                 self._conn.execute(INSERT_SIGNATURE, (row.seq, row.signature))
         except StoreIntegrityError as exc:
@@ -210,13 +223,28 @@ class EventStore:
         if not rows:
             return
         try:
+            values = [self._stored(r) for r in rows]
             with self._conn.cursor() as cur:
-                cur.executemany(INSERT, [event_values(r) for r in rows])
+                cur.executemany(INSERT, values)
                 signed = [(r.seq, r.signature) for r in rows if r.signature is not None]
                 if signed:
                     cur.executemany(INSERT_SIGNATURE, signed)
         except StoreIntegrityError as exc:
             raise StoreIntegrityError(f"events {rows[0].seq}-{rows[-1].seq} refused: {exc}") from exc
+
+    def _stored(self, row: EventRow) -> tuple[Any, ...]:
+        """The row's values as stored: an assert's subject by its ref, its id sealed into
+        `subjects` (queued with the event: no round trip of its own)."""
+        values = tuple(event_values(row))
+        names = subjects.names_of(self._conn)
+        if row.subject is None or names is None or not names.sealed:
+            return values
+        ref, blob = names.seal(row.subject, row.value)
+        later(self._conn, subjects.PUT, (ref, blob))
+        return values[:_SUBJECT] + (ref,) + values[_SUBJECT + 1:]
+
+    def _rows(self, rows: list[tuple[Any, ...]]) -> list[EventRow]:
+        return [_row(r) for r in subjects.named_rows(self._conn, rows, _SUBJECT)]
 
     def head(self) -> tuple[int, str, str] | None:
         """(seq, hash, tx_at) of the newest event, or None for an empty ledger."""
@@ -229,14 +257,14 @@ class EventStore:
 
     def get(self, seq: int) -> EventRow | None:
         row = self._conn.execute(BY_SEQ, (seq,)).fetchone()
-        return None if row is None else _row(row)
+        return None if row is None else self._rows([row])[0]
 
     def get_many(self, seqs: list[int], chunk: int = 5000) -> dict[int, EventRow]:
         """Events by seq, a query per `chunk` of them (unknown seqs are left out)."""
         out: dict[int, EventRow] = {}
         for at in range(0, len(seqs), chunk):
-            for r in self._conn.execute(BY_SEQS, (list(seqs[at:at + chunk]),)):
-                row = _row(r)
+            for row in self._rows(self._conn.execute(BY_SEQS, (list(seqs[at:at + chunk]),))
+                                  .fetchall()):
                 out[row.seq] = row
         return out
 
@@ -249,7 +277,7 @@ class EventStore:
         return {int(r[0]) for r in self._conn.execute(HOLDING_VALUE, (list(seqs),))}
 
     def for_fact(self, fact_id: str) -> list[EventRow]:
-        return [_row(r) for r in self._conn.execute(FOR_FACTS, (fact_id,))]
+        return self._rows(self._conn.execute(FOR_FACTS, (fact_id,)).fetchall())
 
     def iter_all(self, batch: int = 5000) -> Iterator[EventRow]:
         """Every event in seq order, fetched in pages so no cursor stays half-read for long."""
@@ -258,8 +286,7 @@ class EventStore:
             rows = self._conn.execute(RANGE, (after, batch)).fetchall()
             if not rows:
                 return
-            for r in rows:
-                yield _row(r)
+            yield from self._rows(rows)
             after = int(rows[-1][0])
 
     def last_policy_hash(self) -> str | None:
@@ -299,7 +326,13 @@ class EventStore:
                 cur.executemany(ERASE_VALUE, [(s,) for s in seqs])
 
     def erase_subject(self, seq: int) -> None:
-        self._conn.execute(ERASE_SUBJECT, (seq,))
+        """The assert's subject goes; on a server its sealed id goes with it (the subject's
+        key is destroyed by the same erasure: store.postgres.subjects)."""
+        names = subjects.names_of(self._conn)
+        if names is not None and names.sealed:
+            self._conn.execute(ERASE_SUBJECT_SEALED, (seq, seq))
+        else:
+            self._conn.execute(ERASE_SUBJECT, (seq,))
 
     def reseal_values(self, rows: list[tuple[int, bytes]]) -> None:
         """Replace each (seq, sealed value) by the same value sealed under a newer key."""

@@ -83,6 +83,7 @@ class LedgerConnection(psycopg.Connection[Any]):
 
     read_cache: Any = None
     queued: list[tuple[Any, Any]] | None = None
+    subject_names: Any = None
 
 
 def later(conn: Any, query: str, params: Any,

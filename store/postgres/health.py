@@ -18,6 +18,7 @@ from store.postgres import residue
 from store.postgres.opening import connect
 from store.postgres.pages import inspection_barrier
 from store.postgres.schema import APPLICATION, SCHEMA_VERSION, TOMBSTONE_TRIGGERS, migration_1
+from store.postgres.subjects import DDL as SUBJECTS_DDL
 
 VECTOR = ("SELECT default_version, installed_version FROM pg_available_extensions "
           "WHERE name = 'vector'")
@@ -43,6 +44,9 @@ PRIVILEGE = "SELECT has_table_privilege(%s, %s)"
 # The newest assert whose subject is not erased (the doctor matches the key store against it).
 LAST_SUBJECT = ("SELECT seq, subject, body FROM events WHERE kind = 'assert' "
                 "AND subject IS NOT NULL ORDER BY seq DESC LIMIT 1")
+HAS_SUBJECTS = ("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relname = 'subjects'")
+SEALED_SUBJECT = "SELECT sealed FROM subjects WHERE subject_ref = %s"
 PENDING = "SELECT fact_id, since FROM pending_scrubs ORDER BY since, fact_id"
 META = "SELECT value FROM ledger_meta WHERE key = %s"
 _NAMED = re.compile(r"CREATE TRIGGER (\w+) BEFORE [A-Z ]+? ON (\w+)")
@@ -86,6 +90,8 @@ class ServerHealth:
     supported_version: int = SCHEMA_VERSION
     # (seq, subject, hashed body) of the newest assert with a subject not erased, if any.
     last_subject: tuple[int, str, str] | None = None
+    # Its id sealed (store.postgres.subjects) when the ledger stores the ref in its place.
+    last_subject_sealed: bytes | None = None
     # Erased facts whose certificate is still pending (fact_id, since), and the transactions
     # older than their erasure that hold it back (named, store.postgres.residue).
     pending_erasures: list[tuple[str, str]] = field(default_factory=list)
@@ -97,7 +103,8 @@ class ServerHealth:
 def expected_triggers(tables: set[str]) -> dict[str, str]:
     """The append-only and chain triggers a ledger's schema has (name -> table), taken from
     the DDL itself; the tombstone triggers when the schema has its tombstones table."""
-    statements = list(migration_1()) + (list(TOMBSTONE_TRIGGERS) if "tombstones" in tables else [])
+    statements = (list(migration_1()) + (list(TOMBSTONE_TRIGGERS) if "tombstones" in tables else [])
+                  + (list(SUBJECTS_DDL) if "subjects" in tables else []))
     return {m.group(1): m.group(2) for s in statements if (m := _NAMED.search(s))}
 
 
@@ -179,6 +186,10 @@ def report(conn: psycopg.Connection[Any], schema: str, address: str) -> ServerHe
                      + ": it may drop or alter the ledger's tables and switch their triggers "
                        "off; run agents and reviewers as a role that only reads and inserts")
     sample = conn.execute(LAST_SUBJECT).fetchone() if version is not None else None
+    sealed = None
+    if sample is not None and conn.execute(HAS_SUBJECTS).fetchone() is not None:
+        row = conn.execute(SEALED_SUBJECT, (sample[1],)).fetchone()
+        sealed = None if row is None or row[0] is None else bytes(row[0])
     pending = [(str(f), str(t)) for f, t in conn.execute(PENDING)] if version is not None else []
     held = residue.old_snapshots(conn, residue.horizon(conn, _horizon(conn))) if pending else []
     return ServerHealth(address, schema, server_version(conn), available, installed, where,
@@ -186,6 +197,7 @@ def report(conn: psycopg.Connection[Any], schema: str, address: str) -> ServerHe
                         trigger_problems(conn, schema) if version is not None else [],
                         rights, notes, last_subject=None if sample is None else
                         (int(sample[0]), str(sample[1]), str(sample[2])),
+                        last_subject_sealed=sealed,
                         pending_erasures=pending, erasure_snapshots=held,
                         page_inspection=inspection_barrier(conn)[1])
 

@@ -12,6 +12,7 @@ import psycopg
 from store.errors import StoreIntegrityError
 from store.postgres.bulk import BATCH, copy_rows, lazy_rows, no_limit
 from store.postgres.failures import later, queues
+from store.postgres.subjects import named_rows, named_stream, stored, stored_values
 from store.rows import (
     FACT_COLUMNS,
     STATE_COLUMNS,
@@ -29,7 +30,7 @@ DDL: tuple[str, ...] = (
     """CREATE TABLE facts(
     assert_seq    bigint PRIMARY KEY,
     fact_id       text COLLATE "C" NOT NULL UNIQUE,
-    subject       text COLLATE "C" NOT NULL,
+    subject       text COLLATE "C" NOT NULL, -- its ref, or erased:<ref16> (store.postgres.subjects)
     predicate     text COLLATE "C" NOT NULL,
     space         text COLLATE "C" NOT NULL,
     valid_from    text COLLATE "C" NOT NULL,
@@ -74,6 +75,10 @@ DDL: tuple[str, ...] = (
 )
 
 _FCOLS = ", ".join(FACT_COLUMNS)
+# FactRow.subject's column, in a row and in an update's values; AsOfRow's.
+SUBJECT = FACT_COLUMNS.index("subject")
+_UPDATE_SUBJECT = SUBJECT - 1
+_AS_OF_SUBJECT = 1
 _SCOLS = ", ".join(STATE_COLUMNS)
 FACT_BY_ID = f"SELECT {_FCOLS} FROM facts WHERE fact_id = %s"
 FACT_BY_SEQ = f"SELECT {_FCOLS} FROM facts WHERE assert_seq = %s"
@@ -161,30 +166,44 @@ ORDER BY f.assert_seq
 LIMIT %(limit)s"""
 
 
+def fact_rows(conn: Any, rows: Any) -> list[FactRow]:
+    """FactRows of `rows` (facts columns), each subject by its id (store.postgres.subjects)."""
+    return named_rows(conn, list(rows), SUBJECT, FactRow)
+
+
 class FactStore:
     """Reads and writes the facts projection and its state history."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
 
+    def _facts(self, sql: str, params: Any = None) -> list[FactRow]:
+        return fact_rows(self._conn, self._conn.execute(sql, params).fetchall())
+
+    def _values(self, fact: FactRow) -> tuple[Any, ...]:
+        return stored_values(self._conn, fact_values(fact), SUBJECT)
+
+    def _update_values(self, fact: FactRow) -> tuple[Any, ...]:
+        return stored_values(self._conn, fact_update_values(fact), _UPDATE_SUBJECT)
+
     def get(self, fact_id: str) -> FactRow | None:
-        row = self._conn.execute(FACT_BY_ID, (fact_id,)).fetchone()
-        return None if row is None else FactRow(*row)
+        found = self._facts(FACT_BY_ID, (fact_id,))
+        return found[0] if found else None
 
     def get_by_seq(self, assert_seq: int) -> FactRow | None:
-        row = self._conn.execute(FACT_BY_SEQ, (assert_seq,)).fetchone()
-        return None if row is None else FactRow(*row)
+        found = self._facts(FACT_BY_SEQ, (assert_seq,))
+        return found[0] if found else None
 
     def insert(self, fact: FactRow) -> None:
         if queues(self._conn):
             # The row read back by its id is the row written (no trigger or default changes
             # a column): the transaction's next read of it needs no round trip.
-            values = fact_values(fact)
+            values = self._values(fact)
             later(self._conn, INSERT_FACT_QUEUED, values,
                   known={(FACT_BY_ID, (fact.fact_id,)): [tuple(values)]})
             return
         try:
-            row = self._conn.execute(INSERT_FACT, fact_values(fact)).fetchone()
+            row = self._conn.execute(INSERT_FACT, self._values(fact)).fetchone()
         except psycopg.IntegrityError as exc:
             raise StoreIntegrityError(f"fact {fact.fact_id} refused: {exc}") from exc
         if row is None:
@@ -192,7 +211,7 @@ class FactStore:
                 f"fact {fact.fact_id} refused: its fact_id or assert_seq is taken")
 
     def update(self, fact: FactRow) -> None:
-        self._conn.execute(UPDATE_FACT, fact_update_values(fact))
+        self._conn.execute(UPDATE_FACT, self._update_values(fact))
 
     def latest_state(self, fact_seq: int) -> StateRow | None:
         row = self._conn.execute(LATEST_STATE, (fact_seq,)).fetchone()
@@ -213,7 +232,7 @@ class FactStore:
     def update_many(self, facts: list[FactRow]) -> None:
         """`update` for each fact, in order (one pipelined batch)."""
         with self._conn.cursor() as cur:
-            cur.executemany(UPDATE_FACT, [fact_update_values(f) for f in facts])
+            cur.executemany(UPDATE_FACT, [self._update_values(f) for f in facts])
 
     def push_states(self, states: list[StateRow]) -> None:
         """`push_state` for each state, in order (one pipelined batch)."""
@@ -234,7 +253,7 @@ class FactStore:
         """Several facts in one query, in assert order (unknown ids are left out)."""
         if not fact_ids:
             return []
-        return [FactRow(*r) for r in self._conn.execute(FACTS_BY_IDS, (fact_ids,))]
+        return self._facts(FACTS_BY_IDS, (fact_ids,))
 
     def ends_of(self, fact_ids: list[str]) -> dict[str, tuple[int, str | None]]:
         """fact_id -> (assert seq, how it ended or None) for those of `fact_ids` that exist."""
@@ -248,11 +267,11 @@ class FactStore:
         return [(str(a), str(b)) for a, b in self._conn.execute(DERIVED_FROM_MANY, (fact_ids,))]
 
     def replacements(self, fact_id: str) -> list[FactRow]:
-        return [FactRow(*r) for r in self._conn.execute(REPLACEMENTS, (fact_id,))]
+        return self._facts(REPLACEMENTS, (fact_id,))
 
     def superseded_by(self, fact_id: str) -> list[FactRow]:
         """Facts whose live replacement is `fact_id`."""
-        return [FactRow(*r) for r in self._conn.execute(SUPERSEDED_BY, (fact_id,))]
+        return self._facts(SUPERSEDED_BY, (fact_id,))
 
     def as_of(
         self,
@@ -270,31 +289,33 @@ class FactStore:
         sql = _as_of_sql(subject is not None, predicate is not None, space is not None,
                          include_pending)
         params = {"v": valid_at, "t": tx_at, "inc": min_rank, "after": after_seq,
-                  "limit": no_limit(limit), "subject": subject, "predicate": predicate,
-                  "space": space}
-        return [AsOfRow(*r) for r in self._conn.execute(sql, params)]
+                  "limit": no_limit(limit), "subject": stored(self._conn, subject),
+                  "predicate": predicate, "space": space}
+        return named_rows(self._conn, self._conn.execute(sql, params).fetchall(),
+                          _AS_OF_SUBJECT, AsOfRow)
 
     def active_of(self, subject: str, predicate: str) -> list[str]:
         """Ids of the active facts of one subject and predicate, oldest first."""
-        return [r[0] for r in self._conn.execute(ACTIVE_OF_KEY, (subject, predicate))]
+        return [r[0] for r in self._conn.execute(ACTIVE_OF_KEY,
+                                                 (stored(self._conn, subject), predicate))]
 
     def in_sessions(self, subject: str, predicate: str) -> list[FactRow]:
         """Quarantined or active facts of a subject and predicate that were written in a session."""
-        return [FactRow(*r) for r in self._conn.execute(IN_SESSIONS, (subject, predicate))]
+        return self._facts(IN_SESSIONS, (stored(self._conn, subject), predicate))
 
     def of_subject_predicate(self, subject: str, predicate: str) -> list[FactRow]:
         """Every fact of a subject and predicate, in any status, oldest first."""
-        return [FactRow(*r) for r in self._conn.execute(OF_SUBJECT_PREDICATE, (subject, predicate))]
+        return self._facts(OF_SUBJECT_PREDICATE, (stored(self._conn, subject), predicate))
 
     def with_status(self, status: str) -> list[FactRow]:
-        return [FactRow(*r) for r in self._conn.execute(WITH_STATUS, (status,))]
+        return self._facts(WITH_STATUS, (status,))
 
     def counts_by_status(self) -> dict[str, int]:
         return {str(s): int(n) for s, n in self._conn.execute(COUNT_BY_STATUS)}
 
     def dump(self) -> tuple[list[FactRow], list[StateRow], list[tuple[str, str]]]:
         """The whole projection, for comparison with a rebuild."""
-        facts = [FactRow(*r) for r in self._conn.execute(ALL_FACTS)]
+        facts = self._facts(ALL_FACTS)
         states = [StateRow(*r) for r in self._conn.execute(ALL_STATES)]
         sources = [(str(a), str(b)) for a, b in self._conn.execute(ALL_SOURCES)]
         return facts, states, sources
@@ -303,7 +324,8 @@ class FactStore:
         """The same rows in the same order as `dump`, as plain tuples read lazily (verify
         compares them one by one and never holds the stored projection whole): each through a
         server-side cursor of its own, opened on its first row."""
-        return tuple(lazy_rows(self._conn, sql) for sql in (ALL_FACTS, ALL_STATES, ALL_SOURCES))
+        facts = named_stream(self._conn, lazy_rows(self._conn, ALL_FACTS), SUBJECT)
+        return (facts, *(lazy_rows(self._conn, sql) for sql in (ALL_STATES, ALL_SOURCES)))
 
     def replace_all(
         self, facts: list[FactRow], states: list[StateRow], sources: list[tuple[str, str]]
@@ -312,7 +334,7 @@ class FactStore:
         facts and states by COPY, the sources (duplicates ignored, as SQLite's INSERT OR
         IGNORE does) by arrays of BATCH rows."""
         self._conn.execute(CLEAR)
-        copy_rows(self._conn, COPY_FACTS, map(fact_values, facts))
+        copy_rows(self._conn, COPY_FACTS, map(self._values, facts))
         copy_rows(self._conn, COPY_STATES, map(state_values, states))
         for at in range(0, len(sources), BATCH):
             part = sources[at:at + BATCH]

@@ -13,6 +13,7 @@ from typing import Any
 from store.postgres.failures import later
 from store.postgres.recall_meta import CELLS_ALL, CELLS_INSERT, VEC_FORM, RecallMeta
 from store.postgres.recall_search import RecallSearch, tokens
+from store.postgres.subjects import named_rows
 from store.rows import FACT_COLUMNS, FactRow, RecallEngines, VecRow, VectorSeal, vec_row
 
 DDL: tuple[str, ...] = (
@@ -440,7 +441,8 @@ class RecallStore(RecallMeta, RecallSearch):
         not found are left out)."""
         out: dict[int, Hit] = {}
         width = len(FACT_COLUMNS)
-        for row in self._conn.execute(HITS, ([int(s) for s in fact_seqs],)).fetchall():
+        fetched = self._conn.execute(HITS, ([int(s) for s in fact_seqs],)).fetchall()
+        for row in named_rows(self._conn, fetched, FACT_COLUMNS.index("subject")):
             fact = FactRow(*row[:width])
             ref, value, seqs, times = row[width:width + 4]
             stamps = sorted((int(q), str(t)) for q, t in zip(seqs, times, strict=True))

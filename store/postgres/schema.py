@@ -12,6 +12,9 @@ from typing import Any
 import psycopg
 
 from store.postgres.events import EVENTS_ERASE_ONLY
+from store.postgres.subjects import DDL as SUBJECTS_DDL
+from store.postgres.subjects import MARK_NEW
+from store.postgres.subjects import TRIGGERS as SUBJECTS_TRIGGERS
 from store.postgres.texts import TEXTS_ERASE_ONLY
 
 # What `schema_version.application` says in a custody-app ledger's schema.
@@ -109,6 +112,23 @@ def run_migration_reseal(conn: psycopg.Connection[Any]) -> None:
     conn.execute(TEXTS_ERASE_ONLY)
 
 
+def run_migration_sealed_subjects(conn: psycopg.Connection[Any]) -> None:
+    """Issue 34, nothing erasable in the clear: the `subjects` table (each subject's id sealed
+    under its data key, store.postgres.subjects), and the events' update rule that lets an
+    assert's subject become the ref its hashed body names. A new ledger (nothing written) is
+    sealed from the start; one that holds plaintext ids is sealed by its first read-write open
+    (the key ring is needed: LedgerFile.seal_subject_ids)."""
+    if conn.execute(HAS_TABLE, ("subjects",)).fetchone() is not None:
+        # A schema that had this step already (the ladder's order changed): made again.
+        for trigger in SUBJECTS_TRIGGERS:
+            conn.execute(f"DROP TRIGGER IF EXISTS {trigger} ON subjects")
+    for statement in SUBJECTS_DDL:
+        conn.execute(statement)
+    conn.execute("CREATE OR REPLACE " + EVENTS_ERASE_ONLY)
+    conn.execute(MARK_NEW)
+
+
 # Index i holds the step that upgrades version i to i+1 (run inside one transaction).
-MIGRATIONS = (run_migration_1, run_migration_2, run_migration_reseal)
+MIGRATIONS = (run_migration_1, run_migration_2, run_migration_reseal,
+              run_migration_sealed_subjects)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from store.postgres.bulk import BATCH, copy_rows
+from store.postgres.subjects import stored
 
 # Written here: served_facts, session_events, sessions (SessionStore.record). Text compares
 # bytewise (COLLATE "C"), as SQLite's BINARY does.
@@ -129,7 +130,8 @@ class SessionStore:
         """(session, active, touching) for each session without recorded reads that wrote or
         acted after `after`: active when it wrote or acted in (after, before), touching when one
         of those writes was about `subject` or in `space`."""
-        params = {"after": after, "before": before, "subject": subject, "space": space}
+        params = {"after": after, "before": before, "subject": stored(self._conn, subject),
+                  "space": space}
         return [(str(n), bool(a), bool(t)) for n, a, t in
                 self._conn.execute(UNREAD_IN_WINDOW, params)]
 

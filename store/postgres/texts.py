@@ -13,6 +13,7 @@ from store.errors import StoreIntegrityError
 from store.postgres.bulk import no_limit
 from store.postgres.events import resealed
 from store.postgres.failures import later, queues
+from store.postgres.subjects import named_rows
 from store.rows import TextRow, text_row
 
 # Written here: event_texts. Only erasure changes a row (sealed and salt to NULL), as the
@@ -178,7 +179,8 @@ class TextStore:
     def candidates(self, after: int, limit: int) -> list[tuple[int, str, str | None, str | None, str]]:
         """(seq, kind, fact_id, subject, body) of events that may carry free text, a page."""
         return [(int(a), str(b), c, d, str(e))
-                for a, b, c, d, e in self._conn.execute(WITH_TEXT, (after, no_limit(limit)))]
+                for a, b, c, d, e in named_rows(self._conn, self._conn.execute(
+                    WITH_TEXT, (after, no_limit(limit))).fetchall(), 3)]
 
     def rewrite_bodies(self, bodies: Iterable[tuple[int, str]]) -> None:
         """Inside a write transaction: replace event bodies (the upgrade only)."""

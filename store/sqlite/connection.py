@@ -136,6 +136,18 @@ class LedgerFile:
         """Nothing to do: a file ledger's reads cost no round trip (a server ledger reads the
         subject's rows with its next write transaction's first one)."""
 
+    def use_subject_codec(self, codec: Any) -> None:
+        """Nothing to do: a file ledger keeps each subject id in its rows, and erasure rewrites
+        the file (a server ledger seals them: store.postgres.subjects)."""
+
+    def reseal_subject(self, subject_ref: str, again: Callable[[bytes], bytes | None]) -> int:
+        """0: a file ledger holds no sealed subject ids to re-seal."""
+        return 0
+
+    def seal_subject_ids(self) -> int:
+        """0: a file ledger seals no subject ids."""
+        return 0
+
     @contextmanager
     def write(self) -> Iterator[None]:
         """One write transaction (BEGIN IMMEDIATE), or a savepoint when already inside one.
