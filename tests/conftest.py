@@ -304,3 +304,17 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     passed = [r for r in terminalreporter.stats.get("passed", [])
               if "postgres" in getattr(r, "keywords", {})]
     terminalreporter.write_line(f"PostgreSQL tests passed: {len(passed)}")
+
+
+def opens(keys: list[bytes], blob: bytes, bind: str) -> bool:
+    """Does any of `keys` open the sealed `blob` bound to `bind`? (an attacker trying every key
+    it holds)."""
+    from custody_app.keys import crypto
+
+    for key in keys:
+        try:
+            crypto.open_sealed(key, blob, bind)
+            return True
+        except crypto.DecryptError:
+            continue
+    return False

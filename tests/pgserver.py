@@ -286,3 +286,37 @@ def dump(url: str) -> dict[str, list[tuple[object, ...]]]:
             rows = conn.execute(f'SELECT * FROM "{schema}"."{table}"').fetchall()
             out[f"{schema}.{table}"] = sorted(rows, key=repr)
     return out
+
+
+def plain_dump(url: str, into: Path) -> bytes:
+    """The bytes of a plain-format `pg_dump` of the whole database (every schema: the ledger's
+    and its key store's; bytea as hex), through the server's own binaries: what a backup
+    holds."""
+    bin_dir = Path(os.environ[BIN_ENV]) if os.environ.get(BIN_ENV) else wheel_bin()
+    head, _, query = url.partition("?")
+    kept = "&".join(p for p in query.split("&") if p and not p.startswith("schema="))
+    out = into / "dump.sql"
+    subprocess.run([str(bin_dir / "pg_dump"), "--no-owner", "-f", str(out),
+                    head + (f"?{kept}" if kept else "")], check=True, timeout=120)
+    return out.read_bytes()
+
+
+def data_files(server: Server, url: str) -> bytes:
+    """After a CHECKPOINT (every dirty page written out): the raw bytes of the database's own
+    folder under the server's data folder and of the WAL, what a file-level backup or a stolen
+    disk holds. Needs a server of the tests' own (`server.folder`)."""
+    assert server.folder is not None, "needs a server of the tests' own (its data folder)"
+    with server.admin() as conn:  # type: ignore[attr-defined]
+        conn.execute("CHECKPOINT")
+        oid = conn.execute("SELECT oid FROM pg_database WHERE datname = %s",
+                           (database_of(url),)).fetchone()[0]
+    data = server.folder / "data"
+    out = bytearray()
+    for folder in (data / "base" / str(oid), data / "pg_wal"):
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                try:
+                    out += path.read_bytes()
+                except OSError:  # a WAL segment the server recycled while it was read
+                    continue
+    return bytes(out)

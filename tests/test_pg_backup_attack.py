@@ -10,8 +10,6 @@ copy), and the certificate says `pending` for that place, naming the epoch."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from custody_app.keys.values import text_bind
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import text
 from tests import pgserver
-from tests.conftest import sealed
+from tests.conftest import opens, sealed
 from tests.epoch_crash import master_of
 
 pytestmark = pytest.mark.postgres
@@ -47,35 +45,6 @@ def server_ledger(pg_server: Any) -> Iterator[tuple[Any, str]]:
         yield pg_server, url
     finally:
         pg_server.drop_database(url)
-
-
-def _pg_dump(url: str, into: Path) -> bytes:
-    """A plain-format dump of the whole database (the ledger's schema and its key store's)."""
-    bin_dir = (Path(os.environ[pgserver.BIN_ENV]) if os.environ.get(pgserver.BIN_ENV)
-               else pgserver.wheel_bin())
-    head, _, query = url.partition("?")
-    kept = "&".join(p for p in query.split("&") if p and not p.startswith("schema="))
-    out = into / "dump.sql"
-    subprocess.run([str(bin_dir / "pg_dump"), "--no-owner", "-f", str(out),
-                    head + (f"?{kept}" if kept else "")], check=True, timeout=120)
-    return out.read_bytes()
-
-
-def _data_folder(server: Any, url: str) -> bytes:
-    """The raw bytes of every file of the server's data folder (table files, WAL), after a
-    CHECKPOINT wrote every dirty page out: what a file-level backup or a stolen disk holds."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CHECKPOINT")
-    out = bytearray()
-    for path in sorted((server.folder / "data").rglob("*")):
-        if path.is_file():
-            try:
-                out += path.read_bytes()
-            except OSError:  # a file the server removed while we read
-                continue
-    return bytes(out)
 
 
 def _wrapped(dump: bytes) -> list[bytes]:
@@ -133,16 +102,6 @@ def _every_key(url: str, dump: bytes, purposes: list[str]) -> list[bytes]:
     return found
 
 
-def _opens(keys: list[bytes], blob: bytes, bind: str) -> bool:
-    for key in keys:
-        try:
-            crypto.open_sealed(key, blob, bind)
-            return True
-        except crypto.DecryptError:
-            continue
-    return False
-
-
 def _plaintexts() -> list[bytes]:
     out = []
     for secret in (ALICE, ALICE_VALUE, ALICE_TEXT, BOB_VALUE, BOB_TEXT):
@@ -179,8 +138,8 @@ def test_copies_taken_before_an_erasure_yield_nothing_once_the_epoch_is_rotated(
         old_index = led.keys.index_key
     copies = tmp_path / "copies"
     copies.mkdir()
-    dump = _pg_dump(url, copies)
-    folder = _data_folder(server, url)
+    dump = pgserver.plain_dump(url, copies)
+    folder = pgserver.data_files(server, url)
     # Nothing erasable is in the clear in either copy even now: every value and free text is
     # sealed, the subject ids too, the words keyed.
     for plain in _plaintexts():
@@ -205,8 +164,8 @@ def test_copies_taken_before_an_erasure_yield_nothing_once_the_epoch_is_rotated(
         keys = _every_key(url, dump, purposes)
         assert len(keys) > len(_key_files(url))  # the key files opened the copy's wrapped keys
         value_blob, text_blobs = blobs[alice.fact_id]
-        assert _opens(keys, value_blob, alice.fact_id)
-        assert _opens(keys, text_blobs[0], text_bind(alice.fact_id))
+        assert opens(keys, value_blob, alice.fact_id)
+        assert opens(keys, text_blobs[0], text_bind(alice.fact_id))
 
         rotated = led.rotate_epoch()
         assert sorted(c.operation for c in rotated.certificates) == ["forget", "forget_subject"]
@@ -220,8 +179,8 @@ def test_copies_taken_before_an_erasure_yield_nothing_once_the_epoch_is_rotated(
     keys = _every_key(url, dump, purposes)
     assert keys and old_index not in keys
     for fact_id, (value_blob, text_blobs) in blobs.items():
-        assert not _opens(keys, value_blob, fact_id), fact_id
-        assert not [b for b in text_blobs if _opens(keys, b, text_bind(fact_id))], fact_id
+        assert not opens(keys, value_blob, fact_id), fact_id
+        assert not [b for b in text_blobs if opens(keys, b, text_bind(fact_id))], fact_id
     # every wrapped key in the dump stays shut to every key that remains
     assert len(_wrapped(dump)) > 10
     for blob in _wrapped(dump):
@@ -244,6 +203,6 @@ def test_the_copy_bytes_are_read_from_the_servers_own_files(
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE marker(t text)")
         conn.execute("INSERT INTO marker VALUES ('zqx-raw-copy-marker-5531')")
-    assert b"zqx-raw-copy-marker-5531" in _data_folder(server, url)
-    dump = _pg_dump(url, tmp_path)
+    assert b"zqx-raw-copy-marker-5531" in pgserver.data_files(server, url)
+    dump = pgserver.plain_dump(url, tmp_path)
     assert b"zqx-raw-copy-marker-5531" in dump

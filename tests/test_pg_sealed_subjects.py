@@ -8,7 +8,6 @@ subject."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from custody_app.keys import crypto
 from custody_app.ledger.facade import Ledger
 from tests import pgserver, rawsql
 from tests.test_epoch_keys import _key_files, _opens
-from tests.test_pg_restore import _bin
 
 SUBJECT = "acct:ZQX-SUBJECT-4242"
 OTHER = "acct:QQW-OTHER-7373"
@@ -39,15 +37,6 @@ def url(pg_server: Any) -> Iterator[str]:
 def _put(led: Ledger, subject: str, predicate: str, value: str) -> str:
     return led.assert_fact(subject, predicate, value, actor="agent:a", cause=CAUSE,
                            provenance="attested").fact_id
-
-
-def _raw_dump(url: str, into: Path) -> bytes:
-    """A plain-text `pg_dump` of the whole database, as bytes (what a backup holds)."""
-    out = into / "plain.sql"
-    done = subprocess.run([_bin("pg_dump"), "--format=plain", "--file", str(out),
-                           "--dbname", url], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return out.read_bytes()
 
 
 def _data_files_holding(server: Any, needle: bytes) -> list[str]:
@@ -77,7 +66,7 @@ def test_no_subject_id_in_a_raw_dump_nor_in_the_data_folder(url: str, pg_server:
         assert {f.subject for f in led.as_of().facts} == {SUBJECT, OTHER}
     _checkpoint(url)
     needle = SUBJECT.encode()
-    assert needle not in _raw_dump(url, tmp_path)
+    assert needle not in pgserver.plain_dump(url, tmp_path)
     assert _data_files_holding(pg_server, needle) == []
     # What the columns hold instead: the peppered ref, and the id sealed once in `subjects`.
     with Ledger.open(url) as led:
@@ -243,4 +232,4 @@ def test_a_ledger_made_before_has_its_ids_sealed_by_its_first_read_write_open(
                                               "SELECT subject FROM events")}
     assert stored <= {*refs.values(), None}
     _checkpoint(url)
-    assert SUBJECT.encode() not in _raw_dump(url, tmp_path)
+    assert SUBJECT.encode() not in pgserver.plain_dump(url, tmp_path)

@@ -10,8 +10,6 @@ vectors."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,33 +73,6 @@ def runs(vector: bytes) -> list[bytes]:
     return [vector[i:i + 16] for i in range(0, len(vector), 16)]
 
 
-def raw_dump(address: str, into: Path) -> bytes:
-    """A plain pg_dump of the database (bytea as hex), through the server's own binaries."""
-    bin_dir = (Path(os.environ[pgserver.BIN_ENV]) if os.environ.get(pgserver.BIN_ENV)
-               else pgserver.wheel_bin())
-    head, _, query = address.partition("?")
-    kept = "&".join(p for p in query.split("&") if p and not p.startswith("schema="))
-    out = into / "dump.sql"
-    subprocess.run([str(bin_dir / "pg_dump"), "--no-owner", "-f", str(out),
-                    head + (f"?{kept}" if kept else "")], check=True)
-    return out.read_bytes()
-
-
-def data_files(server: Any, address: str) -> bytes:
-    """After a CHECKPOINT: the bytes of the database's own folder and of the WAL."""
-    with server.admin() as conn:
-        conn.execute("CHECKPOINT")
-        oid = conn.execute("SELECT oid FROM pg_database WHERE datname = %s",
-                           (pgserver.database_of(address),)).fetchone()[0]
-    data = Path(server.folder) / "data"
-    out = bytearray()
-    for folder in (data / "base" / str(oid), data / "pg_wal"):
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                out += path.read_bytes()
-    return bytes(out)
-
-
 def test_no_run_of_a_vector_is_in_a_dump_or_the_data_folder(pg_server: Any, url: str,
                                                             tmp_path: Path) -> None:
     """(a) The raw float32 bytes of an indexed fact's vector, and each 16-byte run of them,
@@ -114,8 +85,8 @@ def test_no_run_of_a_vector_is_in_a_dump_or_the_data_folder(pg_server: Any, url:
         vector = the_vector(led, fact.seq)
         # The vector is what the embedder makes of the fact: the attack's target is real.
         assert np.frombuffer(vector, dtype=np.float32).any()
-    dump = raw_dump(url, tmp_path)
-    files = data_files(pg_server, url)
+    dump = pgserver.plain_dump(url, tmp_path)
+    files = pgserver.data_files(pg_server, url)
     assert vector.hex().encode() not in dump and vector not in files
     assert [r for r in runs(vector) if r.hex().encode() in dump] == []
     assert [r for r in runs(vector) if r in files] == []

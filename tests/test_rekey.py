@@ -22,7 +22,7 @@ from custody_app.erasure import rekey
 from custody_app.keys import crypto
 from custody_app.keys.keyring import public_key_path_for, write_public_key
 from custody_app.keys.values import text_bind
-from tests.conftest import BACKENDS, WRITER, Env, sealed
+from tests.conftest import BACKENDS, WRITER, Env, opens, sealed
 
 SUBJECT = "acct:REKEY-SUBJECT-01"
 SECRET = "ZQX-REKEY-SECRET-VALUE-0001"
@@ -58,14 +58,7 @@ def copy_before(env: Env, backend: str, into: Path) -> bytes:
         return out
     from tests import pgserver
 
-    bin_dir = (Path(os.environ[pgserver.BIN_ENV]) if os.environ.get(pgserver.BIN_ENV)
-               else pgserver.wheel_bin())
-    head, _, query = str(env.path).partition("?")
-    kept = "&".join(p for p in query.split("&") if p and not p.startswith("schema="))
-    url = head + (f"?{kept}" if kept else "")
-    dump = into / "copy.sql"
-    subprocess.run([str(bin_dir / "pg_dump"), "--no-owner", "-f", str(dump), url], check=True)
-    return dump.read_bytes()
+    return pgserver.plain_dump(str(env.path), into)
 
 
 def in_copy(copy: bytes, blob: bytes, backend: str) -> bool:
@@ -91,16 +84,6 @@ def every_current_key(env: Env) -> list[bytes]:
             except crypto.DecryptError:
                 pass  # not a wrapped key (a mark count, the ledger's genesis hash)
     return found
-
-
-def opens(keys: list[bytes], blob: bytes, bind: str) -> bool:
-    for key in keys:
-        try:
-            crypto.open_sealed(key, blob, bind)
-            return True
-        except crypto.DecryptError:
-            continue
-    return False
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
