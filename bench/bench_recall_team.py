@@ -56,7 +56,7 @@ if str(ROOT) not in sys.path:
 
 import custody_app.recall.text as text_mod  # noqa: E402
 from bench import bench_recall as base  # noqa: E402
-from bench.benchenv import header, machine_note  # noqa: E402
+from bench.benchenv import header, machine_note, write_section  # noqa: E402
 from custody_app.domain.timeutil import ManualClock  # noqa: E402
 from custody_app.ledger.copy import copy_ledger  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
@@ -239,18 +239,6 @@ def render_latency(lat: list[dict[str, Any]], backends: tuple[str, ...],
     return "\n".join(lines)
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace SECTION in `path` (up to the next `## ` heading) with `text`, or append it."""
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    start = old.find(SECTION)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    else:
-        end = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + "\n" + (old[end + 1:] if end >= 0 else "")
-    path.write_text(new, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
@@ -321,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         parts)
     print(text)
     if args.out:
-        write_section(Path(args.out), text)
+        write_section(Path(args.out), SECTION, text)
     return 0
 
 

@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import bench_recall as base  # noqa: E402
-from bench.benchenv import header, machine_note  # noqa: E402
+from bench.benchenv import header, machine_note, write_section  # noqa: E402
 from custody_app.ledger.copy import copy_ledger  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 
@@ -50,18 +50,6 @@ FORMS = ("sealed", "clear")
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def write_section(path: Path, text: str) -> None:
-    """Replace SECTION in `path` (up to the next `## ` heading) with `text`, or append it."""
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    start = old.find(SECTION)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    else:
-        end = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + "\n" + (old[end + 1:] if end >= 0 else "")
-    path.write_text(new, encoding="utf-8")
 
 
 def load_avg() -> str:
@@ -231,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(args.facts, res, secs, rot, notes)
     print(text)
     if args.out:
-        write_section(Path(args.out), text)
+        write_section(Path(args.out), SECTION, text)
     return 0
 
 

@@ -43,3 +43,16 @@ def header(notes: list[str], versions: str = "") -> str:
         f"load average now {os.getloadavg()[0]:.2f}; Python {platform.python_version()}, "
         f"SQLite {apsw.sqlite_lib_version()}{versions}",
         *[f"- {n}" for n in notes]])
+
+
+def write_section(path: Path, heading: str, text: str) -> None:
+    """Replace the section headed `heading` in `path` (up to the next `## ` heading) with
+    `text`, or append it."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    start = old.find(heading)
+    if start < 0:
+        new = old.rstrip("\n") + "\n\n" + text + "\n"
+    else:
+        end = old.find("\n## ", start + len(heading))
+        new = old[:start] + text + "\n" + (old[end + 1:] if end >= 0 else "")
+    path.write_text(new, encoding="utf-8")

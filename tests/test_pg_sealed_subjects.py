@@ -8,7 +8,6 @@ subject."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,9 @@ CAUSE = {"kind": "tool", "ref": "crm#1"}
 
 
 @pytest.fixture
-def url(pg_server: Any) -> Iterator[str]:
-    made = pg_server.fresh_database()
-    try:
-        yield made
-    finally:
-        pg_server.drop_database(made)
+def url(pg_url: str) -> str:
+    """A fresh database on the worker's server (conftest's `pg_url`)."""
+    return pg_url
 
 
 def _put(led: Ledger, subject: str, predicate: str, value: str) -> str:

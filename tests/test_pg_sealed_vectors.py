@@ -10,7 +10,6 @@ vectors."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +33,9 @@ CLEAR = EMBEDDER + 'server_vectors = "clear"\n'
 
 
 @pytest.fixture
-def url(pg_server: Any) -> Iterator[str]:
-    address = pg_server.fresh_database()
-    try:
-        yield address
-    finally:
-        pg_server.drop_database(address)
+def url(pg_url: str) -> str:
+    """A fresh database on the worker's server (conftest's `pg_url`)."""
+    return pg_url
 
 
 def policy_file(tmp_path: Path, text: str = EMBEDDER, name: str = "policy.toml") -> Path:
