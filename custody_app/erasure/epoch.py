@@ -19,11 +19,11 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
 from custody_app.domain.timeutil import format_time
+from custody_app.erasure import epoch_certs
 from custody_app.erasure.certificate import SERVER_COPIES as SERVER_COPIES
 from custody_app.erasure.certificate import ErasureCertificate
 from custody_app.erasure.epoch_place import with_epoch_place as with_epoch_place
 from custody_app.erasure.receipts import erasures
-from custody_app.erasure import epoch_certs
 from custody_app.erasure.rotate import RotateResult, index_key_place, rotate_index_key
 from custody_app.keys.keyring import MASTER_ENV, master_from_env
 
