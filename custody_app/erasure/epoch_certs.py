@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any
 from custody_app.erasure.certificate import ErasureCertificate, PlaceCheck
 from custody_app.erasure.epoch_place import covering, with_epoch_place
 from custody_app.keys.epoch import rotations
+from store.rows import UNPRIMED_META
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
 
 INDEX = "epoch_certificates"  # ledger_meta: JSON list of the seqs with a record
-RECORD = "epoch_certificate:{seq}"
+RECORD = UNPRIMED_META + "{seq}"  # not read at every server write's start (store/rows.py)
 # Not stored, rebuilt: the ledger's address (a server's may carry credentials) and the fixed list.
 REBUILT = {"ledger", "cannot_reach"}
 _DIGEST = re.compile(r"sha256 [0-9a-f]{6,64}")
