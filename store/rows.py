@@ -164,6 +164,11 @@ class RecallEngines:
     places: str  # the indexes, as the erasure proof names the place it checks
 
 
+# ledger_meta entries a server's write transaction does not read at its start with the rest
+# (store.postgres.readcache): the certificates kept for the next epoch rotation
+# (custody_app.erasure.epoch_certs), which a sweep's can make large; read when asked.
+UNPRIMED_META = "epoch_certificate:"
+
 # How an outcome's detail begins when the VACUUM ran but its checkpoint did not complete.
 VACUUMED = "VACUUM done, but"
 

@@ -19,23 +19,23 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.readmodels import ReadModel
 from custody_app.domain.timeutil import format_time
+from custody_app.erasure import epoch_certs
 from custody_app.erasure.certificate import SERVER_COPIES as SERVER_COPIES
 from custody_app.erasure.certificate import ErasureCertificate
 from custody_app.erasure.epoch_place import with_epoch_place as with_epoch_place
 from custody_app.erasure.receipts import erasures
-from custody_app.erasure.rotate import RotateResult, rotate_index_key
+from custody_app.erasure.rotate import RotateResult, index_key_place, rotate_index_key
 from custody_app.keys.keyring import MASTER_ENV, master_from_env
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
-    from custody_app.erasure.scrubs import Scrubs
 
 
 
 class EpochResult(ReadModel):
     """A rotation: the epoch retired and the new one, how many keys were re-wrapped, the word
     index's re-keying, and the erasures it completed (subject erasures, forgets and sweeps that
-    destroyed keys; their certificates re-issued when this process issued them)."""
+    destroyed keys; the certificates stored for them re-issued, whichever process issued them)."""
 
     retired: str
     epoch: str
@@ -59,11 +59,12 @@ def pending_erasures(core: LedgerCore) -> list[dict[str, Any]]:
             for r in erasures(core).erasures if r.epoch == "pending"]
 
 
-def await_epoch(scrubs: Scrubs, cert: ErasureCertificate, seq: int) -> None:
-    """Keep the certificate of an erasure that destroyed keys (its last event `seq`) for the
-    next rotation to re-issue, unless one covered it already (the policy's after_erasure)."""
+def await_epoch(core: LedgerCore, cert: ErasureCertificate, seq: int) -> None:
+    """Keep the certificate of an erasure that destroyed keys (its last event `seq`) in the
+    ledger for the next rotation, whichever process runs it, to re-issue
+    (erasure/epoch_certs.py), unless one covered it already (the policy's after_erasure)."""
     if not any(p.outcome == "crypto-erased" for p in cert.places):
-        scrubs.await_epoch(cert, seq)
+        epoch_certs.keep(core, cert, seq)
 
 
 def refuse_env() -> None:
@@ -76,8 +77,10 @@ def refuse_env() -> None:
             "rotate-epoch again")
 
 
-def rotate_epoch(core: LedgerCore, scrubs: Scrubs | None = None) -> EpochResult:
-    """Re-key the word index, then re-wrap every key under a new epoch and destroy the old."""
+def rotate_epoch(core: LedgerCore, *, reissue: bool = True) -> EpochResult:
+    """Re-key the word index, then re-wrap every key under a new epoch and destroy the old;
+    then re-issue the stored certificates it covered (`reissue`; not in a rotation run at the
+    end of an erasure, whose result is not shown: the next rotate-epoch re-issues them)."""
     if core.keys is None:
         raise LedgerError("keystore_missing", "the key store is not available")
     refuse_env()  # before anything is re-keyed
@@ -89,7 +92,8 @@ def rotate_epoch(core: LedgerCore, scrubs: Scrubs | None = None) -> EpochResult:
     at = format_time(core.clock.now())
     rotation = core.keys.rotate_epoch(at, seq, crash_point)
     done = [e for e in waiting if e["seq"] <= seq]
-    certificates = scrubs.epoch_rotated(core, index) if scrubs is not None else []
+    certificates, forged = (epoch_certs.reissue(core, index_key_place(index), at) if reissue
+                            else ([], 0))
     return EpochResult(
         retired=str(rotation["retired"]), epoch=str(rotation["id"]), at=at, seq=seq,
         keys=int(str(rotation["keys"])), seconds=round(time.perf_counter() - started, 3),
@@ -97,11 +101,13 @@ def rotate_epoch(core: LedgerCore, scrubs: Scrubs | None = None) -> EpochResult:
         detail=f"{rotation['keys']} live key(s) re-wrapped under the epoch {rotation['id']}; "
         f"the epoch {rotation['retired']} is destroyed, so a copy of the ledger or key store "
         f"taken before {at} no longer yields what an erasure before it destroyed; "
-        f"{len(done)} erasure(s) completed by it")
+        f"{len(done)} erasure(s) completed by it; {len(certificates)} certificate(s) re-issued"
+        + (f"; {forged} stored certificate(s) failed their MAC or matched no erasure in the "
+           "chain and were dropped, not re-issued" if forged else ""))
 
 
 def after_erasure(core: LedgerCore) -> EpochResult | None:
     """The policy's `rotate_epoch = "after_erasure"`: a rotation at the end of an erasure."""
     if core.policy.policy.erasure.rotate_epoch != "after_erasure" or core.keys is None:
         return None
-    return rotate_epoch(core)
+    return rotate_epoch(core, reissue=False)

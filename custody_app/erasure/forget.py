@@ -171,7 +171,7 @@ def forget(ledger: LedgerCore, scrubs: Scrubs, cmd: Forget) -> ForgetResult:
     after_erasure(ledger)
     cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=bool(plans))
     if plans:  # it re-keyed: rotate-epoch re-issues its certificate (erasure/epoch.py)
-        await_epoch(scrubs, cert, work.erased[-1].seq)
+        await_epoch(ledger, cert, work.erased[-1].seq)
     scrubs.settle(ledger, cert, work)
     first = work.erased[0]
     return ForgetResult(fact_id=cmd.fact_id, event_id=first.event_id, seq=first.seq, tx_at=tx_at,
@@ -270,7 +270,7 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     cert = cert.model_copy(update={"places": [*cert.places, *others,
                                               index_key_place(rotated)]})
     cert = with_epoch_place(ledger, cert, row.seq, destroyed_keys=True)
-    await_epoch(scrubs, cert, row.seq)
+    await_epoch(ledger, cert, row.seq)
     scrubs.settle(ledger, cert, work)
     return SubjectForgetResult(subject_hash=subject_hash, counts=counts, event_id=row.hash,
                                seq=row.seq, tx_at=tx_at, keys_destroyed=destroyed,

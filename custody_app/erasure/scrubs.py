@@ -7,18 +7,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from custody_app.domain.timeutil import format_time
 from custody_app.erasure import rekey
 from custody_app.erasure.certificate import COPIES_PLACES, ErasureCertificate
 from custody_app.erasure.completion import finished_elsewhere
-from custody_app.erasure.epoch_place import with_epoch_place
 from custody_app.erasure.proof import reissue
 from custody_app.erasure.rewrites import REWRITE_PLACE, rewrite
 from custody_app.erasure.work import ErasureWork
 
 if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
-    from custody_app.erasure.rotate import RotateResult
 
 
 class Scrubs:
@@ -26,9 +23,6 @@ class Scrubs:
 
     def __init__(self) -> None:
         self._pending: dict[str, tuple[ErasureCertificate, ErasureWork]] = {}
-        # Subject erasures whose epoch is still live (certificate, its last seq): re-issued by
-        # the next rotate-epoch (erasure/epoch.py).
-        self._epoch: list[tuple[ErasureCertificate, int]] = []
         self.due = False
         self.finishing = False
 
@@ -46,29 +40,6 @@ class Scrubs:
             return
         self._pending[cert.root or cert.subject_hash or cert.issued_at] = (cert, work)
         self.due = True
-
-    def await_epoch(self, cert: ErasureCertificate, seq: int) -> None:
-        """Keep a subject erasure's certificate until a rotation destroys its epoch."""
-        self._epoch.append((cert, seq))
-
-    def epoch_rotated(self, core: LedgerCore, index: RotateResult) -> list[ErasureCertificate]:
-        """After rotate-epoch: the certificates of this process's subject erasures it covered,
-        re-issued with their place for copies taken before `crypto-erased` (and the word index
-        key's: `index`, the rotation's re-keying)."""
-        from custody_app.erasure.rotate import index_key_place
-
-        done, kept = [], []
-        for cert, seq in self._epoch:
-            new = with_epoch_place(core, cert, seq, destroyed_keys=True)
-            if new.places[-1].outcome == "crypto-erased":
-                rekeyed = index_key_place(index)
-                new = new.model_copy(update={"places": [
-                    rekeyed if p.place == rekeyed.place else p for p in new.places]})
-                done.append(new.model_copy(update={"issued_at": format_time(core.clock.now())}))
-            else:
-                kept.append((cert, seq))
-        self._epoch = kept
-        return done
 
     def clear(self, core: LedgerCore, certs: list[ErasureCertificate] | None = None) -> None:
         """After a complete checkpoint: drop the pending-scrub rows (recording the erasures

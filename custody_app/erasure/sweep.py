@@ -122,7 +122,7 @@ def sweep(ledger: LedgerCore, scrubs: Scrubs, cmd: Sweep, *, grouped: bool = Tru
         after_erasure(ledger)
         cert = with_epoch_place(ledger, cert, work.erased[-1].seq, destroyed_keys=bool(plans))
         if plans:  # it re-keyed: rotate-epoch re-issues its certificate (erasure/epoch.py)
-            await_epoch(scrubs, cert, work.erased[-1].seq)
+            await_epoch(ledger, cert, work.erased[-1].seq)
         scrubs.settle(ledger, cert, work)
     return SweepResult(cutoffs=cutoffs, expired=expired, held=sorted(held), dry_run=cmd.dry_run,
                        certificate=cert, reasons=reasons)

@@ -114,6 +114,7 @@ class KeyRing:
         # Derived from the marks' key, which a rotation keeps: a host's mark made under one
         # epoch still holds under the next (core.host_mark).
         self._host_mark_key = marks.host_mark_key(self._mark_key)
+        self._certificate_key = marks.certificate_key(self._mark_key)
 
     @classmethod
     def open(cls, ledger_path: str | Path, keystore: str | Path | None = None, *,
@@ -568,6 +569,11 @@ class KeyRing:
         """The MAC of a host's own copy of the ledger's high-water mark (kept outside the
         database: custody_app.core.host_mark), under a key derived from the marks' key."""
         return marks.host_mark_mac(self._host_mark_key, genesis, seq, head, at)
+
+    def certificate_mac(self, record: str) -> str:
+        """The MAC of a certificate kept in the ledger for the next rotation
+        (custody_app.erasure.epoch_certs): the database alone cannot forge or edit one."""
+        return crypto.keyed_digest(self._certificate_key, "epoch certificate", record)
 
     def newest_trusted_mark(self) -> MarkRow | None:
         """The newest mark whose MAC holds: the newest row alone when it holds (the usual

@@ -25,6 +25,13 @@ def host_mark_key(mark_key: bytes) -> bytes:
     return bytes.fromhex(crypto.keyed_digest(mark_key, "custody", "host marks"))
 
 
+def certificate_key(mark_key: bytes) -> bytes:
+    """The MAC key of the certificates kept for the next epoch rotation
+    (custody_app.erasure.epoch_certs): derived from the marks' key, which a rotation keeps, so
+    one stored under an epoch still verifies under the next."""
+    return bytes.fromhex(crypto.keyed_digest(mark_key, "custody", "epoch certificates"))
+
+
 def host_mark_mac(key: bytes, genesis: str, seq: int, head: str, at: str) -> str:
     return crypto.keyed_digest(key, "host mark", genesis, str(seq), head, at)
 

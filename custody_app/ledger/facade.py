@@ -204,7 +204,7 @@ class Ledger(EvidenceViews, TimelineReads):
     def rotate_epoch(self) -> EpochResult:
         """Re-key the word index, re-wrap every key under a new epoch key and destroy the old
         one (its key file replaced): copies taken before no longer yield what was erased."""
-        return epoch.rotate_epoch(self, self.scrubs)
+        return epoch.rotate_epoch(self)
 
     def erasures(self, subject: str | None = None) -> ErasuresResult:
         """The erasure receipts; with `subject`, whether it was erased (by peppered hash)."""

@@ -18,9 +18,11 @@ from typing import Any
 from store.postgres.erasure import LAST_TOMBSTONE
 from store.postgres.events import HEAD, LAST_POLICY
 from store.postgres.projection import ACTIVE_OF_KEY, FACT_BY_ID
+from store.rows import UNPRIMED_META
 
 META_GET = "SELECT value FROM ledger_meta WHERE key = %s"
-META_ALL = "SELECT key, value FROM ledger_meta"
+META_ALL = ("SELECT key, value FROM ledger_meta WHERE "
+            f"left(key, {len(UNPRIMED_META)}) <> '{UNPRIMED_META}'")
 # A statement answered from here -> the table whose writes make its answer stale.
 CACHED = {HEAD: "events", LAST_POLICY: "events", META_GET: "ledger_meta",
           LAST_TOMBSTONE: "tombstones", FACT_BY_ID: "facts", ACTIVE_OF_KEY: "facts"}
@@ -69,7 +71,8 @@ class ReadCache:
         if key is None:
             return None
         found = self._rows.get((query, key))
-        if found is None and query == META_GET and self._meta is not None:
+        if found is None and query == META_GET and self._meta is not None and not str(
+                key[0]).startswith(UNPRIMED_META):  # not primed: asked of the server
             found = self._meta.get(str(key[0]), [])
         if found is not None:
             self.hits += 1
