@@ -40,6 +40,7 @@ INDEX = "epoch_certificates"  # ledger_meta: JSON list of the seqs with a record
 RECORD = UNPRIMED_META + "{seq}"  # not read at every server write's start (store/rows.py)
 # Not stored, rebuilt: the ledger's address (a server's may carry credentials) and the fixed list.
 REBUILT = {"ledger", "cannot_reach"}
+LEDGER_TOKEN = "<the ledger>"  # the ledger's address, wherever it appears in a place
 _DIGEST = re.compile(r"sha256 [0-9a-f]{6,64}")
 NOT_KEPT = "sha256 not kept"
 WHERE_NOT_KEPT = ("row locations are not kept for the re-issue (content-free record); see the "
@@ -56,14 +57,23 @@ def _seqs(core: LedgerCore) -> list[int]:
     return [int(s) for s in found if isinstance(s, int)] if isinstance(found, list) else []
 
 
-def _content_free(cert: ErasureCertificate) -> dict[str, Any]:
+def _content_free(cert: ErasureCertificate, where: str) -> dict[str, Any]:
     body = cert.model_dump(mode="json", exclude=REBUILT)
     for place in body["places"]:
         place["detail"] = _DIGEST.sub(NOT_KEPT, place["detail"])
         for hit in place["hits"]:
             hit["string"] = _DIGEST.sub(NOT_KEPT, hit["string"])
             hit["where"] = [WHERE_NOT_KEPT] if hit["where"] else []
-    return body
+    return _swap(body, where, LEDGER_TOKEN)
+
+
+def _swap(body: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    """`body` with every `old` in its strings (as JSON writes them) replaced by `new`: the
+    ledger's address is stored as a token (places name the ledger's files by path) and put
+    back as the address it is opened at, so a record does not depend on where the ledger
+    lies (a copy, a move) and holds no server address."""
+    text = json.dumps(body, sort_keys=True)
+    return json.loads(text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1]))
 
 
 def _canonical(seq: int, body: dict[str, Any]) -> str:
@@ -74,7 +84,7 @@ def keep(core: LedgerCore, cert: ErasureCertificate, seq: int) -> None:
     """Store the certificate of an erasure (its last event `seq`) for the next rotation."""
     if core.keys is None:
         return
-    body = _content_free(cert)
+    body = _content_free(cert, core.db.path)
     mac = core.keys.certificate_mac(_canonical(seq, body))
     with core.transaction():
         seqs = _seqs(core)
@@ -96,6 +106,7 @@ def _load(core: LedgerCore, seq: int) -> ErasureCertificate | None:
         if not isinstance(mac, str) or not hmac.compare_digest(
                 mac, core.keys.certificate_mac(_canonical(seq, body))):
             return None
+        body = _swap(body, LEDGER_TOKEN, core.db.path)
         cert = ErasureCertificate.model_validate({**body, "ledger": core.db.path})
     except (ValueError, KeyError, TypeError):
         return None
