@@ -98,3 +98,36 @@ def test_policy_rotates_after_each_forget_subject(make_env, tmp_path: Path) -> N
     [place] = [p for p in result.certificate.places if p.place.startswith("word index key")]
     assert place.outcome == "clean" and "rotated" in place.detail
     assert words_found(before, env.path) == []
+
+
+def test_a_roll_forward_holding_a_finished_rotations_key_leaves_the_next_one_alone(
+        tmp_path: Path) -> None:
+    """A read-write open that read a rotation's intent (K2) just before the rotating process
+    finished it and began the next (K3, its index already re-written under K3) must not re-index
+    under K2 nor finish anything: the racing-rotations run once ended with the index under a key
+    the key store no longer named (verify: "built under another word index key")."""
+    from custody_app.erasure import rotate
+
+    path = tmp_path / "race.db"
+    with Ledger.open(path) as rotating, Ledger.open(path) as opening:
+        rotating.assert_fact("acct:1", "note", "harbour lantern", actor="agent:a",
+                             cause={"kind": "tool", "ref": "r"}, provenance="attested")
+        assert rotating.keys is not None and opening.keys is not None
+        k2 = rotating.keys.begin_index_rotation()
+        stale = opening.keys.pending_index_key()  # the opening process reads the intent: K2
+        assert stale == k2
+        rotate._reindex_under(rotating, k2)
+        rotating.keys.finish_index_rotation(k2)
+        k3 = rotating.keys.begin_index_rotation()
+        rotate._reindex_under(rotating, k3)  # the next rotation, not finished yet
+        # The opening process rolls forward with what it read (its first read of the intent
+        # returns the stale K2; every later read, the key store as it is now).
+        real, first = opening.keys.pending_index_key, [stale]
+        opening.keys.pending_index_key = (  # type: ignore[method-assign]
+            lambda: first.pop() if first else real())
+        rotate.roll_forward_index_key(opening)
+        del opening.keys.pending_index_key
+        rotating.keys.finish_index_rotation(k3)
+        assert rotate.index_key_problem(rotating) is None
+        assert rotating.verify().valid
+        assert rotating.recall("harbour lantern").results

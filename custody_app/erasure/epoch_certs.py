@@ -73,7 +73,9 @@ def _swap(body: dict[str, Any], old: str, new: str) -> dict[str, Any]:
     back as the address it is opened at, so a record does not depend on where the ledger
     lies (a copy, a move) and holds no server address."""
     text = json.dumps(body, sort_keys=True)
-    return json.loads(text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1]))
+    swapped: dict[str, Any] = json.loads(text.replace(json.dumps(old)[1:-1],
+                                                      json.dumps(new)[1:-1]))
+    return swapped
 
 
 def _canonical(seq: int, body: dict[str, Any]) -> str:

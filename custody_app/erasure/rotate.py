@@ -44,7 +44,13 @@ class RotateResult(ReadModel):
 def _reindex_under(core: LedgerCore, new: bytes) -> int:
     """One ledger transaction: the lexical index rebuilt under `new`, a server's sealed vectors
     and centroids re-sealed under the key derived from it, its fingerprint kept."""
+    assert core.keys is not None
     with core.transaction():
+        if core.keys.pending_index_key() != new:
+            # Another process finished this rotation (and may have begun the next) since `new`
+            # was read: the index is under its key already, and writing it under `new` now
+            # would put it under a key the key store no longer names.
+            return 0
         rows = lexical_rows(core.index, new)
         core.db.recall.recreate_lexical(rows)
         if core.db.recall.vector_form() == SEALED:
@@ -65,7 +71,7 @@ def rotate_index_key(core: LedgerCore) -> RotateResult:
     crash_point("rotate.intent_committed")
     facts = _reindex_under(core, new)
     crash_point("rotate.ledger_committed")
-    core.keys.finish_index_rotation()
+    core.keys.finish_index_rotation(new)
     crash_point("rotate.keys_committed")
     outcome = core.db.wal_checkpoint()
     return RotateResult(
@@ -88,7 +94,7 @@ def roll_forward_index_key(core: LedgerCore) -> bool:
         return False
     if core.db.meta(KEY_ID) != key_id(pending):
         _reindex_under(core, pending)
-    core.keys.finish_index_rotation()
+    core.keys.finish_index_rotation(pending)
     return True
 
 

@@ -396,13 +396,16 @@ class KeyRing:
             self._slots["index"] = pending
         return True
 
-    def finish_index_rotation(self) -> None:
+    def finish_index_rotation(self, expected: bytes | None = None) -> None:
         """The pending key replaces the index key in one key store transaction; the old key is
-        destroyed (overwritten in place, secure_delete, rollback journal) and the intent goes."""
-        new = self.pending_index_key()
-        if new is None:
-            return
+        destroyed (overwritten in place, secure_delete, rollback journal) and the intent goes.
+        The intent is read inside that transaction, and with `expected` only that rotation is
+        finished: another process may have finished it and begun the next since this one
+        read it (a read-write open rolling forward beside a running rotate-epoch)."""
         with self.store.write():
+            new = self.pending_index_key()
+            if new is None or (expected is not None and new != expected):
+                return
             self.store.replace_meta("index", self._wrap(new, "index"))
             self.store.drop_meta("index_next")
         self._slots["index"] = new
