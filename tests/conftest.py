@@ -176,6 +176,21 @@ def ledger_copy(backend: str, tmp_path: Path,
             server.drop_database(url)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def address(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new ledger address on each backend, for a test that opens ledgers itself: a file
+    path, or a fresh database on the worker's server."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "l.db")
+        return
+    server = request.getfixturevalue("pg_server")
+    url = server.fresh_database()
+    try:
+        yield url
+    finally:
+        server.drop_database(url)
+
+
 @pytest.fixture
 def env(ledger_at: Callable[[str], Any]) -> Iterator[Env]:
     e = Env(ledger_at("ledger.db"))

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,20 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CAUSE = {"kind": "tool", "ref": "epoch-cert-test"}
 SECRET = "alice's diagnosis zebrafinch-4471"
 OTHER = "bob note quokka-9182 kept"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def address(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A new ledger address on each backend (a fresh database on the worker's server)."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "l.db")
-        return
-    server = request.getfixturevalue("pg_server")
-    url = server.fresh_database()
-    try:
-        yield url
-    finally:
-        server.drop_database(url)
 
 
 def _erase_two(address: str) -> tuple[str, str]:

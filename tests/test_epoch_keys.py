@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +31,6 @@ from tests.epoch_crash import master_of
 ROOT = Path(__file__).resolve().parent.parent
 CAUSE = {"kind": "tool", "ref": "epoch-test"}
 SECRET = "alice's diagnosis zebrafinch-4471"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def address(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A new ledger address on each backend (a fresh database on the worker's server)."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "l.db")
-        return
-    server = request.getfixturevalue("pg_server")
-    url = server.fresh_database()
-    try:
-        yield url
-    finally:
-        server.drop_database(url)
 
 
 def _fill(led: Ledger) -> dict[str, str]:
