@@ -7,7 +7,7 @@ verify's chain walk; `finish` reads each stored table once and names the first d
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from itertools import islice, zip_longest
+from itertools import chain, islice, zip_longest
 from typing import Any, Protocol
 
 from custody_app.core.sessions import SESSION_KINDS, SessionFold
@@ -32,7 +32,9 @@ class DerivedAudit:
 
     def __init__(self) -> None:
         self.sessions = SessionFold()
-        self.presentations: list[tuple[str, int, str]] = []
+        # Per fact, its (fact_id, seq, tx_at) rows in seq order (the walk's order): the sorted
+        # keys then give the (fact_id, seq) order without sorting every row of a long ledger.
+        self.presentations: dict[str, list[tuple[str, int, str]]] = {}
         self.pending: dict[int, str] = {}
 
     def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
@@ -40,7 +42,10 @@ class DerivedAudit:
         if kind in SESSION_KINDS:
             self.sessions.feed(row, body)
         if kind in _PRESENTED and row.fact_id is not None:
-            self.presentations.append((row.fact_id, row.seq, row.tx_at))
+            presented = self.presentations.get(row.fact_id)
+            if presented is None:
+                presented = self.presentations[row.fact_id] = []
+            presented.append((row.fact_id, row.seq, row.tx_at))
         if kind == "retract" and body.get("pending") is True and row.fact_id is not None:
             self.pending[row.seq] = row.fact_id
         elif kind in _REVIEWS:
@@ -56,7 +61,8 @@ class DerivedAudit:
         db = ledger.db
         served, events, summary = self.sessions.index()
         stored = db.sessions.dump()
-        self.presentations.sort()
+        presented = chain.from_iterable(self.presentations[fact_id]
+                                        for fact_id in sorted(self.presentations))
         # (table, key width, stored rows, folded rows), both sides sorted by the key.
         tables: tuple[tuple[str, int, Iterable[tuple[object, ...]],
                             Iterable[tuple[object, ...]]], ...] = (
@@ -65,7 +71,7 @@ class DerivedAudit:
             ("sessions (one summary a session)", 1, stored[2], summary),
             ("actions (the actions index)", 1, db.actions.dump(), self.sessions.actions),
             ("salience presentations (assert and affirm times by fact)", 2,
-             db.events.presentations(), self.presentations),
+             db.events.presentations(), presented),
             ("pending retractions (the review queue)", 1,
              ((s, f) for s, f, *_ in db.events.pending_retractions()),
              sorted(self.pending.items())),

@@ -36,7 +36,7 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
 
     def opener(row: EventRow, body: dict[str, Any]) -> str | None:
         nonlocal unchecked
-        text = ledger.values.opener(row, body)
+        text = ledger.values.opener(row, body, texts.ciphers)
         unchecked += text is None
         opened.clear()
         opened[row.seq] = text
