@@ -21,6 +21,7 @@ GENESIS = "0" * 64
 # Columns repeated outside the hashed body; verify checks they still agree with it.
 _MIRRORED = ("seq", "kind", "tx_at", "actor", "policy_hash", "fact_id")
 _MIRRORED_OF = attrgetter(*_MIRRORED)
+_sha256 = hashlib.sha256
 # orjson reads an integer of 19 digits or more (past 64 bits) as a float where json.loads keeps
 # it exact: a body holding such a run of ASCII digits (anywhere, even in a string) is read by
 # json. Found by mapping every digit byte to "0" and every other byte to " " (two C passes; a
@@ -44,18 +45,20 @@ def event_hash(prev_hash: str, body: str) -> str:
     return hashlib.sha256(prev_hash.encode("ascii") + body.encode("utf-8")).hexdigest()
 
 
-def parse_body(text: str) -> Any:
+def parse_body(text: str, encoded: bytes | None = None) -> Any:
     """json.loads(text), by orjson where its answer is the same: every JSON text orjson
     accepts it reads to the same structure, keys and strings, except integers past 64 bits
     (kept to json.loads by the digit guard); what orjson refuses (NaN, an escaped lone
     surrogate, a number past the double range) json.loads reads or refuses as before.
-    Raises ValueError on text that is not JSON, like json.loads."""
-    if orjson is not None and _LONG_RUN not in text.encode("utf-8", "surrogatepass"
-                                                          ).translate(_DIGITS):
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
+    Raises ValueError on text that is not JSON, like json.loads. `encoded`: the text's UTF-8
+    bytes when the caller has them (the chain walk hashed them)."""
+    if orjson is not None:
+        data = text.encode("utf-8", "surrogatepass") if encoded is None else encoded
+        if _LONG_RUN not in data.translate(_DIGITS):
+            try:
+                return orjson.loads(data)
+            except orjson.JSONDecodeError:
+                pass
     return json.loads(text)
 
 
@@ -91,19 +94,25 @@ def _check(row: E, prev_hash: str, expected_seq: int,
         return f"event {expected_seq} is missing (next stored event is {row.seq})", {}
     if row.prev_hash != prev_hash:
         return f"event {row.seq} does not link to the event before it", {}
-    hashed: str | None = row.body
+    text = row.body
     body: Any = None
-    if _UPGRADED in row.body:
+    encoded: bytes | None = None
+    if _UPGRADED in text:
         try:
-            body = parse_body(row.body)
+            body = parse_body(text)
         except ValueError:
             return f"event {row.seq} has a body that is not JSON", {}
         # Erased text cannot rebuild the old body: verify checks the upgrade's digest instead.
-        hashed = hashed_body(row.body, body, texts_of(row) if texts_of else None)
-    if hashed is not None and event_hash(prev_hash, hashed) != row.hash:
-        return f"event {row.seq} does not match its hash", {}
+        hashed = hashed_body(text, body, texts_of(row) if texts_of else None)
+        if hashed is not None and event_hash(prev_hash, hashed) != row.hash:
+            return f"event {row.seq} does not match its hash", {}
+    else:
+        # event_hash(prev_hash, text), the body encoded once for the hash and the parse.
+        encoded = text.encode("utf-8")
+        if _sha256(prev_hash.encode("ascii") + encoded).hexdigest() != row.hash:
+            return f"event {row.seq} does not match its hash", {}
     try:
-        body = parse_body(row.body) if body is None else body
+        body = parse_body(text, encoded) if body is None else body
     except ValueError:
         return f"event {row.seq} has a body that is not JSON", {}
     if not isinstance(body, dict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from itertools import starmap
 
 import apsw
 
@@ -119,9 +120,8 @@ class EventStore:
             rows = self._conn.execute(RANGE, (after, batch)).fetchall()
             if not rows:
                 return
-            for r in rows:
-                yield _row(r)
-            after = _row(rows[-1]).seq
+            yield from starmap(EventRow, rows)  # no Python frame a row (verify reads them all)
+            after = rows[-1][0]
 
     def last_policy_hash(self) -> str | None:
         row = self._conn.execute(LAST_POLICY).fetchone()
@@ -167,8 +167,9 @@ class EventStore:
     def presentations(self) -> Iterator[tuple[str, int, str]]:
         """(fact_id, seq, tx_at) of every assert and affirm, read through the fact index as
         recall's salience and a fact's history read them, in (fact_id, seq) order."""
-        for f, q, t in self._conn.execute(PRESENTATIONS):
-            yield str(f), int(q), str(t)
+        # The rows as SQLite returns them: a value stored with another type than the walk's
+        # is a difference too.
+        yield from self._conn.execute(PRESENTATIONS)
 
     def reindex(self) -> None:
         """Rebuild every index of the events table from its rows (the events themselves are
