@@ -11,7 +11,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 from custody_app.domain.canonical import canonical as canonical  # callers import it from here
-from custody_app.domain.canonical import orjson
+from custody_app.domain.canonical import orjson  # type: ignore[attr-defined]
 from custody_app.domain.records import EventRecord
 from custody_app.domain.sealed_text import Texts, hashed_body
 
@@ -103,7 +103,7 @@ def _check(row: E, prev_hash: str, expected_seq: int,
         except ValueError:
             return f"event {row.seq} has a body that is not JSON", {}
         # Erased text cannot rebuild the old body: verify checks the upgrade's digest instead.
-        hashed = hashed_body(text, body, texts_of(row) if texts_of else None)
+        hashed: str | None = hashed_body(text, body, texts_of(row) if texts_of else None)
         if hashed is not None and event_hash(prev_hash, hashed) != row.hash:
             return f"event {row.seq} does not match its hash", {}
     else:
@@ -130,11 +130,12 @@ def _check(row: E, prev_hash: str, expected_seq: int,
                     "value"), body
         if row.value is not None and row.salt is not None and open_value is not None:
             try:
-                text = open_value(row, body)
+                value_text = open_value(row, body)
             except Exception:  # any failure to open a stored value is a broken event
                 return f"event {row.seq} has a stored value that does not decrypt", body
             try:
-                if text is not None and commitment(row.salt, text) != body.get("commitment"):
+                if value_text is not None and commitment(row.salt, value_text) != body.get(
+                        "commitment"):
                     return f"event {row.seq} value does not match its commitment", body
             except ValueError:
                 return f"event {row.seq} has a malformed salt", body

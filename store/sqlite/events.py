@@ -121,7 +121,7 @@ class EventStore:
             if not rows:
                 return
             yield from starmap(EventRow, rows)  # no Python frame a row (verify reads them all)
-            after = rows[-1][0]
+            after = int(rows[-1][0])  # type: ignore[arg-type]
 
     def last_policy_hash(self) -> str | None:
         row = self._conn.execute(LAST_POLICY).fetchone()
