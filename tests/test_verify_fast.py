@@ -125,3 +125,66 @@ def test_the_value_commitment_is_checked_through_the_cipher_cache(
     valid, bad, problem = _verify(path)
     assert not valid and bad is not None
     assert named in problem
+
+
+# ---- the plain affirm: its body compared as text, never trusted beyond what it proves ----------
+def _affirm_row(body: dict[str, object], **columns: object) -> object:
+    from custody_app.domain.chain import GENESIS, canonical, event_hash
+    from store.rows import EventRow
+    text = canonical(body)
+    fields: dict[str, object] = {
+        "seq": body.get("seq"), "kind": "affirm", "tx_at": body.get("tx_at"),
+        "actor": body.get("actor"), "policy_hash": body.get("policy_hash"),
+        "fact_id": body.get("fact_id"), "subject": None, "body": text, "value": None,
+        "salt": None, "prev_hash": GENESIS, "hash": event_hash(GENESIS, text)}
+    fields.update(columns)
+    return EventRow(**fields)  # type: ignore[arg-type]
+
+
+NAMES = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=10)
+
+
+@seed(3535)
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(actor=NAMES, fact_id=NAMES, tx_at=NAMES, extra=st.sampled_from([{}, {"session": "s"},
+                                                                       {"signer": "k"}]))
+def test_an_affirm_checks_as_its_parsed_body_would(actor: str, fact_id: str, tx_at: str,
+                                                   extra: dict[str, str]) -> None:
+    """Whatever the strings (quotes, backslashes, control characters, any script), the walk
+    hands on the body json.loads reads, with no problem for a row whose columns match it."""
+    from custody_app.domain.chain import _check
+    body = {"actor": actor, "fact_id": fact_id, "kind": "affirm", "policy_hash": "p" * 64,
+            "seq": 1, "tx_at": tx_at, **extra}
+    row = _affirm_row(body)
+    problem, seen = _check(row, row.prev_hash, 1, None)  # type: ignore[type-var,attr-defined]
+    assert problem is None
+    assert seen == json.loads(row.body) == body  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("column,value", [
+    ("actor", "agent:other"), ("fact_id", "f_other"), ("tx_at", "2027-01-01T00:00:00.000000Z"),
+    ("policy_hash", "q" * 64), ("actor", 'agent:a","x":"y'), ("subject", "acct:1"),
+    ("salt", "00" * 16), ("actor", b"agent:a")])
+def test_an_affirm_whose_columns_differ_from_its_body_is_named(column: str, value: object
+                                                                ) -> None:
+    from custody_app.domain.chain import _check
+    body = {"actor": "agent:a", "fact_id": "f_1", "kind": "affirm", "policy_hash": "p" * 64,
+            "seq": 1, "tx_at": "2026-01-01T00:00:00.000000Z"}
+    row = _affirm_row(body, **{column: value})
+    problem, _ = _check(row, row.prev_hash, 1, None)  # type: ignore[type-var,attr-defined]
+    assert problem is not None
+    assert (f"column {column} disagrees" in problem if column not in ("subject", "salt")
+            else "carries a value or a subject" in problem)
+
+
+def test_an_affirm_body_with_a_field_the_columns_do_not_hold_is_parsed() -> None:
+    """A text that is not the plain affirm's (here a quote smuggled into the actor) is parsed
+    like any other body, so its actor is what JSON says, and the column differs."""
+    from custody_app.domain.chain import GENESIS, _check, event_hash
+    from store.rows import EventRow
+    text = ('{"actor":"agent:a","x":"y","fact_id":"f_1","kind":"affirm","policy_hash":"'
+            + "p" * 64 + '","seq":1,"tx_at":"t"}')
+    row = EventRow(1, "affirm", "t", 'agent:a","x":"y', "p" * 64, "f_1", None, text, None,
+                   None, GENESIS, event_hash(GENESIS, text))
+    problem, _ = _check(row, GENESIS, 1, None)
+    assert problem is not None and "column actor disagrees" in problem
