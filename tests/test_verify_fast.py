@@ -188,3 +188,30 @@ def test_an_affirm_body_with_a_field_the_columns_do_not_hold_is_parsed() -> None
                    None, GENESIS, event_hash(GENESIS, text))
     problem, _ = _check(row, GENESIS, 1, None)
     assert problem is not None and "column actor disagrees" in problem
+
+
+# ---- the events' fact index, read alone ----------------------------------------------------------
+def _index_without_retractions(con: sqlite3.Connection, ids: dict[str, str]) -> None:
+    """events_by_fact pointed at a b-tree holding every entry but the retractions': a fact's
+    history read through it loses its retraction. (The check before issue 35 compared only the
+    asserts and affirms read through it, and missed this.)"""
+    con.execute("CREATE INDEX blank ON events(fact_id, seq) WHERE fact_id IS NOT NULL "
+                "AND kind != 'retract'")
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'blank'").fetchone()
+    con.execute("PRAGMA writable_schema = ON")
+    con.execute("UPDATE sqlite_master SET rootpage = ? WHERE name = 'events_by_fact'", (root,))
+    con.execute("DELETE FROM sqlite_master WHERE name = 'blank'")
+    con.commit()
+    con.execute("PRAGMA writable_schema = OFF")
+
+
+def test_a_fact_index_that_hides_a_retraction_is_named(base: tuple[Path, dict[str, str]],
+                                                       tmp_path: Path) -> None:
+    path = tampered(base, tmp_path, _index_without_retractions)
+    with Ledger.open(path, readonly=True) as led:
+        history = led.history(base[1]["retracted"])
+        report = led.verify()
+    assert "retract" not in [e.kind for e in history.events]  # what a reader now sees
+    assert not report.valid
+    assert "the events' fact index" in (report.problem or "")
+    assert "is missing" in (report.problem or "")

@@ -1,6 +1,6 @@
 """What verify proves of the derived tables readers rely on (DESIGN 14, "Marks and derived tables
 are checked"): the session index (served reads, session events, sessions), the actions index,
-salience presentations (the assert and affirm times recall reads through the fact index) and
+the events' fact index (what salience's presentations and a fact's history read) and
 pending retractions (what the review queue lists), each equal to the fold of the events. Fed in
 verify's chain walk; `finish` reads each stored table once and names the first differing row."""
 
@@ -23,7 +23,6 @@ _PAGE = 4096
 # The tables compared, by short name; the last two are read through indexes of the events.
 TABLES = ("served_facts", "session_events", "sessions", "actions", "presentations", "pending")
 EVENT_INDEXED = ("presentations", "pending")
-_PRESENTED = ("assert", "affirm")
 _REVIEWS = ("confirm", "reject")
 
 
@@ -32,20 +31,21 @@ class DerivedAudit:
 
     def __init__(self) -> None:
         self.sessions = SessionFold()
-        # Per fact, its (fact_id, seq, tx_at) rows in seq order (the walk's order): the sorted
-        # keys then give the (fact_id, seq) order without sorting every row of a long ledger.
-        self.presentations: dict[str, list[tuple[str, int, str]]] = {}
+        # Per fact, the (fact_id, seq) of each of its events in seq order (the walk's order):
+        # the sorted keys then give the fact index's order without sorting every row.
+        self.by_fact: dict[str, list[tuple[str, int]]] = {}
         self.pending: dict[int, str] = {}
 
     def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
         kind = row.kind
         if kind in SESSION_KINDS:
             self.sessions.feed(row, body)
-        if kind in _PRESENTED and row.fact_id is not None:
-            presented = self.presentations.get(row.fact_id)
-            if presented is None:
-                presented = self.presentations[row.fact_id] = []
-            presented.append((row.fact_id, row.seq, row.tx_at))
+        fact_id = row.fact_id
+        if fact_id is not None:
+            events = self.by_fact.get(fact_id)
+            if events is None:
+                events = self.by_fact[fact_id] = []
+            events.append((fact_id, row.seq))
         if kind == "retract" and body.get("pending") is True and row.fact_id is not None:
             self.pending[row.seq] = row.fact_id
         elif kind in _REVIEWS:
@@ -61,8 +61,7 @@ class DerivedAudit:
         db = ledger.db
         served, events, summary = self.sessions.index()
         stored = db.sessions.dump()
-        presented = chain.from_iterable(self.presentations[fact_id]
-                                        for fact_id in sorted(self.presentations))
+        by_fact = chain.from_iterable(self.by_fact[fact_id] for fact_id in sorted(self.by_fact))
         # (table, key width, stored rows, folded rows), both sides sorted by the key.
         tables: tuple[tuple[str, int, Iterable[tuple[object, ...]],
                             Iterable[tuple[object, ...]]], ...] = (
@@ -70,8 +69,12 @@ class DerivedAudit:
             ("session_events (a session's events)", 2, stored[1], events),
             ("sessions (one summary a session)", 1, stored[2], summary),
             ("actions (the actions index)", 1, db.actions.dump(), self.sessions.actions),
-            ("salience presentations (assert and affirm times by fact)", 2,
-             db.events.presentations(), presented),
+            # Salience reads a fact's asserts and affirms (their tx_at) through this index, a
+            # history all its events: the index's (fact_id, seq) entries equal to the walk's
+            # prove those reads reach exactly the rows the walk hashed (seq is the rowid), so
+            # the index is read alone, no row looked up for its kind and time.
+            ("salience presentations and fact histories (the events' fact index)", 2,
+             db.events.fact_index(), by_fact),
             ("pending retractions (the review queue)", 1,
              ((s, f) for s, f, *_ in db.events.pending_retractions()),
              sorted(self.pending.items())),
