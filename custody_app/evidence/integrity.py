@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 # (tests/test_verify_fast.py holds that it is a no-op for them).
 FOLDED = frozenset(("assert", "retract", "reject", "confirm", "forget", "expire", "hold",
                     "release"))
+# Known kinds `check` does nothing for (neither folded nor a forget_subject to remember).
+INERT = frozenset(EVENT_MODELS) - FOLDED - {"forget_subject"}
 
 
 class EventAudit:
