@@ -5,6 +5,11 @@ on the same file (run through `bench/bench_verify.py --read-floor LEDGER[,LEDGER
   the writer signature beside it, in seq order) and sha256(prev_hash || body) of each event,
   compared with its stored hash: the chain's own definition of an event's hash (the body is
   stored as the canonical text that was hashed). No other table read, nothing opened.
+- second floor, the crypto a sealed ledger adds: the floor's loop plus, for each event, its body
+  parsed (orjson) and, for each sealed value and sealed free text, the blob opened under its
+  subject's key (AES-256-GCM, the key store's keys unwrapped as first met) and its salted
+  commitment recomputed (sha256): what any verify of DESIGN 13 must do per event, with no
+  other check, no fold, no derived table (a plain loop, no error handling).
 - verify (API): `Ledger.open(path, readonly=True).verify()`, the call timed (the open beside it).
 - verify (CLI): `custody-app verify --ledger PATH` as a user runs it, a real subprocess; its
   CPU time from the child's rusage (interpreter start and imports included).
@@ -54,6 +59,50 @@ def read_and_hash(path: Path) -> tuple[int, int]:
     finally:
         con.close()
     return count, bad
+
+
+_TEXTS = "SELECT seq, fact_id, subject_ref, sealed, salt FROM event_texts ORDER BY seq"
+
+
+def read_hash_and_open(path: Path) -> tuple[int, int]:
+    """The second floor: (events, values and texts opened)."""
+    import orjson
+
+    from custody_app.keys.crypto import Ciphers
+    with Ledger.open(path, readonly=True) as led:
+        keys = led.keys
+        assert keys is not None
+        ciphers = Ciphers()
+        con = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        sha = hashlib.sha256
+        count = opened = 0
+        try:
+            texts = iter(con.execute(_TEXTS))
+            text = next(texts, None)
+            for row in con.execute(_SELECT):
+                count += 1
+                seq, body_text = row[0], row[_BODY]
+                sha(row[_PREV].encode("ascii") + body_text.encode("utf-8")).hexdigest()
+                body = orjson.loads(body_text)
+                value, salt = row[8], row[9]
+                if value is not None:
+                    plain = ciphers.open_blob(keys.key_for_open, body["subject_ref"], value,
+                                              row[5])
+                    if plain is not None:
+                        sha(bytes.fromhex(salt) + plain).hexdigest()
+                        opened += 1
+                while text is not None and text[0] < seq:
+                    text = next(texts, None)
+                if text is not None and text[0] == seq and text[3] is not None:
+                    plain = ciphers.open_blob(keys.key_for_open, text[2], text[3],
+                                              f"text:{text[1]}")
+                    if plain is not None:
+                        sealed = orjson.dumps(orjson.loads(plain), option=orjson.OPT_SORT_KEYS)
+                        sha(bytes.fromhex(text[4]) + sealed).hexdigest()
+                        opened += 1
+        finally:
+            con.close()
+    return count, opened
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
@@ -119,12 +168,14 @@ def profile(path: Path, cpu: float) -> list[str]:
 
 
 def measure(path: Path, rounds: int) -> dict[str, Any]:
-    floor, api, clis = [], [], []
+    floor, crypto, api, clis = [], [], [], []
     opened = 0.0
     events = bad = 0
     for _ in range(rounds):
         wall, cpu, (events, bad) = timed(lambda: read_and_hash(path))
         floor.append((wall, cpu))
+        wall, cpu, _ = timed(lambda: read_hash_and_open(path))
+        crypto.append((wall, cpu))
         w0 = time.perf_counter()
         with Ledger.open(path, readonly=True) as led:
             opened = time.perf_counter() - w0
@@ -137,7 +188,8 @@ def measure(path: Path, rounds: int) -> dict[str, Any]:
     with Ledger.open(path, readonly=True) as led:
         wall, cpu, report = timed(lambda: led.verify(deep=True))
     assert report.valid, report.problem
-    return {"events": events, "bad": bad, "floor": floor, "api": api, "cli": clis,
+    return {"events": events, "bad": bad, "floor": floor, "crypto": crypto, "api": api,
+            "cli": clis,
             "deep": [(wall, cpu)], "open": opened}
 
 
@@ -168,7 +220,9 @@ def run(paths: list[Path], rounds: int, out: Path | None, do_profile: bool = Tru
                          f"the stored one in the floor: {got['bad']}; open (read-only) "
                          f"{got['open'] * 1e3:.0f} ms beside the API call")
         fw, fc = min(w for w, _ in got["floor"]), min(c for _, c in got["floor"])
-        for name, key in (("floor: read + sha256", "floor"), ("verify (API)", "api"),
+        for name, key in (("floor: read + sha256", "floor"),
+                          ("second floor: + parse, open and commit each sealed value and text",
+                           "crypto"), ("verify (API)", "api"),
                           ("custody-app verify (CLI subprocess)", "cli"),
                           ("verify --deep (API), reported apart", "deep")):
             runs = got[key]

@@ -216,5 +216,6 @@ def test_a_fact_index_that_hides_a_retraction_is_named(base: tuple[Path, dict[st
         report = led.verify()
     assert "retract" not in [e.kind for e in history.events]  # what a reader now sees
     assert not report.valid
-    assert "the events' fact index" in (report.problem or "")
-    assert "is missing" in (report.problem or "")
+    problem = report.problem or ""
+    assert "the events' fact index" in problem and base[1]["retracted"] in problem
+    assert "differs from the fold of the events" in problem

@@ -40,9 +40,11 @@ BY_SEQS = (f"{_SELECT} WHERE e.seq IN (SELECT value FROM json_each(?)) ORDER BY 
 # Through the index readers use (events_by_fact), so an index that lost rows is seen.
 PRESENTATIONS = ("SELECT fact_id, seq, tx_at FROM events INDEXED BY events_by_fact "
                  "WHERE fact_id IS NOT NULL AND kind IN ('assert', 'affirm') ORDER BY fact_id, seq")
-# The fact index alone (it holds fact_id and seq, the rowid): no table row is read.
-FACT_INDEX = ("SELECT fact_id, seq FROM events INDEXED BY events_by_fact "
-              "WHERE fact_id IS NOT NULL ORDER BY fact_id, seq")
+# The fact index alone (it holds fact_id and seq, the rowid): no table row is read; one row a
+# fact, its seqs joined in SQLite (a million events are a hundred thousand rows up here).
+FACT_INDEX = ("SELECT fact_id, group_concat(seq, ',' ORDER BY seq) FROM events "
+              "INDEXED BY events_by_fact WHERE fact_id IS NOT NULL "
+              "GROUP BY fact_id ORDER BY fact_id")
 REINDEX = "REINDEX events"
 # The proof's row checks, over tens of thousands of seqs in one statement each.
 MISSING = ("SELECT j.value FROM json_each(?) j "
@@ -174,10 +176,10 @@ class EventStore:
         # is a difference too.
         yield from self._conn.execute(PRESENTATIONS)
 
-    def fact_index(self) -> Iterator[tuple[str, int]]:
-        """(fact_id, seq) of every event of a fact, in (fact_id, seq) order, read from the fact
-        index alone, which every read of a fact's events (salience's presentations, history)
-        goes through; rows as SQLite returns them."""
+    def fact_index(self) -> Iterator[tuple[str, str]]:
+        """(fact_id, the seqs of its events in order, joined by commas) for every fact, in
+        fact_id order, read from the fact index alone, which every read of a fact's events
+        (salience's presentations, history) goes through; rows as SQLite returns them."""
         yield from self._conn.execute(FACT_INDEX)
 
     def reindex(self) -> None:
