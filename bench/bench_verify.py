@@ -215,11 +215,14 @@ def main() -> None:
                         help="issue 35: verify against reading and hashing every event of "
                              "these ledgers (bench/verify_floor.py)")
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--before", metavar="CHECKOUT",
+                        help="with --read-floor: also run `custody-app verify` from this older "
+                             "checkout (a worktree of the commit before), the figure before")
     args = parser.parse_args()
     if args.read_floor:
         from bench.verify_floor import run
         run([Path(p) for p in args.read_floor.split(",")], args.rounds, Path(args.out),
-            not args.no_profile)
+            not args.no_profile, Path(args.before) if args.before else None)
         return
     rows: dict[str, str] = {}
     notes: list[str] = []

@@ -111,9 +111,10 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
     return time.perf_counter() - wall, time.process_time() - cpu, out
 
 
-def cli(path: Path) -> tuple[float, float, int]:
-    """(wall, CPU of the child, exit code) of `custody-app verify` in a subprocess."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def cli(path: Path, root: Path = ROOT) -> tuple[float, float, int]:
+    """(wall, CPU of the child, exit code) of `custody-app verify` in a subprocess, run from
+    the checkout `root` (this one, or an older commit's worktree for the figure before)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     wall = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "custody_app", "verify", "--ledger", str(path)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -167,8 +168,8 @@ def profile(path: Path, cpu: float) -> list[str]:
     return rows
 
 
-def measure(path: Path, rounds: int) -> dict[str, Any]:
-    floor, crypto, api, clis = [], [], [], []
+def measure(path: Path, rounds: int, before: Path | None = None) -> dict[str, Any]:
+    floor, crypto, api, clis, old = [], [], [], [], []
     opened = 0.0
     events = bad = 0
     for _ in range(rounds):
@@ -185,12 +186,23 @@ def measure(path: Path, rounds: int) -> dict[str, Any]:
         wall, cpu, code = cli(path)
         assert code == 0, f"custody-app verify exited {code}"
         clis.append((wall, cpu))
+        if before is not None:
+            wall, cpu, code = cli(path, before)
+            assert code == 0, f"the verify before exited {code}"
+            old.append((wall, cpu))
     with Ledger.open(path, readonly=True) as led:
         wall, cpu, report = timed(lambda: led.verify(deep=True))
     assert report.valid, report.problem
     return {"events": events, "bad": bad, "floor": floor, "crypto": crypto, "api": api,
-            "cli": clis,
+            "cli": clis, "before": old,
             "deep": [(wall, cpu)], "open": opened}
+
+
+def _commit(root: Path | None) -> str:
+    if root is None:
+        return ""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def kinds(path: Path) -> str:
@@ -205,7 +217,8 @@ def kinds(path: Path) -> str:
                      for k, n in counts)
 
 
-def run(paths: list[Path], rounds: int, out: Path | None, do_profile: bool = True) -> str:
+def run(paths: list[Path], rounds: int, out: Path | None, do_profile: bool = True,
+        before: Path | None = None) -> str:
     load0 = os.getloadavg()[0]
     note0 = machine_note()
     table = ["| ledger | events | run | best wall (s) | best CPU (s) | CPU / floor CPU | "
@@ -214,7 +227,7 @@ def run(paths: list[Path], rounds: int, out: Path | None, do_profile: bool = Tru
     profiles: list[str] = []
     described: list[str] = []
     for path in paths:
-        got = measure(path, rounds)
+        got = measure(path, rounds, before)
         n = got["events"]
         described.append(f"{path.name}: {n:,} events ({kinds(path)}); hashes not matching "
                          f"the stored one in the floor: {got['bad']}; open (read-only) "
@@ -224,8 +237,11 @@ def run(paths: list[Path], rounds: int, out: Path | None, do_profile: bool = Tru
                           ("second floor: + parse, open and commit each sealed value and text",
                            "crypto"), ("verify (API)", "api"),
                           ("custody-app verify (CLI subprocess)", "cli"),
+                          (f"custody-app verify before (CLI, {_commit(before)})", "before"),
                           ("verify --deep (API), reported apart", "deep")):
             runs = got[key]
+            if not runs:
+                continue
             w, c = min(x for x, _ in runs), min(y for _, y in runs)
             table.append(f"| {path.name} | {n:,} | {name} | {w:.2f} | {c:.2f} | {c / fc:.1f}x | "
                          f"{w / fw:.1f}x | {c / n * 1e6:.1f} | "
@@ -240,7 +256,8 @@ def run(paths: list[Path], rounds: int, out: Path | None, do_profile: bool = Tru
     load1 = os.getloadavg()[0]
     text = "\n".join([
         HEADING, "",
-        "    .venv/bin/python bench/bench_verify.py --read-floor L100K.db,L1M.db --rounds R", "",
+        "    .venv/bin/python bench/bench_verify.py --read-floor L100K.db,L1M.db --rounds R "
+        "[--before OLD_CHECKOUT]", "",
         header([f"{rounds} rounds interleaved (floor, API, CLI), best of the rounds; --deep once",
                 f"load (1-minute average): {load0:.2f} at the start, {load1:.2f} at the end",
                 f"other processes at the start: {note0}", *described]),
