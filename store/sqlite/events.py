@@ -172,9 +172,8 @@ class EventStore:
     def presentations(self) -> Iterator[tuple[str, int, str]]:
         """(fact_id, seq, tx_at) of every assert and affirm, read through the fact index as
         recall's salience and a fact's history read them, in (fact_id, seq) order."""
-        # The rows as SQLite returns them: a value stored with another type than the walk's
-        # is a difference too.
-        yield from self._conn.execute(PRESENTATIONS)
+        for f, q, t in self._conn.execute(PRESENTATIONS):
+            yield str(f), int(q), str(t)
 
     def fact_index(self) -> Iterator[tuple[str, str]]:
         """(fact_id, the seqs of its events in order, joined by commas) for every fact, in
