@@ -116,8 +116,10 @@ def cli(path: Path, root: Path = ROOT) -> tuple[float, float, int]:
     the checkout `root` (this one, or an older commit's worktree for the figure before)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     wall = time.perf_counter()
+    # Run from `root`: `python -m` puts the working folder first on sys.path, ahead of PYTHONPATH.
     proc = subprocess.Popen([sys.executable, "-m", "custody_app", "verify", "--ledger", str(path)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=env, cwd=root, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return time.perf_counter() - wall, usage.ru_utime + usage.ru_stime, proc.returncode
