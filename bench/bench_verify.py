@@ -5,6 +5,12 @@ commitments and signed checkpoints, and the recall index comparison).
     .venv/bin/python bench/bench_verify.py [--sizes 100000] [--mix affirms|asserts]
         [--fill-from N] [--rounds 3] [--keep /tmp/custody-bench-verify]
 
+Issue 35's measurement (`bench/verify_floor.py`): verify (the API call, and `custody-app verify`
+as a subprocess) against reading and sha256-hashing every event with plain APSW, in the same
+run, on ledgers given by path (copies: nothing is written to them), with a profile by check:
+
+    .venv/bin/python bench/bench_verify.py --read-floor L100K.db,L1M.db [--rounds 2] [--no-profile]
+
 Builds each ledger once through the Python API in transactions of 5,000 (see `build` for the
 mixes) and keeps it under `--keep` for the next run; then times the floor and the full verify
 alternately, `--rounds` times each, on wall and CPU time, and puts the best of each into its
@@ -205,7 +211,19 @@ def main() -> None:
     parser.add_argument("--mix", choices=sorted(MIXES), default="affirms")
     parser.add_argument("--fill-from", type=int, default=None,
                         help="events from which on a ledger is filled with the cheap mix")
+    parser.add_argument("--read-floor", metavar="LEDGER[,LEDGER]",
+                        help="issue 35: verify against reading and hashing every event of "
+                             "these ledgers (bench/verify_floor.py)")
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--before", metavar="CHECKOUT",
+                        help="with --read-floor: also run `custody-app verify` from this older "
+                             "checkout (a worktree of the commit before), the figure before")
     args = parser.parse_args()
+    if args.read_floor:
+        from bench.verify_floor import run
+        run([Path(p) for p in args.read_floor.split(",")], args.rounds, Path(args.out),
+            not args.no_profile, Path(args.before) if args.before else None)
+        return
     rows: dict[str, str] = {}
     notes: list[str] = []
     keep = Path(args.keep)

@@ -1,6 +1,6 @@
 """What verify proves of the derived tables readers rely on (DESIGN 14, "Marks and derived tables
 are checked"): the session index (served reads, session events, sessions), the actions index,
-salience presentations (the assert and affirm times recall reads through the fact index) and
+the events' fact index (what salience's presentations and a fact's history read) and
 pending retractions (what the review queue lists), each equal to the fold of the events. Fed in
 verify's chain walk; `finish` reads each stored table once and names the first differing row."""
 
@@ -23,7 +23,6 @@ _PAGE = 4096
 # The tables compared, by short name; the last two are read through indexes of the events.
 TABLES = ("served_facts", "session_events", "sessions", "actions", "presentations", "pending")
 EVENT_INDEXED = ("presentations", "pending")
-_PRESENTED = ("assert", "affirm")
 _REVIEWS = ("confirm", "reject")
 
 
@@ -32,15 +31,20 @@ class DerivedAudit:
 
     def __init__(self) -> None:
         self.sessions = SessionFold()
-        self.presentations: list[tuple[str, int, str]] = []
+        # Per fact, the seqs of its events in the walk's order (ascending).
+        self.by_fact: dict[str, list[int]] = {}
         self.pending: dict[int, str] = {}
 
     def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
         kind = row.kind
         if kind in SESSION_KINDS:
             self.sessions.feed(row, body)
-        if kind in _PRESENTED and row.fact_id is not None:
-            self.presentations.append((row.fact_id, row.seq, row.tx_at))
+        fact_id = row.fact_id
+        if fact_id is not None:
+            events = self.by_fact.get(fact_id)
+            if events is None:
+                events = self.by_fact[fact_id] = []
+            events.append(row.seq)
         if kind == "retract" and body.get("pending") is True and row.fact_id is not None:
             self.pending[row.seq] = row.fact_id
         elif kind in _REVIEWS:
@@ -56,7 +60,8 @@ class DerivedAudit:
         db = ledger.db
         served, events, summary = self.sessions.index()
         stored = db.sessions.dump()
-        self.presentations.sort()
+        by_fact = ((fact_id, ",".join(map(str, self.by_fact[fact_id])))
+                   for fact_id in sorted(self.by_fact))
         # (table, key width, stored rows, folded rows), both sides sorted by the key.
         tables: tuple[tuple[str, int, Iterable[tuple[object, ...]],
                             Iterable[tuple[object, ...]]], ...] = (
@@ -64,8 +69,14 @@ class DerivedAudit:
             ("session_events (a session's events)", 2, stored[1], events),
             ("sessions (one summary a session)", 1, stored[2], summary),
             ("actions (the actions index)", 1, db.actions.dump(), self.sessions.actions),
-            ("salience presentations (assert and affirm times by fact)", 2,
-             db.events.presentations(), self.presentations),
+            # Salience reads a fact's asserts and affirms (their tx_at) through this index, a
+            # history all its events: the index's (fact_id, seq) entries equal to the walk's
+            # prove those reads reach exactly the rows the walk hashed (seq is the rowid), so
+            # the index is read alone, no row looked up for its kind and time. Compared a fact
+            # at a time: (fact_id, its seqs in order).
+            ("salience presentations and fact histories (the events' fact index: a fact and "
+             "the seqs of its events)", 1,
+             db.events.fact_index(), by_fact),
             ("pending retractions (the review queue)", 1,
              ((s, f) for s, f, *_ in db.events.pending_retractions()),
              sorted(self.pending.items())),
@@ -84,7 +95,8 @@ def _first_difference(name: str, width: int, have: Iterator[tuple[object, ...]],
     """Both sides sorted by the same key: compared a page at a time, row by row only in the
     page that differs."""
     while True:
-        page, wanted = [tuple(r) for r in islice(have, _PAGE)], list(islice(want, _PAGE))
+        # Both backends hand up plain tuples (a row of another type would differ, never hide).
+        page, wanted = list(islice(have, _PAGE)), list(islice(want, _PAGE))
         if page != wanted:
             break
         if not page:

@@ -26,11 +26,13 @@ if TYPE_CHECKING:
 
 CLAIM = "cause.receipt.subject"
 DEFAULT_MAX_AGE = str(ProvenancePolicy.model_fields["max_receipt_age"].default)
+# The kinds whose events can carry a receipt.
+CITING = ("assert", "acted")
 
 
 def cited(row: EventRow, body: dict[str, Any]) -> list[tuple[str, Any]]:
     """(where, receipt JSON) of every receipt the event carries."""
-    if row.kind not in ("assert", "acted"):
+    if row.kind not in CITING:
         return []
     out = [("cause.receipt", (body.get("cause") or {}).get("receipt"))]
     if row.kind == "acted":
@@ -56,7 +58,7 @@ class ReceiptAudit:
               body: dict[str, Any] | None = None) -> str | None:
         """What is wrong with the event's receipts, or None (also when it cites none). `body`:
         the event's body if the caller already parsed it."""
-        if row.kind not in ("assert", "acted"):
+        if row.kind not in CITING:
             return None
         if body is None:
             try:

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from store import LedgerFile
 
 
+# "Not read yet" in the cache of registered keys (None is an answer: no intact policy text).
+_UNREAD: Any = object()
+
+
 class SignatureAudit:
     """Checks each event's writer signature while verify walks the chain (the registered keys
     read once per policy)."""
@@ -61,7 +65,9 @@ class SignatureAudit:
             return (f"event {row.seq} names policy {row.policy_hash[:12]}..., not the one in "
                     f"force since the policy event before it ({self.in_force[:12]}...)")
         if signer is None and row.signature is None:
-            keys = self.registered(row.policy_hash)
+            keys = self._keys.get(row.policy_hash, _UNREAD)
+            if keys is _UNREAD:
+                keys = self.registered(row.policy_hash)
             if keys and row.actor in keys:
                 return (f"event {row.seq} was written as {row.actor}, whose key the policy in "
                         "force registered, but it is not signed")

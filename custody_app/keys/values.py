@@ -105,14 +105,16 @@ class ValueCodec:
         data = _open(self.keys, subject_ref, blob, fact_id, ciphers)
         return None if data is None else data.decode("utf-8")
 
-    def opener(self, row: EventRow, body: dict[str, Any]) -> str | None:
+    def opener(self, row: EventRow, body: dict[str, Any],
+               ciphers: crypto.Ciphers | None = None) -> str | None:
         """open() for an assert event row (what verification calls); also checks that a
-        plaintext subject still matches the peppered hash the chain holds."""
+        plaintext subject still matches the peppered hash the chain holds. `ciphers`: a
+        walk's cipher cache (verify's)."""
         ref = str(body.get("subject_ref", ""))
         if row.subject is not None and self.keys is not None and (
                 self.keys.subject_ref(row.subject) != ref):
             raise crypto.DecryptError("its subject does not match the hashed subject reference")
-        return self.open(row.fact_id or "", ref, row.value)
+        return self.open(row.fact_id or "", ref, row.value, ciphers)
 
     def open_or_refuse(self, fact_id: str, subject_ref: str, blob: bytes | None) -> str | None:
         try:

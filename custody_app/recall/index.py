@@ -352,8 +352,8 @@ class RecallIndex(BatchedRemovals):
     def differences(self) -> list[str]:
         """Where the indexes disagree with the believed facts (what verify reports)."""
         self.flush()
-        want = {f.assert_seq: INDEXED[status] for status in INDEXED
-                for f in self.db.facts.with_status(status)}
+        want = {seq: INDEXED[status] for status in INDEXED
+                for seq in self.db.facts.seqs_with_status(status)}
         lexical, vector = self.db.recall.indexed()
         out: list[str] = []
         if set(lexical) != set(want):

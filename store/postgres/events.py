@@ -164,6 +164,8 @@ PENDING_RETRACTION_OF = (f"SELECT r.seq, r.fact_id, r.actor, r.tx_at, r.body FRO
 BY_SEQS = f"{_SELECT} WHERE e.seq = ANY(%s::bigint[]) ORDER BY e.seq"
 PRESENTATIONS = ("SELECT fact_id, seq, tx_at FROM events WHERE fact_id IS NOT NULL "
                  "AND kind IN ('assert', 'affirm') ORDER BY fact_id, seq")
+FACT_INDEX = ("SELECT fact_id, string_agg(seq::text, ',' ORDER BY seq) FROM events "
+              "WHERE fact_id IS NOT NULL GROUP BY fact_id ORDER BY fact_id")
 REINDEX = "REINDEX TABLE events"
 # In the order asked, as SQLite's json_each gives them.
 MISSING = ("SELECT j.s FROM unnest(%s::bigint[]) WITH ORDINALITY AS j(s, n) "
@@ -344,6 +346,11 @@ class EventStore:
         """(fact_id, seq, tx_at) of every assert and affirm, in (fact_id, seq) order."""
         for f, q, t in self._conn.execute(PRESENTATIONS):
             yield str(f), int(q), str(t)
+
+    def fact_index(self) -> Iterator[tuple[str, str]]:
+        """(fact_id, the seqs of its events in order, joined by commas), in fact_id order."""
+        for f, q in self._conn.execute(FACT_INDEX):
+            yield str(f), str(q)
 
     def reindex(self) -> None:
         """Rebuild every index of the events table from its rows (the events are untouched)."""

@@ -129,6 +129,7 @@ DERIVED_FROM_MANY = ("SELECT fact_id, source_id FROM fact_sources "
                      "WHERE source_id = ANY(%s::text[]) ORDER BY fact_id, source_id")
 COUNT_BY_STATUS = "SELECT status, count(*) FROM facts GROUP BY status ORDER BY status"
 WITH_STATUS = f"SELECT {_FCOLS} FROM facts WHERE status = %s ORDER BY assert_seq"
+SEQS_WITH_STATUS = "SELECT assert_seq FROM facts WHERE status = %s ORDER BY assert_seq"
 ACTIVE_OF_KEY = ("SELECT fact_id FROM facts WHERE subject = %s AND predicate = %s "
                  "AND status = 'active' ORDER BY assert_seq")
 # Facts of one subject and predicate written in a session and not ended: the candidates that
@@ -309,6 +310,10 @@ class FactStore:
 
     def with_status(self, status: str) -> list[FactRow]:
         return self._facts(WITH_STATUS, (status,))
+
+    def seqs_with_status(self, status: str) -> list[int]:
+        """The assert seqs of the facts in `status`, no subject opened (verify's index check)."""
+        return [int(r[0]) for r in self._conn.execute(SEQS_WITH_STATUS, (status,))]
 
     def counts_by_status(self) -> dict[str, int]:
         return {str(s): int(n) for s, n in self._conn.execute(COUNT_BY_STATUS)}
