@@ -13,11 +13,14 @@ product of their codes with the query's (SIMD), and re-scores the best `RESCORE`
 (200k vectors of 256 dimensions) the float32 rows are kept too and re-scored from memory; above
 that, while the codes alone fit it (1M vectors of 256 dimensions), only the codes are kept and
 the candidates' float32 rows are read from sqlite-vec by rowid. Above both, nothing is kept and
-the caller searches sqlite-vec's cells.
+the caller searches sqlite-vec's cells. A copy of more than `loading.BACKGROUND_ROWS` rows is
+loaded in a background thread on a connection of its own (`loading`): until it is adopted, the
+caller searches sqlite-vec's cells too.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from custody_app.recall import codes as codes_mod
+from custody_app.recall import loading
 from custody_app.recall.heap import give_back_freed_heap
 from store import LedgerFile
 from store.rows import VecRow, filter_code
@@ -39,18 +43,25 @@ RESCORE = 200
 STATUS_CODE = {"live": 0, "quarantined": 1}
 FREE = -1  # the status code of a row that holds no vector (zeroed)
 COLUMNS = ("_codes8", "_rows", "_factor", "_seqs", "_status", "_space", "_subject")
+# Everything a loaded copy is: what adopting one made in another thread takes over.
+STATE = (*COLUMNS, "_sorted", "_sorted_row", "_extra", "_used", "_count", "_masked", "quantized",
+         "_version")
 
 
 class VectorMatrix:
     """The believed facts' vectors (or their int8 codes) of one ledger file, with their status,
     space and subject codes, for search with the filters applied as masks."""
 
-    def __init__(self, db: LedgerFile, dimensions: int, max_bytes: int | None = None) -> None:
+    def __init__(self, db: LedgerFile, dimensions: int, max_bytes: int | None = None,
+                 opener: loading.Opener | None = None) -> None:
         self.db = db
         self.dimensions = dimensions
         self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
         self._version: str | None = None  # the vector table's token the copy reflects
         self.quantized = False
+        # Without an opener every load runs in the search that needs it.
+        self._opener = opener
+        self._loader: loading.BackgroundLoad | None = None
         self._clear()
 
     def _clear(self) -> None:
@@ -75,7 +86,11 @@ class VectorMatrix:
         self._masked: tuple[tuple[object, ...], npt.NDArray[np.bool_], int] | None = None
 
     def drop(self) -> None:
-        """Forget the copy, its vectors zeroed first (freed memory holds none of them)."""
+        """Forget the copy, its vectors zeroed first (freed memory holds none of them); a load
+        in the background is stopped, and what it held zeroed, before this returns."""
+        if self._loader is not None:
+            self._loader.cancel(wait=True)
+            self._loader = None
         self._rows.fill(0)
         self._codes8.fill(0)
         self._clear()
@@ -120,29 +135,76 @@ class VectorMatrix:
         per_row = self.dimensions * (1 if self.quantized else 5)
         return self.max_bytes // max(per_row, 1)
 
-    def current(self) -> bool:
-        """Bring the copy in step with the vector table; False when the index is too large to
-        keep in memory (the caller searches sqlite-vec instead)."""
-        version = self.db.recall.vec_version()
-        if version == self._version:
-            return True
-        count = self.db.recall.vector_count()
-        self.drop()
+    @property
+    def loading(self) -> bool:
+        """Is a copy being loaded in the background (searches meanwhile go to sqlite-vec)?"""
+        return self._loader is not None
+
+    def _fits(self, count: int) -> bool:
+        """Choose the mode `count` rows fit the budget in; False when they fit neither."""
         if count * self.dimensions * 5 <= self.max_bytes:
             self.quantized = False
         elif count * self.dimensions <= self.max_bytes:
             self.quantized = True
         else:
             return False
+        return True
+
+    def current(self) -> bool:
+        """Bring the copy in step with the vector table; False when it is not kept now (too
+        large for memory, or still loading in the background): the caller searches sqlite-vec
+        instead."""
+        version = self.db.recall.vec_version()
+        if version == self._version:
+            return True
+        if self._loader is not None:
+            if not self._loader.done:
+                return False
+            loader, self._loader = self._loader, None
+            loaded = loader.take()
+            if loaded is not None and loaded._version == version:
+                self._adopt(loaded)
+                return True
+            if loaded is not None:
+                loaded.drop()  # the table changed meanwhile: loaded again below
+            elif loader.error is not None:
+                self._opener = None  # the thread cannot open the ledger: load here from now on
+        self.drop()
+        count = self.db.recall.vector_count()
+        if self._opener is None or count <= loading.BACKGROUND_ROWS:
+            return self.load(count=count)
+        if self._fits(count):
+            self._loader = loading.BackgroundLoad(self._twin, self._opener)
+        return False
+
+    def _twin(self, db: LedgerFile) -> VectorMatrix:
+        return VectorMatrix(db, self.dimensions, self.max_bytes)
+
+    def _adopt(self, loaded: VectorMatrix) -> None:
+        """Take over a copy loaded on another connection (its buffers become ours)."""
+        for name in STATE:
+            setattr(self, name, getattr(loaded, name))
+        loaded._clear()
+        loaded._version = None
+
+    def load(self, stop: threading.Event | None = None, count: int | None = None) -> bool:
+        """Load the copy from the vector table, in the caller's snapshot; False (nothing kept)
+        when it does not fit the budget or `stop` was set meanwhile."""
+        version = self.db.recall.vec_version()
+        count = self.db.recall.vector_count() if count is None else count
+        self.drop()
+        if not self._fits(count):
+            return False
         self._clear()
         self._reserve(count)
         # Streamed in chunks into the buffer sized for them: loading 100k vectors as one list
         # of rows first held ~200 MB more anonymous memory after the load than the matrix.
         for rows in self.db.recall.iter_vectors():
-            if not self._append([(seq, 0, vec, status, space, ref)
-                                 for seq, vec, status, space, ref in rows], loading=True):
-                # More vectors than counted, past the budget: a partial copy would answer
-                # as if the rest were not there. sqlite-vec serves instead.
+            if (stop is not None and stop.is_set()) or not self._append(
+                    [(seq, 0, vec, status, space, ref) for seq, vec, status, space, ref in rows],
+                    loading=True):
+                # Stopped, or more vectors than counted, past the budget: a partial copy would
+                # answer as if the rest were not there. sqlite-vec serves instead.
                 self.drop()
                 return False
         order = np.argsort(self._seqs[:self._used], kind="stable")
@@ -221,7 +283,11 @@ class VectorMatrix:
                 moved: Sequence[tuple[int, str]] = (), added: Sequence[VecRow] = ()) -> None:
         """A batch this process wrote, taking the vector table from token `old` to `new`: the
         facts `removed` (their rows are zeroed now, whatever the tokens say), `moved` to a
-        status and `added`."""
+        status and `added`. A load in the background is stopped (it would reflect the table
+        before this batch); for a removal, only once what it held is zeroed."""
+        if self._loader is not None:
+            self._loader.cancel(wait=bool(removed))
+            self._loader = None
         for fact_seq in removed:
             row = self._row_of(fact_seq)
             self._extra.pop(fact_seq, None)
