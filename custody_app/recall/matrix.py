@@ -199,10 +199,8 @@ class VectorMatrix:
         self._reserve(count)
         # Streamed in chunks into the buffer sized for them: loading 100k vectors as one list
         # of rows first held ~200 MB more anonymous memory after the load than the matrix.
-        for rows in self.db.recall.iter_vectors():
-            if (stop is not None and stop.is_set()) or not self._append(
-                    [(seq, 0, vec, status, space, ref) for seq, vec, status, space, ref in rows],
-                    loading=True):
+        for block in self.db.recall.iter_vector_blocks(self.dimensions):
+            if (stop is not None and stop.is_set()) or not self._put(*block):
                 # Stopped, or more vectors than counted, past the budget: a partial copy would
                 # answer as if the rest were not there. sqlite-vec serves instead.
                 self.drop()
@@ -229,35 +227,51 @@ class VectorMatrix:
             old.fill(0)  # no copy of a vector stays in freed memory
             setattr(self, name, new)
 
-    def _append(self, rows: list[VecRow], loading: bool = False) -> bool:
-        """Add rows; False (nothing added) when they do not fit the budget."""
-        if not rows:
-            return True
-        need = self._used + len(rows)
+    def _put(self, seqs: npt.NDArray[np.int64], block: Matrix, statuses: npt.NDArray[np.bytes_],
+             space: npt.NDArray[np.int64], subject: npt.NDArray[np.int64]) -> bool:
+        """Write rows after the last one; False (nothing written) when they do not fit the
+        budget."""
+        n = len(seqs)
+        need = self._used + n
         if need > len(self._seqs):
             cap = self._capacity()
             if need > cap:
                 return False
             self._reserve(min(cap, max(need, len(self._seqs) + len(self._seqs) // 4, 1024)))
         at = self._used
-        block = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
-        block = block.reshape(len(rows), self.dimensions)
         self._codes8[at:need], self._factor[at:need] = codes_mod.encode(block)
         if not self.quantized:
             self._rows[at:need] = block
-        for i, (seq, _, _, status, space_code, subject_code) in enumerate(rows, start=at):
-            if not loading:
-                old_row = self._row_of(seq)
-                if old_row is not None:
-                    self._free(old_row)
-                self._extra[seq] = i
-            self._seqs[i] = seq
-            self._status[i] = STATUS_CODE.get(status, FREE)
-            self._space[i] = space_code
-            self._subject[i] = subject_code
+        self._seqs[at:need] = seqs
+        status = np.full(n, FREE, dtype=np.int8)
+        for name, code in STATUS_CODE.items():
+            status[statuses == name.encode()] = code
+        self._status[at:need] = status
+        self._space[at:need] = space
+        self._subject[at:need] = subject
         self._used = need
-        self._count += len(rows)
+        self._count += n
         self._masked = None
+        return True
+
+    def _append(self, rows: list[VecRow]) -> bool:
+        """Add rows this process wrote (a fact's older row freed); False (nothing added) when
+        they do not fit the budget."""
+        if not rows:
+            return True
+        at = self._used
+        block = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
+        if not self._put(np.array([r[0] for r in rows], dtype=np.int64),
+                         block.reshape(len(rows), self.dimensions),
+                         np.array([r[3].encode() for r in rows]),
+                         np.array([r[4] for r in rows], dtype=np.int64),
+                         np.array([r[5] for r in rows], dtype=np.int64)):
+            return False
+        for i, (seq, *_) in enumerate(rows, start=at):
+            old_row = self._row_of(seq)
+            if old_row is not None:
+                self._free(old_row)
+            self._extra[seq] = i
         return True
 
     def _free(self, row: int) -> None:
