@@ -20,7 +20,7 @@ from custody_app.recall.matrix import VectorMatrix
 from store import LedgerFile
 from tests.conftest import Env, day
 from tests.test_recall import DPO, ids
-from tests.test_recall_matrix import WORDS, fill
+from tests.test_recall_matrix import fill
 
 QUERIES = 20
 

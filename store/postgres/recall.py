@@ -14,8 +14,7 @@ from store.postgres.failures import later
 from store.postgres.recall_meta import CELLS_ALL, CELLS_INSERT, VEC_FORM, RecallMeta
 from store.postgres.recall_search import RecallSearch, tokens
 from store.postgres.subjects import named_rows
-from store.rows import (FACT_COLUMNS, FactRow, RecallEngines, VecBlock, VecRow, VectorSeal,
-                        blocks_of, vec_row)
+from store.rows import FACT_COLUMNS, FactRow, RecallEngines, VecBlock, VecRow, VectorSeal, blocks_of, vec_row
 
 DDL: tuple[str, ...] = (
     # One row per indexed fact: its terms and scope as handed in (keyed hashes, never words)
