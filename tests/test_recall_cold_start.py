@@ -64,6 +64,7 @@ def settle(ledger: Ledger) -> None:
         loader._thread.join(30)
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 def test_a_recall_before_the_copy_has_loaded_returns_the_same_top_10_as_after(
         env: Env, background: dict[str, Any]) -> None:
     vocabulary = varied(env, 300)
@@ -113,6 +114,7 @@ def test_a_write_while_the_copy_loads_is_found_and_the_copy_loads_again(
     assert len(ledger.index.matrix) == 61
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 @pytest.mark.parametrize("when", ["loaded, not yet adopted", "half-loaded"])
 def test_a_forget_while_the_copy_loads_leaves_no_buffer_holding_its_vector(
         env: Env, background: dict[str, Any], when: str,
