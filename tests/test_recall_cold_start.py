@@ -18,7 +18,7 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import loading
 from custody_app.recall.matrix import VectorMatrix
 from store import LedgerFile
-from tests.conftest import Env, day
+from tests.conftest import CAUSE, WRITER, Env, day
 from tests.test_recall import DPO, ids
 from tests.test_recall_matrix import fill
 
@@ -96,21 +96,43 @@ def test_small_copies_still_load_in_the_search_that_needs_them(env: Env) -> None
     assert "in an in-process copy" in result.note and not env.ledger.index.matrix.loading
 
 
-def test_a_write_while_the_copy_loads_is_found_and_the_copy_loads_again(
+def test_a_write_while_the_copy_loads_is_applied_to_it_when_adopted(
         env: Env, background: dict[str, Any]) -> None:
-    fill(env, 60)
+    """Writes do not stop the load (an agent writing more often than a load takes would keep
+    the copy from ever loading, a load begun at every recall): they wait and are applied to
+    the loaded copy, with no second load."""
+    seqs = fill(env, 60)
     ledger = env.ledger
     ledger.recall("amber")  # starts a load, held at the gate
     first = ledger.index.matrix._loader
-    new = env.put("acct:new", "note", "quixotic marmalade zeppelin")  # cancels it
-    assert ledger.index.matrix._loader is None
-    background["gate"].set()
-    assert first is not None
-    first._thread.join(30)
+    new = env.put("acct:new", "note", "quixotic marmalade zeppelin")
+    claimed = env.put("acct:q", "note", "saffron reef claim", provenance="claimed")
+    env.ledger.confirm(claimed, actor="user:reviewer", reason="checked")  # a status move
+    assert ledger.index.matrix._loader is first
     assert ids(ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [new]
+    background["gate"].set()
     settle(ledger)
     result = ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")
     assert ids(result) == [new] and "in an in-process copy" in result.note
+    assert ids(ledger.recall("saffron reef claim", k=1, strategy="vector")) == [claimed]
+    assert len(background["twins"]) == 1  # one load, then the writes applied to it
+    assert len(ledger.index.matrix) == len(seqs) + 2
+
+
+def test_another_processs_write_before_the_loads_snapshot_is_in_the_adopted_copy(
+        env: Env, background: dict[str, Any]) -> None:
+    fill(env, 60)
+    ledger = env.ledger
+    ledger.recall("amber")
+    other = Ledger.open(env.path, policy=env.policy, clock=env.clock, id_seed=97)
+    try:
+        new = other.assert_fact("acct:new", "note", "quixotic marmalade zeppelin",
+                                actor=WRITER, cause=CAUSE, provenance="attested").fact_id
+    finally:
+        other.close()
+    background["gate"].set()  # the thread's snapshot holds the other process's write...
+    settle(ledger)
+    assert ids(ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [new]
     assert len(ledger.index.matrix) == 61
 
 

@@ -4,11 +4,11 @@ Loading the copy of 1M vectors took 11.3 s (bench/results_memory.md): the first 
 open waited for it. A copy of more than `BACKGROUND_ROWS` rows is now loaded on a connection of
 its own, in one read snapshot (the vector table's version token and its rows together), while
 recalls are answered by the store's own KNN over the nearest cells. The owner adopts the loaded
-copy at its next search if the token it reflects is still the table's (else it is zeroed and
-loaded again). A change this process makes meanwhile cancels the load; a removal also waits for
-the thread to zero what it had copied (a forgotten fact's vector is in no buffer of this process
-when forget returns, loaded or half-loaded). Nothing is written anywhere: sqlite-vec stays the
-source of truth.
+copy at its next search, with the additions and status moves this process made meanwhile
+applied to it, if that brings it to the table's token (else it is zeroed and loaded again). A
+removal stops the load and waits for the thread to zero what it had copied (a forgotten fact's
+vector is in no buffer of this process when forget returns, loaded or half-loaded). Nothing is
+written anywhere: sqlite-vec stays the source of truth.
 """
 
 from __future__ import annotations

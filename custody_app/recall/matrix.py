@@ -40,6 +40,8 @@ MAX_BYTES = 256 << 20
 # int8 ranking keeps at least this many candidates (and 4x the pool) for exact re-scoring.
 RESCORE = 200
 # Everything a loaded copy is: what adopting one made in another thread takes over.
+# A change made through this process: tokens before and after, the status moves, the rows added.
+Change = tuple[str, str, list[tuple[int, str]], list[VecRow]]
 STATE = (*COLUMNS, "_sorted", "_sorted_row", "_extra", "_used", "_count", "_masked", "quantized",
          "_version")
 
@@ -58,6 +60,7 @@ class VectorMatrix(CopyRows):
         # Without an opener every load runs in the search that needs it.
         self._opener = opener
         self._loader: loading.BackgroundLoad | None = None
+        self._queued: list[Change] = []  # changes made here while the copy loads
         self._clear()
 
     def drop(self) -> None:
@@ -66,6 +69,7 @@ class VectorMatrix(CopyRows):
         if self._loader is not None:
             self._loader.cancel(wait=True)
             self._loader = None
+        self._queued = []
         self._forget()
         self._version = None
 
@@ -95,12 +99,13 @@ class VectorMatrix(CopyRows):
             if not self._loader.done:
                 return False
             loader, self._loader = self._loader, None
-            loaded = loader.take()
-            if loaded is not None and loaded._version == version:
-                self._adopt(loaded)
-                return True
+            loaded, queued, self._queued = loader.take(), self._queued, []
             if loaded is not None:
-                loaded.drop()  # the table changed meanwhile: loaded again below
+                self._adopt(loaded)
+                self._replay(queued)
+                if self._version == version:
+                    return True
+                # the table changed meanwhile, not only through this process: loaded again
             elif loader.error is not None:
                 self._opener = None  # the thread cannot open the ledger: load here from now on
         self.drop()
@@ -110,6 +115,13 @@ class VectorMatrix(CopyRows):
         if self._fits(count):
             self._loader = loading.BackgroundLoad(self._twin, self._opener)
         return False
+
+    def _replay(self, queued: list[Change]) -> None:
+        """Apply to an adopted copy the changes this process made while it loaded, from the
+        one that starts at the token it reflects (its snapshot may hold the first ones)."""
+        at = next((i for i, change in enumerate(queued) if change[0] == self._version), None)
+        for old, new, moved, added in queued[len(queued) if at is None else at:]:
+            self.changed(old, new, moved=moved, added=added)
 
     def _twin(self, db: LedgerFile) -> VectorMatrix:
         return VectorMatrix(db, self.dimensions, self.max_bytes)
@@ -159,10 +171,14 @@ class VectorMatrix(CopyRows):
                 moved: Sequence[tuple[int, str]] = (), added: Sequence[VecRow] = ()) -> None:
         """A batch this process wrote, taking the vector table from token `old` to `new`: the
         facts `removed` (their rows are zeroed now, whatever the tokens say), `moved` to a
-        status and `added`. A load in the background is stopped (it would reflect the table
-        before this batch); for a removal, only once what it held is zeroed."""
+        status and `added`. While a copy loads in the background, additions and moves wait to
+        be applied to it when it is adopted; a removal stops the load, and returns only once
+        what the thread held is zeroed."""
+        if self._loader is not None and not removed:
+            self._queued.append((old, new, list(moved), list(added)))
+            return
         if self._loader is not None:
-            self._loader.cancel(wait=bool(removed))
+            self._loader.cancel(wait=True)
             self._loader = None
         for fact_seq in removed:
             row = self._row_of(fact_seq)
