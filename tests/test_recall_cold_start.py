@@ -18,6 +18,7 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import loading
 from custody_app.recall.matrix import VectorMatrix
 from store import LedgerFile
+from store.sqlite import vec_chunks
 from tests.conftest import CAUSE, WRITER, Env, day
 from tests.test_recall import DPO, ids
 from tests.test_recall_matrix import fill
@@ -191,7 +192,9 @@ def test_a_load_that_cannot_open_the_ledger_falls_back_to_loading_in_the_search(
     assert "in an in-process copy" in env.ledger.recall("amber", strategy="vector").note
 
 
-def test_the_chunk_read_equals_the_rows_read_one_by_one(env: Env) -> None:
+@pytest.mark.sqlite_only
+def test_the_chunk_read_equals_the_rows_read_one_by_one(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     """After quarantines, supersessions and a forget (freed slots in the chunks)."""
     seqs = fill(env, 120)
     ledger = env.ledger
@@ -206,6 +209,13 @@ def test_the_chunk_read_equals_the_rows_read_one_by_one(env: Env) -> None:
                  for s, v, st, sp, sb in zip(seqs_, block, statuses, space, subject, strict=True))
     assert got == [(s, bytes(v), st, sp, sb) for s, v, st, sp, sb in rows]
     assert {r[2] for r in rows} == {"live", "quarantined"}
+    # A table in a layout the chunk read does not know is read row by row, to the same rows.
+    monkeypatch.setattr(vec_chunks, "_known_layout", lambda conn: False)
+    again = sorted((int(s), v.tobytes(), st.decode(), int(sp), int(sb))
+                   for seqs_, block, statuses, space, subject
+                   in ledger.db.recall.iter_vector_blocks(ledger.index.embedder.dimensions)
+                   for s, v, st, sp, sb in zip(seqs_, block, statuses, space, subject, strict=True))
+    assert again == got
 
 
 @pytest.mark.sqlite_only
