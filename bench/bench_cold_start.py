@@ -165,8 +165,11 @@ async def mcp_first(path: Path) -> dict[str, float]:
     from mcp import Client, StdioServerParameters
 
     cli = str(Path(sys.executable).parent / "custody-app")
+    # The SDK hands the server only a few environment variables: PYTHONPATH is passed on so
+    # it runs this checkout's code, not whichever the console script's install points at.
     params = StdioServerParameters(command=cli, args=["serve", "--ledger", str(path),
-                                                      "--agent", "agent:bench"])
+                                                      "--agent", "agent:bench"],
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
     t0 = time.perf_counter()
     async with Client(params) as client:
         t1 = time.perf_counter()
