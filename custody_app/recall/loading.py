@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from custody_app.keys.vectors import VectorCipher
 from custody_app.recall.heap import give_back_freed_heap
 from store import LedgerFile, open_ledger
 
-if TYPE_CHECKING:
-    from custody_app.recall.matrix import VectorMatrix
-
 # Copies of more rows than this load in the background (a load of 20k rows took ~0.3 s of CPU
 # here; of 1M, 11 s). Smaller ones load in the search that needs them.
 BACKGROUND_ROWS = 20_000
+
+class Loadable(Protocol):
+    """A vector copy, as the thread loads it (`matrix.VectorMatrix`)."""
+
+    def load(self, stop: threading.Event | None = None, count: int | None = None) -> bool: ...
+    def drop(self) -> None: ...
+    def hand_over(self) -> dict[str, Any]: ...
+
 
 # Called in the owner's thread when a load starts (the key ring is not shared across
 # threads); returns what opens the thread's own connection to the ledger, read-only.
@@ -47,12 +52,12 @@ def reader(path: str, seal: VectorCipher | None) -> Callable[[], LedgerFile]:
 class BackgroundLoad:
     """One load of the copy, on a thread and a connection of its own."""
 
-    def __init__(self, make: Callable[[LedgerFile], VectorMatrix], opener: Opener) -> None:
+    def __init__(self, make: Callable[[LedgerFile], Loadable], opener: Opener) -> None:
         self._make = make
         self._open = opener()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the handover: the loaded copy, or the stop, first
-        self._loaded: VectorMatrix | None = None
+        self._loaded: Loadable | None = None
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="custody-vector-copy", daemon=True)
         self._thread.start()
@@ -64,7 +69,7 @@ class BackgroundLoad:
             # RSS as file-backed memory (1 GB at 1M vectors); read through the page cache.
             db.limit_mmap(0)
             try:
-                copy: VectorMatrix | None = self._make(db)
+                copy: Loadable | None = self._make(db)
                 assert copy is not None
                 with db.read():  # the token and the rows from one snapshot
                     loaded = copy.load(self._stop)
@@ -83,7 +88,7 @@ class BackgroundLoad:
     def done(self) -> bool:
         return not self._thread.is_alive()
 
-    def take(self) -> VectorMatrix | None:
+    def take(self) -> Loadable | None:
         """The loaded copy (its db is the closed connection: the adopter replaces it), or None."""
         self._thread.join()
         copy, self._loaded = self._loaded, None

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from custody_app.recall import codes as codes_mod
-from custody_app.recall import loading
+from custody_app.recall import loading as loading_mod
 from custody_app.recall.copyrows import COLUMNS, FREE, STATUS_CODE, CopyRows, Matrix
 from custody_app.recall.heap import give_back_freed_heap
 from store import LedgerFile
@@ -51,7 +51,7 @@ class VectorMatrix(CopyRows):
     space and subject codes, for search with the filters applied as masks."""
 
     def __init__(self, db: LedgerFile, dimensions: int, max_bytes: int | None = None,
-                 opener: loading.Opener | None = None) -> None:
+                 opener: loading_mod.Opener | None = None) -> None:
         self.db = db
         self.dimensions = dimensions
         self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
@@ -59,7 +59,7 @@ class VectorMatrix(CopyRows):
         self.quantized = False
         # Without an opener every load runs in the search that needs it.
         self._opener = opener
-        self._loader: loading.BackgroundLoad | None = None
+        self._loader: loading_mod.BackgroundLoad | None = None
         self._queued: list[Change] = []  # changes made here while the copy loads
         self._clear()
 
@@ -110,10 +110,10 @@ class VectorMatrix(CopyRows):
                 self._opener = None  # the thread cannot open the ledger: load here from now on
         self.drop()
         count = self.db.recall.vector_count()
-        if self._opener is None or count <= loading.BACKGROUND_ROWS:
+        if self._opener is None or count <= loading_mod.BACKGROUND_ROWS:
             return self.load(count=count)
         if self._fits(count):
-            self._loader = loading.BackgroundLoad(self._twin, self._opener)
+            self._loader = loading_mod.BackgroundLoad(self._twin, self._opener)
         return False
 
     def _replay(self, queued: list[Change]) -> None:
@@ -126,12 +126,18 @@ class VectorMatrix(CopyRows):
     def _twin(self, db: LedgerFile) -> VectorMatrix:
         return VectorMatrix(db, self.dimensions, self.max_bytes)
 
-    def _adopt(self, loaded: VectorMatrix) -> None:
+    def _adopt(self, loaded: loading_mod.Loadable) -> None:
         """Take over a copy loaded on another connection (its buffers become ours)."""
-        for name in STATE:
-            setattr(self, name, getattr(loaded, name))
-        loaded._clear()
-        loaded._version = None
+        for name, value in loaded.hand_over().items():
+            setattr(self, name, value)
+
+    def hand_over(self) -> dict[str, Any]:
+        """Everything this copy is, for the copy adopting it; this one is left empty (not
+        zeroed: its buffers are the adopter's now)."""
+        state = {name: getattr(self, name) for name in STATE}
+        self._clear()
+        self._version = None
+        return state
 
     def load(self, stop: threading.Event | None = None, count: int | None = None) -> bool:
         """Load the copy from the vector table, in the caller's snapshot; False (nothing kept)
