@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -160,6 +161,9 @@ def test_a_forget_while_the_copy_loads_leaves_no_buffer_holding_its_vector(
                 loader = ledger.index.matrix._loader
                 while loader is not None and not loader._stop.wait(0.01):
                     pass
+                # Slow to notice: a forget that did not wait for the thread would return
+                # while it still holds the block.
+                time.sleep(2.0)
         monkeypatch.setattr(type(ledger.db.recall), "iter_vector_blocks", slow)
     ledger.recall("anything")
     background["gate"].set()
