@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Protocol
@@ -189,6 +189,28 @@ def filter_code(kind: str, value: str) -> int:
 
 
 VecRow = tuple[int, int, bytes, str, int, int]  # fact_seq, cell, vector, status, space/subject codes
+# Rows of the vector index in bulk (`RecallStore.iter_vector_blocks`): fact seqs (int64), float32
+# vectors (rows x dimensions), statuses (bytes), space and subject codes (int64).
+VecBlock = tuple[Any, Any, Any, Any, Any]
+
+
+def blocks_of(pages: Iterable[list[tuple[int, bytes, str, int, int]]],
+              dimensions: int) -> Iterator[VecBlock]:
+    """Pages of `iter_vectors` rows as blocks (a store without a bulk read of its own)."""
+    import numpy as np  # only where a block is made
+
+    for page in pages:
+        if not page:
+            continue
+        yield (np.fromiter((r[0] for r in page), dtype=np.int64, count=len(page)),
+               np.frombuffer(b"".join(r[1] for r in page), dtype=np.float32).reshape(
+                   len(page), dimensions),
+               # A status longer than 12 bytes (none is written) reads as empty, as in
+               # sqlite-vec's chunks (store.sqlite.vec_chunks): no search asks for one.
+               np.array([s if len(s := r[2].encode()) <= 12 else b"" for r in page],
+                        dtype="S12"),
+               np.fromiter((r[3] for r in page), dtype=np.int64, count=len(page)),
+               np.fromiter((r[4] for r in page), dtype=np.int64, count=len(page)))
 
 
 class VectorSeal(Protocol):

@@ -208,6 +208,7 @@ def test_a_rewrite_that_cannot_run_says_so_and_changes_nothing(env: Env) -> None
     env.put("acct:42", "contact", {"name": "someone to keep"})
     before = ledger_bytes(env.path)
     conn: apsw.Connection = env.ledger.db.conn
+    conn.pragma("mmap_size", 1 << 20)  # a ledger maps nothing by default: a map to set back
     mapped = conn.pragma("mmap_size")
     conn.execute("BEGIN")
     try:

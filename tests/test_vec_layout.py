@@ -23,7 +23,7 @@ import sqlite_vec
 import store.rows as store_rows
 from custody_app import Ledger
 from custody_app.domain.errors import LedgerError
-from custody_app.recall import matrix as matrix_mod
+from custody_app.recall import copyrows
 from store.rows import filter_code
 from store.sqlite import open_ledger, recall_search, recall_upgrade
 from store.sqlite.recall import VEC_COLUMNS, VEC_TABLE, RecallStore
@@ -252,7 +252,7 @@ def test_filter_codes_that_collide_never_let_another_subject_or_space_through(
     through the in-process copy of the vectors and through sqlite-vec's KNN. A recall filtered
     by subject or space still returns only that subject's or space's facts, checked on the
     facts themselves."""
-    for module in (store_rows, recall_search, matrix_mod):
+    for module in (store_rows, recall_search, copyrows):
         monkeypatch.setattr(module, "filter_code", lambda kind, value: 7)
     for n in range(40):
         env.put(f"acct:{n % 4}", "note", f"violet umbrella stand {n}",

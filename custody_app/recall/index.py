@@ -17,6 +17,7 @@ from custody_app.keys.vectors import SEALED, Clear, Lenient, VectorCipher
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, embedder_for, make_embedder
+from custody_app.recall.loading import reader
 from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from custody_app.recall.removals import BatchedRemovals
@@ -60,8 +61,9 @@ class RecallIndex(BatchedRemovals):
         self.embedder: Embedder = make_embedder(policy.policy.recall.embedder)
         self.cells = CellIndex(db, policy, self.embedder.dimensions)
         # Exact vector search in process while the vectors fit its budget (rebuilt from
-        # sqlite-vec, kept in step with every change made here, reloaded after any other).
-        self.matrix = VectorMatrix(db, self.embedder.dimensions)
+        # sqlite-vec, kept in step with every change made here, reloaded after any other; a
+        # large one in the background, on a connection of its own).
+        self.matrix = VectorMatrix(db, self.embedder.dimensions, opener=self._reader)
         # A server's vectors and centroids are read and written through the form recorded
         # with its index (sealed, or in the clear); a rebuild writes the policy's form.
         self.seal_as_recorded()
@@ -159,6 +161,10 @@ class RecallIndex(BatchedRemovals):
             return None
         return VectorCipher.fixed(self.key())
 
+    def _reader(self) -> Callable[[], LedgerFile]:
+        """For the vector copy's background load: what opens its own connection."""
+        return reader(str(self.db.path), self.fixed_seal())
+
     def use_recorded_embedder(self) -> None:
         """For a read-only open whose vectors another embedder made (it cannot re-embed):
         queries are embedded by that embedder, never compared with incomparable vectors; when
@@ -170,7 +176,7 @@ class RecallIndex(BatchedRemovals):
         elif embedder is not None:
             self.embedder = embedder
             self.cells = CellIndex(self.db, self.policy, embedder.dimensions)
-            self.matrix = VectorMatrix(self.db, embedder.dimensions)
+            self.matrix = VectorMatrix(self.db, embedder.dimensions, opener=self._reader)
 
     def term(self, word: str) -> str:
         return text.term(self.key(), word)

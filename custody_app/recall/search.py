@@ -186,8 +186,9 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     elif strategy != "lexical":
         where = ("every vector" if cells is None else
                  f"the {len(cells)} nearest of {index.cells.count_cells()} k-means cells")
+        loading = " while the in-process copy loads" if index.matrix.loading else ""
         parts.append(f"{engines.knn} ({index.embedder.name}, cosine) over {where} gave "
-                     f"{len(vector)}")
+                     f"{len(vector)}{loading}")
     inside = "" if cells == "matrix" else engines.inside
     note = (f"ranked{inside}: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
             f"facts inside the search; fused by reciprocal rank (k={RRF_K}, vector weight "

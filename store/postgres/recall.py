@@ -14,7 +14,7 @@ from store.postgres.failures import later
 from store.postgres.recall_meta import CELLS_ALL, CELLS_INSERT, VEC_FORM, RecallMeta
 from store.postgres.recall_search import RecallSearch, tokens
 from store.postgres.subjects import named_rows
-from store.rows import FACT_COLUMNS, FactRow, RecallEngines, VecRow, VectorSeal, vec_row
+from store.rows import FACT_COLUMNS, FactRow, RecallEngines, VecBlock, VecRow, VectorSeal, blocks_of, vec_row
 
 DDL: tuple[str, ...] = (
     # One row per indexed fact: its terms and scope as handed in (keyed hashes, never words)
@@ -363,6 +363,10 @@ class RecallStore(RecallMeta, RecallSearch):
     def vectors(self) -> list[StoredVec]:
         """Every row of the vector index: (fact_seq, vector, status, space code, subject code)."""
         return [row for page in self.iter_vectors() for row in page]
+
+    def iter_vector_blocks(self, dimensions: int) -> Iterator[VecBlock]:
+        """Every row of the vector index as numpy blocks (`store.rows.VecBlock`)."""
+        return blocks_of(self.iter_vectors(), dimensions)
 
     # ---- writes of both indexes ---------------------------------------------------------
     def add(self, fact_seq: int, terms: str, scope: str, cell: int, vector: bytes, status: str,

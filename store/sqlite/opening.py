@@ -17,6 +17,7 @@ from store.sqlite.recall_upgrade import drop_status_scope, recode_vec_table
 from store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5000
+MMAP_BYTES = 0  # how much of the file a connection maps (configure_pragmas)
 LEDGER_ID_PUT = ("INSERT OR IGNORE INTO ledger_meta(key, value) "
                  "VALUES ('ledger_id', lower(hex(randomblob(16))))")
 
@@ -81,9 +82,13 @@ def configure_pragmas(conn: apsw.Connection) -> None:
     # Sorts and temp indexes stay in memory so no value bytes reach temp files.
     conn.pragma("temp_store", "MEMORY")
     conn.pragma("synchronous", "NORMAL")
-    # Reads through a memory map: sqlite-vec's brute-force KNN reads every vector per query,
-    # and mapped pages spare a copy each (64 -> 38 ms at 100k x 256 here).
-    conn.pragma("mmap_size", 1 << 30)
+    # No memory map: every mapped page a process reads stays in its RSS as file-backed memory
+    # (658 MB after open + 100 recalls of a 1M-fact ledger, `top`'s RES). sqlite-vec's brute
+    # force read every vector per query through it once (64 -> 38 ms at 100k x 256); recall now
+    # reads the in-process copy or a few cells, and 100 recalls at 100k took the same CPU
+    # through SQLite's page cache (5.9-6.0 s against 6.1-6.2 s mapped, 190 MB peak RSS against
+    # 385 MB: bench/results_memory.md, issue 35).
+    conn.pragma("mmap_size", MMAP_BYTES)
 
 
 # Row rewrites a migration needs that SQL alone cannot make (its table may not exist yet): run

@@ -14,6 +14,7 @@ from store.rows import RecallEngines, VecRow, VectorSeal, vec_row
 from store.sqlite.recall_hits import RecallHits
 from store.sqlite.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
 from store.sqlite.recall_search import RecallSearch
+from store.sqlite.vec_chunks import VecChunks
 
 # The lexical index stores keyed hashes of words, never words: `terms` for the text, `scope`
 # for the space and subject tokens (which never change for a fact) so those filters act inside
@@ -123,7 +124,7 @@ ENGINES = RecallEngines(
     knn="sqlite-vec KNN", inside=" inside SQLite", places="FTS5, sqlite-vec")
 
 
-class RecallStore(RecallMeta, RecallHits, RecallSearch):
+class RecallStore(RecallMeta, RecallHits, RecallSearch, VecChunks):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
     def __init__(self, conn: apsw.Connection) -> None:
