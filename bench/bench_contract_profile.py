@@ -1,0 +1,125 @@
+"""Where an ingest's time goes above the SQL (issue 35): cProfile of `run_batch` in this process
+over bench_contract_floor's corpus, by function, in microseconds a fact, and by stage of the
+append path (validation, canonical JSON, sealing, redaction, the recall indexes, ...).
+
+    .venv/bin/python bench/bench_contract_profile.py --ops 10000 --tmp DIR [--base LEDGER] [--out FILE]
+
+Cumulative times overlap (a function's callees are inside it); `own` is time in the function
+itself. The stage table sums the cumulative time of the named entry points, each counted once.
+No thread variable is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import bench_contract_floor as F  # noqa: E402
+import bench_ledger as B  # noqa: E402
+import bench_ontop as O  # noqa: E402
+
+from bench.benchenv import header, machine_note  # noqa: E402
+from custody_app.interfaces.batch import run_batch  # noqa: E402
+from custody_app.ledger.facade import Ledger  # noqa: E402
+
+TOP = 30
+# (label, file suffix, function name): the append path's stages, by their entry points.
+STAGES = [
+    ("parse the line + command model (ops.run_op minus the handler)", "ledger/ops.py", "run_op"),
+    ("the write handler (writes.assert_fact and the like)", "ledger/facade.py", "_dispatch"),
+    ("redaction", "domain/redaction.py", "redact_value"),
+    ("sealing the value (AES-GCM)", "keys/values.py", "seal"),
+    ("append: all of it", "core/ledger_core.py", "append"),
+    ("append: event model validation", "pydantic/main.py", "model_validate"),
+    ("append: free text sealed", "core/texts.py", "seal_event"),
+    ("append: canonical JSON", "domain/chain.py", "canonical"),
+    ("append: session index", "core/sessions.py", "index_event"),
+    ("append: projection", "core/projector.py", "apply_event"),
+    ("append: recall sync (stemming, embedding deferred)", "recall/index.py", "sync"),
+    ("recall flush at the group's end (embedding, FTS5/vec rows)", "recall/index.py", "flush"),
+    ("embedding (hashed n-gram)", "recall/embedders.py", "embed"),
+    ("COMMIT / savepoints (SQL)", "store/sqlite/connection.py", "write"),
+]
+
+
+def stage_rows(stats: pstats.Stats, n: int) -> list[str]:
+    raw = stats.stats  # type: ignore[attr-defined]
+    rows = []
+    for label, suffix, name in STAGES:
+        cum = sum(v[3] for (file, _, func), v in raw.items()
+                  if func == name and file.endswith(suffix))
+        rows.append(f"| {label} | `{suffix}:{name}` | {cum / n * 1e6:,.0f} |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", type=int, default=10_000)
+    ap.add_argument("--base", default=None)
+    ap.add_argument("--seed", type=int, default=20260907)
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="contract-profile-", dir=args.tmp))
+    notes = [f"load at start: {os.getloadavg()[0]:.2f}; {machine_note()}"]
+    try:
+        path = tmp / "ledger.db"
+        start = datetime(2026, 1, 5, tzinfo=UTC)
+        where = "a fresh ledger"
+        if args.base:
+            O._copy(Path(args.base), path)
+            Ledger.open(path).close()
+            head_seq, head_at, _ = O._head(path)
+            start = datetime.fromisoformat(head_at.replace("Z", "+00:00")) + timedelta(seconds=1)
+            where = f"a copy of {Path(args.base).name} ({head_seq:,} events)"
+        work = B.make_workload(args.ops, args.seed, start)
+        text = tmp / "corpus.jsonl"
+        text.write_text(F.corpus(work), encoding="utf-8")
+        n = len(work.ops)
+        ledger = Ledger.open(path)
+        prof = cProfile.Profile()
+        with ledger, open(text, encoding="utf-8") as stream, open(os.devnull, "w") as sink:
+            prof.enable()
+            run_batch(ledger, stream, sink)
+            prof.disable()
+            ledger.index.maintenance.join()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    notes.append(f"load at end: {os.getloadavg()[0]:.2f}; {machine_note()}")
+    stats = pstats.Stats(prof)
+    total = stats.total_tt  # type: ignore[attr-defined]
+    lines = [f"### cProfile of {n:,} ops through run_batch on {where}", "", header(notes), "",
+             f"Profiled total {total:.1f} s, {total / n * 1e6:,.0f} µs an op (the profiler "
+             "itself roughly doubles Python-heavy code: read the shares, not the absolutes).",
+             "", "| stage | entry point | µs an op (cumulative) |", "|---|---|---:|",
+             *stage_rows(stats, n), "",
+             "| function | calls an op | own µs an op | cumulative µs an op |",
+             "|---|---:|---:|---:|"]
+    raw = stats.stats  # type: ignore[attr-defined]
+    for (file, line, func), (_, calls, own, cum, _) in sorted(
+            raw.items(), key=lambda kv: -kv[1][2])[:TOP]:
+        where_ = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
+        lines.append(f"| `{func}` ({where_}) | {calls / n:.1f} | {own / n * 1e6:,.1f} | "
+                     f"{cum / n * 1e6:,.1f} |")
+    out = "\n".join(lines) + "\n"
+    print(out)
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as fh:
+            fh.write("\n" + out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
