@@ -130,8 +130,12 @@ def replay(trace: list[list[Any]], start: Path, facts: int) -> tuple[float, floa
     marks, events, errors, q = [], 0, 0, 1
     gc.collect()
     t0, c0 = time.perf_counter(), time.process_time()
+    checkpointer = db.checkpointer
+    assert checkpointer is not None
     for label, sql, bindings, fetched in trace:
         cur = cursors[label]
+        if label == "db" and sql.startswith("BEGIN"):
+            checkpointer.before_write()  # as LedgerFile.write does: a WAL past CAP waits
         try:
             cur.execute(sql, bindings)
             for _ in range(fetched):
