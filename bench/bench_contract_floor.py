@@ -174,9 +174,26 @@ def traced_batch(path: Path, text: Path) -> tuple[Trace, float, float]:
     return tracer, wall, cpu
 
 
-def _proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _proc_cpu(pid: int, task: int | None = None) -> float:
+    where = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
+    fields = Path(where).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def threads_cpu(pid: int) -> tuple[float, float]:
+    """(main thread CPU s, every other live thread's CPU s) of process `pid`: a native thread
+    (BLAS's workers, the checkpointer, the re-clustering) shows in the second."""
+    main = other = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            cpu = _proc_cpu(pid, int(task.name))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(task.name) == pid:
+            main = cpu
+        else:
+            other += cpu
+    return main, other
 
 
 def batch_subprocess(path: Path, text: Path, n: int) -> tuple[float, float, list[float], int]:
@@ -187,20 +204,26 @@ def batch_subprocess(path: Path, text: Path, n: int) -> tuple[float, float, list
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                             cwd=ROOT, text=True)
     assert proc.stdout is not None
-    marks, seen, q = [], 0, 1
+    marks, seen, q, split = [], 0, 1, (0.0, 0.0)
     for line in proc.stdout:
         seen += 1
         if '"ok": false' in line[:200]:
             raise SystemExit(f"batch op failed: {line[:300]}")
         if seen >= q * n / 4 and q <= 4:
             marks.append(_proc_cpu(proc.pid))
+            split = threads_cpu(proc.pid)
             q += 1
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if status:
         raise SystemExit(f"custody-app --batch exited {status}")
     cpu = usage.ru_utime + usage.ru_stime
+    THREADS["batch"] = split
     return wall, cpu, quarters(marks[:4], n), usage.ru_maxrss // 1024
+
+
+# Run -> (main thread CPU s, other threads' CPU s), read at the end of its ops.
+THREADS: dict[str, tuple[float, float]] = {}
 
 
 def api(path: Path, work: B.Workload) -> tuple[float, float, list[float]]:
@@ -208,6 +231,7 @@ def api(path: Path, work: B.Workload) -> tuple[float, float, list[float]]:
     ids: list[str | None] = []
     n, marks = len(work.ops), []
     gc.collect()
+    before = threads_cpu(os.getpid())
     t0, c0 = time.perf_counter(), time.process_time()
     for lo in range(0, n, CHUNK):
         with ledger.transaction():
@@ -217,6 +241,8 @@ def api(path: Path, work: B.Workload) -> tuple[float, float, list[float]]:
         while len(marks) < 4 and done >= (len(marks) + 1) * n / 4:
             marks.append(time.process_time() - c0)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    after = threads_cpu(os.getpid())
+    THREADS["api"] = (after[0] - before[0], after[1] - before[1])
     ledger.index.maintenance.join()
     ledger.close()
     return wall, cpu, quarters(marks, n)
@@ -294,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     for key, (wall, cpu, q) in runs.items():
         lines.append(f"| {names[key]} | {n / wall:,.0f} | {n / cpu:,.0f} | {cpu / fc:.2f} | "
                      f"{wall / fw:.2f} | " + " / ".join(f"{x * 1000:.3f}" for x in q) + " |")
+    for key, (main_s, other_s) in THREADS.items():
+        lines += ["", f"{names[key]}: the main thread ran {main_s:.1f} CPU-s, the other threads "
+                  f"(BLAS workers, checkpointer, re-clustering) {other_s:.1f} CPU-s "
+                  f"({other_s / max(main_s + other_s, 1e-9):.0%} of the process)."]
     if rss:
         lines += ["", f"Peak RSS of the batch subprocess: {rss:,} MB. This process's peak RSS: "
                   f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024:,} MB."]
