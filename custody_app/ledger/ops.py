@@ -55,13 +55,17 @@ class _DuplicateKey(Exception):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object whose keys are all different; a repeated key raises (any nesting level)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
+    """An object whose keys are all different; a repeated key raises (any nesting level),
+    naming the first key met again."""
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
             raise _DuplicateKey(key)
-        out[key] = value
-    return out
+        seen.add(key)
+    return out  # unreachable: fewer keys than pairs means one came twice
 
 
 # A batch line is read at most this far (the rest is skipped unread into memory), as an MCP
