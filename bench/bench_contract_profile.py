@@ -3,6 +3,12 @@ over bench_contract_floor's corpus, by function, in microseconds a fact, and by 
 append path (validation, canonical JSON, sealing, redaction, the recall indexes, ...).
 
     .venv/bin/python bench/bench_contract_profile.py --ops 10000 --tmp DIR [--base LEDGER] [--out FILE]
+    .venv/bin/python bench/bench_contract_profile.py --stubs --ops 3000 --tmp DIR [--rounds 3]
+
+`--stubs` measures instead what a stage costs without a profiler: the API ingest of the corpus
+(500 ops a transaction) in a fresh process for each variant, the variant replacing one stage by
+a no-op (measurement only: the ledger it writes is thrown away), rounds alternating, medians of
+CPU time an op compared with the unchanged run.
 
 Times are this process's CPU time (every thread of it), not wall time. Cumulative times overlap (a function's callees are inside it); `own` is time in the function
 itself. The stage table sums the cumulative time of the named entry points, each counted once.
@@ -21,6 +27,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT, ROOT / "bench"):
@@ -65,6 +72,82 @@ def stage_rows(stats: pstats.Stats, n: int) -> list[str]:
     return rows
 
 
+STUBS = ("none", "embedding", "redaction", "event validation")
+
+
+def stub(variant: str) -> None:
+    """Replace one stage by a no-op in this process (a measurement child only)."""
+    if variant == "embedding":
+        import numpy as np
+
+        from custody_app.recall import embedders
+
+        def zeros(self: Any, texts: Any) -> Any:
+            return np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        embedders.HashedNgramEmbedder.embed = zeros  # type: ignore[method-assign]
+    elif variant == "redaction":
+        from custody_app.ledger import writes
+        writes.redact = lambda value, detectors: (value, [])  # type: ignore[assignment]
+        writes.redact_fields = lambda cmd, detectors: (cmd, [])  # type: ignore[assignment]
+    elif variant == "event validation":
+        from custody_app.core import ledger_core
+
+        class Anything:
+            @staticmethod
+            def model_validate(envelope: Any) -> None:
+                return None
+        ledger_core.EVENT_MODELS = {k: Anything for k in ledger_core.EVENT_MODELS}  # type: ignore
+
+
+def stub_child(variant: str, ops: int, seed: int, tmp: str) -> float:
+    """CPU s an op of the API ingest with `variant` stubbed."""
+    import gc as _gc
+
+    from custody_app.interfaces.batch import CHUNK
+    stub(variant)
+    work = B.make_workload(ops, seed, datetime(2026, 1, 5, tzinfo=UTC))
+    where = Path(tempfile.mkdtemp(dir=tmp))
+    try:
+        ledger = Ledger.open(where / "l.db")
+        ids: list[str | None] = []
+        _gc.collect()
+        c0 = time.process_time()
+        for lo in range(0, ops, CHUNK):
+            with ledger.transaction():
+                for i in range(lo, min(ops, lo + CHUNK)):
+                    B.run_op(ledger, work.ops[i], ids)
+        cpu = time.process_time() - c0
+        ledger.close()
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    return cpu / ops
+
+
+def stubs(args: argparse.Namespace) -> str:
+    import statistics
+    import subprocess
+    runs: dict[str, list[float]] = {v: [] for v in STUBS}
+    for _ in range(args.rounds):
+        for variant in STUBS:
+            out = subprocess.run([sys.executable, __file__, "--stub-child", variant, "--ops",
+                                  str(args.ops), "--tmp", args.tmp], capture_output=True,
+                                 text=True, check=True, env={**os.environ,
+                                                             "PYTHONPATH": str(ROOT)})
+            runs[variant].append(float(out.stdout.strip().splitlines()[-1]))
+    base = statistics.median(runs["none"])
+    lines = [f"### What a stage costs: {args.ops:,} ops through the API, a stage stubbed", "",
+             header([f"load at end: {os.getloadavg()[0]:.2f}; {machine_note()}"]), "",
+             f"Medians of {args.rounds} alternating rounds, CPU µs an op.", "",
+             "| stubbed | µs an op | the stage's cost | share |", "|---|---:|---:|---:|"]
+    for variant in STUBS:
+        med = statistics.median(runs[variant])
+        cost = base - med
+        lines.append(f"| {variant} | {med * 1e6:,.0f} | "
+                     + ("" if variant == "none" else f"{cost * 1e6:,.0f}") + " | "
+                     + ("" if variant == "none" else f"{cost / base:.0%}") + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=10_000)
@@ -72,7 +155,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20260907)
     ap.add_argument("--tmp", required=True)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--stubs", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stub-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.stub_child:
+        print(stub_child(args.stub_child, args.ops, args.seed, args.tmp))
+        return 0
+    if args.stubs:
+        text = stubs(args)
+        print(text)
+        if args.out:
+            with open(args.out, "a", encoding="utf-8") as fh:
+                fh.write("\n" + text)
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="contract-profile-", dir=args.tmp))
     notes = [f"load at start: {os.getloadavg()[0]:.2f}; {machine_note()}"]
     try:
