@@ -45,20 +45,26 @@ from custody_app.ledger.facade import Ledger  # noqa: E402
 TOP = 30
 # (label, file suffix, function name): the append path's stages, by their entry points.
 STAGES = [
-    ("parse the line + command model (ops.run_op minus the handler)", "ledger/ops.py", "run_op"),
-    ("the write handler (writes.assert_fact and the like)", "ledger/facade.py", "_dispatch"),
-    ("redaction", "domain/redaction.py", "redact_value"),
+    ("one batch line, all of it (parse, command model, handler, result)", "ledger/ops.py",
+     "run_op"),
+    ("the line's command model (strict pydantic)", "domain/commands.py", "parse_command"),
+    ("the assert handler, all of it", "ledger/writes.py", "assert_fact"),
+    ("redaction of the value", "domain/redaction.py", "redact"),
+    ("redaction of the free-text fields", "domain/text_fields.py", "redact_fields"),
+    ("previously forgotten? (keyed digest + lookup)", "erasure/digests.py",
+     "is_previously_forgotten"),
     ("sealing the value (AES-GCM)", "keys/values.py", "seal"),
     ("append: all of it", "core/ledger_core.py", "append"),
-    ("append: event model validation", "pydantic/main.py", "model_validate"),
+    ("pydantic model_validate (the command and the event)", "pydantic/main.py", "model_validate"),
     ("append: free text sealed", "core/texts.py", "seal_event"),
-    ("append: canonical JSON", "domain/chain.py", "canonical"),
+    ("canonical JSON (value and event)", "domain/canonical.py", "canonical"),
     ("append: session index", "core/sessions.py", "index_event"),
     ("append: projection", "core/projector.py", "apply_event"),
-    ("append: recall sync (stemming, embedding deferred)", "recall/index.py", "sync"),
-    ("recall flush at the group's end (embedding, FTS5/vec rows)", "recall/index.py", "flush"),
+    ("append: recall sync (the group's flush included)", "recall/index.py", "sync"),
+    ("recall flush (embedding, cells, FTS5/vec rows)", "recall/index.py", "flush"),
     ("embedding (hashed n-gram)", "recall/embedders.py", "embed"),
-    ("COMMIT / savepoints (SQL)", "store/sqlite/connection.py", "write"),
+    ("nearest cell of each new vector (BLAS)", "recall/cells.py", "nearest_cells"),
+    ("SQL: every execute/executemany (own time)", "~", "<method 'execute"),
 ]
 
 
@@ -66,8 +72,12 @@ def stage_rows(stats: pstats.Stats, n: int) -> list[str]:
     raw = stats.stats  # type: ignore[attr-defined]
     rows = []
     for label, suffix, name in STAGES:
-        cum = sum(v[3] for (file, _, func), v in raw.items()
-                  if func == name and file.endswith(suffix))
+        if suffix == "~":  # C methods: their own time (execute and executemany)
+            cum = sum(v[2] for (file, _, func), v in raw.items()
+                      if file == "~" and func.startswith(name))
+        else:
+            cum = sum(v[3] for (file, _, func), v in raw.items()
+                      if func == name and file.endswith(suffix))
         rows.append(f"| {label} | `{suffix}:{name}` | {cum / n * 1e6:,.0f} |")
     return rows
 
