@@ -197,14 +197,15 @@ def threads_cpu(pid: int) -> tuple[float, float]:
 
 
 def batch_subprocess(path: Path, text: Path, n: int) -> tuple[float, float, list[float], int]:
-    """(wall s, CPU s, CPU s a fact by quarter, peak RSS MB) of `custody-app --batch`."""
+    """(wall s, CPU s, CPU s a fact by quarter, peak RSS MB at its last op) of `custody-app
+    --batch`."""
     cmd = [*CLI, "--batch", str(text), "--ledger", str(path), "--create"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                             cwd=ROOT, text=True)
     assert proc.stdout is not None
-    marks, seen, q, split = [], 0, 1, (0.0, 0.0)
+    marks, seen, q, split, hwm = [], 0, 1, (0.0, 0.0), 0
     for line in proc.stdout:
         seen += 1
         if '"ok": false' in line[:200]:
@@ -212,6 +213,10 @@ def batch_subprocess(path: Path, text: Path, n: int) -> tuple[float, float, list
         if seen >= q * n / 4 and q <= 4:
             marks.append(_proc_cpu(proc.pid))
             split = threads_cpu(proc.pid)
+            # The peak RSS of the program it runs (VmHWM starts again at exec; wait4's
+            # ru_maxrss would also count this process's memory, copied by the fork).
+            hwm = next((int(ln.split()[1]) for ln in Path(f"/proc/{proc.pid}/status")
+                        .read_text().splitlines() if ln.startswith("VmHWM:")), 0)
             q += 1
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
@@ -219,7 +224,7 @@ def batch_subprocess(path: Path, text: Path, n: int) -> tuple[float, float, list
         raise SystemExit(f"custody-app --batch exited {status}")
     cpu = usage.ru_utime + usage.ru_stime
     THREADS["batch"] = split
-    return wall, cpu, quarters(marks[:4], n), usage.ru_maxrss // 1024
+    return wall, cpu, quarters(marks[:4], n), hwm // 1024
 
 
 # Run -> (main thread CPU s, other threads' CPU s), read at the end of its ops.
