@@ -104,6 +104,9 @@ class LedgerCore:
         # An agent process's one identity (`serve --agent`, `--batch --agent`), fixed when it
         # starts; None: the local operator (CLI, terminal app, operator batch, Python API).
         self.agent: str | None = None
+        # The facts the latest append projected, by id, as the projection wrote them: what a
+        # write reports back without reading its own rows again.
+        self.projected: dict[str, FactRow] = {}
 
     @property
     def vouched_writers(self) -> set[str]:
@@ -377,10 +380,13 @@ class LedgerCore:
     def append(self, kind: str, actor: str, tx_at: str, fields: dict[str, Any], *,
                fact_id: str | None = None, value: bytes | None = None,
                salt: str | None = None, subject: str | None = None,
-               plaintext: str | None = None, sign_with: WriterKey | None = None) -> EventRow:
+               plaintext: str | None = None, sign_with: WriterKey | None = None,
+               erased_at: str | None = texts.NOT_READ) -> EventRow:
         """Record one event, inside a write transaction: validate it, hash it onto the chain,
         store it, index its session, project it, and bring the recall indexes in line with
-        the facts whose belief it changed (`plaintext`: the value just sealed, if any)."""
+        the facts whose belief it changed (`plaintext`: the value just sealed, if any;
+        `erased_at`: the subject's latest erasure, when the caller read it in this
+        transaction)."""
         if kind != "policy":
             self._policy_for_write(tx_at)
         seq = (self._head[0] if self._head else 0) + 1
@@ -404,7 +410,7 @@ class LedgerCore:
             raise refusal(exc) from None
         # Free text about a fact is sealed like the value: the hash covers its commitment.
         hashed, sealed = texts.seal_event(self.db, self.keys, self.texts, self.work_started, kind,
-                                          fact_id, envelope, subject)
+                                          fact_id, envelope, subject, erased_at)
         body = canonical(hashed)
         digest = event_hash(prev, body)
         row = EventRow(seq, kind, tx_at, actor, self.policy.hash, fact_id, subject, body, value,
@@ -414,6 +420,7 @@ class LedgerCore:
             self.db.texts.put(seq, *sealed)
         sessions.index_event(self.db, kind, seq, fact_id, envelope)
         changes = apply_event(self.db.facts, kind, seq, tx_at, fact_id, envelope, subject)
+        self.projected = {fact.fact_id: fact for fact, _ in changes}
         if changes:
             self.index.sync(changes, {fact_id: plaintext} if fact_id and plaintext else {})
         self._head = (seq, row.hash, tx_at)

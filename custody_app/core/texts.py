@@ -26,13 +26,17 @@ from store.rows import TextRow
 
 Sealed = tuple[str, str, bytes, str]
 """(fact_id, subject_ref, sealed blob, salt): the event_texts row an append adds."""
+# seal_event's "the subject's latest erasure was not read yet" (None is a real answer: never).
+NOT_READ: Any = object()
 
 
 def seal_event(db: LedgerFile, keys: KeyRing | None, codec: TextCodec, work_started: str,
                kind: str, fact_id: str | None, envelope: dict[str, Any],
-               subject: str | None) -> tuple[dict[str, Any], Sealed | None]:
+               subject: str | None, erased_at: str | None = NOT_READ
+               ) -> tuple[dict[str, Any], Sealed | None]:
     """The body to hash (free text replaced by its commitment) and the row to store;
-    `work_started` is the key fence's start of the write's work."""
+    `work_started` is the key fence's start of the write's work; `erased_at`: the subject's
+    latest erasure when the caller read it in this transaction (NOT_READ: read here)."""
     if fact_id is None or kind not in SEALED_FIELDS:
         return envelope, None
     body, texts = split(kind, envelope)
@@ -47,8 +51,10 @@ def seal_event(db: LedgerFile, keys: KeyRing | None, codec: TextCodec, work_star
         subject = fact.subject
     ref = keys.subject_ref(subject)
     salt = new_salt()
+    if erased_at is NOT_READ:
+        erased_at = db.erasure.last_tombstone_at(ref)
     blob = codec.seal(fact_id, subject, texts, work_started=work_started,
-                      now=str(envelope["tx_at"]), erased_at=db.erasure.last_tombstone_at(ref))
+                      now=str(envelope["tx_at"]), erased_at=erased_at)
     body[BODY_KEY] = block(salt, texts)
     return body, (fact_id, ref, blob, salt)
 

@@ -29,9 +29,27 @@ def _mask(text: str, detectors: Sequence[str]) -> tuple[str, list[tuple[int, int
     return "".join(out), spans
 
 
+def _member(node: Any, name: str) -> Any:
+    return node.get(name) if isinstance(node, dict) else getattr(node, name, None)
+
+
+def _anything_found(cmd: BaseModel, detectors: Sequence[str]) -> bool:
+    """Whether any free-text field holds an identifier, read off the model itself (most
+    commands hold none, and dumping one copies its whole value)."""
+    for path in FREE_TEXT:
+        node: Any = cmd
+        for name in path.split("."):
+            node = None if node is None else _member(node, name)
+        if isinstance(node, str) and find(node, detectors):
+            return True
+    return False
+
+
 def redact_fields(cmd: M, detectors: Sequence[str]) -> tuple[M, list[dict[str, Any]]]:
     """The command with every identifier in its free-text fields masked, and the findings
     (field, kind, span in the original text: never the text itself)."""
+    if not _anything_found(cmd, detectors):
+        return cmd, []
     data = cmd.model_dump()
     findings: list[dict[str, Any]] = []
     changed = False

@@ -55,13 +55,17 @@ class _DuplicateKey(Exception):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object whose keys are all different; a repeated key raises (any nesting level)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
+    """An object whose keys are all different; a repeated key raises (any nesting level),
+    naming the first key met again."""
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
             raise _DuplicateKey(key)
-        out[key] = value
-    return out
+        seen.add(key)
+    return out  # unreachable: fewer keys than pairs means one came twice
 
 
 # A batch line is read at most this far (the rest is skipped unread into memory), as an MCP
@@ -88,7 +92,7 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
             raise LedgerError("bad_json", f"line {number} nests too deeply to parse") from None
         if not isinstance(data, dict):
             raise LedgerError("bad_request", f"line {number} is not a JSON object")
-        check_line(data, number)
+        check_line(data, number, text)
         out["id"] = data.pop("id", None)
         op = data.pop("op", None)
         out["op"] = op if isinstance(op, str) else None
@@ -123,14 +127,21 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
     return out
 
 
-def check_line(data: dict[str, Any], number: int) -> None:
+def check_line(data: dict[str, Any], number: int, text: str | None = None) -> None:
     """Refuse a line with a field nested deeper than MAX_NESTING (parsers and the canonical form
     recurse), or holding text that is not valid Unicode (invalid UTF-8 read with
-    surrogateescape, or a lone surrogate escape such as \\ud800)."""
-    for key, value in data.items():
-        if depth_of(value) > MAX_NESTING:
-            raise LedgerError("bad_request", f"line {number}: {nesting_message(str(key))}",
-                              field=str(key))
+    surrogateescape, or a lone surrogate escape such as \\ud800). `text`: the line `data` was
+    parsed from, when there is one: its characters settle both checks for most lines at once."""
+    # A field nests at most as deep as the line has opening brackets (inside strings or not).
+    if text is None or text.count("{") + text.count("[") > MAX_NESTING:
+        for key, value in data.items():
+            if depth_of(value) > MAX_NESTING:
+                raise LedgerError("bad_request", f"line {number}: {nesting_message(str(key))}",
+                                  field=str(key))
+    # Parsed text holds a surrogate only from the line's own characters or from a \\u escape:
+    # an ASCII line without a backslash holds none.
+    if text is not None and text.isascii() and "\\" not in text:
+        return
     try:
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:

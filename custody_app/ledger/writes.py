@@ -21,6 +21,7 @@ from custody_app.evidence.receipts import bounds
 from custody_app.keys import receipts
 from custody_app.ledger import retractions
 from custody_app.ledger.corroborate import corroborate
+from store.rows import FactRow
 
 
 def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
@@ -75,14 +76,17 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
             "commitment": commitment(salt, value_text),
             "redactions": [f.to_json() for f in findings] + text_findings or None,
         }
-        sealed = ledger.values.seal(
-            fact_id, cmd.subject, value_text, work_started=ledger.work_started, now=tx_at,
-            erased_at=ledger.db.erasure.last_tombstone_at(str(fields["subject_ref"])))
+        erased_at = ledger.db.erasure.last_tombstone_at(str(fields["subject_ref"]))
+        sealed = ledger.values.seal(fact_id, cmd.subject, value_text,
+                                    work_started=ledger.work_started, now=tx_at,
+                                    erased_at=erased_at)
+        # The free text is sealed under the same erasure fence: read once for both.
         row = ledger.append("assert", cmd.actor, tx_at, fields, fact_id=fact_id,
                            value=sealed, salt=salt, subject=cmd.subject,
-                           plaintext=value_text)
-        corroborate(ledger, reads.require_fact(ledger.db, fact_id), value_text)
-        fact = reads.require_fact(ledger.db, fact_id)
+                           plaintext=value_text, erased_at=erased_at)
+        fact = _projected(ledger, fact_id)
+        if corroborate(ledger, fact, value_text) or ledger.head != (row.seq, row.hash, tx_at):
+            fact = reads.require_fact(ledger.db, fact_id)  # a corroboration wrote after it
     result = AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                           status=fact.status, provenance=provenance,
                           redacted=_masked(findings, text_findings))
@@ -93,6 +97,12 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
         warning=f"{cmd.subject} {cmd.predicate} has one value at a time under the policy, and "
                 f"{', '.join(rivals)} is already believed: name the fact this replaces in "
                 "`supersedes`, or retract one of them")
+
+
+def _projected(ledger: LedgerCore, fact_id: str) -> FactRow:
+    """The fact as the append just projected it (the row it wrote), else read back."""
+    fact = ledger.projected.get(fact_id)
+    return fact if fact is not None else reads.require_fact(ledger.db, fact_id)
 
 
 def _standing(ledger: LedgerCore, cmd: AssertFact) -> str:
@@ -172,7 +182,7 @@ def _fact_event(ledger: LedgerCore, kind: str, fact_id: str, actor: str, fields:
         check()
         tx_at = ledger.tx_at()
         row = ledger.append(kind, actor, tx_at, fields, fact_id=fact_id)
-        fact = reads.require_fact(ledger.db, fact_id)
+        fact = _projected(ledger, fact_id)
     return FactOpResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                         status=fact.status)
 
