@@ -1,7 +1,7 @@
 """Re-clustering moves on a synthetic vector index: what a move costs, statement by statement,
 in fact order and in old-cell order, and what the write transactions of `recluster` hold.
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_recluster.py [--vectors 100000] [--rows 8000]
+    .venv/bin/python bench/bench_recluster.py [--vectors 100000] [--rows 8000]
 
 Builds (once, in `--tmp`) an index of `--vectors` random unit vectors of 256 dimensions in
 sqrt(n) cells, every fact's cell drawn at random as in a ledger clustered long ago, and a new set
