@@ -245,6 +245,10 @@ class Maintenance:
             # Its commits hand the WAL checkpoint to a thread too, instead of running it
             # themselves (after the lock is free, but before the next batch could begin).
             db.checkpoint_in_background()
+            # Its turns come before this process's writers waiting with them: between two
+            # connections SQLite's busy handler let a writer writing back to back keep the lock,
+            # and a re-clustering begun at 20k facts was still moving vectors at 100k.
+            db.write_first()
             try:
                 recluster(db, self.policy, progress=self._note, stop=self._stop,
                           held_ms=self.held_ms, seal=self._cipher)

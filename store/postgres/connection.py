@@ -135,6 +135,9 @@ class LedgerFile:
     def checkpoint_in_background(self) -> None:
         """Nothing to do: the server checkpoints its own WAL."""
 
+    def write_first(self) -> None:
+        """Nothing to do: the server queues its writers itself (the advisory lock)."""
+
     @property
     def depth(self) -> int:
         """0 outside a transaction, 1 in the outermost write or read, more inside savepoints."""

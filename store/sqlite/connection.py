@@ -19,6 +19,7 @@ from store.sqlite.browse import BrowseStore
 from store.sqlite.checkpointer import Checkpointer
 from store.sqlite.damage import damage
 from store.sqlite.erasure import ErasureStore
+from store.sqlite.gate import gate_for
 from store.sqlite.events import EventStore
 from store.sqlite.locate import Locator
 from store.sqlite.policies import PolicyStore
@@ -70,10 +71,19 @@ class LedgerFile:
         # from then on, before any wait for a checkpoint); a test may give it a clock of its own.
         self.timer: Callable[[], float] = time.perf_counter
         self.committed_at = 0.0
+        # The write turns of this process's connections to the file (store.sqlite.gate);
+        # `write_priority`: this one (the re-clustering) goes before ordinary writers waiting.
+        self.gate = gate_for(path)
+        self.write_priority = False
 
     def damage(self, exc: BaseException) -> LedgerDamaged | None:
         """What a failed read says about the file: damage named by file and seq, else None."""
         return damage(exc, self.path, self.conn)
+
+    def write_first(self) -> None:
+        """This connection's write transactions go before the ordinary writers of this
+        process waiting with them (the re-clustering's: store.sqlite.gate)."""
+        self.write_priority = True
 
     def checkpoint_in_background(self) -> None:
         """Take the automatic WAL checkpoint off this connection's commits (store.checkpointer)."""
@@ -182,31 +192,36 @@ class LedgerFile:
             return
         if self.checkpointer is not None:
             self.checkpointer.before_write()
-        begin_immediate(self.conn)
-        self._depth = 1
-        self._aborted = None
+        turn = self.gate.enter(priority=self.write_priority)  # this process's writers in turn
         try:
-            yield
-        except BaseException as exc:
-            self._depth = 0
+            begin_immediate(self.conn)
+            self._depth = 1
             self._aborted = None
-            self._rollback()
-            if isinstance(exc, apsw.Error) and _is_full(exc):
-                raise StoreFull(FULL_MESSAGE) from exc
-            raise
-        try:
-            if self._aborted is not None or not self.conn.in_transaction:
-                raise self._aborted_error()
-            self.conn.execute("COMMIT")
-            self.committed_at = self.timer()
-        except apsw.Error as exc:
-            self._rollback()
-            if _is_full(exc):
-                raise StoreFull(FULL_MESSAGE) from exc
-            raise StoreError(f"commit failed: {exc}") from exc
+            try:
+                yield
+            except BaseException as exc:
+                self._depth = 0
+                self._aborted = None
+                self._rollback()
+                if isinstance(exc, apsw.Error) and _is_full(exc):
+                    raise StoreFull(FULL_MESSAGE) from exc
+                raise
+            try:
+                if self._aborted is not None or not self.conn.in_transaction:
+                    raise self._aborted_error()
+                self.conn.execute("COMMIT")
+                self.committed_at = self.timer()
+            except apsw.Error as exc:
+                self._rollback()
+                if _is_full(exc):
+                    raise StoreFull(FULL_MESSAGE) from exc
+                raise StoreError(f"commit failed: {exc}") from exc
+            finally:
+                self._depth = 0
+                self._aborted = None
         finally:
-            self._depth = 0
-            self._aborted = None
+            if turn:
+                self.gate.leave()
 
     def _undo_savepoint(self, name: str, full: bool) -> None:
         """Roll a failed savepoint back; if SQLite already rolled back the whole transaction,

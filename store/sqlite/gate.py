@@ -1,0 +1,77 @@
+"""The write turns of one process's connections to one ledger file (issue 35).
+
+Between two connections of the same process SQLite's busy handler is a poor referee: a writer
+that finds the lock taken sleeps 1, 2, 5, 10, 15, 20, 25 ms... and looks again, so whoever
+writes back to back keeps the lock. The background re-clustering, on a connection of its own
+beside a writer in the same process, then almost never got in: one begun at 20k facts was still
+moving vectors at 100k, and a ledger built to 1M ended with 141 cells. And a writer that missed
+the instant the re-clustering let go slept on for up to its busy handler's next step.
+
+So each process hands the write lock of a file from one of its connections to the next itself:
+a connection takes this gate before BEGIN IMMEDIATE and gives it back after its COMMIT (or
+ROLLBACK), and the next waiter is woken at once. A connection marked `priority` (the
+re-clustering) is let in before the ordinary writers waiting with it; it holds the lock no
+longer than one ordinary write, and rests as long again after each turn, so it takes at most
+half of the lock's time and an ordinary writer waits at most one of its turns.
+
+Only an arrangement between threads: SQLite's lock stays the lock (other processes still meet
+the busy handler), and a wait here is bounded by WAIT_S, after which the connection goes on to
+BEGIN IMMEDIATE as it did before (a thread that holds a transaction open on one connection while
+writing through a second, which SQLite refuses as busy, is not kept waiting here for ever)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+# The longest a connection waits for its turn before leaving it to SQLite's lock alone.
+WAIT_S = 1.0
+
+_gates: dict[str, Gate] = {}
+_gates_lock = threading.Lock()
+
+
+class Gate:
+    """The turns of one file's connections in this process."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._holder: int | None = None  # the thread whose connection is writing
+        self._priority_waiting = 0
+
+    def enter(self, *, priority: bool = False) -> bool:
+        """Wait for this connection's turn; True when taken (give it back with `leave`),
+        False when the wait passed WAIT_S or this thread already holds it (another of its
+        connections is writing: SQLite answers that one)."""
+        me = threading.get_ident()
+        with self._cond:
+            if self._holder == me:
+                return False
+            if priority:
+                self._priority_waiting += 1
+            try:
+                free = self._cond.wait_for(
+                    lambda: self._holder is None and (priority or not self._priority_waiting),
+                    WAIT_S)
+            finally:
+                if priority:
+                    self._priority_waiting -= 1
+            if not free:
+                return False
+            self._holder = me
+            return True
+
+    def leave(self) -> None:
+        with self._cond:
+            self._holder = None
+            self._cond.notify_all()
+
+
+def gate_for(path: str) -> Gate:
+    """The gate of the file at `path` (one per file in this process)."""
+    key = os.path.realpath(path)
+    with _gates_lock:
+        gate = _gates.get(key)
+        if gate is None:
+            gate = _gates[key] = Gate()
+        return gate
