@@ -19,8 +19,8 @@ from store.sqlite.browse import BrowseStore
 from store.sqlite.checkpointer import Checkpointer
 from store.sqlite.damage import damage
 from store.sqlite.erasure import ErasureStore
-from store.sqlite.gate import gate_for
 from store.sqlite.events import EventStore
+from store.sqlite.gate import gate_for
 from store.sqlite.locate import Locator
 from store.sqlite.policies import PolicyStore
 from store.sqlite.projection import FactStore
