@@ -1,7 +1,10 @@
 """Re-clustering the vector cells off the write path: on a connection of its own, k-means on a
 sample read outside any transaction, then the vectors moved to their new cells, old cell by old
-cell, in write transactions bounded in rows and in time, with the lock left free after each, so a
-writer never waits behind more than one of them."""
+cell, in write transactions bounded in rows and in time. This process's writers take turns with it
+at the lock (store.sqlite.gate), its turn first; after a turn it rests as long as it held the
+lock, unless the writers held it long since its last turn (groups), when it may take a share of
+that time in further turns at once: so it keeps pace with a writer writing back to back, and a
+single write waits behind at most one of its transactions (CREDIT_CAP_S of them after a group)."""
 
 from __future__ import annotations
 
@@ -47,6 +50,12 @@ FIRST_CHUNK_COMMIT_S = 0.0005
 # writer waiting in SQLite's busy handler retries only after 1, 3, 8, 18, 33, 53 ms... of waiting,
 # and transactions back to back, however short each, kept one out up to its 5 s busy timeout here.
 PAUSE_EXTRA_S = 0.002
+# The re-clustering may hold the lock up to this share of the time the process's writers held it
+# (the rest after each turn aside): moving a vector held it ~0.15 ms, writing a fact in a group
+# ~1.5 ms, and with REGROW 2 it moves about one vector per fact written; at most CREDIT_CAP_S of
+# turns back to back, the longest a writer then waits behind it.
+SHARE = 0.25
+CREDIT_CAP_S = 0.25
 Progress = Callable[[int, int], None]
 
 
@@ -67,10 +76,12 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     if seal is not None:
         db.recall.seal_vectors(seal)
     moving = db.recall.moving_below()
+    sized_on = 0  # the vectors the new cells were sized and trained on (0: resumed, unknown)
     if not moving:
         with db.read():
             where = db.recall.vector_seqs()
             clustered = db.recall.clustered_on()
+        sized_on = len(where)
         # Checked here, not only by the caller: a second process's `due` is stale once another
         # connection has re-clustered (it would begin a needless third set of cells).
         if not regrow_due(len(where), clustered, policy.policy.recall.ann_min_facts):
@@ -121,6 +132,7 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
         return int(ids[int(np.argmax(matrix @ np.frombuffer(vector, dtype=np.float32)))])
 
     commit = _CommitCost()
+    credit, writers_seen = 0.0, db.writers_held()
     window: list[tuple[int, bytes]] = []  # read, not yet moved
     taken = 0  # entries of todo read so far
     while taken < len(todo) or window:
@@ -148,11 +160,25 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
         window = window[used:]
         if progress is not None:
             progress(taken - len(window), len(todo))
-        _rest(held + PAUSE_EXTRA_S, stop)  # the lock free for a waiting writer's next retry
+        # A share of the time this process's writers held the lock since the last turn may be
+        # taken at once in further turns (a writer of 1,000-op groups held it ~1.5 s a group,
+        # and one turn after each moved 50 vectors a group: the move never ended); past that
+        # share, rest, the lock free for a waiting writer.
+        writers = db.writers_held()
+        credit = min(CREDIT_CAP_S, credit + SHARE * (writers - writers_seen) - held)
+        writers_seen = writers
+        if credit <= 0:
+            credit = 0.0
+            _rest(held + PAUSE_EXTRA_S, stop)
     with db.write():
         if db.recall.moving_below() != moving:
             return 0  # another connection finished this re-clustering (or a reindex ran)
-        db.recall.end_moving(db.recall.vector_count())
+        # The size the cells were made for, not the size at the end: a ledger that grew while
+        # the vectors moved is due again once it doubles from there (recorded at the end, a
+        # re-clustering begun at 20k and ended at 84k left 142 cells due again only at 336k).
+        # A resumed run knows only its cells, about sqrt of the size they were made for.
+        count = db.recall.vector_count()
+        db.recall.end_moving(sized_on or min(count, len(new) ** 2))
     return len(new)
 
 

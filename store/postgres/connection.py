@@ -138,6 +138,10 @@ class LedgerFile:
     def write_first(self) -> None:
         """Nothing to do: the server queues its writers itself (the advisory lock)."""
 
+    def writers_held(self) -> float:
+        """0: not counted on a server (the re-clustering then rests after every turn)."""
+        return 0.0
+
     @property
     def depth(self) -> int:
         """0 outside a transaction, 1 in the outermost write or read, more inside savepoints."""

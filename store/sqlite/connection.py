@@ -85,6 +85,10 @@ class LedgerFile:
         process waiting with them (the re-clustering's: store.sqlite.gate)."""
         self.write_priority = True
 
+    def writers_held(self) -> float:
+        """Seconds this process's ordinary writers have held the file's write lock so far."""
+        return self.gate.ordinary_held
+
     def checkpoint_in_background(self) -> None:
         """Take the automatic WAL checkpoint off this connection's commits (store.checkpointer)."""
         if self.checkpointer is None:

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
-# The longest a connection waits for its turn before leaving it to SQLite's lock alone.
-WAIT_S = 1.0
+# The longest a connection waits for its turn before leaving it to SQLite's lock alone: SQLite's
+# own busy timeout (store.sqlite.opening), so a wait that gave up before still gives up, and a
+# long group transaction (seconds) does not send the re-clustering back to polling.
+WAIT_S = 5.0
 
 _gates: dict[str, Gate] = {}
 _gates_lock = threading.Lock()
@@ -38,6 +41,10 @@ class Gate:
         self._cond = threading.Condition()
         self._holder: int | None = None  # the thread whose connection is writing
         self._priority_waiting = 0
+        self._ordinary = False  # the holder is an ordinary writer
+        self._since = 0.0
+        # Seconds ordinary writers have held their turns (the re-clustering takes a share).
+        self.ordinary_held = 0.0
 
     def enter(self, *, priority: bool = False) -> bool:
         """Wait for this connection's turn; True when taken (give it back with `leave`),
@@ -59,10 +66,14 @@ class Gate:
             if not free:
                 return False
             self._holder = me
+            self._ordinary = not priority
+            self._since = time.perf_counter()
             return True
 
     def leave(self) -> None:
         with self._cond:
+            if self._ordinary:
+                self.ordinary_held += time.perf_counter() - self._since
             self._holder = None
             self._cond.notify_all()
 
