@@ -224,7 +224,7 @@ def test_the_commit_estimate_learns_by_the_row_and_by_the_chunk() -> None:
     both figures by how far it was off; dearer at once, cheaper by halves; and an estimate
     worn down to nothing by COMMITs that took no time learns again instead of dividing by
     zero (which would end the re-clustering thread)."""
-    cost = rc._CommitCost()
+    cost = rc.CommitCost()
     assert cost.of(10, 0) == pytest.approx(10 * rc.FIRST_ROW_COMMIT_S)
     cost.learn(10, 0, 0.001)  # 0.1 ms a row: dearer, taken at once
     assert cost.per_row == pytest.approx(0.0001)
@@ -232,7 +232,7 @@ def test_the_commit_estimate_learns_by_the_row_and_by_the_chunk() -> None:
     assert cost.per_row == pytest.approx(0.00005)
     cost.learn(10, 4, 2 * cost.of(10, 4))  # twice the estimate: both figures doubled
     assert (cost.per_row, cost.per_chunk) == pytest.approx((0.0001, 2 * rc.FIRST_CHUNK_COMMIT_S))
-    worn = rc._CommitCost()
+    worn = rc.CommitCost()
     worn.per_row = worn.per_chunk = 0.0
     worn.learn(5, 2, 0.002)
     assert worn.per_chunk == pytest.approx(0.001)

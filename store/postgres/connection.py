@@ -138,6 +138,9 @@ class LedgerFile:
     def write_first(self) -> None:
         """Nothing to do: the server queues its writers itself (the advisory lock)."""
 
+    def claim_turns(self, on: bool) -> None:
+        """Nothing to do: the server queues its writers itself."""
+
     def writers_held(self) -> float:
         """0: not counted on a server (the re-clustering then rests after every turn)."""
         return 0.0

@@ -85,6 +85,12 @@ class LedgerFile:
         process waiting with them (the re-clustering's: store.sqlite.gate)."""
         self.write_priority = True
 
+    def claim_turns(self, on: bool) -> None:
+        """Keep (on) this priority connection's turns between two of its transactions, or give
+        them up (store.sqlite.gate); nothing for an ordinary connection."""
+        if self.write_priority:
+            self.gate.claim(on)
+
     def writers_held(self) -> float:
         """Seconds this process's ordinary writers have held the file's write lock so far."""
         return self.gate.ordinary_held

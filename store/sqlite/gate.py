@@ -41,6 +41,8 @@ class Gate:
         self._cond = threading.Condition()
         self._holder: int | None = None  # the thread whose connection is writing
         self._priority_waiting = 0
+        # The threads of priority connections keeping their turns for a run of them.
+        self._claims: dict[int, int] = {}
         self._ordinary = False  # the holder is an ordinary writer
         self._since = 0.0
         # Seconds ordinary writers have held their turns (the re-clustering takes a share).
@@ -58,7 +60,8 @@ class Gate:
                 self._priority_waiting += 1
             try:
                 free = self._cond.wait_for(
-                    lambda: self._holder is None and (priority or not self._priority_waiting),
+                    lambda: self._holder is None and (
+                        priority or not (self._priority_waiting or self._claimed_by_other(me))),
                     WAIT_S)
             finally:
                 if priority:
@@ -69,6 +72,22 @@ class Gate:
             self._ordinary = not priority
             self._since = time.perf_counter()
             return True
+
+    def claim(self, on: bool) -> None:
+        """Keep (on) or give up the turns of a priority connection between two of them: while
+        kept, ordinary writers wait (for at most WAIT_S each) even when it is not yet waiting,
+        so a run of its turns is not broken by a writer's long group."""
+        me = threading.get_ident()
+        with self._cond:
+            count = self._claims.get(me, 0) + (1 if on else -1)
+            if count > 0:
+                self._claims[me] = count
+            else:
+                self._claims.pop(me, None)
+            self._cond.notify_all()
+
+    def _claimed_by_other(self, me: int) -> bool:
+        return any(thread != me for thread in self._claims)
 
     def leave(self) -> None:
         with self._cond:
