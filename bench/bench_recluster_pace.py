@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                 samples.append((i, ledger.index.cells.count_cells(),
                                 ledger.db.recall.clustered_on(), time.perf_counter() - t0))
                 print(f"  {i:,} facts, {samples[-1][1]} cells, {samples[-1][3]:.0f} s, "
-                      f"re-clustering {'running' if ledger.index.maintenance.running else 'idle'}",
+                      f"re-clustering {'running' if ledger.index.maintenance.running else 'idle'} "
+                      f"{ledger.index.maintenance.progress}",
                       file=sys.stderr, flush=True)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         ledger.index.settle()

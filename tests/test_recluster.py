@@ -16,6 +16,7 @@ import pytest
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import cells as cells_mod
 from custody_app.recall import recluster as rc
+from custody_app.recall import txbudget
 from custody_app.recall.text import fact_text
 from store import LedgerFile, open_ledger
 from tests.conftest import CAUSE, WRITER, Env, day, ledger_bytes
@@ -225,13 +226,13 @@ def test_the_commit_estimate_learns_by_the_row_and_by_the_chunk() -> None:
     worn down to nothing by COMMITs that took no time learns again instead of dividing by
     zero (which would end the re-clustering thread)."""
     cost = rc.CommitCost()
-    assert cost.of(10, 0) == pytest.approx(10 * rc.FIRST_ROW_COMMIT_S)
+    assert cost.of(10, 0) == pytest.approx(10 * txbudget.FIRST_ROW_COMMIT_S)
     cost.learn(10, 0, 0.001)  # 0.1 ms a row: dearer, taken at once
     assert cost.per_row == pytest.approx(0.0001)
     cost.learn(10, 0, 0.0)  # cheaper: down by half only
     assert cost.per_row == pytest.approx(0.00005)
     cost.learn(10, 4, 2 * cost.of(10, 4))  # twice the estimate: both figures doubled
-    assert (cost.per_row, cost.per_chunk) == pytest.approx((0.0001, 2 * rc.FIRST_CHUNK_COMMIT_S))
+    assert (cost.per_row, cost.per_chunk) == pytest.approx((0.0001, 2 * txbudget.FIRST_CHUNK_COMMIT_S))
     worn = rc.CommitCost()
     worn.per_row = worn.per_chunk = 0.0
     worn.learn(5, 2, 0.002)

@@ -92,8 +92,9 @@ class LedgerFile:
             self.gate.claim(on)
 
     def writers_held(self) -> float:
-        """Seconds this process's ordinary writers have held the file's write lock so far."""
-        return self.gate.ordinary_held
+        """Seconds this process's ordinary writers have held the file's write lock so far, as
+        seen by the re-clustering's connection; 0 on an ordinary one (its own turns count)."""
+        return self.gate.ordinary_held if self.write_priority else 0.0
 
     def checkpoint_in_background(self) -> None:
         """Take the automatic WAL checkpoint off this connection's commits (store.checkpointer)."""
