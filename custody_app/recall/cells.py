@@ -4,7 +4,7 @@ Below the policy's `ann_min_facts` every vector sits in one cell and a query rea
 (exact). From there on the vectors are clustered into about sqrt(n) cells, each vector stored in
 the cell of its nearest centroid (a sqlite-vec partition key), and a query reads only the
 `ann_probe` share of cells nearest to it: the KNN is still sqlite-vec's, over fewer chunks. The
-cells are re-clustered when the index has doubled since the last clustering, off the
+cells are re-clustered when the index has grown threefold since the last clustering, off the
 write path (`recluster`), in short transactions of their own.
 """
 
@@ -23,9 +23,11 @@ from store import LedgerFile
 Matrix = npt.NDArray[np.float32]
 
 # Re-cluster when the index holds this many times the vectors it was clustered on: the cells then
-# stay between 0.71 and 1 times sqrt(n) (at 4 a ledger grown to 1M sat on the cells of 320k,
-# 0.57 sqrt(n)), for moving about 2n vectors in all over a ledger's growth instead of 4n/3.
-REGROW = 2
+# stay between 0.58 and 1 times sqrt(n) (at 4 a ledger grown to 1M sat on the cells of 320k,
+# 0.57 sqrt(n) at best), for moving about 1.5n vectors in all over a ledger's growth instead of
+# 4n/3; at 2 (0.71) a re-clustering must move a vector for every fact written meanwhile, which
+# under a load of 10 on this 2-core machine it did not (0.6 a fact, bench_recluster_pace.py).
+REGROW = 3
 SAMPLE = 20_000  # vectors k-means is trained on
 ITERATIONS = 10
 MIN_CELLS = 16

@@ -48,11 +48,12 @@ LEEWAY_S = 0.002
 # and transactions back to back, however short each, kept one out up to its 5 s busy timeout here.
 PAUSE_EXTRA_S = 0.002
 # The re-clustering may hold the lock up to this share of the time the process's writers held it
-# (the rest after each turn aside): moving a vector held it ~0.15 ms, writing a fact in a group
-# ~1.5 ms, and with REGROW 2 it moves about one vector per fact written; at most CREDIT_CAP_S of
-# turns back to back, the longest a writer then waits behind it.
-SHARE = 0.25
-CREDIT_CAP_S = 0.25
+# (the rest after each turn aside): moving a vector held it ~0.15 ms quiet (~0.4 ms at a load of
+# 10), writing a fact in a group ~1.5-2 ms, and with REGROW 3 it must move a vector for every two
+# facts written; at most CREDIT_CAP_S of turns back to back, the longest a writer then waits
+# behind it (a quarter of a 1,000-op group's time on this machine).
+SHARE = 0.5
+CREDIT_CAP_S = 0.5
 Progress = Callable[[int, int], None]
 
 
