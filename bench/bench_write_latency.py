@@ -13,7 +13,7 @@ SQLite's lock (`begin_immediate`), the deferred recall index flushes (`RecallInd
 FTS5's secure-delete merges and sqlite-vec's chunks are written), the key store's transactions
 (their COMMITs, with their fsyncs: the key store has a rollback journal and synchronous=FULL;
 the key store's transaction sits inside the ledger's, so the ledger's lock is held meanwhile) and Python's cyclic GC
-(`gc.callbacks`); beside them, whether a checkpoint pass or a re-clustering transaction ran
+(`gc.callbacks`), each counted only in the writing thread; beside them, whether a checkpoint pass or a re-clustering transaction ran
 meanwhile. Two floors are measured in the same run, interleaved with the writes (one of each
 per `--floor-every` writes): a one-row SQLite commit in WAL mode (synchronous=NORMAL, no fsync,
 as the ledger's own commits) and one with an fsync (rollback journal, synchronous=FULL, as the
@@ -30,6 +30,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -64,11 +65,12 @@ class Probe:
 
     def __init__(self) -> None:
         self.now: dict[str, float] | None = None
+        self.thread = threading.get_ident()  # the writer's: other threads' waits are not its own
         self.gc_gen: list[int] = []
         self._gc_at = 0.0
 
     def add(self, part: str, seconds: float) -> None:
-        if self.now is not None:
+        if self.now is not None and threading.get_ident() == self.thread:
             self.now[part] = self.now.get(part, 0.0) + seconds
 
     def on_gc(self, phase: str, info: dict[str, Any]) -> None:
@@ -76,7 +78,7 @@ class Probe:
             self._gc_at = time.perf_counter()
         else:
             self.add("gc", time.perf_counter() - self._gc_at)
-            if self.now is not None:
+            if self.now is not None and threading.get_ident() == self.thread:
                 self.gc_gen.append(int(info["generation"]))
 
 
