@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from custody_app.recall import recluster as rc
+from custody_app.recall.cells import regrow_due
 from store import open_ledger
 from store.sqlite.gate import Gate
 from tests.conftest import Env
@@ -95,3 +96,14 @@ def test_a_priority_waiter_goes_before_the_ordinary_ones_waiting_with_it() -> No
     ordinary.join()
     first.join()
     assert order == ["recluster", "writer"]
+
+
+def test_cells_made_for_a_smaller_index_than_recorded_are_due_again() -> None:
+    """A ledger whose re-clustering recorded the size it ended at (main's code: 142 cells made
+    at 20k, recorded as clustered on 84k) is due once it holds three times what its cells were
+    made for (about their number squared), not three times the size recorded."""
+    assert regrow_due(89_000, 84_000, 20_000, cells=142)
+    assert not regrow_due(89_000, 84_000, 20_000, cells=290)  # cells made for ~84k
+    assert not regrow_due(50_000, 20_000, 20_000, cells=141)
+    assert regrow_due(60_000, 20_000, 20_000, cells=141)
+    assert regrow_due(20_000, 0, 20_000, cells=1)  # never clustered

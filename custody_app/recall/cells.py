@@ -33,10 +33,14 @@ ITERATIONS = 10
 MIN_CELLS = 16
 
 
-def regrow_due(count: int, clustered: int, floor: int) -> bool:
-    """Whether an index of `count` vectors, last clustered on `clustered` (0: never), is due a
-    re-clustering under the policy's `floor` (ann_min_facts)."""
-    return count >= floor and (clustered == 0 or count >= REGROW * clustered)
+def regrow_due(count: int, clustered: int, floor: int, cells: int = 0) -> bool:
+    """Whether an index of `count` vectors, last clustered on `clustered` (0: never) into
+    `cells` cells (0: not known), is due a re-clustering under the policy's `floor`
+    (ann_min_facts). The cells count too: about sqrt of the size they were made for, they heal
+    a ledger whose re-clustering recorded the size it ended at (before issue 35: 142 cells
+    made at 20k, recorded as clustered on 84k, not due again before 336k)."""
+    made_for = clustered if cells <= 1 else min(clustered, cells * cells)
+    return count >= floor and (clustered == 0 or count >= REGROW * made_for)
 
 
 def unit(vector: Matrix) -> Matrix:
@@ -188,7 +192,7 @@ class CellIndex:
         if self.db.recall.moving_below():
             return True  # an interrupted re-clustering resumes
         return regrow_due(count, self.db.recall.clustered_on(),
-                          self.policy.policy.recall.ann_min_facts)
+                          self.policy.policy.recall.ann_min_facts, self.count_cells())
 
     def repartition(self) -> int:
         """Cluster every vector anew and store each in its nearest cell, in the caller's

@@ -79,10 +79,11 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
         with db.read():
             where = db.recall.vector_seqs()
             clustered = db.recall.clustered_on()
+            cells_now = len(db.recall.cells())
         sized_on = len(where)
         # Checked here, not only by the caller: a second process's `due` is stale once another
         # connection has re-clustered (it would begin a needless third set of cells).
-        if not regrow_due(len(where), clustered, policy.policy.recall.ann_min_facts):
+        if not regrow_due(len(where), clustered, policy.policy.recall.ann_min_facts, cells_now):
             return 0
         rng = random.Random(len(where))
         picked = rng.sample(where, min(SAMPLE, len(where)))
