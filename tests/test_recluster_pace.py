@@ -107,3 +107,43 @@ def test_cells_made_for_a_smaller_index_than_recorded_are_due_again() -> None:
     assert not regrow_due(50_000, 20_000, 20_000, cells=141)
     assert regrow_due(60_000, 20_000, 20_000, cells=141)
     assert regrow_due(20_000, 0, 20_000, cells=1)  # never clustered
+
+
+def test_a_priority_connection_does_not_go_twice_while_a_writer_waits() -> None:
+    """Under CPU starvation a woken writer could miss the whole rest between two of the
+    re-clustering's turns; the gate owes it the next turn instead."""
+    gate = Gate()
+    order: list[str] = []
+
+    def take(name: str, priority: bool) -> None:
+        assert gate.enter(priority=priority)
+        order.append(name)
+        gate.leave()
+
+    holder = threading.Event()
+    release = threading.Event()
+
+    def recluster_turn() -> None:
+        assert gate.enter(priority=True)
+        holder.set()
+        release.wait()
+        gate.leave()
+
+    first = threading.Thread(target=recluster_turn)
+    first.start()
+    holder.wait()
+    writer = threading.Thread(target=take, args=("writer", False))
+    writer.start()
+    while not gate._cond._waiters:  # type: ignore[attr-defined]  # the writer waits
+        time.sleep(0.001)
+    # The re-clustering's next turn is asked for before its first ends (the writer slow to
+    # wake): the writer's turn must still come first.
+    again = threading.Thread(target=take, args=("recluster", True))
+    again.start()
+    while gate._priority_waiting == 0:
+        time.sleep(0.001)
+    release.set()
+    writer.join()
+    again.join()
+    first.join()
+    assert order == ["writer", "recluster"]

@@ -10,9 +10,10 @@ the instant the re-clustering let go slept on for up to its busy handler's next 
 So each process hands the write lock of a file from one of its connections to the next itself:
 a connection takes this gate before BEGIN IMMEDIATE and gives it back after its COMMIT (or
 ROLLBACK), and the next waiter is woken at once. A connection marked `priority` (the
-re-clustering) is let in before the ordinary writers waiting with it; it holds the lock no
-longer than one ordinary write, and rests as long again after each turn, so it takes at most
-half of the lock's time and an ordinary writer waits at most one of its turns.
+re-clustering) is let in before the ordinary writers waiting with it, but not twice in a row
+while one waits (unless it claimed a run of turns, within the share of the writers' time its
+credit allows); it holds the lock no longer than one ordinary write, and rests as long again
+after each turn, so an ordinary writer waits at most one of its turns.
 
 Only an arrangement between threads: SQLite's lock stays the lock (other processes still meet
 the busy handler), and a wait here is bounded by WAIT_S, after which the connection goes on to
@@ -41,6 +42,11 @@ class Gate:
         self._cond = threading.Condition()
         self._holder: int | None = None  # the thread whose connection is writing
         self._priority_waiting = 0
+        self._ordinary_waiting = 0
+        # Set when a priority turn ended with ordinary writers waiting: one of them goes next
+        # (under CPU starvation a woken writer could miss the whole rest between two priority
+        # turns and wait behind five of them).
+        self._ordinary_next = False
         # The threads of priority connections keeping their turns for a run of them.
         self._claims: dict[int, int] = {}
         self._ordinary = False  # the holder is an ordinary writer
@@ -58,16 +64,19 @@ class Gate:
                 return False
             if priority:
                 self._priority_waiting += 1
+            else:
+                self._ordinary_waiting += 1
             try:
-                free = self._cond.wait_for(
-                    lambda: self._holder is None and (
-                        priority or not (self._priority_waiting or self._claimed_by_other(me))),
-                    WAIT_S)
+                free = self._cond.wait_for(lambda: self._free_for(me, priority), WAIT_S)
             finally:
                 if priority:
                     self._priority_waiting -= 1
+                else:
+                    self._ordinary_waiting -= 1
             if not free:
                 return False
+            if not priority:
+                self._ordinary_next = False
             self._holder = me
             self._ordinary = not priority
             self._since = time.perf_counter()
@@ -86,6 +95,13 @@ class Gate:
                 self._claims.pop(me, None)
             self._cond.notify_all()
 
+    def _free_for(self, me: int, priority: bool) -> bool:
+        if self._holder is not None:
+            return False
+        if priority:  # first, unless an ordinary writer's turn is owed and this is no run
+            return not (self._ordinary_next and self._ordinary_waiting and me not in self._claims)
+        return self._ordinary_next or not (self._priority_waiting or self._claimed_by_other(me))
+
     def _claimed_by_other(self, me: int) -> bool:
         return any(thread != me for thread in self._claims)
 
@@ -93,6 +109,8 @@ class Gate:
         with self._cond:
             if self._ordinary:
                 self.ordinary_held += time.perf_counter() - self._since
+            elif self._ordinary_waiting and self._holder not in self._claims:
+                self._ordinary_next = True
             self._holder = None
             self._cond.notify_all()
 
