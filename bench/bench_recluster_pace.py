@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def observed(*a: Any, **k: Any) -> int:
         run: dict[str, Any] = {"facts0": written[0], "t0": time.perf_counter()}
-        held: list[float] = k.get("held_ms") or []
+        held: list[float] = k["held_ms"] if k.get("held_ms") is not None else []
         before = len(held)
         try:
             run["cells"] = original(*a, **k)
