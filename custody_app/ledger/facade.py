@@ -217,14 +217,14 @@ class Ledger(EvidenceViews, TimelineReads):
         self.scrubs = Scrubs()
         # Certificates of erasures another process left pending, finished by this open.
         self.finished_at_open: list[ErasureCertificate] = []
-        self._blas: threads.Hold | None = None  # taken by `open`, given back by `close`
+        self.blas_hold: threads.Hold | None = None  # taken by `open`, given back by `close`
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            if self._blas is not None:
-                self._blas.release()
+            if self.blas_hold is not None:
+                self.blas_hold.release()
 
     @classmethod
     def open(cls, path: str | Path, **options: Any) -> Self:
@@ -239,7 +239,7 @@ class Ledger(EvidenceViews, TimelineReads):
         except BaseException:
             blas.release()
             raise
-        ledger._blas = blas
+        ledger.blas_hold = blas
         try:
             if not ledger.readonly:
                 roll_forward(ledger)
