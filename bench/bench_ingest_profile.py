@@ -2,8 +2,8 @@
 profile hook) during bench_ledger's workload written through the service, on a fresh ledger or
 on top of a copy of a cached one.
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_ingest_profile.py --ops 5000 --tmp DIR [--out FILE]
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_ingest_profile.py --ops 10000 --tmp DIR \
+    .venv/bin/python bench/bench_ingest_profile.py --ops 5000 --tmp DIR [--out FILE]
+    .venv/bin/python bench/bench_ingest_profile.py --ops 10000 --tmp DIR \
         --base /work/bench-cache/erasure/erasure-1000000-s20260901-r100000.db [--out FILE]
     ... --removals-at 100000   # the same with every removal deferred to its group's end
 

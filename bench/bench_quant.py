@@ -3,7 +3,7 @@ vectors), per-row int8 codes with a SIMD dot and exact re-scoring (the matrix ab
 codes with re-scoring, and usearch (exact brute force over int8; its HNSW graph up to
 `--hnsw-max`).
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_quant.py [--sizes 100000] [--queries 50]
+    .venv/bin/python bench/bench_quant.py [--sizes 100000] [--queries 50]
                                                                   [--out FILE]
 
 Vectors are the default embedder's (`hashed-ngram-v1-256`) of the synthetic support facts of

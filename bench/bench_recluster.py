@@ -1,7 +1,7 @@
 """Re-clustering moves on a synthetic vector index: what a move costs, statement by statement,
 in fact order and in old-cell order, and what the write transactions of `recluster` hold.
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_recluster.py [--vectors 100000] [--rows 8000]
+    .venv/bin/python bench/bench_recluster.py [--vectors 100000] [--rows 8000]
 
 Builds (once, in `--tmp`) an index of `--vectors` random unit vectors of 256 dimensions in
 sqrt(n) cells, every fact's cell drawn at random as in a ledger clustered long ago, and a new set
@@ -132,12 +132,12 @@ def longest(db: LedgerFile, rows: int, budget: float | None, n: int) -> str:
     its rows, the chunks sqlite-vec made in it, and its COMMIT against the estimate made
     before it (a table)."""
     seen: list[tuple[int, int, float, float]] = []  # rows, chunks, COMMIT s, estimate s
-    learn = rc._CommitCost.learn
+    learn = rc.CommitCost.learn
 
-    def noting(self: rc._CommitCost, used: int, chunks: int, seconds: float) -> None:
+    def noting(self: rc.CommitCost, used: int, chunks: int, seconds: float) -> None:
         seen.append((used, chunks, seconds, self.of(used, chunks)))
         learn(self, used, chunks, seconds)
-    rc._CommitCost.learn = noting  # type: ignore[method-assign]
+    rc.CommitCost.learn = noting  # type: ignore[method-assign]
     held: list[float] = []
     stop = threading.Event()
 
@@ -148,7 +148,7 @@ def longest(db: LedgerFile, rows: int, budget: float | None, n: int) -> str:
         rc.recluster(db, None, budget_s=budget, progress=progress, stop=stop,  # type: ignore[arg-type]
                      held_ms=held)
     finally:
-        rc._CommitCost.learn = learn  # type: ignore[method-assign]
+        rc.CommitCost.learn = learn  # type: ignore[method-assign]
     label = "no time budget" if budget is None else f"{budget * 1000:.0f} ms budget"
     out = [f"The {n} longest of {len(held)} transactions, {label}:", "",
            "| held (ms) | rows | chunks made | COMMIT (ms) | COMMIT estimated before it (ms) |",

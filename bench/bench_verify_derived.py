@@ -3,7 +3,7 @@ events, actions, salience presentations, pending retractions) against an older c
 verify, in one run on the same file; `verify --deep` timed separately.
 
     git worktree add --detach OLD_TREE 5ea3298      # OLD_TREE: a folder from mktemp -d
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_verify_derived.py 100000 \\
+    .venv/bin/python bench/bench_verify_derived.py 100000 \\
         --old-root OLD_TREE [--mix sessions] [--rounds 3] [--keep DIR] [--out FILE]
 
 The ledger (SIZE events, the positional argument) is built once by this checkout's builder
@@ -142,7 +142,7 @@ def main() -> None:
                     + ", ".join(f"{r['cpu']:.2f}" for r in rs) + " |")
     text = "\n".join([
         SECTION, "",
-        f"    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/bench_verify_derived.py {a.size} "
+        f"    .venv/bin/python bench/bench_verify_derived.py {a.size} "
         f"--old-root OLD_TREE --mix {a.mix} --rounds {a.rounds}", "",
         f"Old: {git(a.old_root, 'rev-parse', '--short', 'HEAD')} (a git worktree of it); new: "
         f"{git(str(ROOT), 'rev-parse', '--short', 'HEAD')}"

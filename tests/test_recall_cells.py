@@ -104,7 +104,7 @@ def test_growth_reclusters_and_another_process_sees_new_cells(make_env: Callable
     other = Ledger.open(env.path, policy=policy, clock=env.clock, id_seed=99)
     try:
         assert other.index.cells.count_cells() == 16
-        fill(env, 400, seed=2, start=1000)  # 520 facts: past 4x the 120 clustered on
+        fill(env, 400, seed=2, start=1000)  # 520 facts: past 3x the 120 clustered on
         assert ledger.db.recall.clustered_on() == 520
         assert ledger.index.cells.count_cells() == 23
         # The other connection reloads the centroids (the store's version moved on) and its

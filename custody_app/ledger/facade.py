@@ -76,6 +76,7 @@ from custody_app.ledger import queries, retractions, writes
 from custody_app.ledger.evidence_views import EvidenceViews
 from custody_app.ledger.identity import check_identity
 from custody_app.ledger.timeline import TimelineReads
+from custody_app.recall import threads
 
 
 class Ledger(EvidenceViews, TimelineReads):
@@ -216,13 +217,29 @@ class Ledger(EvidenceViews, TimelineReads):
         self.scrubs = Scrubs()
         # Certificates of erasures another process left pending, finished by this open.
         self.finished_at_open: list[ErasureCertificate] = []
+        self.blas_hold: threads.Hold | None = None  # taken by `open`, given back by `close`
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.blas_hold is not None:
+                self.blas_hold.release()
 
     @classmethod
     def open(cls, path: str | Path, **options: Any) -> Self:
         """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default),
         and finish any scrub an earlier process left pending. Options: policy, clock,
-        readonly, id_seed, keystore, reindex_progress (see `LedgerCore.open`)."""
-        ledger = super().open(path, **options)
+        readonly, id_seed, keystore, reindex_progress (see `LedgerCore.open`). numpy's BLAS
+        runs on one thread while the ledger is open (`recall.threads`: its spinning workers
+        doubled ingest CPU)."""
+        blas = threads.hold()  # before the open: a reindex at open runs BLAS work
+        try:
+            ledger = super().open(path, **options)
+        except BaseException:
+            blas.release()
+            raise
+        ledger.blas_hold = blas
         try:
             if not ledger.readonly:
                 roll_forward(ledger)

@@ -4,7 +4,7 @@ Below the policy's `ann_min_facts` every vector sits in one cell and a query rea
 (exact). From there on the vectors are clustered into about sqrt(n) cells, each vector stored in
 the cell of its nearest centroid (a sqlite-vec partition key), and a query reads only the
 `ann_probe` share of cells nearest to it: the KNN is still sqlite-vec's, over fewer chunks. The
-cells are re-clustered when the index has grown fourfold since the last clustering, off the
+cells are re-clustered when the index has grown threefold since the last clustering, off the
 write path (`recluster`), in short transactions of their own.
 """
 
@@ -22,16 +22,25 @@ from store import LedgerFile
 
 Matrix = npt.NDArray[np.float32]
 
-REGROW = 4  # re-cluster when the index holds this many times the vectors it was clustered on
+# Re-cluster when the index holds this many times the vectors it was clustered on: the cells then
+# stay between 0.58 and 1 times sqrt(n) (at 4 a ledger grown to 1M sat on the cells of 320k,
+# 0.57 sqrt(n) at best), for moving about 1.5n vectors in all over a ledger's growth instead of
+# 4n/3; at 2 (0.71) a re-clustering must move a vector for every fact written meanwhile, which
+# under a load of 10 on this 2-core machine it did not (0.6 a fact, bench_recluster_pace.py).
+REGROW = 3
 SAMPLE = 20_000  # vectors k-means is trained on
 ITERATIONS = 10
 MIN_CELLS = 16
 
 
-def regrow_due(count: int, clustered: int, floor: int) -> bool:
-    """Whether an index of `count` vectors, last clustered on `clustered` (0: never), is due a
-    re-clustering under the policy's `floor` (ann_min_facts)."""
-    return count >= floor and (clustered == 0 or count >= REGROW * clustered)
+def regrow_due(count: int, clustered: int, floor: int, cells: int = 0) -> bool:
+    """Whether an index of `count` vectors, last clustered on `clustered` (0: never) into
+    `cells` cells (0: not known), is due a re-clustering under the policy's `floor`
+    (ann_min_facts). The cells count too: about sqrt of the size they were made for, they heal
+    a ledger whose re-clustering recorded the size it ended at (before issue 35: 142 cells
+    made at 20k, recorded as clustered on 84k, not due again before 336k)."""
+    made_for = clustered if cells <= 1 else min(clustered, cells * cells)
+    return count >= floor and (clustered == 0 or count >= REGROW * made_for)
 
 
 def unit(vector: Matrix) -> Matrix:
@@ -183,7 +192,7 @@ class CellIndex:
         if self.db.recall.moving_below():
             return True  # an interrupted re-clustering resumes
         return regrow_due(count, self.db.recall.clustered_on(),
-                          self.policy.policy.recall.ann_min_facts)
+                          self.policy.policy.recall.ann_min_facts, self.count_cells())
 
     def repartition(self) -> int:
         """Cluster every vector anew and store each in its nearest cell, in the caller's

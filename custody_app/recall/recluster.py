@@ -1,7 +1,10 @@
 """Re-clustering the vector cells off the write path: on a connection of its own, k-means on a
 sample read outside any transaction, then the vectors moved to their new cells, old cell by old
-cell, in write transactions bounded in rows and in time, with the lock left free after each, so a
-writer never waits behind more than one of them."""
+cell, in write transactions bounded in rows and in time. This process's writers take turns with it
+at the lock (store.sqlite.gate), its turn first; after a turn it rests as long as it held the
+lock, unless the writers held it long since its last turn (groups), when it may take a share of
+that time in further turns at once: so it keeps pace with a writer writing back to back, and a
+single write waits behind at most one of its transactions (CREDIT_CAP_S of them after a group)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from custody_app.keys.keyring import INDEX_KEY_ID
 from custody_app.keys.vectors import VectorCipher
 from custody_app.recall.cells import MIN_CELLS, SAMPLE, Matrix, kmeans, regrow_due
 from custody_app.recall.heap import give_back_freed_heap
+from custody_app.recall.txbudget import CommitCost, within
 from store import LedgerFile, open_ledger
 
 # Most vectors moved per write transaction, the only time the re-clustering holds the write
@@ -39,14 +43,17 @@ BUDGET_S = 0.025
 # The estimate's error seen here (a COMMIT dearer than estimated by up to a millisecond or so,
 # a row dearer than the mean: `bench_recluster.py --longest`), kept free under the budget.
 LEEWAY_S = 0.002
-# What a COMMIT is taken to cost until measured: a row (0.011-0.045 ms here) and a new chunk
-# (0.1-0.5 ms).
-FIRST_ROW_COMMIT_S = 0.00005
-FIRST_CHUNK_COMMIT_S = 0.0005
 # After each commit the lock is left free a little longer than the transaction held it: a
 # writer waiting in SQLite's busy handler retries only after 1, 3, 8, 18, 33, 53 ms... of waiting,
 # and transactions back to back, however short each, kept one out up to its 5 s busy timeout here.
 PAUSE_EXTRA_S = 0.002
+# The re-clustering may hold the lock up to this share of the time the process's writers held it
+# (the rest after each turn aside): moving a vector held it ~0.15 ms quiet (~0.4 ms at a load of
+# 10), writing a fact in a group ~1.5-2 ms, and with REGROW 3 it must move a vector for every two
+# facts written; at most CREDIT_CAP_S of turns back to back, the longest a writer then waits
+# behind it (a quarter of a 1,000-op group's time on this machine).
+SHARE = 0.5
+CREDIT_CAP_S = 0.5
 Progress = Callable[[int, int], None]
 
 
@@ -67,13 +74,16 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     if seal is not None:
         db.recall.seal_vectors(seal)
     moving = db.recall.moving_below()
+    sized_on = 0  # the vectors the new cells were sized and trained on (0: resumed, unknown)
     if not moving:
         with db.read():
             where = db.recall.vector_seqs()
             clustered = db.recall.clustered_on()
+            cells_now = len(db.recall.cells())
+        sized_on = len(where)
         # Checked here, not only by the caller: a second process's `due` is stale once another
         # connection has re-clustered (it would begin a needless third set of cells).
-        if not regrow_due(len(where), clustered, policy.policy.recall.ann_min_facts):
+        if not regrow_due(len(where), clustered, policy.policy.recall.ann_min_facts, cells_now):
             return 0
         rng = random.Random(len(where))
         picked = rng.sample(where, min(SAMPLE, len(where)))
@@ -120,39 +130,65 @@ def recluster(db: LedgerFile, policy: LoadedPolicy, *, batch: int = BATCH,
     def cell_of(vector: bytes) -> int:
         return int(ids[int(np.argmax(matrix @ np.frombuffer(vector, dtype=np.float32)))])
 
-    commit = _CommitCost()
+    commit = CommitCost()
+    credit, writers_seen = 0.0, db.writers_held()
     window: list[tuple[int, bytes]] = []  # read, not yet moved
     taken = 0  # entries of todo read so far
-    while taken < len(todo) or window:
-        if stop is not None and stop.is_set():
-            return 0
-        if len(window) < batch and taken < len(todo):
-            take = todo[taken:taken + batch - len(window)].tolist()
-            with db.read():  # outside the write lock: a fact's vector does not change
-                window += db.recall.vectors_of(take)
-            taken += len(take)
-        if not window:
-            continue  # all of those were removed meanwhile (forgotten, superseded)
-        with db.write():
-            began = db.timer()  # the lock is held from here (not while waiting for it)
-            enough = (None if budget_s is None else
-                      _within(db.timer, began, began + budget_s - LEEWAY_S, commit))
-            if db.recall.moving_below() != moving:
-                return 0  # the index was rebuilt meanwhile (a reindex): nothing left to move
-            used, made = db.recall.move(window, cell_of, moving, enough)
-            moved = db.timer()
-        held = db.committed_at - began
-        commit.learn(used, made, max(0.0, db.committed_at - moved))
-        if held_ms is not None:  # through COMMIT
-            held_ms.append(held * 1000)
-        window = window[used:]
-        if progress is not None:
-            progress(taken - len(window), len(todo))
-        _rest(held + PAUSE_EXTRA_S, stop)  # the lock free for a waiting writer's next retry
+    claimed = False  # this thread keeps its turns (a run of them within its credit)
+    try:
+        while taken < len(todo) or window:
+            if stop is not None and stop.is_set():
+                return 0
+            if len(window) < batch and taken < len(todo):
+                take = todo[taken:taken + batch - len(window)].tolist()
+                with db.read():  # outside the write lock: a fact's vector does not change
+                    window += db.recall.vectors_of(take)
+                taken += len(take)
+            if not window:
+                continue  # all of those were removed meanwhile (forgotten, superseded)
+            with db.write():
+                began = db.timer()  # the lock is held from here (not while waiting for it)
+                enough = (None if budget_s is None else
+                          within(db.timer, began, began + budget_s - LEEWAY_S, commit))
+                if db.recall.moving_below() != moving:
+                    return 0  # the index was rebuilt meanwhile (a reindex): nothing left to move
+                used, made = db.recall.move(window, cell_of, moving, enough)
+                moved = db.timer()
+            held = db.committed_at - began
+            commit.learn(used, made, max(0.0, db.committed_at - moved))
+            if held_ms is not None:  # through COMMIT
+                held_ms.append(held * 1000)
+            window = window[used:]
+            if progress is not None:
+                progress(taken - len(window), len(todo))
+            # A share of the time this process's writers held the lock since the last turn may be
+            # taken at once in further turns (a writer of 1,000-op groups held it ~1.5 s a group,
+            # and one turn after each moved 50 vectors a group: the move never ended); past that
+            # share, rest, the lock free for a waiting writer.
+            writers = db.writers_held()
+            credit = min(CREDIT_CAP_S, credit + SHARE * (writers - writers_seen) - held)
+            writers_seen = writers
+            if credit <= 0:
+                credit = 0.0
+                if claimed:
+                    db.claim_turns(False)
+                    claimed = False
+                _rest(held + PAUSE_EXTRA_S, stop)
+            elif not claimed:
+                db.claim_turns(True)
+                claimed = True
+    finally:
+        if claimed:
+            db.claim_turns(False)
     with db.write():
         if db.recall.moving_below() != moving:
             return 0  # another connection finished this re-clustering (or a reindex ran)
-        db.recall.end_moving(db.recall.vector_count())
+        # The size the cells were made for, not the size at the end: a ledger that grew while
+        # the vectors moved is due again once it doubles from there (recorded at the end, a
+        # re-clustering begun at 20k and ended at 84k left 142 cells due again only at 336k).
+        # A resumed run knows only its cells, about sqrt of the size they were made for.
+        count = db.recall.vector_count()
+        db.recall.end_moving(sized_on or min(count, len(new) ** 2))
     return len(new)
 
 
@@ -162,50 +198,6 @@ def _rest(seconds: float, stop: threading.Event | None) -> None:
         stop.wait(seconds)
     else:
         time.sleep(seconds)
-
-
-class _CommitCost:
-    """What a COMMIT of the re-clustering costs: so much a row gone through, so much more a
-    chunk made. A transaction that made no chunk measures the first; one that made chunks
-    scales both by how far the estimate of it was off. Up at once to a dearer figure, down by
-    halves: the estimate errs on the long side."""
-
-    def __init__(self) -> None:
-        self.per_row = FIRST_ROW_COMMIT_S
-        self.per_chunk = FIRST_CHUNK_COMMIT_S
-
-    def learn(self, rows: int, chunks: int, seconds: float) -> None:
-        if chunks == 0:
-            self.per_row = _lean_long(self.per_row, seconds / rows)
-            return
-        estimate = self.of(rows, chunks)
-        if estimate <= 0.0:  # nothing to scale: every COMMIT so far took no time at all
-            self.per_chunk = max(0.0, seconds - rows * self.per_row) / chunks
-            return
-        off = seconds / estimate
-        self.per_row = _lean_long(self.per_row, self.per_row * off)
-        self.per_chunk = _lean_long(self.per_chunk, self.per_chunk * off)
-
-    def of(self, rows: int, chunks: int) -> float:
-        return rows * self.per_row + chunks * self.per_chunk
-
-
-def _lean_long(estimate: float, seen: float) -> float:
-    return max(seen, (estimate + seen) / 2)
-
-
-def _within(timer: Callable[[], float], began: float, deadline: float,
-            commit: _CommitCost) -> Callable[[int], bool]:
-    """Asked after each row with the chunks made so far: true once now, one more row at the
-    mean cost of those so far and the COMMIT of them all would reach `deadline`."""
-    rows = 0
-
-    def enough(chunks: int) -> bool:
-        nonlocal rows
-        rows += 1
-        now = timer()
-        return now + (now - began) / rows + commit.of(rows + 1, chunks) >= deadline
-    return enough
 
 
 class Maintenance:
@@ -245,6 +237,10 @@ class Maintenance:
             # Its commits hand the WAL checkpoint to a thread too, instead of running it
             # themselves (after the lock is free, but before the next batch could begin).
             db.checkpoint_in_background()
+            # Its turns come before this process's writers waiting with them: between two
+            # connections SQLite's busy handler let a writer writing back to back keep the lock,
+            # and a re-clustering begun at 20k facts was still moving vectors at 100k.
+            db.write_first()
             try:
                 recluster(db, self.policy, progress=self._note, stop=self._stop,
                           held_ms=self.held_ms, seal=self._cipher)

@@ -135,6 +135,16 @@ class LedgerFile:
     def checkpoint_in_background(self) -> None:
         """Nothing to do: the server checkpoints its own WAL."""
 
+    def write_first(self) -> None:
+        """Nothing to do: the server queues its writers itself (the advisory lock)."""
+
+    def claim_turns(self, on: bool) -> None:
+        """Nothing to do: the server queues its writers itself."""
+
+    def writers_held(self) -> float:
+        """0: not counted on a server (the re-clustering then rests after every turn)."""
+        return 0.0
+
     @property
     def depth(self) -> int:
         """0 outside a transaction, 1 in the outermost write or read, more inside savepoints."""

@@ -20,6 +20,7 @@ from store.sqlite.checkpointer import Checkpointer
 from store.sqlite.damage import damage
 from store.sqlite.erasure import ErasureStore
 from store.sqlite.events import EventStore
+from store.sqlite.gate import gate_for
 from store.sqlite.locate import Locator
 from store.sqlite.policies import PolicyStore
 from store.sqlite.projection import FactStore
@@ -70,10 +71,30 @@ class LedgerFile:
         # from then on, before any wait for a checkpoint); a test may give it a clock of its own.
         self.timer: Callable[[], float] = time.perf_counter
         self.committed_at = 0.0
+        # The write turns of this process's connections to the file (store.sqlite.gate);
+        # `write_priority`: this one (the re-clustering) goes before ordinary writers waiting.
+        self.gate = gate_for(path)
+        self.write_priority = False
 
     def damage(self, exc: BaseException) -> LedgerDamaged | None:
         """What a failed read says about the file: damage named by file and seq, else None."""
         return damage(exc, self.path, self.conn)
+
+    def write_first(self) -> None:
+        """This connection's write transactions go before the ordinary writers of this
+        process waiting with them (the re-clustering's: store.sqlite.gate)."""
+        self.write_priority = True
+
+    def claim_turns(self, on: bool) -> None:
+        """Keep (on) this priority connection's turns between two of its transactions, or give
+        them up (store.sqlite.gate); nothing for an ordinary connection."""
+        if self.write_priority:
+            self.gate.claim(on)
+
+    def writers_held(self) -> float:
+        """Seconds this process's ordinary writers have held the file's write lock so far, as
+        seen by the re-clustering's connection; 0 on an ordinary one (its own turns count)."""
+        return self.gate.ordinary_held if self.write_priority else 0.0
 
     def checkpoint_in_background(self) -> None:
         """Take the automatic WAL checkpoint off this connection's commits (store.checkpointer)."""
@@ -182,31 +203,36 @@ class LedgerFile:
             return
         if self.checkpointer is not None:
             self.checkpointer.before_write()
-        begin_immediate(self.conn)
-        self._depth = 1
-        self._aborted = None
+        turn = self.gate.enter(priority=self.write_priority)  # this process's writers in turn
         try:
-            yield
-        except BaseException as exc:
-            self._depth = 0
+            begin_immediate(self.conn)
+            self._depth = 1
             self._aborted = None
-            self._rollback()
-            if isinstance(exc, apsw.Error) and _is_full(exc):
-                raise StoreFull(FULL_MESSAGE) from exc
-            raise
-        try:
-            if self._aborted is not None or not self.conn.in_transaction:
-                raise self._aborted_error()
-            self.conn.execute("COMMIT")
-            self.committed_at = self.timer()
-        except apsw.Error as exc:
-            self._rollback()
-            if _is_full(exc):
-                raise StoreFull(FULL_MESSAGE) from exc
-            raise StoreError(f"commit failed: {exc}") from exc
+            try:
+                yield
+            except BaseException as exc:
+                self._depth = 0
+                self._aborted = None
+                self._rollback()
+                if isinstance(exc, apsw.Error) and _is_full(exc):
+                    raise StoreFull(FULL_MESSAGE) from exc
+                raise
+            try:
+                if self._aborted is not None or not self.conn.in_transaction:
+                    raise self._aborted_error()
+                self.conn.execute("COMMIT")
+                self.committed_at = self.timer()
+            except apsw.Error as exc:
+                self._rollback()
+                if _is_full(exc):
+                    raise StoreFull(FULL_MESSAGE) from exc
+                raise StoreError(f"commit failed: {exc}") from exc
+            finally:
+                self._depth = 0
+                self._aborted = None
         finally:
-            self._depth = 0
-            self._aborted = None
+            if turn:
+                self.gate.leave()
 
     def _undo_savepoint(self, name: str, full: bool) -> None:
         """Roll a failed savepoint back; if SQLite already rolled back the whole transaction,

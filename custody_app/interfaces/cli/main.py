@@ -41,6 +41,7 @@ from custody_app.interfaces.tui.access import resolve_reviewer
 from custody_app.keys.demo_receipts import bind_demo_receipts
 from custody_app.keys.writer_keys import read_key
 from custody_app.ledger.facade import Ledger
+from custody_app.recall import threads
 from store.address import address_of
 
 
@@ -249,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     """The console script; a closed or full stdout ends it quietly with Exit.OUTPUT_CLOSED."""
     if not _standard_streams():
         return int(Exit.OUTPUT_CLOSED)
+    threads.limit_process()  # the process is ours: numpy's BLAS on one thread, for good
     try:
         try:
             code = _dispatch(list(sys.argv[1:] if argv is None else argv))
