@@ -211,6 +211,9 @@ class LedgerCore:
             except BaseException:
                 ledger.close()
                 raise
+        if not readonly:
+            # A model embedder's vectors are made off the write path, from here to close.
+            ledger.index.start_embedding()
         return ledger
 
     @property
