@@ -16,7 +16,13 @@ from custody_app.keys.vectors import SEALED, Clear, Lenient, VectorCipher
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, embedder_for, make_embedder
-from custody_app.recall.embedding import EmbeddingWorker, as_stored, off_write_path, stored_value
+from custody_app.recall.embedding import (
+    OFF_WRITE_PATH,
+    EmbeddingWorker,
+    as_stored,
+    off_write_path,
+    stored_value,
+)
 from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
 from custody_app.recall.removals import BatchedRemovals
@@ -174,6 +180,9 @@ class RecallIndex(BatchedRemovals):
         embedder = embedder_for(recorded) if recorded is not None else None
         if recorded is not None and embedder is None:
             self.foreign = recorded[0]
+            # Its vectors were made off the write path: some may still be missing.
+            self.deferred = (recorded[0] in OFF_WRITE_PATH
+                             and not address_of(self.db.path).server)
         elif embedder is not None:
             self.embedder = embedder
             self.cells = CellIndex(self.db, self.policy, embedder.dimensions)
