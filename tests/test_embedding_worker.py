@@ -242,3 +242,32 @@ def test_verify_deep_compares_the_word_rows_of_facts_waiting_for_their_vector(
         assert ledger.verify().valid  # the row exists: only --deep compares its words
         deep = ledger.verify(deep=True)
         assert not deep.valid and f"assert seq {fact.assert_seq}" in (deep.problem or "")
+
+
+def test_recall_during_embedding_applies_the_workers_batches_without_reloading(
+        tmp_path: Path, shipped_default: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process copy of the vectors takes each batch the worker committed (in commit
+    order) instead of reloading every vector, and ranks exactly as a fresh load does."""
+    monkeypatch.setattr(embedding, "BATCH", 4)
+    with Ledger.open(tmp_path / "l.db") as ledger:
+        for n in range(6):
+            _put(ledger, n)
+        assert ledger.index.settle_embedding(300)
+        ledger.recall("dog", strategy="vector")  # the copy is loaded here
+        loads: list[int] = []
+        real = ledger.db.recall.iter_vectors
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            loads.append(1)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(ledger.db.recall, "iter_vectors", counted)
+        for n in range(6, 18):
+            _put(ledger, n, subject=f"user:{n}")
+        assert ledger.index.settle_embedding(300)
+        got = ledger.recall("what kind of dog do I have", k=10, strategy="vector")
+        assert loads == [] and len(ledger.index.matrix) == 18
+        with Ledger.open(tmp_path / "l.db", readonly=True) as fresh:
+            again = fresh.recall("what kind of dog do I have", k=10, strategy="vector")
+        assert ([(h.fact.fact_id, round(h.score, 5)) for h in got.results]
+                == [(h.fact.fact_id, round(h.score, 5)) for h in again.results])

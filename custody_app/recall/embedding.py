@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -25,7 +26,7 @@ from custody_app.recall.embedders import Embedder, Vectors
 from custody_app.recall.heap import give_back_freed_heap
 from store import LedgerFile, open_ledger
 from store.errors import StoreBusy
-from store.rows import FactRow, vec_row
+from store.rows import FactRow, VecRow, vec_row
 
 # Embedders whose vectors are made by the worker (by the name they record with their vectors):
 # the models. hashed-ngram (~0.1 ms a fact) and wordllama (~0.05 ms) keep embedding inside the
@@ -46,6 +47,10 @@ PAUSE_S = 0.005
 # A writer held the lock past the busy timeout (a long group): try the batch again this much
 # later, the vectors kept.
 BUSY_RETRY_S = 0.2
+# Batches written and not yet taken by the owner's in-process copy of the vectors (which
+# applies them instead of reloading every vector after each batch); past this many the owner
+# has not searched for a while, and its copy reloads once when it next does.
+KEPT_FOR_OWNER = 64
 
 
 def off_write_path(embedder: Embedder) -> bool:
@@ -100,6 +105,9 @@ class EmbeddingWorker:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.embedded = 0  # vectors written by this worker (benchmarks)
+        # (version token before, after, rows) of each batch committed, in commit order, for the
+        # owner's in-process copy (`take_written`); None once more than KEPT_FOR_OWNER waited.
+        self._written: deque[tuple[str, str, list[VecRow]]] | None = deque()
         self.held_ms: list[float] = []  # write-lock time of each batch written (benchmarks)
         # Called (in the worker's thread) after each batch is embedded and before its write
         # transaction begins: the tests' hook for racing a forget against the worker.
@@ -138,6 +146,14 @@ class EmbeddingWorker:
         if self.error is not None:
             raise self.error
         return False
+
+    def take_written(self) -> list[tuple[str, str, list[VecRow]]] | None:
+        """The batches committed since the last call, in commit order (None: too many to keep:
+        the caller's copy reloads)."""
+        with self._lock:
+            taken = None if self._written is None else list(self._written)
+            self._written = deque()
+        return taken
 
     def close(self) -> None:
         self._stop.set()
@@ -236,7 +252,12 @@ class EmbeddingWorker:
                             self._indexed[still[todo[i][0].assert_seq]], todo[i][0].space,
                             keys.subject_ref(todo[i][0].subject))
                     for i, vec, cell in zip(keep, kept, placed, strict=True)]
-            db.recall.add_many([], rows)
+            old, new = db.recall.add_many([], rows)
+        with self._lock:
+            if self._written is not None and len(self._written) < KEPT_FOR_OWNER:
+                self._written.append((old, new, rows))
+            else:
+                self._written = None
         held = db.committed_at - began
         self.held_ms.append(held * 1000)
         self.embedded += len(rows)

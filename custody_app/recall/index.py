@@ -306,10 +306,25 @@ class RecallIndex(BatchedRemovals):
     def _waiting(self) -> int:
         return len(self._pending) + len(self._removed) + len(self._moved)
 
+    def take_embedded(self) -> None:
+        """Apply the vectors the worker committed since to the in-process copy, in commit
+        order (a copy at another version drops itself and reloads, as after any other
+        connection's change): a search during a long backlog does not reload every vector
+        after each batch."""
+        if self.embedding is None:
+            return
+        written = self.embedding.take_written()
+        if written is None:
+            self.matrix.drop()
+            return
+        for old, new, rows in written:
+            self.matrix.changed(old, new, added=rows)
+
     def flush(self, *, adds_only: bool = False) -> None:
         """Write the changes deferred by `sync`: before the transaction commits, and before
         anything on this connection reads or changes the index rows. `adds_only`: only the new
         rows (of facts not also removed), as a large group goes along."""
+        self.take_embedded()
         if not self._waiting():
             return
         saved = self.pending()
