@@ -77,7 +77,7 @@ def test_damaged_files_are_refused(tmp_path: Path, damage: str,
     monkeypatch.setattr(minilm, "package_dir", lambda: root)
     monkeypatch.setattr(minilm, "_MODEL", None)
     with pytest.raises(LedgerError) as info:
-        make_embedder("minilm-l6")
+        make_embedder("minilm-l6").embed(["a beagle"])  # the files are read at first use
     assert info.value.code == "embedder_damaged" and "reinstall" in info.value.message
 
 
