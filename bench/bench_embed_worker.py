@@ -71,8 +71,11 @@ def ingest(tmp: Path, embedder: str, n: int, drain_window: float) -> dict[str, f
             done = ledger.index.settle_embedding(drain_window)
             left = ledger.index.unembedded()
             spent = time.perf_counter() - d0
+            held = ledger.index.embedding.held_ms
             out.update(drained=float(done), drain_wall=spent, drain_cpu=_cpu() - c0,
-                       drain_rate=(before - left) / spent if spent else 0.0, left=float(left))
+                       drain_rate=(before - left) / spent if spent else 0.0, left=float(left),
+                       held_max=max(held, default=0.0),
+                       held_p50=sorted(held)[len(held) // 2] if held else 0.0)
     return out
 
 
@@ -95,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                 if "drain_rate" in r:
                     drain = (f"{r['drain_rate']:.0f} facts/s over {r['drain_wall']:.0f} s "
                              f"({r['drain_cpu']:.0f} CPU s), "
-                             + ("backlog empty" if r["drained"] else f"{r['left']:.0f} left"))
+                             + ("backlog empty" if r["drained"] else f"{r['left']:.0f} left")
+                             + f"; its write lock held {r['held_p50']:.1f} ms median, "
+                             f"{r['held_max']:.1f} ms at most")
                 rows.append(f"| {n:,} | {embedder} | {r['wall']:.1f} | {r['rate']:,.0f} | "
                             f"{r['writer_cpu']:.1f} | {r['cpu']:.1f} | "
                             f"{r['slowest_group_ms']:.0f} | {r['backlog']:,.0f} | {drain} |")
