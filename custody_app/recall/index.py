@@ -254,6 +254,8 @@ class RecallIndex(BatchedRemovals):
     def after_commit(self) -> None:
         """A write transaction committed: start a re-clustering in the background if due;
         wake the embedding worker for the facts it indexed lexically only."""
+        if self.embedding is not None:
+            self.embedding.wrote()
         if self._unembedded_from is not None:
             if self.embedding is not None:
                 self.embedding.wake(self._unembedded_from)
