@@ -47,6 +47,7 @@ def load(ledger: Any, turns: list[dict[str, Any]]) -> dict[str, str]:
                                      cause={"kind": "import", "ref": "dialogue-set"},
                                      provenance="attested")
             ids[res.fact_id] = t["key"]
+    ledger.index.settle_embedding()  # a model's vectors come from the background worker
     return ids
 
 

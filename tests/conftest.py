@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -10,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from custody_app.domain import policy as policy_module
+from custody_app.domain import resources
 from custody_app.domain.timeutil import ManualClock, format_time
 from custody_app.ledger.facade import Ledger
 
@@ -17,6 +21,30 @@ T0 = datetime(2026, 9, 1, tzinfo=UTC)
 CAUSE: dict[str, Any] = {"kind": "message", "ref": "msg-1"}
 WRITER = "agent:support"
 REVIEWER = "user:rev"
+
+
+# The suite's default policy: the shipped one with the embedder pinned to hashed-ngram, so a
+# test that does not care about the embedder neither loads the minilm-l6 model nor runs the
+# background embedding worker (its policy hashes as the shipped default did before minilm-l6
+# became the default). The tests of the default itself ask for `shipped_default`.
+_SUITE_POLICY_DIR = Path(tempfile.mkdtemp(prefix="custody-suite-policy-"))
+SUITE_DEFAULT_POLICY = _SUITE_POLICY_DIR / "default.toml"
+SHIPPED_DEFAULT_POLICY = resources.default_policy_path()
+_shipped_text = SHIPPED_DEFAULT_POLICY.read_text(encoding="utf-8")
+assert 'embedder = "minilm-l6"\n' in _shipped_text
+SUITE_DEFAULT_POLICY.write_text(_shipped_text.replace('embedder = "minilm-l6"\n',
+                                                      'embedder = "hashed-ngram"\n'),
+                                encoding="utf-8")
+atexit.register(shutil.rmtree, _SUITE_POLICY_DIR, True)
+policy_module.default_policy_path = lambda: SUITE_DEFAULT_POLICY  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def shipped_default(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shipped default policy (minilm-l6, embedded by the background worker) for ledgers
+    opened with no policy named in this test."""
+    monkeypatch.setattr(policy_module, "default_policy_path", lambda: SHIPPED_DEFAULT_POLICY)
+    return SHIPPED_DEFAULT_POLICY
 
 
 def day(n: float) -> str:

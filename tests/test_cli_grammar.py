@@ -19,9 +19,10 @@ from custody_app import Ledger
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.policy import load_policy
 from custody_app.interfaces.tui.access import LedgerAccess
+from tests.conftest import SUITE_DEFAULT_POLICY
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = (ROOT / "policies" / "default.toml").read_text(encoding="utf-8")
+DEFAULT = SUITE_DEFAULT_POLICY.read_text(encoding="utf-8")
 CAUSE = {"kind": "message", "ref": "msg_1"}
 
 

@@ -26,6 +26,7 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import text
 from store import open_keystore
 from tests import pgserver
+from tests.conftest import SUITE_DEFAULT_POLICY
 from tests.epoch_crash import master_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -358,7 +359,7 @@ def test_a_key_store_made_before_epochs_opens_and_rotates(address: str, tmp_path
 def test_policy_after_erasure_rotates_at_the_end_of_a_subject_erasure(
         address: str, tmp_path: Path) -> None:
     policy = tmp_path / "p.toml"
-    policy.write_text(Path(ROOT / "policies/default.toml").read_text().replace(
+    policy.write_text(SUITE_DEFAULT_POLICY.read_text().replace(
         'rotate_epoch = "manual"', 'rotate_epoch = "after_erasure"'))
     with Ledger.open(address, policy=policy) as led:
         values = _fill(led)

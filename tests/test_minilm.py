@@ -77,7 +77,7 @@ def test_damaged_files_are_refused(tmp_path: Path, damage: str,
     monkeypatch.setattr(minilm, "package_dir", lambda: root)
     monkeypatch.setattr(minilm, "_MODEL", None)
     with pytest.raises(LedgerError) as info:
-        make_embedder("minilm-l6")
+        make_embedder("minilm-l6").embed(["a beagle"])  # the files are read at first use
     assert info.value.code == "embedder_damaged" and "reinstall" in info.value.message
 
 
@@ -98,6 +98,7 @@ def test_a_policy_naming_it_recalls_a_paraphrase(tmp_path: Path) -> None:
                            actor=WRITER, cause=CAUSE, provenance="attested")
         ledger.assert_fact("acct:1", "billing", "The quarterly invoice went to Acme Logistics",
                            actor=WRITER, cause=CAUSE, provenance="attested")
+        assert ledger.index.settle_embedding(120)  # its vectors come from the worker
         hits = ledger.recall("what kind of dog do I have", k=1, strategy="vector").results
         assert len(hits) == 1 and "beagle" in str(hits[0].fact.value)
     assert embedder_for(("minilm-l6-v2-384", 384)) is not None

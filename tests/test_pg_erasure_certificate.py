@@ -19,7 +19,7 @@ import pytest
 
 from custody_app.erasure.certificate import SERVER_COPIES
 from store.postgres import pages, residue
-from tests.conftest import Env
+from tests.conftest import SUITE_DEFAULT_POLICY, Env
 
 SNAPSHOTS = residue.SNAPSHOTS_PLACE
 OLD = residue.OLD_VERSIONS_PLACE
@@ -53,7 +53,7 @@ def env(inspected: str, tmp_path: Path) -> Iterator[Env]:
     server's WAL and the copies made from it is settled at once (crypto-erased) and these
     tests see the server's own places decide whether a certificate is complete."""
     policy = tmp_path / "rotating.toml"
-    policy.write_text((ROOT / "policies" / "default.toml").read_text().replace(
+    policy.write_text(SUITE_DEFAULT_POLICY.read_text().replace(
         'rotate_epoch = "manual"', 'rotate_epoch = "after_erasure"'))
     env = Env(inspected, policy)
     try:

@@ -24,6 +24,7 @@ from textual.widgets import DataTable
 from custody_app.interfaces.tui import app as app_module
 from custody_app.ledger.facade import Ledger
 from store.postgres.schema import SCHEMA_VERSION
+from tests.conftest import SUITE_DEFAULT_POLICY
 from tests.test_pg_surfaces import CAUSE, ROOT, _env, fact, ops
 from tests.test_tui_live import until
 from tests.tuikit import app_on, build_story, idle, keys, notes
@@ -282,7 +283,7 @@ def test_a_running_mcp_server_never_puts_back_the_policy_another_host_replaced(
 
     assert cli("init", "--ledger", pg_url).returncode == 0
     newer = tmp_path / "newer.toml"
-    newer.write_text((ROOT / "policies" / "default.toml").read_text().replace(
+    newer.write_text(SUITE_DEFAULT_POLICY.read_text().replace(
         'max_receipt_age = "PT1H"', 'max_receipt_age = "PT2H"'))
     server = StdioWire(pg_url)  # type: ignore[arg-type]
     try:

@@ -625,7 +625,7 @@ def test_batch_recall_op(tmp_path: Path) -> None:
     r1 = by_id["r1"]
     assert r1["ok"] and r1["op"] == "recall"
     assert r1["result"]["strategy"] == "hybrid" and r1["result"]["note"]
-    assert r1["result"]["embedder"].startswith("hashed-ngram")
+    assert r1["result"]["embedder"].startswith("minilm-l6")  # the shipped default
     assert [h["fact"]["fact_id"] for h in r1["result"]["results"]] == [line_of[1]]
     hit = r1["result"]["results"][0]
     assert hit["fact"]["value"] == "mango lassi recipe"

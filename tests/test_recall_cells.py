@@ -16,10 +16,10 @@ import pytest
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import matrix
 from custody_app.recall.text import fact_text
-from tests.conftest import CAUSE, WRITER, Env, day, ledger_bytes
+from tests.conftest import CAUSE, SUITE_DEFAULT_POLICY, WRITER, Env, day, ledger_bytes
 from tests.test_recall import ids, index_clean, vector_slices
 
-DEFAULT = (Path(__file__).resolve().parent.parent / "policies" / "default.toml").read_text()
+DEFAULT = SUITE_DEFAULT_POLICY.read_text()
 LOW = DEFAULT.replace("ann_min_facts = 20000", "ann_min_facts = 100")
 WORDS = ("amber basalt cobalt dune ember fjord glacier harbor iris juniper kelp lagoon meadow "
          "nebula orchid prairie quartz reef saffron tundra umber valley willow xenon yarrow "

@@ -12,6 +12,7 @@ from custody_app.domain.escaping import MultilineText, escape_multiline, escaped
 from custody_app.domain.timeutil import ManualClock
 from custody_app.ledger.facade import Ledger
 from screens.fact import FactScreen
+from tests.conftest import SUITE_DEFAULT_POLICY
 from tests.tuikit import FROZEN, app_on, build_story, idle, open_screen, screen_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +68,7 @@ def test_explain_ends_with_the_served_facts_each_on_its_line(tmp_path: Path) -> 
 
 
 def _hostile_policy(tmp_path: Path) -> Path:
-    text = (ROOT / "policies" / "default.toml").read_text(encoding="utf-8")
+    text = SUITE_DEFAULT_POLICY.read_text(encoding="utf-8")
     policy = tmp_path / "policy.toml"
     # Another space than the default, so a policy of its own (comments do not change a hash).
     text = text.replace('default_space = "org"', 'default_space = "team:hostile"')

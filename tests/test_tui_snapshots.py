@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from screens.fact import FactScreen
+from tests.conftest import SUITE_DEFAULT_POLICY
 from tests.tuikit import Story, app_on, build_story, idle
 
 SIZE = (150, 32)
@@ -290,7 +291,7 @@ def seeded_story(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Story:
     monkeypatch.setenv("CUSTODY_MASTER_KEY", "11" * 32)
     monkeypatch.chdir(tmp_path)
     # The shipped policy, recorded by a path relative to the test's folder (not the checkout's)
-    shipped = Path(__file__).resolve().parent.parent / "policies" / "default.toml"
+    shipped = SUITE_DEFAULT_POLICY  # the shipped one, its embedder pinned to hashed-ngram
     Path("policy.toml").write_bytes(shipped.read_bytes())
     return build_story(Path("story.db"), policy=Path("policy.toml"))
 

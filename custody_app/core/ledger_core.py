@@ -205,15 +205,22 @@ class LedgerCore:
             if damaged is not None:
                 raise damaged from None
             raise
+        # The recorded policy refused (its text replaced): reads go on under the shipped default,
+        # which may name another embedder; nothing is re-embedded or embedded for it (a write
+        # is refused until a policy is named, and the ledger stays as it was).
+        refused = ledger.policy_refusal is not None
         if not ledger.index.is_current():
             try:
-                if readonly:  # cannot re-embed: read with the embedder that made the vectors
+                if readonly or refused:  # no re-embedding: read with the recorded embedder
                     ledger.index.use_recorded_embedder()
                 else:
                     ledger.reindex(reindex_progress)
             except BaseException:
                 ledger.close()
                 raise
+        if not readonly and not refused:
+            # A model embedder's vectors are made off the write path, from here to close.
+            ledger.index.start_embedding()
         return ledger
 
     @property

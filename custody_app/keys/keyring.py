@@ -158,6 +158,20 @@ class KeyRing:
                 raise
         raise AssertionError("unreachable: the last try raises or returns")
 
+    def sibling(self) -> KeyRing:
+        """A ring of its own on a new connection to the same key store, under the same master
+        key: for a background thread (each thread its own connection; the caches of this one
+        are not shared)."""
+        try:
+            store = open_keystore(self.address)
+        except StoreError as exc:
+            raise LedgerError(exc.code, str(exc)) from None
+        try:
+            return type(self)(store, self._master, self.address)
+        except BaseException:
+            store.close()
+            raise
+
     @property
     def path(self) -> str:
         return self.store.path

@@ -55,6 +55,21 @@ def content_differences(index: RecallIndex) -> list[str]:
             if (have.shape != vector.shape or not np.allclose(have, vector, atol=ATOL)
                     or tuple(rest) != want[3:]):
                 vector_bad.append(seq)
+    # Believed facts without a vector (a model's vectors come after the write): their lexical
+    # rows are compared too.
+    waiting = sorted(set(believed) - {seq for seq, _ in db.recall.indexed()[1]})
+    for i in range(0, len(waiting), 1000):
+        part = [believed[seq] for seq in waiting[i:i + 1000]]
+        stored_lexical = db.recall.lexical_of([f.assert_seq for f in part])
+        for fact in part:
+            value = index.stored_text(fact)
+            row = stored_lexical.get(fact.assert_seq)
+            if value is None or row is None:
+                continue  # a missing row is the cheap check's to report
+            body = text.fact_text(fact.subject, fact.predicate, json.loads(value))
+            terms = " ".join(text.term(key, w) for w in text.words(body))
+            if row != (terms, index.scope(fact.space, fact.subject, key)):
+                lexical_bad.append(fact.assert_seq)
     out = []
     if lexical_bad:
         out.append(f"recall_fts (lexical index) content differs from the fact indexed afresh "

@@ -1,13 +1,12 @@
 """The recall indexes of one ledger file (FTS5 over keyed word hashes, sqlite-vec vectors),
-kept equal to the believed facts in the transaction of each event that changes belief."""
+kept equal to the believed facts in the transaction of each event that changes belief; a model
+embedder's vectors are added after it, by a background worker (recall/embedding.py)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-
-import numpy as np
 
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.policy import LoadedPolicy
@@ -17,6 +16,13 @@ from custody_app.keys.vectors import SEALED, Clear, Lenient, VectorCipher
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, embedder_for, make_embedder
+from custody_app.recall.embedding import (
+    OFF_WRITE_PATH,
+    EmbeddingWorker,
+    as_stored,
+    off_write_path,
+    stored_value,
+)
 from custody_app.recall.loading import reader
 from custody_app.recall.matrix import VectorMatrix
 from custody_app.recall.recluster import Maintenance
@@ -82,6 +88,13 @@ class RecallIndex(BatchedRemovals):
         self._gone: set[int] = set()
         # Set by `use_recorded_embedder` when no embedder here can read the stored vectors.
         self.foreign: str | None = None
+        # A model embedder's vectors are made by a background worker, not in the write (file
+        # ledgers; a server ledger still embeds in the write's transaction).
+        self.deferred = off_write_path(self.embedder) and not address_of(db.path).server
+        self.embedding: EmbeddingWorker | None = None
+        # The lowest seq this transaction indexed lexically only (the worker is woken from
+        # there once it commits).
+        self._unembedded_from: int | None = None
 
     def key(self) -> bytes:
         """The key of the lexical index's word hashes."""
@@ -173,10 +186,14 @@ class RecallIndex(BatchedRemovals):
         embedder = embedder_for(recorded) if recorded is not None else None
         if recorded is not None and embedder is None:
             self.foreign = recorded[0]
+            # Its vectors were made off the write path: some may still be missing.
+            self.deferred = (recorded[0] in OFF_WRITE_PATH
+                             and not address_of(self.db.path).server)
         elif embedder is not None:
             self.embedder = embedder
             self.cells = CellIndex(self.db, self.policy, embedder.dimensions)
             self.matrix = VectorMatrix(self.db, embedder.dimensions, opener=self._reader)
+            self.deferred = off_write_path(embedder) and not address_of(self.db.path).server
 
     def term(self, word: str) -> str:
         return text.term(self.key(), word)
@@ -196,14 +213,13 @@ class RecallIndex(BatchedRemovals):
                 self._apply(removed or [], moved or [], [], [])
             return
         key = self.key()
-        vectors = self.embedder.embed([body for _, _, body in pending])
-        norms = np.linalg.norm(vectors, axis=1)
-        # Embedders give unit rows (kept bit for bit, as `unit` does); others are scaled.
-        off = (norms != 0) & (np.abs(norms - 1.0) >= 1e-6)
-        if off.any():
-            vectors = vectors.copy()
-            vectors[off] = (vectors[off] / norms[off, None]).astype(np.float32)
-        cells = self.cells.cells_for(vectors)
+        if self.deferred:  # lexical rows only: the worker adds the vectors after the commit
+            vectors, cells = None, None
+            low = min(fact.assert_seq for fact, _, _ in pending)
+            self._unembedded_from = min(low, self._unembedded_from or low)
+        else:
+            vectors = as_stored(self.embedder.embed([body for _, _, body in pending]))
+            cells = self.cells.cells_for(vectors)
         gone = set(removed or ())
         # [0]: rows inserted at once; [1]: rows of facts also removed in this batch (a hold and
         # its release in one group), inserted after the delete of their old rows.
@@ -219,13 +235,15 @@ class RecallIndex(BatchedRemovals):
                 h = hashed[word] = text.term(key, word)
             return h
 
-        for (fact, status, body), vec, cell in zip(pending, vectors, cells, strict=True):
+        for n, (fact, status, body) in enumerate(pending):
             late = fact.assert_seq in gone
             lexical[late].append((fact.assert_seq, " ".join(map(term, text.words(body))),
                                   term("space:" + fact.space) + " "
                                   + term("subject:" + fact.subject)))
-            vector[late].append(vec_row(fact.assert_seq, int(cell), vec.tobytes(), status,
-                                        fact.space, self.subject_ref(fact.subject)))
+            if vectors is not None and cells is not None:
+                vector[late].append(vec_row(fact.assert_seq, int(cells[n]),
+                                            vectors[n].tobytes(), status, fact.space,
+                                            self.subject_ref(fact.subject)))
         old, new = self.db.recall.add_many(lexical[0], vector[0])
         self.matrix.changed(old, new, added=vector[0])
         if removed or moved or lexical[1]:
@@ -240,10 +258,39 @@ class RecallIndex(BatchedRemovals):
         self.matrix.changed(old, new, removed=removed, moved=moved, added=vector)
 
     def after_commit(self) -> None:
-        """A write transaction committed: start a re-clustering in the background if due."""
+        """A write transaction committed: start a re-clustering in the background if due;
+        wake the embedding worker for the facts it indexed lexically only."""
+        if self.embedding is not None:
+            self.embedding.wrote()
+        if self._unembedded_from is not None:
+            if self.embedding is not None:
+                self.embedding.wake(self._unembedded_from)
+            self._unembedded_from = None
         if self.cells.due:
             self.cells.due = False
             self.maintenance.start()
+
+    def start_embedding(self) -> None:
+        """A writable open: start the worker that makes the vectors of facts indexed
+        lexically only (a model embedder on a file ledger), from the first fact."""
+        if not self.deferred or self.keys is None or self.embedding is not None:
+            return
+        self.embedding = EmbeddingWorker(self.db.path, self.policy, self.embedder, self.keys,
+                                         INDEXED)
+        self.embedding.start()
+
+    def settle_embedding(self, timeout: float | None = None) -> bool:
+        """Wait until every believed fact has its vector (tests, benchmarks); True at once
+        when no worker runs."""
+        return self.embedding.drain(timeout) if self.embedding is not None else True
+
+    def unembedded(self) -> int:
+        """Believed facts indexed lexically whose vector the worker has not made yet (0 when
+        vectors are made in the write): found by recall lexically only meanwhile."""
+        if not self.deferred or not self.db.recall.exists():
+            return 0
+        with self.db.read():
+            return max(0, self.db.recall.lexical_rows_count() - self.db.recall.vector_count())
 
     def settle(self) -> None:
         """Wait for background index maintenance to finish (tests, benchmarks, exit)."""
@@ -252,6 +299,8 @@ class RecallIndex(BatchedRemovals):
             raise self.maintenance.error
 
     def close(self) -> None:
+        if self.embedding is not None:
+            self.embedding.close()
         self.maintenance.close()
         self.matrix.drop()
 
@@ -265,10 +314,25 @@ class RecallIndex(BatchedRemovals):
     def _waiting(self) -> int:
         return len(self._pending) + len(self._removed) + len(self._moved)
 
+    def take_embedded(self) -> None:
+        """Apply the vectors the worker committed since to the in-process copy, in commit
+        order (a copy at another version drops itself and reloads, as after any other
+        connection's change): a search during a long backlog does not reload every vector
+        after each batch."""
+        if self.embedding is None:
+            return
+        written = self.embedding.take_written()
+        if written is None:
+            self.matrix.drop()
+            return
+        for old, new, rows in written:
+            self.matrix.changed(old, new, added=rows)
+
     def flush(self, *, adds_only: bool = False) -> None:
         """Write the changes deferred by `sync`: before the transaction commits, and before
         anything on this connection reads or changes the index rows. `adds_only`: only the new
         rows (of facts not also removed), as a large group goes along."""
+        self.take_embedded()
         if not self._waiting():
             return
         saved = self.pending()
@@ -319,11 +383,7 @@ class RecallIndex(BatchedRemovals):
 
     def stored_text(self, fact: FactRow) -> str | None:
         """The fact's value as canonical JSON text; None when erased or its key is gone."""
-        event = self.db.events.get(fact.assert_seq)
-        if event is None or event.value is None:
-            return None
-        return self.values.open(fact.fact_id, json.loads(event.body)["subject_ref"],
-                                event.value)
+        return stored_value(self.db, self.values, fact)
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Drop and rebuild both indexes for the policy's embedder, re-embedding every
@@ -367,8 +427,13 @@ class RecallIndex(BatchedRemovals):
             out.append(f"lexical index holds {len(stray)} fact(s) not believed{_seqs(stray)} "
                        f"and misses {len(missing)}{_seqs(missing)}")
         vectors = dict(vector)
-        if vectors != want:
-            wrong = sorted(k for k in set(vectors) | set(want) if vectors.get(k) != want.get(k))
+        # A model's vectors come after the write: a believed fact without one yet is waiting
+        # for the worker (recall finds it lexically); a vector of a fact not believed, or in
+        # the wrong status, is still a difference.
+        expected = {k: v for k, v in want.items() if k in vectors} if self.deferred else want
+        if vectors != expected:
+            wrong = sorted(k for k in set(vectors) | set(expected)
+                           if vectors.get(k) != expected.get(k))
             out.append("vector index does not match the believed facts and their statuses"
                        f"{_seqs(wrong)}")
         return out

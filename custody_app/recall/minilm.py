@@ -135,7 +135,15 @@ class MiniLMEmbedder:
     ATTENTION_CELLS = 4 * MAX_TOKENS * MAX_TOKENS
 
     def __init__(self) -> None:
-        self._model = model()
+        # The package is looked for now (a policy naming it without it installed is refused at
+        # open); its 88 MB of weights are read and checked at the first embedding (the
+        # background worker's, or a query's): an open that embeds nothing (verify, reads, a
+        # write whose vector the worker makes later) does not pay ~0.3 s and 88 MB for them.
+        package_dir()
+
+    @property
+    def _model(self) -> _Model:
+        return model()
 
     @property
     def name(self) -> str:

@@ -193,5 +193,14 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     note = (f"ranked{inside}: {' and '.join(parts)}, filtered to {'/'.join(statuses)} "
             f"facts inside the search; fused by reciprocal rank (k={RRF_K}, vector weight "
             f"{index.embedder.fusion_weight:g}); salience breaks ties")
+    waiting = index.unembedded() if strategy != "lexical" else 0
+    if waiting:
+        note += f"; {unembedded_note(waiting)}"
     return RecallResult(query=cmd.query, strategy=strategy, note=note,
-                        embedder=index.embedder.name, results=hits)
+                        embedder=index.embedder.name, results=hits, unembedded=waiting)
+
+
+def unembedded_note(waiting: int) -> str:
+    """What a recall says of the facts the background worker has not embedded yet."""
+    return (f"{waiting} believed fact(s) not yet embedded (the background worker is making "
+            f"their vectors): found by their words only meanwhile")

@@ -440,6 +440,20 @@ class RecallStore(RecallMeta, RecallSearch):
         return {int(r[0]) for r in
                 self._conn.execute(HOLDS, {"s": [int(s) for s in fact_seqs]}).fetchall()}
 
+    # A server ledger's vectors are made in the write's transaction (no background embedding
+    # there yet): it never has a backlog.
+    def backlog(self, start: int, stop: int, statuses: Sequence[str], limit: int) -> list[int]:
+        """None: every indexed fact got its vector in the write's transaction."""
+        return []
+
+    def embeddable(self, fact_seqs: Sequence[int]) -> dict[int, str]:
+        """None: every indexed fact got its vector in the write's transaction."""
+        return {}
+
+    def last_fact(self) -> int:
+        """Unused on a server (no backlog to scan)."""
+        return 0
+
     def hits(self, fact_seqs: Sequence[int]) -> dict[int, Hit]:
         """What recall reads of the facts it returns, by assert seq, in one statement (facts
         not found are left out)."""

@@ -11,6 +11,7 @@ import apsw
 
 from store.errors import StoreFull
 from store.rows import RecallEngines, VecRow, VectorSeal, vec_row
+from store.sqlite.recall_backlog import RecallBacklog
 from store.sqlite.recall_hits import RecallHits
 from store.sqlite.recall_meta import CELLS_INSERT, META_GET, META_PUT, RecallMeta
 from store.sqlite.recall_search import RecallSearch
@@ -124,7 +125,7 @@ ENGINES = RecallEngines(
     knn="sqlite-vec KNN", inside=" inside SQLite", places="FTS5, sqlite-vec")
 
 
-class RecallStore(RecallMeta, RecallHits, RecallSearch, VecChunks):
+class RecallStore(RecallMeta, RecallHits, RecallSearch, RecallBacklog, VecChunks):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
     def __init__(self, conn: apsw.Connection) -> None:
@@ -294,8 +295,13 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch, VecChunks):
     def add_many(self, lexical: list[tuple[int, str, str]],
                  vectors: list[VecRow]) -> tuple[str, str]:
         """Several facts at once: (fact_seq, terms, scope) and the vector rows. Returns the
-        vector table's version tokens (before, after)."""
+        vector table's version tokens (before, after): the same token twice when no vector
+        was written (lexical rows only, their vectors made later off the write path: an
+        in-process copy of the vectors stays valid)."""
         self._conn.executemany(FTS_INSERT, lexical)
+        if not vectors:
+            version = self.vec_version()
+            return version, version
         self._insert_vectors(vectors)
         return self._bump()
 

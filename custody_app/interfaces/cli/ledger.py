@@ -23,6 +23,7 @@ from custody_app.interfaces.cli.common import (
 from custody_app.keys.crypto import public_fingerprint
 from custody_app.keys.keyring import MASTER_ENV, read_public_key, write_public_key
 from custody_app.ledger.facade import Ledger
+from custody_app.recall.search import unembedded_note
 
 NAMES = ("init", "verify", "rebuild", "hold", "release", "checkpoint", "recall")
 READ_ONLY = ("verify",)
@@ -102,6 +103,8 @@ def _recall(ledger: Ledger, args: argparse.Namespace) -> int:
                    f"[{f.status}, {hit.salience_class}, score {hit.score:.4f}] {f.fact_id}")
     if not result.results:
         print_text("no believed fact matches")
+    if result.unembedded:
+        print_text(unembedded_note(result.unembedded))
     if args.verbose:  # how the search ran, after what it found
         print_text(f"{result.strategy}: {escape_text(result.note)}")
     return int(Exit.OK)
