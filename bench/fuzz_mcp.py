@@ -19,11 +19,16 @@ from hypothesis import strategies as st
 from bench.fuzz_cases import HANG_S, Tally, expects_reply, file_state, mcp_messages
 
 
-def mcp_requests(tmp: Path, cases: int, fuzz_seed: int = 32, hang_s: float = HANG_S) -> Tally:
+def mcp_requests(tmp: Path, cases: int, fuzz_seed: int = 32, hang_s: float = HANG_S,
+                 policy: Path | None = None) -> Tally:
+    """`policy`: the server's policy file (the tests name one that embeds in the write, so no
+    background embedding changes the file between a refused request's two looks)."""
     tally, db = Tally(), tmp / "mcp.db"
     from custody_app.ledger.facade import Ledger
     Ledger.open(db).close()  # serve opens a ledger; it does not make one
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
+    if policy is not None:
+        env["CUSTODY_POLICY"] = str(policy)
     cli = str(Path(sys.executable).parent / "custody-app")
     proc = subprocess.Popen([cli, "serve", "--agent", "agent:fuzz", "--ledger", str(db)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

@@ -28,12 +28,14 @@ BASE = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/ev
         "Content-Type": "application/json"}
 
 
-def _start(db: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start(db: Path, policy: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
     env["CUSTODY_MCP_TOKEN"] = TOKEN
+    if policy is not None:
+        env["CUSTODY_POLICY"] = str(policy)
     cli = str(Path(sys.executable).parent / "custody-app")
     proc = subprocess.Popen([cli, "serve", "--http", "--port", str(port), "--agent",
                              "agent:fuzz", "--ledger", str(db)], env=env,
@@ -78,12 +80,12 @@ def _initialize(http: httpx2.Client, url: str) -> str:
 
 
 def mcp_http_requests(tmp: Path, cases: int, fuzz_seed: int = 32,
-                      hang_s: float = HANG_S) -> Tally:
+                      hang_s: float = HANG_S, policy: Path | None = None) -> Tally:
     from custody_app.ledger.facade import Ledger
 
     tally, db = Tally(), tmp / "mcp-http.db"
     Ledger.open(db).close()
-    proc, url = _start(db)
+    proc, url = _start(db, policy)
     http = httpx2.Client(timeout=hang_s)
     warm = httpx2.Client(timeout=120)
     session = _initialize(warm, url)

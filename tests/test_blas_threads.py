@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import SUITE_DEFAULT_POLICY
+
 ROOT = Path(__file__).resolve().parent.parent
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                     "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -75,7 +77,7 @@ def _env() -> dict[str, str]:
 
 def test_an_open_ledger_runs_blas_on_one_thread_and_gives_the_count_back(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path),
-                           str(ROOT / "policies" / "default.toml")],
+                           str(SUITE_DEFAULT_POLICY)],
                           env=_env(), capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.fuzz_mcp import mcp_requests
 from bench.fuzz_mcp_http import mcp_http_requests
+from tests.conftest import SUITE_DEFAULT_POLICY
 
 CASES = 300
 # Generous: a message stuck for this long is stuck, not slow on a loaded machine.
@@ -15,7 +16,8 @@ STUCK_S = 30.0
 
 
 def test_mcp_stdio_fuzz_every_request_answered(tmp_path: Path) -> None:
-    tally = mcp_requests(tmp_path, CASES, fuzz_seed=32, hang_s=STUCK_S)
+    tally = mcp_requests(tmp_path, CASES, fuzz_seed=32, hang_s=STUCK_S,
+                         policy=SUITE_DEFAULT_POLICY)
     assert tally.cases >= CASES
     assert (tally.unanswered, tally.crashes, tally.hangs, tally.changed) == (0, 0, 0, 0), \
         tally.examples
@@ -23,7 +25,8 @@ def test_mcp_stdio_fuzz_every_request_answered(tmp_path: Path) -> None:
 
 
 def test_mcp_http_fuzz_every_request_answered(tmp_path: Path) -> None:
-    tally = mcp_http_requests(tmp_path, CASES, fuzz_seed=32, hang_s=STUCK_S)
+    tally = mcp_http_requests(tmp_path, CASES, fuzz_seed=32, hang_s=STUCK_S,
+                              policy=SUITE_DEFAULT_POLICY)
     assert tally.cases >= CASES
     assert (tally.unanswered, tally.crashes, tally.hangs, tally.changed) == (0, 0, 0, 0), \
         tally.examples

@@ -20,6 +20,7 @@ import pytest
 
 from custody_app.erasure.epoch import SERVER_COPIES
 from store.address import address_of
+from tests.conftest import SUITE_DEFAULT_POLICY
 
 ROOT = Path(__file__).resolve().parent.parent
 CAUSE = {"kind": "message", "ref": "msg-1"}
@@ -27,6 +28,10 @@ CAUSE = {"kind": "message", "ref": "msg-1"}
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
+    # The suite's policy (hashed-ngram, vectors made in the write on both backends): under the
+    # shipped minilm-l6 a file's vectors come from the background worker while a server's come
+    # in the write, so a recall right after the writes would count a file's facts waiting.
+    env["CUSTODY_POLICY"] = str(SUITE_DEFAULT_POLICY)
     env.update(extra)
     return env
 

@@ -430,7 +430,13 @@ class RecallIndex(BatchedRemovals):
         # A model's vectors come after the write: a believed fact without one yet is waiting
         # for the worker (recall finds it lexically); a vector of a fact not believed, or in
         # the wrong status, is still a difference.
-        expected = {k: v for k, v in want.items() if k in vectors} if self.deferred else want
+        # Judged by the embedder the vectors were made by, as recorded in this snapshot: a
+        # reader whose own policy embeds in the write (or that opened before any vector was
+        # recorded) still checks a model's ledger as one whose vectors may be waiting.
+        recorded = self.db.recall.embedder()
+        waiting = self.deferred or (recorded is not None and recorded[0] in OFF_WRITE_PATH
+                                    and not address_of(self.db.path).server)
+        expected = {k: v for k, v in want.items() if k in vectors} if waiting else want
         if vectors != expected:
             wrong = sorted(k for k in set(vectors) | set(expected)
                            if vectors.get(k) != expected.get(k))
