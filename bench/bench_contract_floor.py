@@ -49,7 +49,7 @@ import apsw  # noqa: E402
 import bench_ledger as B  # noqa: E402
 import bench_ontop as O  # noqa: E402
 
-from bench.benchenv import header, machine_note  # noqa: E402
+from bench.benchenv import emit, header, machine_note  # noqa: E402
 from custody_app.interfaces.batch import CHUNK, run_batch  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 from store import open_ledger  # noqa: E402
@@ -332,11 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     if rss:
         lines += ["", f"Peak RSS of the batch subprocess: {rss:,} MB. This process's peak RSS: "
                   f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024:,} MB."]
-    out = "\n".join(lines) + "\n"
-    print(out)
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write("\n" + out)
+    emit("\n".join(lines) + "\n", args.out)
     return 0
 
 

@@ -38,7 +38,7 @@ import bench_contract_floor as F  # noqa: E402
 import bench_ledger as B  # noqa: E402
 import bench_ontop as O  # noqa: E402
 
-from bench.benchenv import header, machine_note  # noqa: E402
+from bench.benchenv import emit, header, machine_note  # noqa: E402
 from custody_app.interfaces.batch import run_batch  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 
@@ -221,11 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         where_ = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
         lines.append(f"| `{func}` ({where_}) | {calls / n:.1f} | {own / n * 1e6:,.1f} | "
                      f"{cum / n * 1e6:,.1f} |")
-    out = "\n".join(lines) + "\n"
-    print(out)
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write("\n" + out)
+    emit("\n".join(lines) + "\n", args.out)
     return 0
 
 

@@ -56,3 +56,11 @@ def write_section(path: Path, heading: str, text: str) -> None:
         end = old.find("\n## ", start + len(heading))
         new = old[:start] + text + "\n" + (old[end + 1:] if end >= 0 else "")
     path.write_text(new, encoding="utf-8")
+
+
+def emit(text: str, out: str | None) -> None:
+    """Print a report, and append it to `out` when one is named."""
+    print(text)
+    if out:
+        with open(out, "a", encoding="utf-8") as fh:
+            fh.write("\n" + text)
