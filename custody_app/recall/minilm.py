@@ -124,8 +124,8 @@ def model() -> _Model:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 in numpy: a contextual sentence embedding (it reads the sentence, not
     only its words). Batched, about 100 texts/s on one BLAS thread of this 2-core machine and
-    160 on two (bench/results_recall.md, section m); numpy's BLAS picks its thread count
-    (OPENBLAS_NUM_THREADS=1 pins one). Texts past 256 tokens are cut there, as
+    160 on two (bench/results_recall.md, section m); custody-app runs it on one BLAS thread
+    (recall/threads.py, and the embedding worker's own limit). Texts past 256 tokens are cut there, as
     sentence-transformers does."""
 
     BATCH = 32  # texts sorted by length, so a batch pads little
