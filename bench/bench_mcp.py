@@ -10,6 +10,7 @@ whose path it prints), never into the checkout unless asked (`--out bench/result
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -22,7 +23,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.benchenv import header, machine_note  # noqa: E402
+from bench.benchenv import ROOT, header, machine_note  # noqa: E402
 from custody_app import Ledger  # noqa: E402
 from custody_app.interfaces.mcp.server import build_server  # noqa: E402
 from custody_app.interfaces.mcp.tools import MemoryTools  # noqa: E402
@@ -88,8 +89,11 @@ async def run(facts: int, calls: int) -> str:
                 inproc = {name: await timed(calls, lambda n, t=tool, a=args: client.call_tool(
                     t, a(n + 10_000))) for name, (_, tool, args) in table.items()}
         cli = str(Path(sys.executable).parent / "custody-app")
+        # The SDK hands the server only a few environment variables: PYTHONPATH is passed on
+        # so the server runs this checkout's code, not whichever one the venv installed.
         params = StdioServerParameters(command=cli, args=["serve", "--ledger", str(path),
-                                                          "--agent", "agent:b"])
+                                                          "--agent", "agent:b"],
+                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
         async with Client(params) as client:
             stdio = {name: await timed(calls, lambda n, t=tool, a=args: client.call_tool(
                 t, a(n + 20_000))) for name, (_, tool, args) in table.items()}
