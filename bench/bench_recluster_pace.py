@@ -30,7 +30,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from benchenv import header, machine_note  # noqa: E402
+from benchenv import emit, header, machine_note  # noqa: E402
 
 from custody_app.domain.timeutil import ManualClock  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
@@ -132,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {n:,} | {cells} | {n ** 0.5:.0f} | {cells / n ** 0.5:.2f} | "
                      f"{clustered:,} | {at:.0f} |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
+    emit(text, args.out)
     return 0
 
 

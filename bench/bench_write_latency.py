@@ -44,7 +44,7 @@ for p in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(p))
 
 import apsw  # noqa: E402
-from benchenv import header, machine_note  # noqa: E402
+from benchenv import emit, header, machine_note  # noqa: E402
 
 import store.sqlite.connection as connection  # noqa: E402
 from custody_app.domain.timeutil import ManualClock  # noqa: E402
@@ -278,10 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         text = report(r, title, args.slowest, (load0, load1))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(text)
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
+    emit(text, args.out)
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,12 @@ from tests.test_recall_cells import LOW, fill
 
 DEADLINE_S = 120.0  # a bound on the test, not a timing asserted: on main's code it never ends
 
+
+
+def _until(condition: Callable[[], bool]) -> None:
+    """Spin until another thread has reached the state `condition` reads."""
+    while not condition():
+        time.sleep(0.001)
 
 def test_a_reclustering_completes_while_a_writer_writes_back_to_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,12 +93,10 @@ def test_a_priority_waiter_goes_before_the_ordinary_ones_waiting_with_it() -> No
 
     ordinary = threading.Thread(target=take, args=("writer", False))
     ordinary.start()
-    while not gate._cond._waiters:  # type: ignore[attr-defined]  # the writer waits
-        time.sleep(0.001)
+    _until(lambda: bool(gate._cond._waiters))  # type: ignore[attr-defined]  # the writer waits
     first = threading.Thread(target=take, args=("recluster", True))
     first.start()
-    while gate._priority_waiting == 0:
-        time.sleep(0.001)
+    _until(lambda: gate._priority_waiting > 0)
     gate.leave()
     ordinary.join()
     first.join()
@@ -134,14 +139,12 @@ def test_a_priority_connection_does_not_go_twice_while_a_writer_waits() -> None:
     holder.wait()
     writer = threading.Thread(target=take, args=("writer", False))
     writer.start()
-    while not gate._cond._waiters:  # type: ignore[attr-defined]  # the writer waits
-        time.sleep(0.001)
+    _until(lambda: bool(gate._cond._waiters))  # type: ignore[attr-defined]  # the writer waits
     # The re-clustering's next turn is asked for before its first ends (the writer slow to
     # wake): the writer's turn must still come first.
     again = threading.Thread(target=take, args=("recluster", True))
     again.start()
-    while gate._priority_waiting == 0:
-        time.sleep(0.001)
+    _until(lambda: gate._priority_waiting > 0)
     release.set()
     writer.join()
     again.join()

@@ -21,6 +21,7 @@ from custody_app.domain.policy import LoadedPolicy
 from custody_app.keys.keyring import KeyRing
 from custody_app.keys.values import ValueCodec
 from custody_app.recall import text
+from custody_app.recall.background import BackgroundThread
 from custody_app.recall.cells import CellIndex
 from custody_app.recall.embedders import Embedder, Vectors
 from custody_app.recall.heap import give_back_freed_heap
@@ -90,14 +91,17 @@ def as_stored(vectors: Vectors) -> Vectors:
     return vectors
 
 
-class EmbeddingWorker:
+class EmbeddingWorker(BackgroundThread):
     """Fills the vectors of believed facts indexed lexically only, in a thread of its own, on
     its own connection and key ring. `wake(seq)` after a commit that indexed facts from `seq`
     on; `close` stops it between two steps (a batch embedded and not yet written is dropped:
     its facts are still waiting, and are embedded by the next writable open)."""
 
+    THREAD_NAME = "custody-embed"
+
     def __init__(self, path: str, policy: LoadedPolicy, embedder: Embedder, keys: KeyRing,
                  indexed: Mapping[str, str]) -> None:
+        super().__init__()
         self.path = path
         self.policy = policy
         self.embedder = embedder
@@ -106,10 +110,8 @@ class EmbeddingWorker:
         self._lock = threading.Lock()
         self._from: int | None = 0  # rescan from this seq (None: nothing new)
         self._wake = threading.Event()
-        self._stop = threading.Event()
         self._idle = threading.Event()
         self.last_write = 0.0  # time.monotonic() of the owner's last commit
-        self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.embedded = 0  # vectors written by this worker (benchmarks)
         # (version token before, after, rows) of each batch committed, in commit order, for the
@@ -120,16 +122,9 @@ class EmbeddingWorker:
         # transaction begins: the tests' hook for racing a forget against the worker.
         self.before_write: Callable[[list[int]], None] | None = None
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def start(self) -> None:
-        if self.running:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="custody-embed", daemon=True)
-        self._thread.start()
+        if not self.running:
+            self._spawn()
 
     def wrote(self) -> None:
         """The owner committed a write (the worker waits for a pause in them)."""

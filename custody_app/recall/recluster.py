@@ -21,6 +21,7 @@ import numpy as np
 from custody_app.domain.policy import LoadedPolicy
 from custody_app.keys.keyring import INDEX_KEY_ID
 from custody_app.keys.vectors import VectorCipher
+from custody_app.recall.background import BackgroundThread
 from custody_app.recall.cells import MIN_CELLS, SAMPLE, Matrix, kmeans, regrow_due
 from custody_app.recall.heap import give_back_freed_heap
 from custody_app.recall.txbudget import CommitCost, within
@@ -200,35 +201,30 @@ def _rest(seconds: float, stop: threading.Event | None) -> None:
         time.sleep(seconds)
 
 
-class Maintenance:
+class Maintenance(BackgroundThread):
     """Runs `recluster` in a background thread on its own connection to the ledger file, when
     the index says it is due; `close` stops it between two batches."""
 
+    THREAD_NAME = "custody-recluster"
+
     def __init__(self, path: str | Path, policy: LoadedPolicy,
                  seal: Callable[[], VectorCipher | None] | None = None) -> None:
+        super().__init__()
         self.path = str(path)
         self.policy = policy
         # Asked at each start, in the owner's thread (its key ring is not shared with ours).
         self._seal = seal
         self._cipher: VectorCipher | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self.error: BaseException | None = None
         self.progress: tuple[int, int] = (0, 0)
         self.held_ms: list[float] = []  # write-lock time of each batch moved (benchmarks)
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def start(self) -> None:
         if self.running:
             return
-        self._stop.clear()
         self.error = None
         self._cipher = self._seal() if self._seal is not None else None
-        self._thread = threading.Thread(target=self._run, name="custody-recluster", daemon=True)
-        self._thread.start()
+        self._spawn()
 
     def _run(self) -> None:
         try:
