@@ -140,11 +140,14 @@ def test_another_processs_write_before_the_loads_snapshot_is_in_the_adopted_copy
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 @pytest.mark.parametrize("when", ["loaded, not yet adopted", "half-loaded"])
+@pytest.mark.parametrize("mode", ["float32", "bits"])
 def test_a_forget_while_the_copy_loads_leaves_no_buffer_holding_its_vector(
-        env: Env, background: dict[str, Any], when: str,
+        env: Env, background: dict[str, Any], when: str, mode: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     fill(env, 40)
     ledger = env.ledger
+    if mode == "bits":  # 41 rows: neither float32 rows nor int8 codes fit, sign bits do
+        ledger.index.matrix.max_bytes = 41 * ledger.embedder.dimensions - 1
     target = env.put("acct:zz", "secret", "quixotic marmalade zeppelin")
     seq = int(ledger.db.facts.get(target).assert_seq)  # type: ignore[union-attr]
     [(_, raw)] = ledger.db.recall.vectors_of([seq])
@@ -172,7 +175,10 @@ def test_a_forget_while_the_copy_loads_leaves_no_buffer_holding_its_vector(
     else:
         settle(ledger)
     [twin] = background["twins"]
-    buffer = twin._rows  # float32 rows: 41 vectors fit the budget
+    assert twin.bits == (mode == "bits")
+    # float32 rows (41 vectors fit the budget), or the sign bits of each
+    buffer = twin._codes8 if mode == "bits" else twin._rows
+    vector = twin.encode(vector)
     assert (buffer == vector).all(axis=1).sum() == 1  # the thread's copy holds it now
     env.at(day(2))
     ledger.forget(target, actor=DPO, reason="subject_request")

@@ -177,7 +177,9 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     if strategy != "vector":
         parts.append(f"{engines.lexical} gave {len(lexical)} candidate(s)")
     if strategy != "lexical" and cells == "matrix" and index.matrix.quantized:
-        parts.append(f"KNN ({index.embedder.name}, cosine) over int8 codes of every vector "
+        codes = ("sign bits (Hamming, then the signs against the query)" if index.matrix.bits
+                 else "int8 codes")
+        parts.append(f"KNN ({index.embedder.name}, cosine) over {codes} of every vector "
                      f"in an in-process copy of {engines.vectors}, the best re-scored exactly "
                      f"from {engines.float_rows}, gave {len(vector)}")
     elif strategy != "lexical" and cells == "matrix":
