@@ -101,7 +101,9 @@ for i in range(100):
 print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "first_s": times[0],
                   "first_cpu_s": first_cpu,
                   "median_s": sorted(times[1:])[49], "adopted_at": adopted,
-                  "cpu_s": time.process_time(), "kept": len(led.index.matrix), **status()}))
+                  "cpu_s": time.process_time(), "kept": len(led.index.matrix),
+                  "mode": ("sign bits" if led.index.matrix.bits else "int8"
+                           if led.index.matrix.quantized else "float32"), **status()}))
 led.close()
 """
 
@@ -209,7 +211,8 @@ def table(rows: list[tuple[str, dict[str, Any] | None, dict[str, Any], float, fl
             f"{imp['import_s']:.2f} | {mb(api)} | {mb(knn)} | {api['first_s'] * 1000:,.0f} "
             f"({api['first_cpu_s'] * 1000:,.0f} CPU; open {api['open_s'] * 1000:,.0f}) | "
             f"{knn['first_s'] * 1000:,.1f} / {knn['median_s'] * 1000:,.1f} | "
-            f"{api['median_s'] * 1000:,.1f} | {api['adopted_at']} (kept {api['kept']:,}) | "
+            f"{api['median_s'] * 1000:,.1f} | {api['adopted_at']} (kept {api['kept']:,}: "
+            f"{api['mode']}) | "
             f"{mcp['init_s']:.2f} / {mcp['first_s'] * 1000:,.0f} / {mcp['second_s'] * 1000:,.0f} |")
     return out
 

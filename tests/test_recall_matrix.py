@@ -333,3 +333,19 @@ def test_a_table_holding_more_vectors_than_counted_is_served_by_sqlite_vec_not_i
     assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
     assert len(ids(result)) == 10 and set(seq_of[f] for f in ids(result)) <= set(seqs.values())
 
+
+
+@pytest.mark.parametrize("dims", [256, 384, 100])
+def test_sign_bits_rank_by_the_bits_that_differ_and_by_the_signs_against_the_query(
+        dims: int) -> None:
+    rng = np.random.default_rng(7)
+    rows = rng.normal(size=(300, dims)).astype(np.float32)
+    centre = rng.normal(scale=0.1, size=dims).astype(np.float32)
+    query = rng.normal(size=dims).astype(np.float32)
+    bits, factor = matrix_mod.codes_mod.pack(rows, centre)
+    signs = np.where(rows - centre > 0, 1.0, -1.0)
+    assert np.allclose(factor, np.abs(rows - centre).mean(axis=1))
+    qbits, _ = matrix_mod.codes_mod.pack(query[None, :], np.zeros(dims, dtype=np.float32))
+    differ = (signs != np.where(query > 0, 1.0, -1.0)).sum(axis=1)
+    assert (matrix_mod.codes_mod.hamming(bits, qbits[0]) == differ).all()
+    assert np.allclose(matrix_mod.codes_mod.signed_dots(bits, query), signs @ query, atol=1e-3)

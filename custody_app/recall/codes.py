@@ -82,5 +82,6 @@ def signed_dots(bits: npt.NDArray[Any], query: Floats) -> Floats:
     """Each row's signs (+1 / -1) dotted with the query's float components (minus the centre):
     the shortlist's finer ranking, times the row's factor."""
     signs = np.unpackbits(bits, axis=1, count=len(query)).astype(np.float32)
-    out: Floats = (signs * np.float32(2) - np.float32(1)) @ query
-    return out
+    signs *= 2
+    signs -= 1
+    return np.asarray(signs @ query, dtype=np.float32)
