@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("rest", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     budget = args.budget
-    matrix_mod.budget = lambda model_bytes: budget  # type: ignore[assignment]
+    matrix_mod.budget = lambda model_bytes: budget
     if args.shortlist is not None:
         matrix_mod.SHORTLIST = args.shortlist
     if args.rescore is not None:

@@ -83,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{cells} cells in {time.perf_counter() - t:.0f} s", flush=True)
     refs = {f.subject: index.subject_ref(f.subject) for f in facts}
     rows = []
-    for i in range(args.rows):
+    # Written cell by cell: sqlite-vec keeps each cell's rows in chunks of their own, and rows in
+    # seq order touch a different cell's chunk each time (the transaction's dirty pages spill
+    # to the WAL again and again: 1M rows took over an hour here).
+    for i in np.argsort(where, kind="stable").tolist():
         if i < len(facts):
             f, seq = facts[i], facts[i].assert_seq
         else:
@@ -92,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                             f.space, refs[f.subject]))
     del vectors
     t = time.perf_counter()
+    db.conn.execute("PRAGMA cache_size = -3000000")  # ~3 GB: the whole table, no spill
     with db.write():
         db.recall.repartition(dims, [c.tobytes() for c in centroids], rows)
     print(f"wrote {len(rows):,} rows in {time.perf_counter() - t:.0f} s", flush=True)

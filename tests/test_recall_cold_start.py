@@ -148,6 +148,7 @@ def test_a_forget_while_the_copy_loads_leaves_no_buffer_holding_its_vector(
     ledger = env.ledger
     if mode == "bits":  # 41 rows: neither float32 rows nor int8 codes fit, sign bits do
         ledger.index.matrix.max_bytes = 41 * ledger.embedder.dimensions - 1
+        ledger.index.matrix.sign_bits = True
     target = env.put("acct:zz", "secret", "quixotic marmalade zeppelin")
     seq = int(ledger.db.facts.get(target).assert_seq)  # type: ignore[union-attr]
     [(_, raw)] = ledger.db.recall.vectors_of([seq])

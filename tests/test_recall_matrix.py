@@ -50,8 +50,9 @@ def in_mode(ledger: Ledger, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(matrix_mod, "SHORTLIST", 120)
     if mode == "int8":
         ledger.index.matrix.max_bytes = 80 * 256 * 5
-    elif mode == "bits":
+    elif mode == "bits":  # (hashed-ngram keeps none: its sparse vectors' signs say little)
         ledger.index.matrix.max_bytes = 80 * 256
+        ledger.index.matrix.sign_bits = True
 
 
 def exact(ledger: Ledger, query: str, k: int, statuses: tuple[str, ...],
@@ -189,6 +190,10 @@ def test_above_its_budget_the_matrix_keeps_int8_codes_then_sign_bits_then_nothin
     assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
     fill(env, 160, seed=3)  # past the int8 budget: dropped, reloaded as sign bits
     assert len(ledger.index.matrix) == 0 and ledger.index.matrix.nbytes == 0
+    # (for dense vectors only: hashed-ngram's are sparse, their signs say little)
+    result = ledger.recall("amber basalt", k=10, strategy="vector")
+    assert "inside SQLite" in result.note and len(ledger.index.matrix) == 0
+    ledger.index.matrix.sign_bits = True
     result = ledger.recall("amber basalt", k=10, strategy="vector")
     assert "sign bits" in result.note
     assert ledger.index.matrix.bits and len(ledger.index.matrix) == 220

@@ -145,6 +145,7 @@ class MiniLMEmbedder:
     # transposed copies of its layers, the tokenizer: 139 MB of anonymous memory measured
     # here); the in-process vector copy's budget leaves room for it (`matrix.budget`).
     resident_bytes = 140 << 20
+    dense = True  # its components all carry meaning: sign bits keep most of it
 
     @property
     def _model(self) -> _Model:
