@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_memory import lines  # noqa: E402
-from bench.benchenv import header, machine_note  # noqa: E402
+from bench.bench_cold_start import batch  # noqa: E402
+from bench.benchenv import emit, header, machine_note  # noqa: E402
 
 KEYS = ("VmHWM", "RssAnon", "RssFile", "RssShmem")
 COUNT = """
@@ -59,51 +59,34 @@ def sample(pid: int) -> dict[str, float]:
 
 
 def run(n: int, path: Path, log: Path) -> dict[str, Any]:
-    feed = lines(n, n)
-    proc = subprocess.Popen([sys.executable, "-m", "custody_app", "--create", "--batch", "-",
-                             "--ledger", str(path), "--manual-clock"], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT,
-                            text=True)
     fed = [0]
     quarters: list[dict[str, float]] = [{} for _ in range(4)]
-    done = threading.Event()
 
-    def watch() -> None:
-        last_log = 0.0
-        while not done.is_set() and proc.poll() is None:
-            got = sample(proc.pid)
-            if got:
-                q = quarters[min(3, fed[0] * 4 // n)]
-                q["hwm"] = max(q.get("hwm", 0.0), got.get("VmHWM", 0.0))
-                res = got.get("RssAnon", 0) + got.get("RssFile", 0) + got.get("RssShmem", 0)
-                if res > q.get("res", 0.0):
-                    q.update(res=res, anon=got.get("RssAnon", 0), file=got.get("RssFile", 0))
-            if time.monotonic() - last_log > 15:
-                last_log = time.monotonic()
-                with log.open("a") as f:
-                    f.write(json.dumps({"t": time.strftime("%H:%M:%S", time.gmtime()),
-                                        "fed": fed[0], "load": os.getloadavg()[0],
-                                        "now": got, "quarters": quarters}) + "\n")
-            time.sleep(0.05)
+    def watcher(proc: subprocess.Popen[Any]) -> threading.Thread:
+        def watch() -> None:
+            last_log = 0.0
+            while proc.poll() is None:
+                got = sample(proc.pid)
+                if got:
+                    q = quarters[min(3, fed[0] * 4 // n)]
+                    q["hwm"] = max(q.get("hwm", 0.0), got.get("VmHWM", 0.0))
+                    res = (got.get("RssAnon", 0) + got.get("RssFile", 0)
+                           + got.get("RssShmem", 0))
+                    if res > q.get("res", 0.0):
+                        q.update(res=res, anon=got.get("RssAnon", 0), file=got.get("RssFile", 0))
+                if time.monotonic() - last_log > 15:
+                    last_log = time.monotonic()
+                    with log.open("a") as f:
+                        f.write(json.dumps({"t": time.strftime("%H:%M:%S", time.gmtime()),
+                                            "fed": fed[0], "load": os.getloadavg()[0],
+                                            "now": got, "quarters": quarters}) + "\n")
+                time.sleep(0.05)
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    t0, cpu0 = time.perf_counter(), os.times()
-    watcher.start()
-    assert proc.stdin is not None
-    for i, line in enumerate(feed):
-        proc.stdin.write(line)
-        fed[0] = i + 1
-    del feed
-    proc.stdin.close()
-    proc.wait()
-    done.set()
-    watcher.join()
-    if proc.returncode != 0:
-        raise SystemExit(f"batch failed: {proc.stderr.read() if proc.stderr else ''}")
-    cpu = os.times()
-    return {"wall_s": time.perf_counter() - t0,
-            "cpu_s": cpu.children_user + cpu.children_system - cpu0.children_user
-            - cpu0.children_system, "quarters": quarters}
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        return thread
+
+    return {**batch(path, n, fed, watcher), "quarters": quarters}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{got['wall_s']:,.0f} s, CPU {got['cpu_s']:,.0f} s; believed facts "
                       f"indexed {counted['lexical']:,}, with a vector {counted['vectors']:,} "
                       f"(embedder {counted['embedder']})", "", *rows])
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(text, args.out)
     return 0
 
 

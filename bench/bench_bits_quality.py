@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.bench_memory import WORDS  # noqa: E402
-from bench.benchenv import header, machine_note  # noqa: E402
+from bench.benchenv import emit, header, machine_note  # noqa: E402
 from custody_app import Ledger  # noqa: E402
 from custody_app.recall import matrix as matrix_mod  # noqa: E402
 from custody_app.recall.cells import unit  # noqa: E402
@@ -115,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "hits within 0.01 cosine of the exact 10th | search median (ms) | floor: numpy exact "
         "over float32, median (ms) | codes (MB) | load (s) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|", *rows])
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(text, args.out)
     return 0
 
 

@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,19 +143,26 @@ def child(code: str, *args: str) -> dict[str, Any]:
     return {**json.loads(out.strip().splitlines()[-1]), **{f"peak_{k}": v for k, v in peak.items()}}
 
 
-def batch(path: Path, n: int) -> dict[str, Any]:
+def batch(path: Path, n: int, fed: list[int] | None = None,
+          watcher: Callable[[subprocess.Popen[Any]], threading.Thread] | None = None
+          ) -> dict[str, Any]:
+    """A real `--batch -` of n asserts under the policy in force (the shipped default's for a
+    new ledger), its RSS watched by `watcher` (default: the peaks, returned as peak_*); the
+    lines written so far in `fed[0]`."""
     proc = subprocess.Popen([sys.executable, "-m", "custody_app", "--create", "--batch", "-",
                              "--ledger", str(path), "--manual-clock"], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, text=True)
     peak: dict[str, float] = {}
-    watcher = watch(proc, peak)
+    thread = watch(proc, peak) if watcher is None else watcher(proc)
     t, cpu0 = time.perf_counter(), os.times()
     assert proc.stdin is not None
-    for line in lines(n, n):
+    for i, line in enumerate(lines(n, n), start=1):
         proc.stdin.write(line)
+        if fed is not None:
+            fed[0] = i
     proc.stdin.close()
     proc.wait()
-    watcher.join()
+    thread.join()
     if proc.returncode != 0:
         raise SystemExit(f"batch failed: {proc.stderr.read() if proc.stderr else ''}")
     cpu = os.times()
