@@ -14,7 +14,7 @@ last event; recall's hydrate drops them), made the same way with the filter code
 they were copied from. The rows are clustered as a rebuild clusters them (about sqrt(N) k-means
 cells, trained on a sample) and written in one transaction. What is synthetic: the vectors
 (noise around `--real` real ones) and the rows past the believed facts; the lexical index and
-the facts are the source's.
+the facts are the source's (plus one fact, written to record the default policy).
 """
 
 from __future__ import annotations
@@ -99,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     with db.write():
         db.recall.repartition(dims, [c.tobytes() for c in centroids], rows)
     print(f"wrote {len(rows):,} rows in {time.perf_counter() - t:.0f} s", flush=True)
+    # One write under the named policy records it (a `policy` event): an open that names no
+    # policy (`serve`, the terminal app) follows the recorded one, and would otherwise rebuild
+    # the index for the source's embedder.
+    led.assert_fact("system:bench", "built_by", "bench/build_syn_vectors.py",
+                    actor="system:bench", cause={"kind": "import", "ref": "syn-vectors"},
+                    provenance="attested")
     led.close()
     return 0
 

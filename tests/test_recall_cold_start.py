@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -17,11 +17,14 @@ import pytest
 
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import loading
+from custody_app.recall import search as search_mod
 from custody_app.recall.matrix import VectorMatrix
 from store import LedgerFile
 from store.sqlite import vec_chunks
 from tests.conftest import CAUSE, WRITER, Env, day
 from tests.test_recall import DPO, ids
+from tests.test_recall_cells import LOW
+from tests.test_recall_cells import fill as fill_cells
 from tests.test_recall_matrix import fill
 
 QUERIES = 20
@@ -243,3 +246,25 @@ def test_no_ledger_connection_maps_its_file(env: Env) -> None:
         assert reader.db.conn.pragma("mmap_size") == 0
     finally:
         reader.close()
+
+
+def test_while_the_copy_loads_the_cells_read_are_capped(
+        make_env: Callable[..., Env], background: dict[str, Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first recalls after an open answer at once: sqlite-vec's KNN reads no more cells
+    than hold about LOADING_PROBE_ROWS vectors (but enough for the pool) while the copy loads;
+    the policy's share once it is loaded (or when none is kept)."""
+    monkeypatch.setattr(search_mod, "LOADING_PROBE_ROWS", 40)  # 2 cells of 20 vectors
+    env = make_env(LOW.replace("ann_probe = 0.08", "ann_probe = 0.5"))  # 10 of 20 cells
+    fill_cells(env, 400)
+    ledger = env.ledger
+    note = ledger.recall("amber basalt", strategy="vector").note
+    assert ledger.index.matrix.loading
+    # a pool of 50: 5 cells of 20 vectors hold twice it; fewer are never read
+    assert "the 5 nearest of 20 k-means cells" in note and "while the in-process copy loads" in note
+    background["gate"].set()
+    settle(ledger)
+    ledger.index.matrix.drop()
+    ledger.index.matrix.max_bytes = 0  # none kept: the policy's share
+    assert "the 10 nearest of 20 k-means cells" in ledger.recall("amber basalt",
+                                                                strategy="vector").note

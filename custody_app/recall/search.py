@@ -20,6 +20,8 @@ from custody_app.recall.index import INDEXED, RecallIndex
 from custody_app.recall.salience import salience_class, salience_of
 
 RRF_K = 60
+# Vectors the cells KNN reads at most while the in-process copy loads in the background.
+LOADING_PROBE_ROWS = 20_000
 
 
 def fused(lexical: list[int], vector: list[int],
@@ -99,7 +101,11 @@ def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
     exact = index.matrix.search(query, pool, statuses, cmd.space, subject_ref)
     if exact is not None:
         return [seq for seq, _ in exact], "matrix"
-    cells = index.cells.probe(query, pool)
+    # While the copy loads (seconds after an open) the cells read are capped: sqlite-vec's KNN
+    # costs ~9 us of CPU a vector here, 0.72 s for the policy's 8% of 1M, and the first recall
+    # after an open is to answer at once (bench/results_memory.md).
+    cells = index.cells.probe(query, pool,
+                              LOADING_PROBE_ROWS if index.matrix.loading else None)
     found = index.db.recall.vector(query.tobytes(), pool, statuses, cmd.space, subject_ref,
                                     cells)
     if cells is not None and len(found) < pool:
