@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--shortlists", default="1000,4000")
     ap.add_argument("--int8", action="store_true", help="also the int8 mode (dims bytes a row)")
+    ap.add_argument("--rescores", default=str(matrix_mod.BITS_RESCORE),
+                    help="comma list: rows re-scored exactly (matrix.RESCORE, and "
+                         "BITS_RESCORE for sign bits), each a mode")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     start_note, load0 = machine_note(), __import__("os").getloadavg()[0]
@@ -71,14 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         tenth.append(float(scores[top[-1]]))
     order = np.argsort(seqs)
     n = len(seqs)
-    modes: list[tuple[str, int, int]] = []
-    if args.int8:
-        modes.append(("int8 codes", n * dims, matrix_mod.SHORTLIST))
-    for short in [int(s) for s in args.shortlists.split(",") if s.strip()]:
-        modes.append((f"sign bits, shortlist {short:,}", n * -(-dims // 8), short))
+    modes: list[tuple[str, int, int, int]] = []
+    for rescore in [int(r) for r in args.rescores.split(",") if r.strip()]:
+        if args.int8:
+            modes.append((f"int8 codes, {rescore} re-scored", n * dims, matrix_mod.SHORTLIST,
+                          rescore))
+        for short in [int(s) for s in args.shortlists.split(",") if s.strip()]:
+            modes.append((f"sign bits, shortlist {short:,}, {rescore} re-scored",
+                          n * -(-dims // 8), short, rescore))
     rows = []
-    for name, budget, short in modes:
-        matrix_mod.SHORTLIST = short
+    for name, budget, short, rescore in modes:
+        matrix_mod.SHORTLIST, matrix_mod.RESCORE = short, rescore
+        matrix_mod.BITS_RESCORE = rescore
         copy = VectorMatrix(led.db, dims, max_bytes=budget, sign_bits=True)
         with led.db.read():
             t = time.perf_counter()

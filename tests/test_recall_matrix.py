@@ -44,10 +44,11 @@ def fill(env: Env, n: int, seed: int = 1) -> dict[str, int]:
 def in_mode(ledger: Ledger, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep float32 rows and int8 codes, or (for 81 to 400 vectors) only int8 codes, or (for 81
     to 640) only sign bits; either way only the best max(20, 4 x pool) by int8 codes (by sign
-    bits: the best 40 of the best 120 by Hamming distance) are re-scored exactly (from the float32 rows in
+    bits: the best 100 of the best 120 by Hamming distance) are re-scored exactly (from the float32 rows in
     memory, or read from sqlite-vec), so the codes' ranking decides which ones are."""
-    monkeypatch.setattr(matrix_mod, "RESCORE", 20 if mode != "bits" else 100)
+    monkeypatch.setattr(matrix_mod, "RESCORE", 20)
     monkeypatch.setattr(matrix_mod, "SHORTLIST", 120)
+    monkeypatch.setattr(matrix_mod, "BITS_RESCORE", 100)
     if mode == "int8":
         ledger.index.matrix.max_bytes = 80 * 256 * 5
     elif mode == "bits":  # (hashed-ngram keeps none: its sparse vectors' signs say little)
