@@ -6,6 +6,7 @@ when it returns; the bulk read of sqlite-vec's chunks equals its rows read one b
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -268,3 +269,24 @@ def test_while_the_copy_loads_the_cells_read_are_capped(
     ledger.index.matrix.max_bytes = 0  # none kept: the policy's share
     assert "the 10 nearest of 20 k-means cells" in ledger.recall("amber basalt",
                                                                 strategy="vector").note
+
+
+def test_the_copy_loads_on_a_thread_of_lower_cpu_priority(
+        env: Env, background: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first recalls after an open are answered while the copy loads: on a busy machine the
+    loading thread must not take the CPU from them (Linux: that thread alone is niced)."""
+    seen: list[int] = []
+    twin = VectorMatrix._twin
+
+    def noted(self: VectorMatrix, db: LedgerFile) -> VectorMatrix:
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return twin(self, db)
+
+    monkeypatch.setattr(VectorMatrix, "_twin", noted)
+    fill(env, 30)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    env.ledger.recall("anything")
+    background["gate"].set()
+    settle(env.ledger)
+    assert seen == [min(mine + loading.NICER, 19)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # ours unchanged
