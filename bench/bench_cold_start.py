@@ -6,7 +6,8 @@ each beside its floor measured in the same run.
                                                [--out FILE]
 
 For each size N a real `custody-app --batch -` subprocess ingests N assert lines (bench_memory's
-corpus); this process samples its /proc status every 0.05 s: VmHWM (the kernel's own peak RSS)
+corpus; under a model embedder such as the shipped default's, `--batch` leaves the vectors to the
+next writable open, so the built ledger's recalls are lexical and its floor has no vectors); this process samples its /proc status every 0.05 s: VmHWM (the kernel's own peak RSS)
 and RssAnon + RssFile (what `top` shows as RES, split). `--existing` ledgers (built before, e.g.
 a 1M one) skip the ingest. On each ledger, in fresh subprocesses:
 - floor, import: a process that imports custody_app and nothing more (its RSS and wall time);
@@ -67,6 +68,8 @@ from custody_app.recall.cells import unit
 led = Ledger.open(sys.argv[1], readonly=True)
 dims = led.index.embedder.dimensions
 blocks = [(s, b.copy()) for s, b, st, *_ in led.db.recall.iter_vector_blocks(dims)]
+if not blocks:  # none yet (a --batch under a model embedder leaves them to the next open)
+    blocks = [(np.zeros(0, dtype=np.int64), np.zeros((0, dims), dtype=np.float32))]
 matrix = np.concatenate([b for _, b in blocks]); seqs = np.concatenate([s for s, _ in blocks])
 del blocks
 rng = random.Random(3)
@@ -76,7 +79,7 @@ for _ in range(100):
     t = time.perf_counter()
     q = unit(led.index.embedder.embed_query(" ".join(rng.sample(words, 3))))
     scores = matrix @ q
-    top = seqs[np.argpartition(-scores, 10)[:10]]
+    top = seqs[np.argsort(-scores)[:10]] if len(seqs) <= 10 else seqs[np.argpartition(-scores, 10)[:10]]
     times.append(time.perf_counter() - t)
 print(json.dumps({"first_s": times[0], "median_s": sorted(times[1:])[49], "vectors": len(seqs),
                   **status()}))
