@@ -2,11 +2,13 @@
 row, a background worker on its own connection adds the vectors; recall meanwhile finds every
 believed fact by its words and says how many wait; a fact whose belief ends while the worker
 embeds it never gets a vector (an erasure guarantee); verify accepts a fact waiting for its
-vector and nothing else."""
+vector and nothing else. A contract module (tests/conftest.py CONTRACT): each test that opens its
+ledger through `ledger_at` runs on a file and on a server."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,12 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import embedding
 from custody_app.recall.embedding import EmbeddingWorker
 from custody_app.recall.index import INDEXED
+from store.address import address_of
 from tests.conftest import CAUSE, WRITER
 
+# A lexical row's words replaced by hand, in each backend's table.
+DECOY = {False: "UPDATE recall_fts SET terms = 'decoy words' WHERE rowid = ?",
+         True: "UPDATE recall_docs SET terms = 'decoy words' WHERE fact_seq = %s"}
 PETS = ["We adopted a beagle puppy last spring", "The quarterly invoice went to Acme Logistics",
         "My sister lives in Lisbon and teaches piano", "I am allergic to peanuts",
         "Our team standup moved to 9:30 on Tuesdays", "The car needs new winter tyres"]
@@ -46,10 +52,11 @@ def held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
 
 
-def test_the_shipped_default_is_minilm_off_the_write_path(tmp_path: Path,
-                                                          shipped_default: Path) -> None:
+def test_the_shipped_default_is_minilm_off_the_write_path(
+        ledger_at: Callable[[str], Any], shipped_default: Path) -> None:
+    where = ledger_at("l.db")
     assert load_policy().policy.recall.embedder == "minilm-l6"
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         assert ledger.embedder.name == "minilm-l6-v2-384" and ledger.index.deferred
         assert ledger.index.embedding is not None and ledger.index.embedding.running
         ids = [_put(ledger, n) for n in range(12)]
@@ -71,8 +78,9 @@ def test_a_policy_that_omits_the_embedder_keeps_hashed_ngram_and_its_hash() -> N
 
 
 def test_writes_do_not_embed_and_recall_finds_every_fact_lexically_meanwhile(
-        tmp_path: Path, shipped_default: Path, held: None) -> None:
-    with Ledger.open(tmp_path / "l.db") as ledger:
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
         ids = [_put(ledger, n, subject=f"user:{n}") for n in range(10)]
         assert _vector_seqs(ledger) == set()  # nothing embedded in any write
         for n, fact_id in enumerate(ids):
@@ -85,32 +93,36 @@ def test_writes_do_not_embed_and_recall_finds_every_fact_lexically_meanwhile(
 
 
 def test_the_worker_embeds_what_an_earlier_process_left_and_verify_passes(
-        tmp_path: Path, shipped_default: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    where = ledger_at("l.db")
     start = EmbeddingWorker.start
     monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         for n in range(8):
             _put(ledger, n)
     monkeypatch.setattr(EmbeddingWorker, "start", start)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         assert ledger.index.settle_embedding(300)
         assert _vector_seqs(ledger) == _believed_seqs(ledger) != set()
         assert ledger.verify(deep=True).valid
 
 
-def test_a_read_only_open_does_not_embed(tmp_path: Path, shipped_default: Path,
-                                         held: None) -> None:
-    with Ledger.open(tmp_path / "l.db") as ledger:
+def test_a_read_only_open_does_not_embed(
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
         _put(ledger, 0)
-    with Ledger.open(tmp_path / "l.db", readonly=True) as ro:
+    with Ledger.open(where, readonly=True) as ro:
         assert ro.index.embedding is None
         assert ro.recall("beagle").unembedded == 1
         assert ro.verify().valid
 
 
 def test_verify_still_flags_a_vector_of_a_fact_not_believed_and_a_missing_lexical_row(
-        tmp_path: Path, shipped_default: Path) -> None:
-    with Ledger.open(tmp_path / "l.db") as ledger:
+        ledger_at: Callable[[str], Any], shipped_default: Path) -> None:
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
         keep, gone = _put(ledger, 0), _put(ledger, 1)
         assert ledger.index.settle_embedding(300)
         ledger.index.embedding.close()  # type: ignore[union-attr]
@@ -137,11 +149,12 @@ def test_verify_still_flags_a_vector_of_a_fact_not_believed_and_a_missing_lexica
 
 @pytest.mark.parametrize("ending", ["forget", "retract", "supersede", "forget_subject"])
 def test_a_fact_whose_belief_ends_while_the_worker_embeds_it_gets_no_vector(
-        tmp_path: Path, shipped_default: Path, monkeypatch: pytest.MonkeyPatch,
-        ending: str) -> None:
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch, ending: str) -> None:
     """The race: the worker has read and embedded a batch, and before its write transaction
     begins the facts' belief ends (an erasure among them). Its write re-checks inside the
     transaction and gives them no vector; the others of the batch get theirs."""
+    where = ledger_at("l.db")
     embedded = threading.Event()
     resume = threading.Event()
     batches: list[list[int]] = []
@@ -154,7 +167,7 @@ def test_a_fact_whose_belief_ends_while_the_worker_embeds_it_gets_no_vector(
 
     start = EmbeddingWorker.start
     monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         ids = [_put(ledger, n, subject="user:doomed" if n < 3 else "user:kept")
                for n in range(6)]
         seqs = {fact_id: ledger.db.facts.get(fact_id).assert_seq  # type: ignore[union-attr]
@@ -190,13 +203,15 @@ def test_a_fact_whose_belief_ends_while_the_worker_embeds_it_gets_no_vector(
 
 
 def test_close_while_embedding_loses_nothing_and_the_next_open_finishes(
-        tmp_path: Path, shipped_default: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    where = ledger_at("l.db")
     monkeypatch.setattr(embedding, "BATCH", 4)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         for n in range(20):
             _put(ledger, n)
     # closed at once: most of the batches were abandoned, none half-written
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         assert ledger.verify().valid
         assert ledger.index.settle_embedding(300)
         assert _vector_seqs(ledger) == _believed_seqs(ledger) and len(_believed_seqs(ledger)) == 20
@@ -231,25 +246,27 @@ def test_the_default_install_pulls_in_no_torch() -> None:
 
 
 def test_verify_deep_compares_the_word_rows_of_facts_waiting_for_their_vector(
-        tmp_path: Path, shipped_default: Path, held: None) -> None:
-    with Ledger.open(tmp_path / "l.db") as ledger:
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
         fact = ledger.db.facts.get(_put(ledger, 0))
         assert fact is not None and _vector_seqs(ledger) == set()
         assert ledger.verify(deep=True).valid
         with ledger.db.write():
-            ledger.db.conn.execute("UPDATE recall_fts SET terms = 'decoy words' WHERE rowid = ?",
-                                   (fact.assert_seq,))
+            ledger.db.conn.execute(DECOY[address_of(str(where)).server], (fact.assert_seq,))
         assert ledger.verify().valid  # the row exists: only --deep compares its words
         deep = ledger.verify(deep=True)
         assert not deep.valid and f"assert seq {fact.assert_seq}" in (deep.problem or "")
 
 
 def test_recall_during_embedding_applies_the_workers_batches_without_reloading(
-        tmp_path: Path, shipped_default: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The in-process copy of the vectors takes each batch the worker committed (in commit
     order) instead of reloading every vector, and ranks exactly as a fresh load does."""
+    where = ledger_at("l.db")
     monkeypatch.setattr(embedding, "BATCH", 4)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         for n in range(6):
             _put(ledger, n)
         assert ledger.index.settle_embedding(300)
@@ -267,7 +284,7 @@ def test_recall_during_embedding_applies_the_workers_batches_without_reloading(
         assert ledger.index.settle_embedding(300)
         got = ledger.recall("what kind of dog do I have", k=10, strategy="vector")
         assert loads == [] and len(ledger.index.matrix) == 18
-        with Ledger.open(tmp_path / "l.db", readonly=True) as fresh:
+        with Ledger.open(where, readonly=True) as fresh:
             again = fresh.recall("what kind of dog do I have", k=10, strategy="vector")
         assert ([(h.fact.fact_id, round(h.score, 5)) for h in got.results]
                 == [(h.fact.fact_id, round(h.score, 5)) for h in again.results])
