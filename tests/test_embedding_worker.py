@@ -202,6 +202,51 @@ def test_a_fact_whose_belief_ends_while_the_worker_embeds_it_gets_no_vector(
     assert batches and set(batches[0]) & {seqs[f] for f in doomed}
 
 
+def test_a_batch_embedded_across_another_process_rotating_the_index_key_lands_under_the_new_key(
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fence: the worker sealed a first batch (so its key ring holds the word index key),
+    embedded a second, and before that batch's write another open of the ledger (a process
+    of its own on a server: its own connection and key ring) rotates the index key, re-sealing
+    every vector and destroying the old key. The second batch is sealed inside its write under
+    the key the index is under then: every vector opens, vector recall finds each fact, and
+    verify --deep passes (without the fence that batch landed under the destroyed key)."""
+    where = ledger_at("l.db")
+    monkeypatch.setattr(embedding, "BATCH", 4)
+    embedded, resume = threading.Event(), threading.Event()
+    batches: list[list[int]] = []
+
+    def pause(seqs: list[int]) -> None:
+        batches.append(seqs)
+        if len(batches) == 2:
+            embedded.set()
+            assert resume.wait(120)
+
+    start = EmbeddingWorker.start
+    monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
+    with Ledger.open(where) as ledger:
+        ids = [_put(ledger, n, subject=f"user:{n}") for n in range(8)]
+        assert ledger.keys is not None
+        worker = EmbeddingWorker(str(ledger.db.path), ledger.policy, ledger.embedder,
+                                 ledger.keys, INDEXED)
+        worker.before_write = pause
+        ledger.index.embedding = worker
+        start(worker)
+        assert embedded.wait(300)
+        with Ledger.open(where) as other:
+            other.rotate_index_key()
+        resume.set()
+        assert ledger.index.settle_embedding(300)
+        assert _vector_seqs(ledger) == _believed_seqs(ledger) and len(ids) == 8
+    with Ledger.open(where) as ledger:
+        report = ledger.verify(deep=True)
+        assert report.valid, report.problem
+        for n, fact_id in enumerate(ids):
+            hits = ledger.recall(PETS[n % len(PETS)], k=10, subject=f"user:{n}",
+                                 strategy="vector").results
+            assert [h.fact.fact_id for h in hits] == [fact_id]
+
+
 def test_close_while_embedding_loses_nothing_and_the_next_open_finishes(
         ledger_at: Callable[[str], Any], shipped_default: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
