@@ -92,6 +92,20 @@ def test_writes_do_not_embed_and_recall_finds_every_fact_lexically_meanwhile(
         assert ledger.index.differences() == []
 
 
+def test_a_write_of_lexical_rows_only_keeps_the_vector_tables_version(
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
+    """An assert adds no vector (the worker does, later): the vector table's version token
+    stays, so no process's in-process copy of the vectors reloads because of it."""
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
+        _put(ledger, 0)
+        with ledger.db.read():
+            before = ledger.db.recall.vec_version()
+        _put(ledger, 1)
+        with ledger.db.read():
+            assert ledger.db.recall.vec_version() == before
+
+
 def test_the_worker_embeds_what_an_earlier_process_left_and_verify_passes(
         ledger_at: Callable[[str], Any], shipped_default: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -379,8 +379,13 @@ class RecallStore(RecallMeta, RecallSearch, RecallBacklog):
     def add_many(self, lexical: list[tuple[int, str, str]],
                  vectors: list[VecRow]) -> tuple[str, str]:
         """Several facts at once: (fact_seq, terms, scope) and the vector rows. Returns the
-        vector table's version tokens (before, after)."""
+        vector table's version tokens (before, after): the same token twice when no vector
+        was written (lexical rows only, their vectors made later off the write path: every
+        process's copy of the vectors stays valid)."""
         self._insert_lexical(lexical)
+        if not vectors:
+            version = self.vec_version()
+            return version, version
         self._insert_vectors(vectors)
         return self._bump()
 
