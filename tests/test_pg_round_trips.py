@@ -18,7 +18,12 @@ when the key exists; then (9, 8) and (10, 3) (main 4e53e60); now (2, 5) and (3, 
   subject's key rows; the key row with COMMIT; then the mark's transaction: BEGIN (its number
   from the newest mark read there), the mark row with COMMIT;
 - key store, known subject: BEGIN (the change counter: the live key known here is current),
-  ROLLBACK (the lock is released; nothing was written)."""
+  ROLLBACK (the lock is released; nothing was written).
+Under the shipped default (minilm-l6, issue 35) the same, measured (2, 5) and (3, 2): the write
+queues the lexical rows only (no vector row, no version token: the background worker adds the
+vector later, on connections of its own), so it has one statement fewer in its pipelined COMMIT
+and not one round trip fewer; before, it queued the vector row there too, after a model forward
+pass inside the transaction (bench/results_team.md measures what that cost)."""
 
 from __future__ import annotations
 
