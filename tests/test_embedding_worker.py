@@ -46,6 +46,30 @@ def _believed_seqs(ledger: Ledger) -> set[int]:
         return {f.assert_seq for status in INDEXED for f in ledger.db.facts.with_status(status)}
 
 
+def _paused_before_write(ledger: Ledger, start: Callable[[EmbeddingWorker], None],
+                         nth: int) -> tuple[threading.Event, list[list[int]]]:
+    """A worker of the test's own on the open ledger (`start`: the real start, the ledger's
+    own held), stopped after embedding its `nth` batch and before writing it until the event
+    returned is set; the batches it embedded, as it goes."""
+    resume, embedded = threading.Event(), threading.Event()
+    batches: list[list[int]] = []
+
+    def pause(seqs: list[int]) -> None:
+        batches.append(seqs)
+        if len(batches) == nth:
+            embedded.set()
+            assert resume.wait(120)
+
+    assert ledger.keys is not None
+    worker = EmbeddingWorker(str(ledger.db.path), ledger.policy, ledger.embedder, ledger.keys,
+                             INDEXED)
+    worker.before_write = pause
+    ledger.index.embedding = worker
+    start(worker)
+    assert embedded.wait(300)
+    return resume, batches
+
+
 @pytest.fixture
 def held(monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker does not start at open (a test starts it when it wants)."""
@@ -169,16 +193,6 @@ def test_a_fact_whose_belief_ends_while_the_worker_embeds_it_gets_no_vector(
     begins the facts' belief ends (an erasure among them). Its write re-checks inside the
     transaction and gives them no vector; the others of the batch get theirs."""
     where = ledger_at("l.db")
-    embedded = threading.Event()
-    resume = threading.Event()
-    batches: list[list[int]] = []
-
-    def pause(seqs: list[int]) -> None:
-        batches.append(seqs)
-        if len(batches) == 1:
-            embedded.set()
-            assert resume.wait(120)
-
     start = EmbeddingWorker.start
     monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
     with Ledger.open(where) as ledger:
@@ -186,13 +200,7 @@ def test_a_fact_whose_belief_ends_while_the_worker_embeds_it_gets_no_vector(
                for n in range(6)]
         seqs = {fact_id: ledger.db.facts.get(fact_id).assert_seq  # type: ignore[union-attr]
                 for fact_id in ids}
-        assert ledger.keys is not None
-        worker = EmbeddingWorker(str(ledger.db.path), ledger.policy, ledger.embedder,
-                                 ledger.keys, INDEXED)
-        worker.before_write = pause
-        ledger.index.embedding = worker
-        start(worker)
-        assert embedded.wait(300)
+        resume, batches = _paused_before_write(ledger, start, 1)
         doomed = ids[:3]
         if ending == "forget":
             for fact_id in doomed:
@@ -227,26 +235,11 @@ def test_a_batch_embedded_across_another_process_rotating_the_index_key_lands_un
     verify --deep passes (without the fence that batch landed under the destroyed key)."""
     where = ledger_at("l.db")
     monkeypatch.setattr(embedding, "BATCH", 4)
-    embedded, resume = threading.Event(), threading.Event()
-    batches: list[list[int]] = []
-
-    def pause(seqs: list[int]) -> None:
-        batches.append(seqs)
-        if len(batches) == 2:
-            embedded.set()
-            assert resume.wait(120)
-
     start = EmbeddingWorker.start
     monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
     with Ledger.open(where) as ledger:
         ids = [_put(ledger, n, subject=f"user:{n}") for n in range(8)]
-        assert ledger.keys is not None
-        worker = EmbeddingWorker(str(ledger.db.path), ledger.policy, ledger.embedder,
-                                 ledger.keys, INDEXED)
-        worker.before_write = pause
-        ledger.index.embedding = worker
-        start(worker)
-        assert embedded.wait(300)
+        resume, _ = _paused_before_write(ledger, start, 2)
         with Ledger.open(where) as other:
             other.rotate_index_key()
         resume.set()
