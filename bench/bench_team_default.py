@@ -3,7 +3,8 @@ one run (issue 35: before, the model embedded inside every write; after, a backg
 adds the vectors off the write path).
 
     PYTHONPATH=. .venv/bin/python bench/bench_team_default.py --tree /work/main --tree . \
-        [--asserts 200] [--paced 40] [--rounds 3] [--out bench/results_team.md]
+        [--label main --label branch] [--asserts 200] [--paced 40] [--rounds 3] \
+        [--out bench/results_team.md]
 
 - one PostgreSQL 18 server of its own (tests/pgserver.start, a TCP port on 127.0.0.1, the test
   settings: fsync off); each measurement a fresh database reached over loopback TCP, in a
@@ -13,7 +14,8 @@ adds the vectors off the write path).
   run, in the same tree);
 - back to back: --asserts asserts, each its own transaction, after 20 untimed ones; paced:
   --paced asserts 0.3 s apart (the worker embeds in those pauses, beside the next assert);
-- rounds interleave the trees, so load that drifts during the run falls on both;
+- rounds interleave the trees, so load that drifts during the run falls on both; a tree is
+  named by its commit, or by its --label (an export of a commit has no .git: say which);
 - after the last assert: the facts still waiting for their vector, and how long the worker
   took to embed them (`settle_embedding`).
 
@@ -93,6 +95,7 @@ def commit_of(tree: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", action="append", default=[])
+    ap.add_argument("--label", action="append", default=[])
     ap.add_argument("--asserts", type=int, default=200)
     ap.add_argument("--paced", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
@@ -109,6 +112,7 @@ def main() -> None:
     from tests import pgserver
 
     trees = args.tree or [str(ROOT)]
+    labels = dict(zip(trees, args.label, strict=False))
     tmp = Path(tempfile.mkdtemp(prefix="bench-team-default-"))
     os.environ["XDG_DATA_HOME"] = str(tmp / "data")
     os.environ["CUSTODY_MASTER_KEY"] = MASTER
@@ -149,13 +153,14 @@ def main() -> None:
                 times = [t for r in done for t in r["times"]]
                 med = statistics.median(times)
                 rows.append(
-                    f"| {tree} ({commit_of(tree)}) | {name}{' (worker)' if done[0]['deferred'] else ''}"
+                    f"| {labels.get(tree) or f'{tree} ({commit_of(tree)})'} | {name}{' (worker)' if done[0]['deferred'] else ''}"
                     f" | {len(times)} {mode} | {med * 1e3:.2f} | {pct(times, 0.99) * 1e3:.2f} | "
                     f"{max(times) * 1e3:.2f} | {med / floor:.2f} | "
                     f"{'/'.join(str(r['waiting']) for r in done)} | "
                     f"{'/'.join(format(r['drain'], '.1f') for r in done)} |")
     command = ("PYTHONPATH=. .venv/bin/python bench/bench_team_default.py "
                + " ".join(f"--tree {t}" for t in trees)
+               + "".join(f" --label {v}" for v in args.label)
                + f" --asserts {args.asserts} --paced {args.paced} --rounds {args.rounds}"
                + (f" --out {args.out}" if args.out else ""))
     notes = [f"command: `{command}`", f"/proc/loadavg at start: {load_start}",
