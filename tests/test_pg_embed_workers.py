@@ -2,13 +2,16 @@
 ledger for writing runs an embedding worker, on any host. Two real processes started on the
 same backlog at the same instant: each claims the batches it embeds (a session advisory lock
 per fact, taken only if free), so no fact is embedded twice and none gets two vectors; every
-believed fact ends with exactly one vector, and verify --deep passes."""
+believed fact ends with exactly one vector, and verify --deep passes. A worker that dies holding
+claims (a process killed on another host) holds up nothing for good: the claims end with its
+connection, and the facts it held are embedded by a worker still running."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ import pytest
 from custody_app.ledger.facade import Ledger
 from custody_app.recall.embedding import EmbeddingWorker
 from custody_app.recall.index import INDEXED
+from store import open_ledger
 from tests.conftest import CAUSE, WRITER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,3 +72,31 @@ def test_two_processes_embed_a_backlog_once_between_them(
         assert ledger.recall("topic").unembedded == 0
         report = ledger.verify(deep=True)
         assert report.valid, report.problem
+
+
+def test_facts_claimed_by_a_worker_that_dies_are_embedded_by_one_still_running(
+        pg_url: str, shipped_default: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    start = EmbeddingWorker.start
+    monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
+    with Ledger.open(pg_url) as ledger:
+        for n in range(12):
+            ledger.assert_fact(f"user:{n}", "note", f"a note about topic {n}", actor=WRITER,
+                               cause=CAUSE, provenance="attested")
+        with ledger.db.read():
+            seqs = ledger.db.recall.backlog(0, 2**62, list(INDEXED), 100)
+        other = open_ledger(pg_url)  # another worker's connection, holding a third of them
+        try:
+            held = other.recall.claim(seqs[::3])
+            assert held == seqs[::3]
+            assert ledger.index.embedding is not None
+            start(ledger.index.embedding)
+            deadline = time.monotonic() + 300  # the others are embedded, those passed over
+            while ledger.index.unembedded() > len(held) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert ledger.index.unembedded() == len(held)
+        finally:
+            other.close()  # it dies: the server ends its claims with its connection
+        assert ledger.index.settle_embedding(300)
+        with ledger.db.read():
+            vectors = {seq for seq, _ in ledger.db.recall.indexed()[1]}
+        assert vectors == set(seqs) and ledger.recall("topic").unembedded == 0
