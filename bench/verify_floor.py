@@ -72,7 +72,7 @@ def read_hash_and_open(path: Path) -> tuple[int, int]:
     with Ledger.open(path, readonly=True) as led:
         keys = led.keys
         assert keys is not None
-        ciphers = Ciphers()
+        ciphers = Ciphers(keys.snapshot_keys(), snapshot=True)
         con = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
         sha = hashlib.sha256
         count = opened = 0
@@ -86,7 +86,7 @@ def read_hash_and_open(path: Path) -> tuple[int, int]:
                 body = orjson.loads(body_text)
                 value, salt = row[8], row[9]
                 if value is not None:
-                    plain = ciphers.open_blob(keys.key_for_open, body["subject_ref"], value,
+                    plain = ciphers.open_blob(body["subject_ref"], value,
                                               row[5])
                     if plain is not None:
                         sha(bytes.fromhex(salt) + plain).hexdigest()
@@ -94,7 +94,7 @@ def read_hash_and_open(path: Path) -> tuple[int, int]:
                 while text is not None and text[0] < seq:
                     text = next(texts, None)
                 if text is not None and text[0] == seq and text[3] is not None:
-                    plain = ciphers.open_blob(keys.key_for_open, text[2], text[3],
+                    plain = ciphers.open_blob(text[2], text[3],
                                               f"text:{text[1]}")
                     if plain is not None:
                         sealed = orjson.dumps(orjson.loads(plain), option=orjson.OPT_SORT_KEYS)

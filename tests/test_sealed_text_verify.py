@@ -112,7 +112,7 @@ def test_the_walk_s_cipher_cache_opens_and_refuses_as_the_plain_path(env: Env) -
     one, two = _facts(env)
     keys = env.ledger.keys
     assert keys is not None
-    codec, ciphers = TextCodec(keys), crypto.Ciphers()
+    codec, ciphers = TextCodec(keys), crypto.Ciphers(keys.key_for_open)
     rows = [env.ledger.db.texts.get(s) for s in env.ledger.db.texts.seqs()]
     for row in rows:
         assert row is not None and row[2] is not None

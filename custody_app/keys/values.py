@@ -30,7 +30,7 @@ def _open(keys: KeyRing | None, subject_ref: str, blob: bytes | None, bind: str,
     if blob is None or keys is None:
         return None
     if ciphers is not None:
-        return ciphers.open_blob(keys.key_for_open, subject_ref, bytes(blob), bind)
+        return ciphers.open_blob(subject_ref, bytes(blob), bind)
     key = keys.key_for_open(subject_ref, crypto.sealed_generation(bytes(blob)))
     return None if key is None else crypto.open_sealed(key, bytes(blob), bind)
 
