@@ -53,6 +53,14 @@ _AFFIRM = ('{"actor":"%s","fact_id":"%s","kind":"affirm","policy_hash":"%s","seq
            '"tx_at":"%s"}')
 
 
+class PlainAffirm(dict):  # type: ignore[type-arg]
+    """The body `plain_affirm` rebuilt from an affirm's columns (its stored text compared
+    equal): by construction it names no signer, session, sealed text, receipt or retraction,
+    so a walk may leave out the checks that look only for those (verify's does)."""
+
+    __slots__ = ()
+
+
 def plain_affirm(row: EventRecord) -> dict[str, Any] | None:
     """The body of an affirm stored exactly as `_AFFIRM` prints its columns, else None (the
     walk then parses it like any other body)."""
@@ -64,8 +72,8 @@ def plain_affirm(row: EventRecord) -> dict[str, Any] | None:
         return None
     if row.body != _AFFIRM % (row.actor, row.fact_id, row.policy_hash, row.seq, row.tx_at):
         return None
-    return {"actor": row.actor, "fact_id": row.fact_id, "kind": "affirm",
-            "policy_hash": row.policy_hash, "seq": row.seq, "tx_at": row.tx_at}
+    return PlainAffirm(actor=row.actor, fact_id=row.fact_id, kind="affirm",
+                       policy_hash=row.policy_hash, seq=row.seq, tx_at=row.tx_at)
 
 
 def parse_body(text: str, encoded: bytes | None = None) -> Any:
