@@ -7,9 +7,10 @@ on the same file (run through `bench/bench_verify.py --read-floor LEDGER[,LEDGER
   stored as the canonical text that was hashed). No other table read, nothing opened.
 - second floor, the crypto a sealed ledger adds: the floor's loop plus, for each event, its body
   parsed (orjson) and, for each sealed value and sealed free text, the blob opened under its
-  subject's key (AES-256-GCM, the key store's keys unwrapped as first met) and its salted
-  commitment recomputed (sha256): what any verify of DESIGN 13 must do per event, with no
-  other check, no fold, no derived table (a plain loop, no error handling).
+  subject's key (AES-256-GCM; the key store read in one query as verify reads it, each key
+  unwrapped as first met) and its salted commitment recomputed (sha256): what any verify of
+  DESIGN 13 must do per event, with no other check, no fold, no derived table (a plain loop,
+  no error handling).
 - verify (API): `Ledger.open(path, readonly=True).verify()`, the call timed (the open beside it).
 - verify (CLI): `custody-app verify --ledger PATH` as a user runs it, a real subprocess; its
   CPU time from the child's rusage (interpreter start and imports included).

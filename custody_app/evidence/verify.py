@@ -57,8 +57,9 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
             # text, fold, session or retraction for the audits to see (TextAudit.check and
             # the rest would return at once); its checkpoint, policy in force and absent
             # signature are checked, and the fact index fed.
+            derived.fact_event(row.fact_id, row.seq)
             return ((audit.check(row) if row.seq in audit.wanted else None)
-                    or signatures.check(row, body) or derived.fact_event(row.fact_id, row.seq))
+                    or signatures.check(row, body))
         kind = row.kind
         return ((audit.check(row) if kind == "checkpoint" or row.seq in audit.wanted else None)
                 or (receipts.check(row, opened.get(row.seq), body) if kind in CITING else None)

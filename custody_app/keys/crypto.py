@@ -108,7 +108,7 @@ class Ciphers:
             aead = self._cipher(ref, generation)
         else:
             slot = (ref, generation)
-            aead = by_ref.get(slot, _UNSEEN)  # type: ignore[arg-type]
+            aead = by_ref.get(slot, _UNSEEN)
             if aead is _UNSEEN:
                 if len(by_ref) >= 65_536:
                     by_ref.clear()
