@@ -477,3 +477,22 @@ def test_key_rows_gives_every_key_row_as_the_point_query_does(
         report = led.verify()
     assert report.valid, report.problem
     assert report.values_unchecked == 0  # the erased value is gone, not merely unopened
+
+
+def test_a_key_made_after_the_one_read_is_still_found(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """verify's one read of the key store may predate a re-key another process committed
+    (the ledger's snapshot, taken later, may name the new generation): a generation the read
+    did not hold is asked of the key store before it is called never held."""
+    from custody_app.keys import crypto
+    path = ledger_copy(base[0])
+    with Ledger.open(path) as led:
+        assert led.keys is not None
+        key_for = led.keys.snapshot_keys()
+        led.assert_fact("acct:after-the-read", "plan", "a value", actor="agent:support",
+                        cause={"kind": "tool", "ref": "t"})
+        ref = led.keys.subject_ref("acct:after-the-read")
+        key = key_for(ref, 1)
+        assert key is not None and key == led.keys.key_for_read(ref, 1)
+        with pytest.raises(crypto.DecryptError, match="never held"):
+            key_for(ref, 7)
