@@ -80,15 +80,15 @@ def main(argv: list[str] | None = None) -> int:
                  f"--embedder {args.embedder} --seed {args.seed}",
                  f"load (1/5/15 min) at start {load0}",
                  f"other processes at start: {machine_note()}"]))
-    note("\n| facts | cells | sqrt(facts) | cells / sqrt | clustered on | at (s) | "
+    note("\n| facts | vectors | cells | sqrt(vectors) | cells / sqrt | clustered on | at (s) | "
          "load 1 min | assert p50 (ms) | assert p99 (ms) | slowest assert (ms) | "
          "slowest group of asserts (ms) | re-clustering |")
-    note("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    note("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 
     def observed(*a: Any, **k: Any) -> int:
         run: dict[str, Any] = {"facts0": written[0], "t0": time.perf_counter()}
         note(f"| re-clustering began at {written[0]:,} facts, "
-             f"{run['t0'] - t0:.0f} s | | | | | | | | | | | |")
+             f"{run['t0'] - t0:.0f} s | | | | | | | | | | | | |")
         held: list[float] = k["held_ms"] if k.get("held_ms") is not None else []
         before = len(held)
         try:
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             note(f"| re-clustering begun at {run['facts0']:,} ended at {run['facts1']:,} facts, "
                  f"{time.perf_counter() - t0:.0f} s: {run.get('cells')} cells, {run['s']:.0f} s, "
                  f"{len(run['txns'])} transactions, longest "
-                 f"{max(run['txns'], default=0.0):.1f} ms | | | | | | | | | | | |")
+                 f"{max(run['txns'], default=0.0):.1f} ms | | | | | | | | | | | | |")
         return int(run["cells"])
     rc.recluster = observed  # Maintenance's thread calls the module's function
     samples: list[tuple[int, int, int, float]] = []
@@ -135,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                                 ledger.db.recall.clustered_on(), time.perf_counter() - t0))
                 ms = sorted(x * 1000 for x in asserts)
                 m = ledger.index.maintenance
-                note(f"| {i:,} | {samples[-1][1]} | {i ** 0.5:.0f} | "
-                     f"{samples[-1][1] / i ** 0.5:.2f} | {samples[-1][2]:,} | "
+                vectors = max(ledger.db.recall.vector_count(), 1)
+                note(f"| {i:,} | {vectors:,} | {samples[-1][1]} | {vectors ** 0.5:.0f} | "
+                     f"{samples[-1][1] / vectors ** 0.5:.2f} | {samples[-1][2]:,} | "
                      f"{samples[-1][3]:.0f} | {os.getloadavg()[0]:.1f} | "
                      f"{ms[len(ms) // 2]:.2f} | {ms[int(len(ms) * 0.99)]:.2f} | {ms[-1]:.1f} | "
                      f"{max(groups) * 1000:.0f} | "
