@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--embedder", default="hashed-ngram")
     ap.add_argument("--progress", default=None, help="append rows here as the run goes")
+    ap.add_argument("--drain-s", type=float, default=0.0,
+                    help="after the writes, at most this long while the embedding worker drains")
+    ap.add_argument("--drain-every", type=float, default=20.0)
     args = ap.parse_args(argv)
     Path(args.tmp).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="custody-pace-", dir=args.tmp))
@@ -115,10 +118,30 @@ def main(argv: list[str] | None = None) -> int:
         i = 0
         asserts: list[float] = []
         groups: list[float] = []
-        while i < args.facts:
+
+        def sample() -> None:
+            samples.append((i, ledger.index.cells.count_cells(),
+                            ledger.db.recall.clustered_on(), time.perf_counter() - t0))
+            ms = sorted(x * 1000 for x in asserts) or [0.0]
+            m = ledger.index.maintenance
+            vectors = max(ledger.db.recall.vector_count(), 1)
+            note(f"| {i:,} | {vectors:,} | {samples[-1][1]} | {vectors ** 0.5:.0f} | "
+                 f"{samples[-1][1] / vectors ** 0.5:.2f} | {samples[-1][2]:,} | "
+                 f"{samples[-1][3]:.0f} | {os.getloadavg()[0]:.1f} | "
+                 f"{ms[len(ms) // 2]:.2f} | {ms[int(len(ms) * 0.99)]:.2f} | {ms[-1]:.1f} | "
+                 f"{max(groups, default=0.0) * 1000:.0f} | "
+                 f"{'running ' + str(m.progress) if m.running else 'idle'} |")
+            asserts.clear()
+            groups.clear()
+            print(f"  {i:,} facts, {samples[-1][1]} cells, {samples[-1][3]:.0f} s, "
+                  f"re-clustering {'running' if m.running else 'idle'} {m.progress}",
+                  file=sys.stderr, flush=True)
+
+        def write(n: int) -> None:
+            nonlocal i
             g0 = time.perf_counter()
             with ledger.transaction():
-                for _ in range(min(args.tx, args.facts - i)):
+                for _ in range(n):
                     clock.set(datetime(2027, 1, 1) + timedelta(milliseconds=i))
                     text = " ".join(rng.sample(WORDS, 4)) + f" ref {rng.randrange(10**6)}"
                     a0 = time.perf_counter()
@@ -130,23 +153,21 @@ def main(argv: list[str] | None = None) -> int:
                     i += 1
             groups.append(time.perf_counter() - g0)
             written[0] = i
+
+        while i < args.facts:
+            write(min(args.tx, args.facts - i))
             if i % args.every < args.tx or i == args.facts:
-                samples.append((i, ledger.index.cells.count_cells(),
-                                ledger.db.recall.clustered_on(), time.perf_counter() - t0))
-                ms = sorted(x * 1000 for x in asserts)
-                m = ledger.index.maintenance
-                vectors = max(ledger.db.recall.vector_count(), 1)
-                note(f"| {i:,} | {vectors:,} | {samples[-1][1]} | {vectors ** 0.5:.0f} | "
-                     f"{samples[-1][1] / vectors ** 0.5:.2f} | {samples[-1][2]:,} | "
-                     f"{samples[-1][3]:.0f} | {os.getloadavg()[0]:.1f} | "
-                     f"{ms[len(ms) // 2]:.2f} | {ms[int(len(ms) * 0.99)]:.2f} | {ms[-1]:.1f} | "
-                     f"{max(groups) * 1000:.0f} | "
-                     f"{'running ' + str(m.progress) if m.running else 'idle'} |")
-                asserts, groups = [], []
-                print(f"  {i:,} facts, {samples[-1][1]} cells, {samples[-1][3]:.0f} s, "
-                      f"re-clustering {'running' if ledger.index.maintenance.running else 'idle'} "
-                      f"{ledger.index.maintenance.progress}",
-                      file=sys.stderr, flush=True)
+                sample()
+        # Under a model embedder: the worker drains its backlog while one fact is written every
+        # --drain-every seconds (the writer's commit starts a re-clustering its vectors made due).
+        drain_end = time.perf_counter() + args.drain_s
+        while args.drain_s and time.perf_counter() < drain_end:
+            time.sleep(args.drain_every)
+            drained = not ledger.index.unembedded()
+            write(1)  # also after the last vector: its commit starts what they made due
+            sample()
+            if drained:
+                break
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         ledger.index.settle()
         final = (ledger.index.cells.count_cells(), ledger.db.recall.clustered_on(),
