@@ -131,6 +131,9 @@ class EmbeddingWorker(BackgroundThread):
         # owner's in-process copy (`take_written`); None once more than KEPT_FOR_OWNER waited.
         self._written: deque[tuple[str, str, list[VecRow]]] | None = deque()
         self.held_ms: list[float] = []  # write-lock time of each batch written (benchmarks)
+        # Set when the vectors this worker added made the index due a re-clustering; the owner
+        # starts it at its next commit (`take_recluster_due`), in its own thread.
+        self._recluster_due = False
         # Called (in the worker's thread) after each batch is embedded and before its write
         # transaction begins: the tests' hook for racing a forget against the worker.
         self.before_write: Callable[[list[int]], None] | None = None
@@ -165,6 +168,12 @@ class EmbeddingWorker(BackgroundThread):
         if self.error is not None:
             raise self.error
         return False
+
+    def take_recluster_due(self) -> bool:
+        """Whether the vectors added since the last call made the index due a re-clustering."""
+        with self._lock:
+            due, self._recluster_due = self._recluster_due, False
+        return due
 
     def take_written(self) -> list[tuple[str, str, list[VecRow]]] | None:
         """The batches committed since the last call, in commit order (None: too many to keep:
@@ -306,4 +315,9 @@ class EmbeddingWorker(BackgroundThread):
         held = db.committed_at - began
         self.held_ms.append(held * 1000)
         self.embedded += len(rows)
+        cells.added(len(rows))  # the index grows here, not in the owner's writes
+        if cells.due:
+            cells.due = False
+            with self._lock:
+                self._recluster_due = True
         self._stop.wait(held + PAUSE_S)

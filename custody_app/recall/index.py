@@ -265,7 +265,8 @@ class RecallIndex(BatchedRemovals):
             if self.embedding is not None:
                 self.embedding.wake(self._unembedded_from)
             self._unembedded_from = None
-        if self.cells.due:
+        worker_due = self.embedding is not None and self.embedding.take_recluster_due()
+        if self.cells.due or worker_due:
             self.cells.due = False
             self.maintenance.start()
 
@@ -350,7 +351,11 @@ class RecallIndex(BatchedRemovals):
         except BaseException:
             self.restore(saved)  # the caller's savepoint decides what stands
             raise
-        self.cells.added(len(batch) - len(removed))
+        # Under deferred embedding these rows carry no vector: the worker counts the vectors it
+        # adds (counted here as facts, the index looked due at every commit past ann_min_facts
+        # while the vectors lagged, and each commit began a re-clustering that read every
+        # vector's seq to find it was not due).
+        self.cells.added((0 if self.deferred else len(batch)) - len(removed))
 
     def sync(self, changes: list[tuple[FactRow, str | None]], fresh: dict[str, str]) -> None:
         """Keep the indexes equal to the believed facts, in the transaction of the event that
