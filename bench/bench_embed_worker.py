@@ -16,7 +16,6 @@ set here: the product's own choices run (the worker pins one BLAS thread with th
 from __future__ import annotations
 
 import argparse
-import re
 import resource
 import shutil
 import sys
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.benchenv import header, machine_note  # noqa: E402
+from bench.benchenv import header, machine_note, policy_with_embedder  # noqa: E402
 from custody_app.ledger.facade import Ledger  # noqa: E402
 
 CAUSE = {"kind": "import", "ref": "bench-embed-worker"}
@@ -37,20 +36,13 @@ WORDS = ("beagle invoice piano peanuts standup tyres Lisbon Acme refund firmware
 GROUP = 100
 
 
-def _policy(tmp: Path, embedder: str) -> Path:
-    src = (ROOT / "policies" / "default.toml").read_text()
-    path = tmp / f"{embedder}.toml"
-    path.write_text(re.sub(r'(?m)^embedder = "[^"]*"$', f'embedder = "{embedder}"', src))
-    return path
-
-
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
 def ingest(tmp: Path, embedder: str, n: int, drain_window: float) -> dict[str, float]:
-    with Ledger.open(tmp / f"{embedder}-{n}.db", policy=_policy(tmp, embedder)) as ledger:
+    with Ledger.open(tmp / f"{embedder}-{n}.db", policy=policy_with_embedder(tmp, embedder)) as ledger:
         wall0, cpu0, thread0 = time.perf_counter(), _cpu(), time.thread_time()
         slowest = 0.0
         for start in range(0, n, GROUP):

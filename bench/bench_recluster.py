@@ -11,8 +11,10 @@ of centroids being moved to (a re-clustering begun); then, each on a fresh copy:
 - `recluster` itself moving `--rows` rows, with the time budget and without, reporting what
   its transactions held the write lock.
 With `--longest N`, instead: the N longest transactions of each of those two runs, with their
-rows, the chunks sqlite-vec made in them and their COMMIT against its estimate. Not a test:
-prints markdown tables.
+rows, the chunks sqlite-vec made in them and their COMMIT against its estimate. With
+`--lookup`, instead: the move by statement (old-cell order) and `recluster` with its budget,
+each without and with the store's index on sqlite-vec's chunks by cell (issue 35: without it
+every insert scans every chunk row). Not a test: prints markdown tables.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import numpy as np  # noqa: E402
 from custody_app.recall import recluster as rc  # noqa: E402
 from store import LedgerFile, open_ledger  # noqa: E402
 from store.rows import vec_row  # noqa: E402
-from store.sqlite.recall import VEC_DELETE, VEC_INSERT, VEC_META_ONE  # noqa: E402
+from store.sqlite.recall import CHUNK_LOOKUP, VEC_DELETE, VEC_INSERT, VEC_META_ONE  # noqa: E402
 
 DIMS = 256
 
@@ -162,6 +164,33 @@ def longest(db: LedgerFile, rows: int, budget: float | None, n: int) -> str:
     return "\n".join(out)
 
 
+def lookup(base: Path, work: Path, vectors: int, rows: int) -> str:
+    """The move by statement and `recluster`'s transactions without the store's index on
+    sqlite-vec's chunks by cell (dropped from the fresh copy) and with it."""
+    out = [f"{vectors:,} vectors of {DIMS} dimensions in {round(vectors ** 0.5)} cells; load "
+           f"(1/5/15 min) at start {Path('/proc/loadavg').read_text().split()[:3]}", "",
+           "| chunks' cell index | point read | vec0 DELETE | INSERT | COMMIT | all (ms a row) | "
+           f"recluster, {rc.BUDGET_S * 1000:.0f} ms budget |", "|---|---:|---:|---:|---:|---:|---|"]
+    for with_index in (False, True, False, True):
+        db = fresh(base, work)
+        if not with_index:
+            with db.write():
+                db.conn.execute(f"DROP INDEX {CHUNK_LOOKUP}")
+        spent = by_statement(db, "old cell")
+        db.close()
+        db = fresh(base, work)
+        if not with_index:
+            with db.write():
+                db.conn.execute(f"DROP INDEX {CHUNK_LOOKUP}")
+        moved = moves(db, rows, rc.BUDGET_S)
+        db.close()
+        out.append(f"| {'with' if with_index else 'without'} | "
+                   + " | ".join(f"{v:.3f}" for v in spent.values())
+                   + f" | {sum(spent.values()):.3f} | {moved} |")
+    out.append(f"\nload at the end {Path('/proc/loadavg').read_text().split()[:3]}")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vectors", type=int, default=100_000)
@@ -169,6 +198,8 @@ def main() -> int:
     ap.add_argument("--tmp", default=None)
     ap.add_argument("--longest", type=int, default=0,
                     help="instead: list the N longest transactions of each recluster run")
+    ap.add_argument("--lookup", action="store_true",
+                    help="instead: compare moves without and with the chunks' cell index")
     args = ap.parse_args()
     tmp = Path(args.tmp or tempfile.mkdtemp(prefix="bench-recluster-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -177,6 +208,9 @@ def main() -> int:
         build(tmp / "building.db", args.vectors)
         os.rename(tmp / "building.db", base)
     work = tmp / "work.db"
+    if args.lookup:
+        print(lookup(base, work, args.vectors, args.rows))
+        return 0
     if args.longest:
         for budget in (None, rc.BUDGET_S):
             db = fresh(base, work)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,3 +65,12 @@ def emit(text: str, out: str | None) -> None:
     if out:
         with open(out, "a", encoding="utf-8") as fh:
             fh.write("\n" + text)
+
+
+def policy_with_embedder(tmp: Path, embedder: str) -> Path:
+    """The shipped default policy with its embedder replaced, written into `tmp`."""
+    src = (ROOT / "policies" / "default.toml").read_text(encoding="utf-8")
+    path = tmp / f"{embedder}.toml"
+    path.write_text(re.sub(r'(?m)^embedder = "[^"]*"$', f'embedder = "{embedder}"', src),
+                    encoding="utf-8")
+    return path

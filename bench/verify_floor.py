@@ -7,9 +7,10 @@ on the same file (run through `bench/bench_verify.py --read-floor LEDGER[,LEDGER
   stored as the canonical text that was hashed). No other table read, nothing opened.
 - second floor, the crypto a sealed ledger adds: the floor's loop plus, for each event, its body
   parsed (orjson) and, for each sealed value and sealed free text, the blob opened under its
-  subject's key (AES-256-GCM, the key store's keys unwrapped as first met) and its salted
-  commitment recomputed (sha256): what any verify of DESIGN 13 must do per event, with no
-  other check, no fold, no derived table (a plain loop, no error handling).
+  subject's key (AES-256-GCM; the key store read in one query as verify reads it, each key
+  unwrapped as first met) and its salted commitment recomputed (sha256): what any verify of
+  DESIGN 13 must do per event, with no other check, no fold, no derived table (a plain loop,
+  no error handling).
 - verify (API): `Ledger.open(path, readonly=True).verify()`, the call timed (the open beside it).
 - verify (CLI): `custody-app verify --ledger PATH` as a user runs it, a real subprocess; its
   CPU time from the child's rusage (interpreter start and imports included).
@@ -72,7 +73,7 @@ def read_hash_and_open(path: Path) -> tuple[int, int]:
     with Ledger.open(path, readonly=True) as led:
         keys = led.keys
         assert keys is not None
-        ciphers = Ciphers()
+        ciphers = Ciphers(keys.snapshot_keys(), snapshot=True)
         con = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
         sha = hashlib.sha256
         count = opened = 0
@@ -86,7 +87,7 @@ def read_hash_and_open(path: Path) -> tuple[int, int]:
                 body = orjson.loads(body_text)
                 value, salt = row[8], row[9]
                 if value is not None:
-                    plain = ciphers.open_blob(keys.key_for_open, body["subject_ref"], value,
+                    plain = ciphers.open_blob(body["subject_ref"], value,
                                               row[5])
                     if plain is not None:
                         sha(bytes.fromhex(salt) + plain).hexdigest()
@@ -94,7 +95,7 @@ def read_hash_and_open(path: Path) -> tuple[int, int]:
                 while text is not None and text[0] < seq:
                     text = next(texts, None)
                 if text is not None and text[0] == seq and text[3] is not None:
-                    plain = ciphers.open_blob(keys.key_for_open, text[2], text[3],
+                    plain = ciphers.open_blob(text[2], text[3],
                                               f"text:{text[1]}")
                     if plain is not None:
                         sealed = orjson.dumps(orjson.loads(plain), option=orjson.OPT_SORT_KEYS)

@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from custody_app.recall import embedding
+from custody_app.recall import index as index_module
 from custody_app.recall import recluster as rc
 from custody_app.recall.cells import regrow_due
+from custody_app.recall.embedders import make_embedder
+from custody_app.recall.embedding import EmbeddingWorker
 from store import open_ledger
 from store.sqlite.gate import Gate
 from tests.conftest import Env
@@ -150,3 +154,45 @@ def test_a_priority_connection_does_not_go_twice_while_a_writer_waits() -> None:
     again.join()
     first.join()
     assert order == ["writer", "recluster"]
+
+
+def test_under_deferred_embedding_the_re_clustering_follows_the_vectors_not_the_facts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a model embedder (the shipped default) the writes add lexical rows only and a
+    worker adds the vectors later. The index's due check counted the facts written: past
+    ann_min_facts every commit began a re-clustering that read every vector's seq to find too
+    few vectors, while the vectors lagged (a 100k-fact ingest under minilm-l6 began one at
+    each of its commits from 40k on). Now the worker counts the vectors it adds, and the
+    owner's next commit starts the re-clustering they made due."""
+    deferred = frozenset({make_embedder("hashed-ngram").name})  # made by the worker here
+    monkeypatch.setattr(embedding, "OFF_WRITE_PATH", deferred)
+    monkeypatch.setattr(index_module, "OFF_WRITE_PATH", deferred)
+    worker_start = EmbeddingWorker.start
+    monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)  # held: vectors lag
+    starts: list[int] = []
+    maintenance_start = rc.Maintenance.start
+
+    def counted(self: rc.Maintenance) -> None:
+        starts.append(1)
+        maintenance_start(self)
+    monkeypatch.setattr(rc.Maintenance, "start", counted)
+    policy = tmp_path / "low.toml"
+    policy.write_text(LOW, encoding="utf-8")
+    env = Env(tmp_path / "l.db", policy)
+    try:
+        assert env.ledger.index.deferred and env.ledger.index.embedding is not None
+        for group in range(8):  # 400 facts, four times ann_min_facts, in 8 commits
+            fill(env, 50, seed=group, start=group * 50)
+        assert env.ledger.db.recall.vector_count() == 0
+        assert starts == []  # nothing to cluster yet: no re-clustering begun
+        worker_start(env.ledger.index.embedding)
+        assert env.ledger.index.settle_embedding(DEADLINE_S)
+        assert env.ledger.db.recall.vector_count() == 400
+        fill(env, 1, seed=9, start=400)  # the owner's next commit starts it
+        assert starts == [1]
+        env.ledger.index.settle()
+        assert env.ledger.index.cells.count_cells() > 1
+        assert env.ledger.db.recall.clustered_on() >= 400
+        assert env.ledger.db.recall.moving_below() == 0
+    finally:
+        env.ledger.close()

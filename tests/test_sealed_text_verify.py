@@ -108,11 +108,17 @@ def test_the_ordered_scan_gives_every_row_as_the_point_query_does(env: Env, batc
     assert len(scanned) == 3
 
 
-def test_the_walk_s_cipher_cache_opens_and_refuses_as_the_plain_path(env: Env) -> None:
+@pytest.mark.parametrize("snapshot", [False, True])
+def test_the_walk_s_cipher_cache_opens_and_refuses_as_the_plain_path(env: Env,
+                                                                     snapshot: bool) -> None:
+    """Also with verify's keys, read in one query (KeyRing.snapshot_keys): a generation the
+    key store never held (the fourth edit) is refused as the point query refuses it."""
     one, two = _facts(env)
     keys = env.ledger.keys
     assert keys is not None
-    codec, ciphers = TextCodec(keys), crypto.Ciphers()
+    ciphers = (crypto.Ciphers(keys.snapshot_keys(), snapshot=True) if snapshot
+               else crypto.Ciphers(keys.key_for_open))
+    codec = TextCodec(keys)
     rows = [env.ledger.db.texts.get(s) for s in env.ledger.db.texts.seqs()]
     for row in rows:
         assert row is not None and row[2] is not None
@@ -133,6 +139,28 @@ def test_the_walk_s_cipher_cache_opens_and_refuses_as_the_plain_path(env: Env) -
         other = two if fact_id == one else one
         with pytest.raises(crypto.DecryptError):
             codec.open(other, ref, blob, ciphers)
+
+
+@pytest.mark.parametrize("data", [b'{"cause.ref": 5}', b'{"cause.ref": null}', b'["x"]',
+                                  b'{"cause.ref": ["x"]}', b'"x"'])
+def test_sealed_text_that_is_not_a_map_of_field_to_text_is_refused(env: Env,
+                                                                   data: bytes) -> None:
+    """Opened through the walk's cipher cache or not, well sealed but not field -> text."""
+    one, _ = _facts(env)
+    keys = env.ledger.keys
+    assert keys is not None
+    row = next(r for s in env.ledger.db.texts.seqs()
+               if (r := env.ledger.db.texts.get(s)) is not None and r[0] == one)
+    _fact, ref, blob, _salt = row
+    assert blob is not None
+    generation = crypto.sealed_generation(blob)
+    key = keys.key_for_read(ref, generation)
+    assert key is not None
+    forged = crypto.seal(key, generation, data, f"text:{one}")
+    codec = TextCodec(keys)
+    for use in (None, crypto.Ciphers(keys.snapshot_keys(), snapshot=True)):
+        with pytest.raises(crypto.DecryptError, match="not a map of field to text"):
+            codec.open(one, ref, forged, use)
 
 
 def test_the_running_upgrade_digest_is_the_one_the_upgrade_records() -> None:

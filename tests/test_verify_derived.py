@@ -326,3 +326,173 @@ def test_the_cli_verify_deep_and_rebuild_name_what_they_find(
     done = cli("rebuild", "--json", "--repair", "--deep", "--ledger", str(path))
     assert done.returncode == 0 and json.loads(done.stdout)["repaired"], done.stderr
     assert cli("verify", "--deep", "--ledger", str(path)).returncode == 0
+
+
+# ---- issue 35's shortcuts in verify's walk, still catching what the slow path caught ----------
+def _affirm_seq(path: Any) -> int:
+    with Ledger.open(path, readonly=True) as led, led.db.read():
+        seqs = [e.seq for e in led.db.events.iter_all() if e.kind == "affirm"]
+    assert len(seqs) == 1
+    return seqs[0]
+
+
+def _plain_affirm_walked(path: Any) -> tuple[set[int], Any]:
+    """(the seqs TextAudit.check and ReceiptAudit.check were handed, the report)."""
+    from custody_app.evidence import verify as walk
+    seen: set[int] = set()
+    with pytest.MonkeyPatch.context() as patch:
+        for audit in (walk.TextAudit, walk.ReceiptAudit):
+            def spy(self: Any, row: Any, *args: Any, _was: Any = audit.check) -> Any:
+                seen.add(row.seq)
+                return _was(self, row, *args)
+            patch.setattr(audit, "check", spy)
+        with Ledger.open(path, readonly=True) as led:
+            report = led.verify()
+    return seen, report
+
+
+def test_a_plain_affirm_skips_the_audits_that_look_for_what_it_cannot_hold(base: Base) -> None:
+    """The shortcut is taken: the affirm (its body its columns) never reaches the sealed-text
+    or the receipt audit, which every other event of the walk does."""
+    seen, report = _plain_affirm_walked(base[0])
+    assert report.valid, report.problem
+    affirm = _affirm_seq(base[0])
+    assert affirm not in seen and seen == set(range(1, report.events + 1)) - {affirm}
+
+
+def test_a_stray_sealed_text_row_at_a_plain_affirm_is_named(
+        base: Base, tampered: Callable[[Edit], Any]) -> None:
+    seq = _affirm_seq(base[0])
+    path = tampered(lambda ids: [(
+        "INSERT INTO event_texts(seq, fact_id, subject_ref, sealed, salt) SELECT ?, fact_id, "
+        "subject_ref, sealed, salt FROM event_texts WHERE fact_id = ? ORDER BY seq LIMIT 1",
+        (seq, ids["plan"]))])
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.first_bad_seq == seq
+    assert f"sealed free text row {seq} belongs to no event" in (report.problem or "")
+
+
+def test_a_signature_beside_a_plain_affirm_is_named(
+        base: Base, tampered: Callable[[Edit], Any]) -> None:
+    seq = _affirm_seq(base[0])
+    path = tampered(lambda ids: [("INSERT INTO event_signatures(seq, signature) VALUES (?, ?)",
+                                  (seq, b"\x01" * 64))])
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.first_bad_seq == seq
+    assert "carries a signature but names no signer" in (report.problem or "")
+
+
+@pytest.mark.sqlite_only  # a server refuses the re-hashed chain at open (this host's mark)
+def test_a_plain_affirm_under_a_policy_not_in_force_is_named(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """Its policy hash rewritten in the body and the column alike, the chain re-hashed from
+    there on: the body is still its columns (the shortcut), and the policy check still runs."""
+    seq = _affirm_seq(base[0])
+    path = ledger_copy(base[0])
+    with Ledger.open(path, readonly=True) as led, led.db.read():
+        events = list(led.db.events.iter_all())
+    statements: list[rawsql.Statement] = []
+    prev = events[seq - 2].hash
+    for event in events[seq - 1:]:
+        body = json.loads(event.body)
+        if event.seq == seq:
+            body["policy_hash"] = "0" * 64
+        text = canonical(body)
+        digest = event_hash(prev, text)
+        statements.append(("UPDATE events SET body = ?, hash = ?, prev_hash = ?, policy_hash = ? "
+                           "WHERE seq = ?", (text, digest, prev, body["policy_hash"],
+                                             event.seq)))
+        prev = digest
+    rawsql.edit(path, *statements, unguarded=True)
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.first_bad_seq == seq
+    assert "not the one in force" in (report.problem or "")
+
+
+def test_the_key_store_is_read_once_for_the_walk(base: Base) -> None:
+    """Every value and sealed text the walk opens takes its key from one read of the key
+    store (KeyStore.key_rows), none from the point query a read of one value makes. (A
+    server's store opens the events' sealed plaintext subjects itself, store-side, through
+    the point query: those calls are left aside here.)"""
+    import inspect
+    with Ledger.open(base[0], readonly=True) as led:
+        assert led.keys is not None
+        store, asked = led.keys.store, []
+        point, rows = store.generation, store.key_rows
+
+        def one(ref: str, generation: int) -> Any:
+            if not any(f.filename.endswith("subject_ids.py") for f in inspect.stack()):
+                asked.append(("generation", ref))
+            return point(ref, generation)
+
+        def every() -> Any:
+            asked.append(("key_rows", ""))
+            return rows()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store, "generation", one)
+            patch.setattr(store, "key_rows", every)
+            report = led.verify()
+    assert report.valid, report.problem
+    assert asked == [("key_rows", "")]
+
+
+@pytest.mark.parametrize("generation,named", [(99, "does not decrypt"), (0, "does not decrypt")])
+def test_a_value_sealed_under_a_generation_never_held_is_named(
+        base: Base, ledger_copy: Callable[[Any], Any], generation: int, named: str) -> None:
+    """The key store read once still knows which generations it never held (a value moved
+    under another generation by hand), as the point query did."""
+    path = ledger_copy(base[0])
+    with Ledger.open(path, readonly=True) as led, led.db.read():
+        event = next(e for e in led.db.events.iter_all()
+                     if e.kind == "assert" and e.fact_id == base[1]["plan"])
+    assert event.value is not None
+    forged = bytes(event.value[:3]) + generation.to_bytes(4, "big") + bytes(event.value[7:])
+    rawsql.edit(path, ("UPDATE events SET value = ? WHERE seq = ?", (forged, event.seq)),
+                unguarded=True)
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.first_bad_seq == event.seq
+    assert named in (report.problem or "")
+
+
+def test_key_rows_gives_every_key_row_as_the_point_query_does(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """The port's one read of the key store: every row, a destroyed key's (wrapped None)
+    included, each as `generation` gives it; and what verify then opens still opens."""
+    path = ledger_copy(base[0])
+    with Ledger.open(path) as led:
+        led.forget_subject("acct:2", actor="user:dpo", reason="subject_request")
+        assert led.keys is not None
+        store = led.keys.store
+        rows = list(store.key_rows())
+        assert len(rows) >= 2 and any(w is None for _, _, w in rows)
+        assert any(w is not None for _, _, w in rows)
+        for ref, generation, wrapped in rows:
+            found = store.generation(ref, generation)
+            assert found is not None and found[1] == wrapped
+        assert len({(r, g) for r, g, _ in rows}) == len(rows)
+        report = led.verify()
+    assert report.valid, report.problem
+    assert report.values_unchecked == 0  # the erased value is gone, not merely unopened
+
+
+def test_a_key_made_after_the_one_read_is_still_found(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """verify's one read of the key store may predate a re-key another process committed
+    (the ledger's snapshot, taken later, may name the new generation): a generation the read
+    did not hold is asked of the key store before it is called never held."""
+    from custody_app.keys import crypto
+    path = ledger_copy(base[0])
+    with Ledger.open(path) as led:
+        assert led.keys is not None
+        key_for = led.keys.snapshot_keys()
+        led.assert_fact("acct:after-the-read", "plan", "a value", actor="agent:support",
+                        cause={"kind": "tool", "ref": "t"})
+        ref = led.keys.subject_ref("acct:after-the-read")
+        key = key_for(ref, 1)
+        assert key is not None and key == led.keys.key_for_read(ref, 1)
+        with pytest.raises(crypto.DecryptError, match="never held"):
+            key_for(ref, 7)

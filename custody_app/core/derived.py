@@ -39,12 +39,7 @@ class DerivedAudit:
         kind = row.kind
         if kind in SESSION_KINDS:
             self.sessions.feed(row, body)
-        fact_id = row.fact_id
-        if fact_id is not None:
-            events = self.by_fact.get(fact_id)
-            if events is None:
-                events = self.by_fact[fact_id] = []
-            events.append(row.seq)
+        self.fact_event(row.fact_id, row.seq)
         if kind == "retract" and body.get("pending") is True and row.fact_id is not None:
             self.pending[row.seq] = row.fact_id
         elif kind in _REVIEWS:
@@ -52,6 +47,14 @@ class DerivedAudit:
             if isinstance(settled, int) and self.pending.get(settled) == row.fact_id:
                 del self.pending[settled]
         return None
+
+    def fact_event(self, fact_id: str | None, seq: int) -> None:
+        """`check` of an event that only the fact index holds (a plain affirm, PlainAffirm)."""
+        if fact_id is not None:
+            events = self.by_fact.get(fact_id)
+            if events is None:
+                events = self.by_fact[fact_id] = []
+            events.append(seq)
 
     def finish(self, ledger: _Core, only: tuple[str, ...] = TABLES
                ) -> tuple[int | None, str | None]:

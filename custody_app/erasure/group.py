@@ -46,7 +46,8 @@ def erase_group(ledger: LedgerCore, members: list[Member], *, kind: Literal["for
     # thousands of facts would look up each word's hash in the index: ~0.6 ms a fact).
     index_key = (ledger.keys.index_key if kind == "forget" and ledger.keys is not None
                  and db.recall.exists() else None)
-    ciphers = crypto.Ciphers()  # one cipher per key for the group, dropped with it
+    # One cipher per key for the group, dropped with it (no key ring: nothing is opened).
+    ciphers = None if ledger.keys is None else crypto.Ciphers(ledger.keys.key_for_open)
     # A big group's index rows go on another thread while the loop below opens, digests and
     # collects (it reads only the key store's connection, and the names read above).
     ahead = (ledger.index.removing_ahead([fact.assert_seq for fact, _, _ in members])

@@ -24,7 +24,9 @@ class TextAudit:
     def __init__(self, ledger: LedgerCore) -> None:
         self.db = ledger.db
         self.codec = ledger.texts
-        self.ciphers = Ciphers()
+        # Every sealed blob of the walk opened under a copy of the key store read once.
+        self.ciphers = (None if ledger.keys is None
+                        else Ciphers(ledger.keys.snapshot_keys(), snapshot=True))
         self.erased_facts: set[str] = set()
         self.erased_texts: dict[int, str] = {}
         self.upgraded = UpgradeDigest()  # the bodies the upgrade rewrote, hashed as they pass

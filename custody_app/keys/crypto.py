@@ -7,6 +7,7 @@ import hmac
 import os
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import serialization
@@ -70,21 +71,21 @@ def open_sealed(key: bytes, blob: bytes, bind: str) -> bytes:
 class Ciphers:
     """Opening sealed blobs with each key's cipher made once: for one walk that opens many
     blobs under few keys (verify opens every event's sealed text). Held for that walk only, so
-    no cipher outlives the key ring's own copy of a key that is destroyed later."""
+    no cipher outlives the key ring's own copy of a key that is destroyed later.
 
-    def __init__(self) -> None:
+    `key_for(ref, generation)`: the key a blob names (None when it is gone; DecryptError when
+    the key store never held it). With `snapshot`, its answers cannot change during the walk
+    (it reads a copy of the key store taken once: KeyRing.snapshot_keys): each (ref,
+    generation) is then asked once and its cipher, or its absence, kept."""
+
+    def __init__(self, key_for: Callable[[str, int], bytes | None], *,
+                 snapshot: bool = False) -> None:
+        self.key_for = key_for
         self._by_key: dict[bytes, AESGCM] = {}
+        self._by_ref: dict[tuple[str, int], AESGCM | None] | None = {} if snapshot else None
 
-    def open_blob(self, key_for: Callable[[str, int], bytes | None], ref: str, blob: bytes,
-                  bind: str) -> bytes | None:
-        """`open_sealed(key_for(ref, sealed_generation(blob)), blob, bind)` (None when
-        `key_for` has no key), the header read once; the same DecryptError where they raise."""
-        if len(blob) < _HEADER.size:
-            raise DecryptError("a stored value is too short to be a sealed custody value")
-        magic, generation, nonce = _HEADER.unpack_from(blob)
-        if magic != _MAGIC:
-            raise DecryptError("not a sealed custody value")
-        key = key_for(ref, int(generation))
+    def _cipher(self, ref: str, generation: int) -> AESGCM | None:
+        key = self.key_for(ref, generation)
         if key is None:
             return None
         aead = self._by_key.get(key)
@@ -92,10 +93,35 @@ class Ciphers:
             if len(self._by_key) >= 65_536:
                 self._by_key.clear()
             aead = self._by_key[key] = AESGCM(key)
+        return aead
+
+    def open_blob(self, ref: str, blob: bytes, bind: str) -> bytes | None:
+        """`open_sealed(key_for(ref, sealed_generation(blob)), blob, bind)` (None when
+        `key_for` has no key), the header read once; the same DecryptError where they raise."""
+        if len(blob) < _HEADER.size:
+            raise DecryptError("a stored value is too short to be a sealed custody value")
+        magic, generation, nonce = _HEADER.unpack_from(blob)
+        if magic != _MAGIC:
+            raise DecryptError("not a sealed custody value")
+        by_ref = self._by_ref
+        if by_ref is None:
+            aead = self._cipher(ref, generation)
+        else:
+            slot = (ref, generation)
+            aead = by_ref.get(slot, _UNSEEN)
+            if aead is _UNSEEN:
+                if len(by_ref) >= 65_536:
+                    by_ref.clear()
+                aead = by_ref[slot] = self._cipher(ref, generation)
+        if aead is None:
+            return None
         try:
             return aead.decrypt(nonce, blob[_HEADER.size:], blob[:_HEADER.size] + bind.encode())
         except (InvalidTag, ValueError):
             raise DecryptError("a stored value does not open: wrong key or tampered") from None
+
+
+_UNSEEN: Any = object()  # Ciphers: a (ref, generation) not asked yet (None: its key is gone)
 
 
 _LENGTH = struct.Struct(">I")  # a keyed digest's length prefix

@@ -156,6 +156,9 @@ INSERT_DESTROYED = ("INSERT INTO subject_keys(subject_ref, generation, wrapped, 
 
 LIVE_KEYS = ("SELECT subject_ref, generation, wrapped FROM subject_keys "
              "WHERE destroyed_at IS NULL AND wrapped IS NOT NULL ORDER BY subject_ref, generation")
+# Every key row, destroyed ones included (their wrapped key NULL): a walk over every sealed blob
+# reads the key store once instead of one row per subject (verify's).
+ALL_KEYS = "SELECT subject_ref, generation, wrapped FROM subject_keys"
 REWRAP_KEY = ("UPDATE subject_keys SET wrapped = ? WHERE subject_ref = ? AND generation = ? "
               "AND destroyed_at IS NULL AND wrapped IS NOT NULL")
 
@@ -260,6 +263,11 @@ class KeyStoreFile(MarkReads):
     def live_keys(self) -> list[tuple[str, int, bytes]]:
         """(subject ref, generation, wrapped key) of every key not destroyed."""
         return [(str(r), int(g), bytes(w)) for r, g, w in self.conn.execute(LIVE_KEYS)]
+
+    def key_rows(self) -> Iterator[tuple[str, int, bytes | None]]:
+        """(subject ref, generation, wrapped key or None once destroyed) of every key row."""
+        for ref, gen, wrapped in self.conn.execute(ALL_KEYS):
+            yield str(ref), int(gen), None if wrapped is None else bytes(wrapped)
 
     def rewrap_keys(self, rows: list[tuple[str, int, bytes]]) -> int:
         """Replace the wrapping of each live key (subject ref, generation, new wrapped key), in

@@ -13,6 +13,7 @@ import sqlite_vec
 
 from store.errors import LedgerTooNew, NotALedger, StoreError
 from store.sqlite.connection import LedgerFile, begin_immediate
+from store.sqlite.recall import add_chunk_lookup
 from store.sqlite.recall_upgrade import drop_status_scope, recode_vec_table
 from store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
@@ -48,6 +49,8 @@ def open_ledger(path: str | Path, *, readonly: bool = False,
     try:
         _configure(conn)
         _migrate(conn, path, readonly)
+        if not readonly:
+            add_chunk_lookup(conn)
     except apsw.NotADBError as exc:
         conn.close()
         raise NotALedger(f"{path} is not a SQLite database") from exc

@@ -117,6 +117,40 @@ VEC_COUNT_SCAN = "SELECT count(*) FROM recall_vec"
 VEC_LAST_CHUNK = "SELECT max(rowid) FROM recall_vec_chunks"
 VEC_ROWIDS = "SELECT fact_seq, status FROM recall_vec ORDER BY fact_seq"
 VEC_EXISTS = "SELECT 1 FROM sqlite_schema WHERE name = 'recall_vec'"
+# sqlite-vec 0.1 looks a cell's chunks up by its partition column with no index: each insert
+# asks for the cell's newest chunk (`SELECT max(rowid) FROM recall_vec_chunks WHERE partition00
+# = ?`) and a query of a cell for its chunks, each a scan of every chunk row (a ~2 KB row of slot
+# rowids per chunk: ~900 at 200k vectors, ~4,000 at 1M). So every vector written, by a fact or
+# by a re-clustering's move, cost more as the ledger grew (an insert at 200k vectors: 0.65 ms,
+# 0.10 ms with this index), and the re-clustering begun at 180k facts moved 0.58 vectors a fact
+# written, barely the 0.5 it must (issue 35, bench/results_recluster.md). This index on its
+# chunks table serves both lookups; SQLite keeps it in step, and drops it with the table.
+CHUNK_LOOKUP = "recall_vec_chunks_cell"
+CHUNK_LOOKUP_CREATE = (f"CREATE INDEX IF NOT EXISTS {CHUNK_LOOKUP} "
+                       "ON recall_vec_chunks(partition00)")
+CHUNK_LOOKUP_MISSING = (
+    "SELECT 1 FROM pragma_table_info('recall_vec_chunks') WHERE name = 'partition00' "
+    f"AND NOT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'index' AND name = '{CHUNK_LOOKUP}')")
+
+
+def add_chunk_lookup(conn: apsw.Connection) -> bool:
+    """Give a ledger's vector table the index on its chunks' cell if it lacks it (one made
+    before it, or a file edited by hand): a read of the schema, and a write only then. True
+    when it was made; False too when another process holds the write lock past the busy
+    timeout (the next open makes it)."""
+    if conn.execute(CHUNK_LOOKUP_MISSING).fetchone() is None:
+        return False
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except apsw.BusyError:
+        return False
+    try:
+        conn.execute(CHUNK_LOOKUP_CREATE)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return True
 
 
 # What recall says of these indexes.
@@ -258,6 +292,7 @@ class RecallStore(RecallMeta, RecallHits, RecallSearch, RecallBacklog, VecChunks
         self._conn.execute(CELLS_CREATE)
         self._conn.execute("CREATE VIRTUAL TABLE recall_vec USING "
                            + VEC_TABLE.format(dimensions=int(dimensions)))
+        self._conn.execute(CHUNK_LOOKUP_CREATE)
 
     def repartition(self, dimensions: int, centroids: list[bytes],
                     rows: list[VecRow]) -> None:
