@@ -6,7 +6,8 @@ each beside its floor measured in the same run.
                                                [--out FILE]
 
 For each size N a real `custody-app --batch -` subprocess ingests N assert lines (bench_memory's
-corpus); this process samples its /proc status every 0.05 s: VmHWM (the kernel's own peak RSS)
+corpus; under a model embedder such as the shipped default's, `--batch` leaves the vectors to the
+next writable open, so the built ledger's recalls are lexical and its floor has no vectors); this process samples its /proc status every 0.05 s: VmHWM (the kernel's own peak RSS)
 and RssAnon + RssFile (what `top` shows as RES, split). `--existing` ledgers (built before, e.g.
 a 1M one) skip the ingest. On each ledger, in fresh subprocesses:
 - floor, import: a process that imports custody_app and nothing more (its RSS and wall time);
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,8 @@ from custody_app.recall.cells import unit
 led = Ledger.open(sys.argv[1], readonly=True)
 dims = led.index.embedder.dimensions
 blocks = [(s, b.copy()) for s, b, st, *_ in led.db.recall.iter_vector_blocks(dims)]
+if not blocks:  # none yet (a --batch under a model embedder leaves them to the next open)
+    blocks = [(np.zeros(0, dtype=np.int64), np.zeros((0, dims), dtype=np.float32))]
 matrix = np.concatenate([b for _, b in blocks]); seqs = np.concatenate([s for s, _ in blocks])
 del blocks
 rng = random.Random(3)
@@ -75,7 +79,7 @@ for _ in range(100):
     t = time.perf_counter()
     q = unit(led.index.embedder.embed_query(" ".join(rng.sample(words, 3))))
     scores = matrix @ q
-    top = seqs[np.argpartition(-scores, 10)[:10]]
+    top = seqs[np.argsort(-scores)[:10]] if len(seqs) <= 10 else seqs[np.argpartition(-scores, 10)[:10]]
     times.append(time.perf_counter() - t)
 print(json.dumps({"first_s": times[0], "median_s": sorted(times[1:])[49], "vectors": len(seqs),
                   **status()}))
@@ -101,7 +105,9 @@ for i in range(100):
 print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "first_s": times[0],
                   "first_cpu_s": first_cpu,
                   "median_s": sorted(times[1:])[49], "adopted_at": adopted,
-                  "cpu_s": time.process_time(), "kept": len(led.index.matrix), **status()}))
+                  "cpu_s": time.process_time(), "kept": len(led.index.matrix),
+                  "mode": ("sign bits" if led.index.matrix.bits else "int8"
+                           if led.index.matrix.quantized else "float32"), **status()}))
 led.close()
 """
 
@@ -140,19 +146,26 @@ def child(code: str, *args: str) -> dict[str, Any]:
     return {**json.loads(out.strip().splitlines()[-1]), **{f"peak_{k}": v for k, v in peak.items()}}
 
 
-def batch(path: Path, n: int) -> dict[str, Any]:
+def batch(path: Path, n: int, fed: list[int] | None = None,
+          watcher: Callable[[subprocess.Popen[Any]], threading.Thread] | None = None
+          ) -> dict[str, Any]:
+    """A real `--batch -` of n asserts under the policy in force (the shipped default's for a
+    new ledger), its RSS watched by `watcher` (default: the peaks, returned as peak_*); the
+    lines written so far in `fed[0]`."""
     proc = subprocess.Popen([sys.executable, "-m", "custody_app", "--create", "--batch", "-",
                              "--ledger", str(path), "--manual-clock"], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, text=True)
     peak: dict[str, float] = {}
-    watcher = watch(proc, peak)
+    thread = watch(proc, peak) if watcher is None else watcher(proc)
     t, cpu0 = time.perf_counter(), os.times()
     assert proc.stdin is not None
-    for line in lines(n, n):
+    for i, line in enumerate(lines(n, n), start=1):
         proc.stdin.write(line)
+        if fed is not None:
+            fed[0] = i
     proc.stdin.close()
     proc.wait()
-    watcher.join()
+    thread.join()
     if proc.returncode != 0:
         raise SystemExit(f"batch failed: {proc.stderr.read() if proc.stderr else ''}")
     cpu = os.times()
@@ -209,7 +222,8 @@ def table(rows: list[tuple[str, dict[str, Any] | None, dict[str, Any], float, fl
             f"{imp['import_s']:.2f} | {mb(api)} | {mb(knn)} | {api['first_s'] * 1000:,.0f} "
             f"({api['first_cpu_s'] * 1000:,.0f} CPU; open {api['open_s'] * 1000:,.0f}) | "
             f"{knn['first_s'] * 1000:,.1f} / {knn['median_s'] * 1000:,.1f} | "
-            f"{api['median_s'] * 1000:,.1f} | {api['adopted_at']} (kept {api['kept']:,}) | "
+            f"{api['median_s'] * 1000:,.1f} | {api['adopted_at']} (kept {api['kept']:,}: "
+            f"{api['mode']}) | "
             f"{mcp['init_s']:.2f} / {mcp['first_s'] * 1000:,.0f} / {mcp['second_s'] * 1000:,.0f} |")
     return out
 

@@ -6,10 +6,11 @@ when it returns; the bulk read of sqlite-vec's chunks equals its rows read one b
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,14 @@ import pytest
 
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import loading
+from custody_app.recall import search as search_mod
 from custody_app.recall.matrix import VectorMatrix
 from store import LedgerFile
 from store.sqlite import vec_chunks
 from tests.conftest import CAUSE, WRITER, Env, day
 from tests.test_recall import DPO, ids
+from tests.test_recall_cells import LOW
+from tests.test_recall_cells import fill as fill_cells
 from tests.test_recall_matrix import fill
 
 QUERIES = 20
@@ -140,11 +144,15 @@ def test_another_processs_write_before_the_loads_snapshot_is_in_the_adopted_copy
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 @pytest.mark.parametrize("when", ["loaded, not yet adopted", "half-loaded"])
+@pytest.mark.parametrize("mode", ["float32", "bits"])
 def test_a_forget_while_the_copy_loads_leaves_no_buffer_holding_its_vector(
-        env: Env, background: dict[str, Any], when: str,
+        env: Env, background: dict[str, Any], when: str, mode: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     fill(env, 40)
     ledger = env.ledger
+    if mode == "bits":  # 41 rows: neither float32 rows nor int8 codes fit, sign bits do
+        ledger.index.matrix.max_bytes = 41 * ledger.embedder.dimensions - 1
+        ledger.index.matrix.sign_bits = True
     target = env.put("acct:zz", "secret", "quixotic marmalade zeppelin")
     seq = int(ledger.db.facts.get(target).assert_seq)  # type: ignore[union-attr]
     [(_, raw)] = ledger.db.recall.vectors_of([seq])
@@ -172,7 +180,10 @@ def test_a_forget_while_the_copy_loads_leaves_no_buffer_holding_its_vector(
     else:
         settle(ledger)
     [twin] = background["twins"]
-    buffer = twin._rows  # float32 rows: 41 vectors fit the budget
+    assert twin.bits == (mode == "bits")
+    # float32 rows (41 vectors fit the budget), or the sign bits of each
+    buffer = twin._codes8 if mode == "bits" else twin._rows
+    vector = twin.encode(vector)
     assert (buffer == vector).all(axis=1).sum() == 1  # the thread's copy holds it now
     env.at(day(2))
     ledger.forget(target, actor=DPO, reason="subject_request")
@@ -236,3 +247,46 @@ def test_no_ledger_connection_maps_its_file(env: Env) -> None:
         assert reader.db.conn.pragma("mmap_size") == 0
     finally:
         reader.close()
+
+
+def test_while_the_copy_loads_the_cells_read_are_capped(
+        make_env: Callable[..., Env], background: dict[str, Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first recalls after an open answer at once: sqlite-vec's KNN reads no more cells
+    than hold about LOADING_PROBE_ROWS vectors (but enough for the pool) while the copy loads;
+    the policy's share once it is loaded (or when none is kept)."""
+    monkeypatch.setattr(search_mod, "LOADING_PROBE_ROWS", 40)  # 2 cells of 20 vectors
+    env = make_env(LOW.replace("ann_probe = 0.08", "ann_probe = 0.5"))  # 10 of 20 cells
+    fill_cells(env, 400)
+    ledger = env.ledger
+    note = ledger.recall("amber basalt", strategy="vector").note
+    assert ledger.index.matrix.loading
+    # a pool of 50: 5 cells of 20 vectors hold twice it; fewer are never read
+    assert "the 5 nearest of 20 k-means cells" in note and "while the in-process copy loads" in note
+    background["gate"].set()
+    settle(ledger)
+    ledger.index.matrix.drop()
+    ledger.index.matrix.max_bytes = 0  # none kept: the policy's share
+    assert "the 10 nearest of 20 k-means cells" in ledger.recall("amber basalt",
+                                                                strategy="vector").note
+
+
+def test_the_copy_loads_on_a_thread_of_lower_cpu_priority(
+        env: Env, background: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first recalls after an open are answered while the copy loads: on a busy machine the
+    loading thread must not take the CPU from them (Linux: that thread alone is niced)."""
+    seen: list[int] = []
+    twin = VectorMatrix._twin
+
+    def noted(self: VectorMatrix, db: LedgerFile) -> VectorMatrix:
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return twin(self, db)
+
+    monkeypatch.setattr(VectorMatrix, "_twin", noted)
+    fill(env, 30)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    env.ledger.recall("anything")
+    background["gate"].set()
+    settle(env.ledger)
+    assert seen == [min(mine + loading.NICER, 19)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # ours unchanged

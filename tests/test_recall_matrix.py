@@ -42,12 +42,18 @@ def fill(env: Env, n: int, seed: int = 1) -> dict[str, int]:
 
 
 def in_mode(ledger: Ledger, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep float32 rows and int8 codes, or (for 81 to 400 vectors) only int8 codes; either way
-    only the best max(20, 4 x pool) by int8 codes are re-scored exactly (from the float32 rows in
-    memory, or read from sqlite-vec), so the int8 ranking decides which ones are."""
+    """Keep float32 rows and int8 codes, or (for 81 to 400 vectors) only int8 codes, or (for 81
+    to 640) only sign bits; either way only the best max(20, 4 x pool) by int8 codes (by sign
+    bits: the best 100 of the best 120 by Hamming distance) are re-scored exactly (from the float32 rows in
+    memory, or read from sqlite-vec), so the codes' ranking decides which ones are."""
     monkeypatch.setattr(matrix_mod, "RESCORE", 20)
+    monkeypatch.setattr(matrix_mod, "SHORTLIST", 120)
+    monkeypatch.setattr(matrix_mod, "BITS_RESCORE", 100)
     if mode == "int8":
         ledger.index.matrix.max_bytes = 80 * 256 * 5
+    elif mode == "bits":  # (hashed-ngram keeps none: its sparse vectors' signs say little)
+        ledger.index.matrix.max_bytes = 80 * 256
+        ledger.index.matrix.sign_bits = True
 
 
 def exact(ledger: Ledger, query: str, k: int, statuses: tuple[str, ...],
@@ -65,7 +71,7 @@ def exact(ledger: Ledger, query: str, k: int, statuses: tuple[str, ...],
     return [rows[i][0] for i in order[:k]]
 
 
-@pytest.mark.parametrize("mode", ["float32", "int8"])
+@pytest.mark.parametrize("mode", ["float32", "int8", "bits"])
 def test_matrix_search_equals_numpy_over_sqlite_vec_with_every_filter(
         env: Env, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fill(env, 300)
@@ -86,10 +92,10 @@ def test_matrix_search_equals_numpy_over_sqlite_vec_with_every_filter(
             assert [s for s, _ in got] == exact(ledger, query, 10, statuses, space, subject)
     note = ledger.recall("amber basalt", strategy="vector").note
     assert "in-process copy of sqlite-vec's table" in note
-    assert ledger.index.matrix.quantized == (mode == "int8")
+    assert ledger.index.matrix.quantized == (mode != "float32")
 
 
-@pytest.mark.parametrize("mode", ["float32", "int8"])
+@pytest.mark.parametrize("mode", ["float32", "int8", "bits"])
 def test_a_forgotten_fact_leaves_the_matrix_before_forget_returns(
         env: Env, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seqs = fill(env, 100)
@@ -100,10 +106,11 @@ def test_a_forgotten_fact_leaves_the_matrix_before_forget_returns(
     seq = int(ledger.db.facts.get(target).assert_seq)  # type: ignore[union-attr]
     assert ledger.index.matrix.holds(seq)
     [(_, raw)] = ledger.db.recall.vectors_of([seq])
-    assert ledger.index.matrix.quantized == (mode == "int8")
+    assert ledger.index.matrix.quantized == (mode != "float32")
+    assert ledger.index.matrix.bits == (mode == "bits")
     vector = ledger.index.matrix.encode(np.frombuffer(raw, dtype=np.float32))
     assert (ledger.index.matrix.storage() == vector).all(axis=1).sum() == 1
-    codes = matrix_mod.codes_mod.encode(np.frombuffer(raw, dtype=np.float32)[None, :])[0][0]
+    codes = ledger.index.matrix._encode(np.frombuffer(raw, dtype=np.float32)[None, :])[0][0]
     assert (ledger.index.matrix.codes() == codes).all(axis=1).sum() == 1
     env.at(day(2))
     cert = ledger.forget(target, actor=DPO, reason="subject_request").certificate
@@ -119,7 +126,7 @@ def test_a_forgotten_fact_leaves_the_matrix_before_forget_returns(
     assert len(ledger.index.matrix) == len(seqs)  # live and quarantined rows, less the forgotten
 
 
-@pytest.mark.parametrize("mode", ["float32", "int8"])
+@pytest.mark.parametrize("mode", ["float32", "int8", "bits"])
 def test_another_connections_forget_is_seen_by_the_next_search(
         env: Env, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fill(env, 80)
@@ -164,9 +171,10 @@ def test_a_quarantine_decision_moves_the_row_between_statuses(env: Env) -> None:
     assert ids(env.ledger.recall("saffron reef claim", k=1, strategy="vector")) == [claimed]
 
 
-def test_above_its_budget_the_matrix_keeps_int8_codes_then_nothing_and_sqlite_vec_serves(
+def test_above_its_budget_the_matrix_keeps_int8_codes_then_sign_bits_then_nothing(
         make_env: Callable[..., Env], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(matrix_mod, "MAX_BYTES", 40 * 256 * 5)  # 40 float32+int8 rows, 200 int8
+    # 40 float32+int8 rows, 200 int8, 1,600 sign bits (of 256 dimensions: 32 bytes a row)
+    monkeypatch.setattr(matrix_mod, "MAX_BYTES", 40 * 256 * 5)
     env = make_env()
     fill(env, 30)
     ledger = env.ledger
@@ -181,7 +189,18 @@ def test_above_its_budget_the_matrix_keeps_int8_codes_then_nothing_and_sqlite_ve
     assert ledger.index.matrix.quantized and len(ledger.index.matrix) == 60
     assert ledger.index.matrix.nbytes <= 40 * 256 * 5
     assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
-    fill(env, 160, seed=3)  # past the int8 budget too: nothing is kept
+    fill(env, 160, seed=3)  # past the int8 budget: dropped, reloaded as sign bits
+    assert len(ledger.index.matrix) == 0 and ledger.index.matrix.nbytes == 0
+    # (for dense vectors only: hashed-ngram's are sparse, their signs say little)
+    result = ledger.recall("amber basalt", k=10, strategy="vector")
+    assert "inside SQLite" in result.note and len(ledger.index.matrix) == 0
+    ledger.index.matrix.sign_bits = True
+    result = ledger.recall("amber basalt", k=10, strategy="vector")
+    assert "sign bits" in result.note
+    assert ledger.index.matrix.bits and len(ledger.index.matrix) == 220
+    seq_of = dict(ledger.db.conn.execute("SELECT fact_id, assert_seq FROM facts"))
+    assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
+    fill(env, 1400, seed=4)  # past the sign bits' budget too: nothing is kept
     assert len(ledger.index.matrix) == 0 and ledger.index.matrix.nbytes == 0
     result = ledger.recall("amber basalt", k=10, strategy="vector")
     assert "inside SQLite" in result.note and "in-process" not in result.note
@@ -236,13 +255,13 @@ def test_a_hand_edit_behind_the_matrix_never_serves_a_fact_no_longer_believed(en
                                                    strategy=strategy))
 
 
-@pytest.mark.parametrize("mode", ["float32", "int8"])
+@pytest.mark.parametrize("mode", ["float32", "int8", "bits"])
 def test_another_connections_new_fact_is_found_by_the_next_search(
         env: Env, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fill(env, 100)
     in_mode(env.ledger, mode, monkeypatch)
     env.ledger.recall("amber", strategy="vector")  # the copy is loaded
-    assert env.ledger.index.matrix.quantized == (mode == "int8")
+    assert env.ledger.index.matrix.quantized == (mode != "float32")
     loaded = len(env.ledger.index.matrix)
     other = Ledger.open(env.path, policy=env.policy, clock=env.clock, id_seed=98)
     try:
@@ -253,7 +272,7 @@ def test_another_connections_new_fact_is_found_by_the_next_search(
         other.close()
     assert ids(env.ledger.recall("quixotic marmalade zeppelin", k=1, strategy="vector")) == [new]
     assert len(env.ledger.index.matrix) == loaded + 1
-    assert env.ledger.index.matrix.quantized == (mode == "int8")
+    assert env.ledger.index.matrix.quantized == (mode != "float32")
 
 
 def test_loading_the_matrix_gives_the_freed_heap_back(env: Env,
@@ -320,3 +339,19 @@ def test_a_table_holding_more_vectors_than_counted_is_served_by_sqlite_vec_not_i
     assert [seq_of[f] for f in ids(result)] == exact(ledger, "amber basalt", 10, ("live",))
     assert len(ids(result)) == 10 and set(seq_of[f] for f in ids(result)) <= set(seqs.values())
 
+
+
+@pytest.mark.parametrize("dims", [256, 384, 100])
+def test_sign_bits_rank_by_the_bits_that_differ_and_by_the_signs_against_the_query(
+        dims: int) -> None:
+    rng = np.random.default_rng(7)
+    rows = rng.normal(size=(300, dims)).astype(np.float32)
+    centre = rng.normal(scale=0.1, size=dims).astype(np.float32)
+    query = rng.normal(size=dims).astype(np.float32)
+    bits, factor = matrix_mod.codes_mod.pack(rows, centre)
+    signs = np.where(rows - centre > 0, 1.0, -1.0)
+    assert np.allclose(factor, np.abs(rows - centre).mean(axis=1))
+    qbits, _ = matrix_mod.codes_mod.pack(query[None, :], np.zeros(dims, dtype=np.float32))
+    differ = (signs != np.where(query > 0, 1.0, -1.0)).sum(axis=1)
+    assert (matrix_mod.codes_mod.hamming(bits, qbits[0]) == differ).all()
+    assert np.allclose(matrix_mod.codes_mod.signed_dots(bits, query), signs @ query, atol=1e-3)

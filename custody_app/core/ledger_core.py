@@ -148,11 +148,13 @@ class LedgerCore:
              clock: Clock | None = None, readonly: bool = False, id_seed: int | None = None,
              keystore: str | Path | None = None,
              reindex_progress: Callable[[int, int], None] | None = None,
-             immutable: bool = False) -> Self:
+             immutable: bool = False, embed_backlog: bool = True) -> Self:
         """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default).
         Read-only opens create nothing; without a key store their values read as erased.
         When the policy's embedder changed, the recall indexes are rebuilt here, reporting
-        (done, total) to `reindex_progress`."""
+        (done, total) to `reindex_progress`. `embed_backlog=False` (a `--batch` run) starts no
+        embedding worker: the facts it writes wait, found lexically, for the next writable open
+        that does (the model's ~140 MB is not loaded for a bulk ingest)."""
         # No policy named: the one the ledger recorded last (read once the file is open), the
         # shipped default only for a ledger that never recorded one (DESIGN 14, policy in force).
         loaded = (policy if isinstance(policy, LoadedPolicy)
@@ -218,7 +220,7 @@ class LedgerCore:
             except BaseException:
                 ledger.close()
                 raise
-        if not readonly and not refused:
+        if not readonly and not refused and embed_backlog:
             # A model embedder's vectors are made off the write path, from here to close.
             ledger.index.start_embedding()
         return ledger

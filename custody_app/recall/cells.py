@@ -138,9 +138,10 @@ class CellIndex:
         out: npt.NDArray[np.int64] = self._ids[nearest_cells(vectors, centroids)]
         return out
 
-    def probe(self, query: Matrix, pool: int) -> list[int] | None:
+    def probe(self, query: Matrix, pool: int, most: int | None = None) -> list[int] | None:
         """The cells a query reads, nearest first: the policy's share of them, and enough to
-        hold about twice `pool` vectors on average; None when the index is one cell, or while
+        hold about twice `pool` vectors on average; with `most`, no more cells than hold about
+        that many vectors (but enough for the pool); None when the index is one cell, or while
         a re-clustering is moving vectors between cells (then every vector is read)."""
         centroids = self.centroids()
         if centroids is None or self._moving:
@@ -148,7 +149,10 @@ class CellIndex:
         cells = len(centroids)
         per_cell = max(self.db.recall.clustered_on(), 1) / cells
         share = self.policy.policy.recall.ann_probe
-        n = min(cells, max(1, math.ceil(cells * share), math.ceil(2 * pool / per_cell)))
+        enough = math.ceil(2 * pool / per_cell)
+        n = min(cells, max(1, math.ceil(cells * share), enough))
+        if most is not None:
+            n = min(n, max(1, enough, math.floor(most / per_cell)))
         return [int(self._ids[c]) for c in np.argsort(-(centroids @ query))[:n]]
 
     def count_before_writing(self) -> None:

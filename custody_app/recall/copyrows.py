@@ -2,8 +2,9 @@
 added, freed and compacted, and the filter masks a search applies.
 
 Every row is kept as per-row scaled int8 codes, and below the float32 budget its float32 row
-too; a removed fact's row is zeroed (codes and floats), never just unlisted, and a buffer
-given up is zeroed before it is freed: freed memory holds no vector.
+too; above the int8 budget, as sign bits only (`codes.pack`). A removed fact's row is zeroed
+(codes and floats), never just unlisted, and a buffer given up is zeroed before it is freed:
+freed memory holds no vector.
 """
 
 from __future__ import annotations
@@ -26,18 +27,24 @@ class CopyRows:
 
     dimensions: int
     max_bytes: int
-    quantized: bool
+    quantized: bool  # no float32 rows kept: candidates re-scored from the store's rows
+    bits: bool  # sign bits kept, not int8 codes (quantized too)
+    _centre: Matrix  # what the sign bits are taken against (bits only)
 
     def _forget(self) -> None:
         """Zero every vector and code kept, then start empty."""
         self._rows.fill(0)
         self._codes8.fill(0)
+        self._centre = np.zeros(self.dimensions, dtype=np.float32)
         self._clear()
 
     def _clear(self) -> None:
         # int8 codes of every row (what a search ranks first), and below the float32 budget the
         # float32 rows too (what it re-scores from; above it they are read from sqlite-vec).
-        self._codes8: npt.NDArray[np.int8] = np.zeros((0, self.dimensions), dtype=np.int8)
+        # (As sign bits, packed: uint8, a bit a dimension.)
+        self._codes8: npt.NDArray[np.generic] = (
+            np.zeros((0, -(-self.dimensions // 8)), dtype=np.uint8) if self.bits
+            else np.zeros((0, self.dimensions), dtype=np.int8))
         self._rows: Matrix = np.zeros((0, self.dimensions), dtype=np.float32)
         self._factor: Matrix = np.zeros(0, dtype=np.float32)  # int8 code -> float scale
         self._seqs: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -71,16 +78,21 @@ class CopyRows:
 
     def storage(self) -> npt.NDArray[np.generic]:
         """The whole buffer of what the copy keeps of each vector: the float32 rows, or the
-        int8 codes when quantized (free rows included: a removed fact's row reads as zeros)."""
+        int8 codes (or sign bits) when quantized (free rows included: a removed fact's row
+        reads as zeros)."""
         return self._codes8 if self.quantized else self._rows
 
-    def codes(self) -> npt.NDArray[np.int8]:
-        """The whole buffer of int8 codes (kept in both modes)."""
+    def codes(self) -> npt.NDArray[np.generic]:
+        """The whole buffer of int8 codes (or sign bits), kept in every mode."""
         return self._codes8
 
     def encode(self, vector: Matrix) -> npt.NDArray[np.generic]:
-        """A vector as the copy stores it (its int8 codes when quantized)."""
-        return codes_mod.encode(vector[None, :])[0][0] if self.quantized else vector
+        """A vector as the copy stores it (its int8 codes, or sign bits, when quantized)."""
+        return self._encode(vector[None, :])[0][0] if self.quantized else vector
+
+    def _encode(self, block: Matrix) -> tuple[npt.NDArray[np.generic], Matrix]:
+        """The codes of rows (int8, or sign bits) and their factors."""
+        return codes_mod.pack(block, self._centre) if self.bits else codes_mod.encode(block)
 
     def __len__(self) -> int:
         return self._count
@@ -91,7 +103,8 @@ class CopyRows:
 
     def _capacity(self) -> int:
         """Rows the budget allows in the current mode."""
-        per_row = self.dimensions * (1 if self.quantized else 5)
+        per_row = (-(-self.dimensions // 8) if self.bits
+                   else self.dimensions * (1 if self.quantized else 5))
         return self.max_bytes // max(per_row, 1)
 
     def _reserve(self, rows: int) -> None:
@@ -121,7 +134,7 @@ class CopyRows:
                 return False
             self._reserve(min(cap, max(need, len(self._seqs) + len(self._seqs) // 4, 1024)))
         at = self._used
-        self._codes8[at:need], self._factor[at:need] = codes_mod.encode(block)
+        self._codes8[at:need], self._factor[at:need] = self._encode(block)
         if not self.quantized:
             self._rows[at:need] = block
         self._seqs[at:need] = seqs

@@ -42,6 +42,18 @@ class Embedder(Protocol):
         ...
 
 
+def model_bytes(embedder: Embedder) -> int:
+    """What an embedder's model holds in memory once loaded, as it says (`resident_bytes`);
+    0 for one that holds no model (hashed-ngram) or does not say."""
+    return int(getattr(embedder, "resident_bytes", 0))
+
+
+def dense(embedder: Embedder) -> bool:
+    """Are the embedder's vectors dense (a model's: every component carries meaning), as it says
+    (`dense`)? Only those are kept as sign bits in the in-process copy."""
+    return bool(getattr(embedder, "dense", False))
+
+
 def _ngrams(word: str) -> tuple[int, ...]:
     """Hashed character 3-, 4- and 5-grams of one word (cached as `_ngram_array`: a second
     cache of the same n-grams as tuples held ~40 MB once full)."""

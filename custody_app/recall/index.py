@@ -15,7 +15,13 @@ from custody_app.keys.values import ValueCodec
 from custody_app.keys.vectors import SEALED, Clear, Lenient, VectorCipher
 from custody_app.recall import text
 from custody_app.recall.cells import CellIndex
-from custody_app.recall.embedders import Embedder, embedder_for, make_embedder
+from custody_app.recall.embedders import (
+    Embedder,
+    dense,
+    embedder_for,
+    make_embedder,
+    model_bytes,
+)
 from custody_app.recall.embedding import (
     OFF_WRITE_PATH,
     EmbeddingWorker,
@@ -69,7 +75,9 @@ class RecallIndex(BatchedRemovals):
         # Exact vector search in process while the vectors fit its budget (rebuilt from
         # sqlite-vec, kept in step with every change made here, reloaded after any other; a
         # large one in the background, on a connection of its own).
-        self.matrix = VectorMatrix(db, self.embedder.dimensions, opener=self._reader)
+        self.matrix = VectorMatrix(db, self.embedder.dimensions, opener=self._reader,
+                                   model_bytes=model_bytes(self.embedder),
+                                   sign_bits=dense(self.embedder))
         # A server's vectors and centroids are read and written through the form recorded
         # with its index (sealed, or in the clear); a rebuild writes the policy's form.
         self.seal_as_recorded()
@@ -191,7 +199,9 @@ class RecallIndex(BatchedRemovals):
         elif embedder is not None:
             self.embedder = embedder
             self.cells = CellIndex(self.db, self.policy, embedder.dimensions)
-            self.matrix = VectorMatrix(self.db, embedder.dimensions, opener=self._reader)
+            self.matrix = VectorMatrix(self.db, embedder.dimensions, opener=self._reader,
+                                       model_bytes=model_bytes(embedder),
+                                       sign_bits=dense(embedder))
             self.deferred = off_write_path(embedder)
 
     def term(self, word: str) -> str:

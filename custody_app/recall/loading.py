@@ -13,6 +13,7 @@ written anywhere: sqlite-vec stays the source of truth.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -49,6 +50,21 @@ def reader(path: str, seal: VectorCipher | None) -> Callable[[], LedgerFile]:
     return open_reader
 
 
+# How far below the process's own CPU priority the loading thread runs (Linux nice steps): the
+# first recalls after an open, answered meanwhile from sqlite-vec's cells, are not slowed by it.
+NICER = 10
+
+
+def below() -> None:
+    """Lower the calling thread's CPU priority by NICER (only this thread: Linux schedules each
+    thread on its own; elsewhere, or when refused, nothing changes)."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + NICER)
+    except (AttributeError, OSError):
+        pass
+
+
 class BackgroundLoad:
     """One load of the copy, on a thread and a connection of its own."""
 
@@ -64,6 +80,7 @@ class BackgroundLoad:
 
     def _run(self) -> None:
         try:
+            below()  # the recalls it serves go first
             db = self._open()
             # It reads every vector once: mapped, each page read would stay in this process's
             # RSS as file-backed memory (1 GB at 1M vectors); read through the page cache.

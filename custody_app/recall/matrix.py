@@ -12,10 +12,14 @@ product of their codes with the query's (SIMD), and re-scores the best `RESCORE`
 4x the pool) exactly in float32. While the float32 rows and the codes together fit `MAX_BYTES`
 (200k vectors of 256 dimensions) the float32 rows are kept too and re-scored from memory; above
 that, while the codes alone fit it (1M vectors of 256 dimensions), only the codes are kept and
-the candidates' float32 rows are read from sqlite-vec by rowid. Above both, nothing is kept and
-the caller searches sqlite-vec's cells. A copy of more than `loading.BACKGROUND_ROWS` rows is
-loaded in a background thread on a connection of its own (`loading`): until it is adopted, the
-caller searches sqlite-vec's cells too.
+the candidates' float32 rows are read from sqlite-vec by rowid. Above both, while their sign bits
+fit it (a bit a dimension: 48 MB for 1M vectors of minilm-l6's 384), only those are kept: a
+search ranks every row by Hamming distance, re-ranks the best `SHORTLIST` by the bits' signs
+against the query's floats, and re-scores the best of those exactly from sqlite-vec. Above all
+three, nothing is kept and the caller searches sqlite-vec's cells. The budget is shared with
+the embedder's model, which a recall holds too (`budget`). A copy of more than
+`loading.BACKGROUND_ROWS` rows is loaded in a background thread on a connection of its own
+(`loading`): until it is adopted, the caller searches sqlite-vec's cells too.
 """
 
 from __future__ import annotations
@@ -39,11 +43,24 @@ from store.rows import VecRow
 MAX_BYTES = 256 << 20
 # int8 ranking keeps at least this many candidates (and 4x the pool) for exact re-scoring.
 RESCORE = 200
+# Sign bits: the Hamming ranking keeps this many (and 40x the pool) for the finer ranking by
+# signs against the query's floats, which keeps BITS_RESCORE of them (and 4x the pool) for exact
+# re-scoring. At 1M vectors of 384 dimensions with 1,000 near-duplicates around each of 1,000
+# real ones (bench/results_memory.md), re-scoring 200 kept 0.55 of the exact top 10, 1,000 kept
+# 0.82 (every hit within 0.01 cosine of the exact 10th), in the same ~80 ms.
+SHORTLIST = 4000
+BITS_RESCORE = 1000
 # Everything a loaded copy is: what adopting one made in another thread takes over.
 # A change made through this process: tokens before and after, the status moves, the rows added.
 Change = tuple[str, str, list[tuple[int, str]], list[VecRow]]
 STATE = (*COLUMNS, "_sorted", "_sorted_row", "_extra", "_used", "_count", "_masked", "quantized",
-         "_version")
+         "bits", "_centre", "_version")
+
+
+def budget(model_bytes: int) -> int:
+    """The copy's budget beside an embedder whose model holds `model_bytes` in memory while
+    recalls embed their queries (minilm-l6: ~140 MB): the two share `MAX_BYTES`."""
+    return max(MAX_BYTES - model_bytes, 0)
 
 
 class VectorMatrix(CopyRows):
@@ -51,12 +68,18 @@ class VectorMatrix(CopyRows):
     space and subject codes, for search with the filters applied as masks."""
 
     def __init__(self, db: LedgerFile, dimensions: int, max_bytes: int | None = None,
-                 opener: loading_mod.Opener | None = None) -> None:
+                 opener: loading_mod.Opener | None = None, model_bytes: int = 0,
+                 sign_bits: bool = False) -> None:
         self.db = db
         self.dimensions = dimensions
-        self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+        self.max_bytes = budget(model_bytes) if max_bytes is None else max_bytes
         self._version: str | None = None  # the vector table's token the copy reflects
         self.quantized = False
+        self.bits = False
+        # Sign bits only for dense vectors (a model's): hashed-ngram's are mostly zeros, whose
+        # signs say nothing (its top 10 by sign bits kept 0.67 of the exact one at 3,000).
+        self.sign_bits = sign_bits
+        self._centre = np.zeros(dimensions, dtype=np.float32)
         # Without an opener every load runs in the search that needs it.
         self._opener = opener
         self._loader: loading_mod.BackgroundLoad | None = None
@@ -81,9 +104,11 @@ class VectorMatrix(CopyRows):
     def _fits(self, count: int) -> bool:
         """Choose the mode `count` rows fit the budget in; False when they fit neither."""
         if count * self.dimensions * 5 <= self.max_bytes:
-            self.quantized = False
+            self.quantized, self.bits = False, False
         elif count * self.dimensions <= self.max_bytes:
-            self.quantized = True
+            self.quantized, self.bits = True, False
+        elif self.sign_bits and count * -(-self.dimensions // 8) <= self.max_bytes:
+            self.quantized, self.bits = True, True
         else:
             return False
         return True
@@ -124,7 +149,7 @@ class VectorMatrix(CopyRows):
             self.changed(old, new, moved=moved, added=added)
 
     def _twin(self, db: LedgerFile) -> VectorMatrix:
-        return VectorMatrix(db, self.dimensions, self.max_bytes)
+        return VectorMatrix(db, self.dimensions, self.max_bytes, sign_bits=self.sign_bits)
 
     def _adopt(self, loaded: loading_mod.Loadable) -> None:
         """Take over a copy loaded on another connection (its buffers become ours)."""
@@ -148,6 +173,8 @@ class VectorMatrix(CopyRows):
         if not self._fits(count):
             return False
         self._clear()
+        if self.bits:
+            self._centre = self._centre_of_cells()
         self._reserve(count)
         # Streamed in chunks into the buffer sized for them: loading 100k vectors as one list
         # of rows first held ~200 MB more anonymous memory after the load than the matrix.
@@ -163,6 +190,14 @@ class VectorMatrix(CopyRows):
         self._version = version
         give_back_freed_heap()  # what the streamed vectors passed through
         return True
+
+    def _centre_of_cells(self) -> Matrix:
+        """The mean of the k-means centroids (zeros without cells): what sign bits are taken
+        against, read in the load's snapshot."""
+        rows = [np.frombuffer(v, dtype=np.float32) for _, v in self.db.recall.cells()
+                if len(v) == 4 * self.dimensions]
+        return (np.mean(rows, axis=0).astype(np.float32) if rows
+                else np.zeros(self.dimensions, dtype=np.float32))
 
     def _applied(self, old: str, new: str) -> bool:
         """A change this process made took the table from token `old` to `new`: True if the
@@ -213,17 +248,18 @@ class VectorMatrix(CopyRows):
         if not self.current():
             return None
         n = self._used
-        qcodes, _ = codes_mod.encode(query[None, :])
-        scores = codes_mod.dots(self._codes8[:n], qcodes[0]) * self._factor[:n]
         mask, kept = self._mask(statuses, space, subject_ref)
-        if kept < n:
-            scores[~mask] = -np.inf  # filtered out (free rows too): never among the nearest
         want = min(limit, kept)
         if want <= 0:
             return []
-        take = min(kept, max(RESCORE, 4 * limit))
-        picked = (np.argpartition(-scores, take - 1)[:take] if take < n else np.arange(n))
-        picked = picked[np.isfinite(scores[picked])]
+        if self.bits:
+            picked = self._shortlist(query, mask, kept, limit)
+        else:
+            qcodes, _ = codes_mod.encode(query[None, :])
+            scores = codes_mod.dots(self._codes8[:n], qcodes[0]) * self._factor[:n]
+            if kept < n:
+                scores[~mask] = -np.inf  # filtered out (free rows too): never among the nearest
+            picked = _best(scores, min(kept, max(RESCORE, 4 * limit)))
         seqs = self._seqs[picked]
         exact: npt.NDArray[np.floating[Any]]
         if self.quantized:
@@ -236,6 +272,22 @@ class VectorMatrix(CopyRows):
         distance = np.sqrt(np.maximum(2.0 - 2.0 * exact[ordered], 0.0))
         return list(zip(seqs[ordered].tolist(), distance.tolist(), strict=True))
 
+    def _shortlist(self, query: Matrix, mask: npt.NDArray[np.bool_], kept: int,
+                   limit: int) -> npt.NDArray[np.intp]:
+        """The rows worth re-scoring exactly, by sign bits: the best SHORTLIST by Hamming
+        distance to the query's bits, then the best RESCORE of those by their signs against
+        the query's floats (each times its row's factor)."""
+        n = self._used
+        centred = (query - self._centre).astype(np.float32)
+        qbits, _ = codes_mod.pack(centred[None, :], np.zeros_like(centred))
+        scores = -codes_mod.hamming(self._codes8[:n], qbits[0]).astype(np.float64)
+        if kept < n:
+            scores[~mask] = -np.inf
+        short = _best(scores, min(kept, max(SHORTLIST, 40 * limit)))
+        finer = codes_mod.signed_dots(self._codes8[short], centred) * self._factor[short]
+        return short[_best(finer.astype(np.float64),
+                           min(len(short), max(BITS_RESCORE, 4 * limit)))]
+
     def _rescore(self, seqs: npt.NDArray[np.int64],
                  query: Matrix) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """Exact cosine of the candidates, from their float32 rows in sqlite-vec (a row gone
@@ -246,3 +298,10 @@ class VectorMatrix(CopyRows):
         found = np.array([s for s, _ in rows], dtype=np.int64)
         block = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32)
         return found, block.reshape(len(rows), self.dimensions) @ query
+
+
+def _best(scores: npt.NDArray[np.float64], take: int) -> npt.NDArray[np.intp]:
+    """The indexes of the `take` highest finite scores, in no order."""
+    picked = (np.argpartition(-scores, take - 1)[:take] if 0 < take < len(scores)
+              else np.arange(len(scores)))
+    return picked[np.isfinite(scores[picked])]

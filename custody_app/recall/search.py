@@ -20,6 +20,8 @@ from custody_app.recall.index import INDEXED, RecallIndex
 from custody_app.recall.salience import salience_class, salience_of
 
 RRF_K = 60
+# Vectors the cells KNN reads at most while the in-process copy loads in the background.
+LOADING_PROBE_ROWS = 20_000
 
 
 def fused(lexical: list[int], vector: list[int],
@@ -99,7 +101,11 @@ def _vector_search(index: RecallIndex, cmd: Recall, statuses: tuple[str, ...],
     exact = index.matrix.search(query, pool, statuses, cmd.space, subject_ref)
     if exact is not None:
         return [seq for seq, _ in exact], "matrix"
-    cells = index.cells.probe(query, pool)
+    # While the copy loads (seconds after an open) the cells read are capped: sqlite-vec's KNN
+    # costs ~9 us of CPU a vector here, 0.72 s for the policy's 8% of 1M, and the first recall
+    # after an open is to answer at once (bench/results_memory.md).
+    cells = index.cells.probe(query, pool,
+                              LOADING_PROBE_ROWS if index.matrix.loading else None)
     found = index.db.recall.vector(query.tobytes(), pool, statuses, cmd.space, subject_ref,
                                     cells)
     if cells is not None and len(found) < pool:
@@ -177,7 +183,9 @@ def search(index: RecallIndex, cmd: Recall, now: datetime) -> RecallResult:
     if strategy != "vector":
         parts.append(f"{engines.lexical} gave {len(lexical)} candidate(s)")
     if strategy != "lexical" and cells == "matrix" and index.matrix.quantized:
-        parts.append(f"KNN ({index.embedder.name}, cosine) over int8 codes of every vector "
+        codes = ("sign bits (Hamming, then the signs against the query)" if index.matrix.bits
+                 else "int8 codes")
+        parts.append(f"KNN ({index.embedder.name}, cosine) over {codes} of every vector "
                      f"in an in-process copy of {engines.vectors}, the best re-scored exactly "
                      f"from {engines.float_rows}, gave {len(vector)}")
     elif strategy != "lexical" and cells == "matrix":

@@ -92,7 +92,7 @@ def shown_ledger(args: argparse.Namespace) -> str:
 
 
 def open_ledger(args: argparse.Namespace, *, manual_clock: bool = False,
-                readonly: bool = False) -> Ledger:
+                readonly: bool = False, embed_backlog: bool = True) -> Ledger:
     path = chosen_ledger(args)
     # A read-only command writes nothing to any file: with no WAL beside the ledger (so no
     # other process has it open), an immutable snapshot creates no -wal or -shm either.
@@ -101,7 +101,7 @@ def open_ledger(args: argparse.Namespace, *, manual_clock: bool = False,
     ledger = Ledger.open(path, policy=policy_path(args.policy),
                          keystore=args.keystore, reindex_progress=_reindex_progress,
                          clock=ManualClock() if manual_clock else None, readonly=readonly,
-                         immutable=immutable)
+                         immutable=immutable, embed_backlog=embed_backlog)
     if not readonly and ledger.policy_refusal is not None:
         # A write command under a policy the ledger cannot vouch for: refused at the door
         # (exit 3) rather than failing op by op; a read-only command reads on.

@@ -167,7 +167,10 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
         return int(Exit.USAGE)
     try:
         key = read_key(args.writer_key) if args.writer_key else None
-        ledger = open_ledger(args, manual_clock=manual_clock)
+        # No embedding worker: a bulk ingest does not load the model (~140 MB, 257 MB peak for
+        # a 2,000-fact --batch under the default policy); its facts are found lexically until
+        # the next writable open (the terminal app, the MCP server, the API) embeds them.
+        ledger = open_ledger(args, manual_clock=manual_clock, embed_backlog=False)
         try:
             bind_identity(ledger, args.agent, key)
         except BaseException:
