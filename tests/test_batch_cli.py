@@ -361,8 +361,9 @@ def test_fail_fast_stops_at_the_first_failure(ledger_copy: Path) -> None:
         (2, "v", True), (3, "w1", True), (5, "boom", False)]
     stop, summary = done.stderr.splitlines()  # the stop, then the run's summary (issue 32)
     assert "line 5" in stop and "unknown_fact" in stop and "f_00000000dead" in stop
-    assert summary == ("custody-app: batch: 3 op(s), 2 ok, 1 failed (unknown_fact 1), stopped "
-                       "at the first failure")
+    # (after "; ": the sample's facts still waiting for their vector, test_batch_embedding)
+    assert summary.split("; ")[0] == ("custody-app: batch: 3 op(s), 2 ok, 1 failed "
+                                      "(unknown_fact 1), stopped at the first failure")
     # w1 and the run's closing signed checkpoint; w2 never ran.
     assert snapshot(ledger_copy)[0] == before[0] + 2
 
@@ -372,7 +373,8 @@ def test_without_fail_fast_every_line_is_reported(ledger_copy: Path) -> None:
     done = batch(ledger_copy, text)
     assert done.returncode == 1
     assert [(r["line"], r["ok"]) for r in results(done)] == [(1, False), (2, True), (3, False)]
-    assert done.stderr == "custody-app: batch: 3 op(s), 1 ok, 2 failed (unknown_op 2)\n"
+    [line] = done.stderr.splitlines()
+    assert line.split("; ")[0] == "custody-app: batch: 3 op(s), 1 ok, 2 failed (unknown_op 2)"
 
 
 # ---- opening, usage and stdin ---------------------------------------------------------------------

@@ -14,6 +14,8 @@ from custody_app.interfaces.cli.main import main
 from custody_app.ledger.facade import Ledger
 from custody_app.recall import minilm
 from custody_app.recall.embedding import EmbeddingWorker
+from tests.conftest import SUITE_DEFAULT_POLICY
+from tests.test_cli_grammar import cli
 from tests.test_embedding_worker import PETS, _believed_seqs, _vector_seqs
 
 
@@ -46,3 +48,53 @@ def test_a_batch_loads_no_model_and_the_next_open_embeds_every_fact_it_wrote(
         assert ledger.index.settle_embedding(300)
         assert _vector_seqs(ledger) == _believed_seqs(ledger)
         assert ledger.recall("what kind of dog do I have", k=1, strategy="vector").unembedded == 0
+
+
+def _ops(count: int) -> str:
+    return "".join(json.dumps({
+        "op": "assert", "subject": f"user:{n % 3}", "predicate": f"note{n}",
+        "value": PETS[n % len(PETS)] + f" ({n})", "actor": "agent:bench",
+        "provenance": "attested", "cause": {"kind": "tool", "ref": f"t-{n}"}}) + "\n"
+        for n in range(count))
+
+
+def test_a_batch_says_what_waits_and_embed_makes_every_vector_now(tmp_path: Path) -> None:
+    """Real subprocesses under the shipped default (no --policy, no $CUSTODY_POLICY): a --batch
+    names how many facts wait for their vector and the command that makes them; `embed` makes
+    them all and exits, and a recall after it waits for none; a second `embed` finds none."""
+    ledger = tmp_path / "l.db"
+    ops = tmp_path / "ops.jsonl"
+    ops.write_text(_ops(12), encoding="utf-8")
+    done = cli("--create", "--batch", ops, "--ledger", ledger)
+    assert done.returncode == 0, done.stderr
+    [line] = done.stderr.splitlines()  # still the run's one line (issue 32)
+    assert line == ("custody-app: batch: 12 op(s), 12 ok, 0 failed; 12 fact(s) wait for their "
+                    "vector, found by their words meanwhile (`custody-app embed` makes them "
+                    "now)"), line
+    made = cli("embed", "--json", "--ledger", ledger)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout) == {"embedder": "minilm-l6-v2-384", "embedded": 12,
+                                       "waiting": 0, "in_write": False}
+    assert "embedding believed facts: 12/12" in made.stderr
+    recalled = cli("recall", "what kind of dog do I have", "--json", "--ledger", ledger)
+    assert json.loads(recalled.stdout)["unembedded"] == 0, recalled.stdout
+    with Ledger.open(ledger, readonly=True) as led:
+        assert _vector_seqs(led) == _believed_seqs(led) and len(_believed_seqs(led)) == 12
+    again = cli("embed", "--ledger", ledger)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("embedded 0 fact(s) with minilm-l6-v2-384; none waiting")
+
+
+def test_under_an_embedder_of_the_write_nothing_waits(tmp_path: Path) -> None:
+    """hashed-ngram embeds inside each write: a --batch says nothing of waiting vectors and
+    `embed` says why it has nothing to do."""
+    ledger = tmp_path / "l.db"
+    ops = tmp_path / "ops.jsonl"
+    ops.write_text(_ops(5), encoding="utf-8")
+    done = cli("--create", "--batch", ops, "--ledger", ledger, "--policy", SUITE_DEFAULT_POLICY)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "custody-app: batch: 5 op(s), 5 ok, 0 failed\n", done.stderr
+    made = cli("embed", "--ledger", ledger)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("hashed-ngram-v1-256 makes its vectors inside each write: no "
+                                  "fact waits for one"), made.stdout

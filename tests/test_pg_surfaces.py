@@ -163,6 +163,7 @@ def _scenario(address: str, tmp_path: Path) -> list[tuple[str, int, str]]:
                                           for line in written.stdout.splitlines()]
     newer = run("--batch", "-", stdin=ops(fact("acct:1", "plan", "enterprise")))
     plan2 = json.loads(newer.stdout)["result"]["fact_id"]
+    run("embed", "--json")  # the suite's hashed-ngram embeds in the write: nothing waits
     run("recall", "enterprise", "--session", "s9", "--json")  # served to session s9
     run("--batch", "-", stdin=ops({"op": "act", "session": "s9", "tool": "billing.refund",
                                    "ref": "R-1", "outcome": "ok", "actor": "agent:bot",

@@ -26,7 +26,7 @@ from custody_app.domain.commands import refusal
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import EVENT_MODELS
 from custody_app.domain.policy import LoadedPolicy, load_policy
-from custody_app.domain.readmodels import RebuildResult
+from custody_app.domain.readmodels import EmbedResult, RebuildResult
 from custody_app.domain.timeutil import Clock, WallClock, format_time
 from custody_app.files.output import require_regular
 from custody_app.keys import writer_keys
@@ -238,6 +238,31 @@ class LedgerCore:
             indexed = self.index.rebuild(progress) if reformed is None else reformed
             crash_point("reindex.before_commit")
         return indexed
+
+    def embed_waiting(self, progress: Callable[[int, int], None] | None = None,
+                      poll: float = 1.0) -> EmbedResult:
+        """Make the vectors of every believed fact still waiting for one (a model embedder's,
+        left by a `--batch` or by a process that exited first), then return; `progress` gets
+        (done, total) as it goes. Nothing to do under an embedder that embeds in the write."""
+        index = self.index
+        waiting = index.unembedded()
+        if not index.deferred:
+            return EmbedResult(embedder=index.embedder.name, embedded=0, waiting=0,
+                               in_write=True)
+        index.start_embedding()  # a no-op when the open already started it
+        worker = index.embedding
+        if worker is not None and waiting:
+            worker.wake(0)
+            while not worker.drain(poll):  # raises the worker's error, if it failed
+                if not worker.running:
+                    break
+                if progress is not None:
+                    progress(max(0, waiting - index.unembedded()), waiting)
+        left = index.unembedded()
+        if progress is not None and waiting:
+            progress(max(0, waiting - left), waiting)
+        return EmbedResult(embedder=index.embedder.name, embedded=max(0, waiting - left),
+                           waiting=left, in_write=False)
 
     def close(self) -> None:
         self.index.close()

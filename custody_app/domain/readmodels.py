@@ -203,6 +203,14 @@ class RecallHit(ReadModel):
     salience_class: str
 
 
+class EmbedResult(ReadModel):
+    """`custody-app embed`: the vectors a model embedder's worker still owed, made now."""
+    embedder: str
+    embedded: int  # believed facts given their vector by this run
+    waiting: int  # believed facts still without one (0 unless interrupted)
+    in_write: bool  # the embedder makes its vectors inside each write: nothing ever waits
+
+
 class RecallResult(ReadModel):
     query: str
     strategy: str

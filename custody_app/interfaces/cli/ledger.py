@@ -1,11 +1,12 @@
-"""Subcommands on the ledger itself: init, verify, rebuild, hold, release, checkpoint and
-recall."""
+"""Subcommands on the ledger itself: init, verify, rebuild, hold, release, checkpoint, recall
+and embed."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 from collections.abc import Callable
 
 from pydantic import BaseModel
@@ -25,7 +26,7 @@ from custody_app.keys.keyring import MASTER_ENV, read_public_key, write_public_k
 from custody_app.ledger.facade import Ledger
 from custody_app.recall.search import unembedded_note
 
-NAMES = ("init", "verify", "rebuild", "hold", "release", "checkpoint", "recall")
+NAMES = ("init", "verify", "rebuild", "hold", "release", "checkpoint", "recall", "embed")
 READ_ONLY = ("verify",)
 
 
@@ -55,6 +56,8 @@ def add_parsers(add: AddParser) -> None:
     s.add_argument("--verbose", "-v", action="store_true",
                    help="also say how the search ran (after the results)")
     s.add_argument("--json", action="store_true")
+    add("embed", "make the vectors still waiting for the background embedding worker (after a "
+        "--batch, which leaves them), then exit")
 
 
 def _init(ledger: Ledger, args: argparse.Namespace) -> int:
@@ -110,6 +113,17 @@ def _recall(ledger: Ledger, args: argparse.Namespace) -> int:
     return int(Exit.OK)
 
 
+def _embed(ledger: Ledger, args: argparse.Namespace) -> int:
+    emit(ledger.embed_waiting(_embed_progress), args)
+    return int(Exit.OK)
+
+
+def _embed_progress(done: int, total: int) -> None:
+    sys.stderr.write(f"\rcustody-app: embedding believed facts: {done:,}/{total:,}"
+                     + ("\n" if done >= total else ""))
+    sys.stderr.flush()
+
+
 def _emitted(result: BaseModel, args: argparse.Namespace) -> int:
     emit(result, args)
     return int(Exit.OK)
@@ -124,4 +138,5 @@ COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
                                        a),
     "checkpoint": lambda led, a: _emitted(led.checkpoint(actor=operator(a)), a),
     "recall": _recall,
+    "embed": _embed,
 }

@@ -186,7 +186,11 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
         # A re-clustering the run made due (it ran beside the writes) is let finish.
         ledger.index.maintenance.join()
         say_adoption(ledger)
-    sys.stderr.write(outcome.summary() + "\n")
+        waiting = ledger.index.unembedded()
+    # --batch starts no embedding worker (no model loaded): its one line says what waits.
+    waits = (f"; {waiting:,} fact(s) wait for their vector, found by their words meanwhile "
+             "(`custody-app embed` makes them now)" if waiting else "")
+    sys.stderr.write(outcome.summary() + waits + "\n")
     return int(Exit.OK if outcome.failed == 0 else Exit.OP_FAILED)
 
 

@@ -66,6 +66,14 @@ def headline(command: str, data: dict[str, Any]) -> str:
         past = "held" if command == "hold" else "released"
         return (f"{past} {data.get('fact_id')}; now {data.get('status')} (seq {data.get('seq')}, "
                 f"{data.get('tx_at')})")
+    if command == "embed":
+        if data.get("in_write"):
+            return (f"{_scalar(data.get('embedder'))} makes its vectors inside each write: "
+                    "no fact waits for one")
+        left = data.get("waiting", 0)
+        return (f"embedded {data.get('embedded', 0):,} fact(s) with "
+                f"{_scalar(data.get('embedder'))}; "
+                + (f"{left:,} still waiting" if left else "none waiting"))
     if command in ("pack", "export", "explain"):
         target = data.get("pack") or data.get("path") or data.get("out")
         return f"{command}: wrote {_scalar(target)}" if target else f"{command}: written"
