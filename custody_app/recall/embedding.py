@@ -127,7 +127,7 @@ class EmbeddingWorker(BackgroundThread):
             self._spawn()
 
     def wrote(self) -> None:
-        """The owner committed a write (the worker waits for a pause in them)."""
+        """The owner appended or committed a write (the worker waits for a pause in them)."""
         self.last_write = time.monotonic()
 
     def wake(self, from_seq: int = 0) -> None:
