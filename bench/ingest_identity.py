@@ -8,7 +8,8 @@ of the ledger and of its key store is digested row by row.
 Each `--tree` runs in a subprocess of its own with PYTHONPATH set to that tree, on copies of
 the same starting files (made once, by the first tree), and the digests are compared table by
 table: any difference is printed and the exit status is 1. The seeding (os.urandom replaced by
-a seeded stream: salts, nonces, subject keys) happens only in this script's child process,
+seeded streams, one for the main thread and one for any other: salts, nonces, subject keys,
+index version tokens) happens only in this script's child process,
 never in the product. Tables that differ between two runs of the same tree (background work
 whose timing is not fixed, such as the vector cells' re-clustering) are named and left out.
 """
@@ -24,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -68,9 +70,19 @@ def corpus(ops: int) -> list[dict[str, Any]]:
 
 
 def seed_randomness(seed: int) -> None:
-    """os.urandom from a seeded stream (this child process only)."""
-    rng = random.Random(seed)
-    os.urandom = lambda n: rng.randbytes(n)  # type: ignore[assignment]
+    """os.urandom from a seeded stream (this child process only): one for the main thread, one
+    for every other. A background thread's draws (the embedding worker's and the
+    re-clustering's index version tokens) come at moments the clock decides; taken from the
+    main thread's stream, they shifted the salts and nonces of every event written after
+    them, so that a change of when the worker runs read as a change of the events."""
+    main, others = random.Random(seed), random.Random(seed + 1)
+    lock = threading.Lock()
+
+    def draw(n: int) -> bytes:
+        with lock:
+            rng = main if threading.current_thread() is threading.main_thread() else others
+            return rng.randbytes(n)
+    os.urandom = draw
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
