@@ -122,6 +122,13 @@ def child(start: Path, work: Path, ops: int) -> dict[str, Any]:
     from custody_app.interfaces.batch import run_batch
     from custody_app.ledger.facade import Ledger
     from custody_app.ledger.ops import Aliases, run_op
+    from custody_app.recall.embedding import EmbeddingWorker
+    # A model embedder's worker runs when the writes pause, so what a recall in the corpus
+    # finds by vector (and serves, and records) would depend on the clock: it is held through
+    # the ingest (recall is lexical meanwhile, in every tree alike) and let run to the end
+    # after it, so its vectors are compared too.
+    start_worker = EmbeddingWorker.start
+    EmbeddingWorker.start = lambda self: None  # type: ignore[method-assign]
     lines = corpus(ops)
     tree = str(Path(os.environ["PYTHONPATH"]).resolve())
     result: dict[str, Any] = {}
@@ -146,6 +153,10 @@ def child(start: Path, work: Path, ops: int) -> dict[str, Any]:
                     failed += not res["ok"]
                     out.write(json.dumps(res, sort_keys=True) + "\n")
             ledger.index.maintenance.join()
+            if ledger.index.embedding is not None:
+                start_worker(ledger.index.embedding)
+                if not ledger.index.settle_embedding(1800):
+                    raise SystemExit("the embedding worker did not finish")
         digests = {f"ledger.{k}": v for k, v in digest_file(str(path), tree).items()}
         digests.update({f"keys.{k}": v for k, v in digest_file(f"{path}.keys", tree).items()})
         said = out.getvalue().replace(str(work), "<work>")  # certificates name the ledger's path
