@@ -2,12 +2,14 @@
 row, a background worker on its own connection adds the vectors; recall meanwhile finds every
 believed fact by its words and says how many wait; a fact whose belief ends while the worker
 embeds it never gets a vector (an erasure guarantee); verify accepts a fact waiting for its
-vector and nothing else."""
+vector and nothing else. A contract module (tests/conftest.py CONTRACT): each test that opens its
+ledger through `ledger_at` runs on a file and on a server."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,12 @@ from custody_app.ledger.facade import Ledger
 from custody_app.recall import embedding
 from custody_app.recall.embedding import EmbeddingWorker
 from custody_app.recall.index import INDEXED
+from store.address import address_of
 from tests.conftest import CAUSE, WRITER
 
+# A lexical row's words replaced by hand, in each backend's table.
+DECOY = {False: "UPDATE recall_fts SET terms = 'decoy words' WHERE rowid = ?",
+         True: "UPDATE recall_docs SET terms = 'decoy words' WHERE fact_seq = %s"}
 PETS = ["We adopted a beagle puppy last spring", "The quarterly invoice went to Acme Logistics",
         "My sister lives in Lisbon and teaches piano", "I am allergic to peanuts",
         "Our team standup moved to 9:30 on Tuesdays", "The car needs new winter tyres"]
@@ -41,16 +47,41 @@ def _believed_seqs(ledger: Ledger) -> set[int]:
         return {f.assert_seq for status in INDEXED for f in ledger.db.facts.with_status(status)}
 
 
+def _paused_before_write(ledger: Ledger, start: Callable[[EmbeddingWorker], None],
+                         nth: int) -> tuple[threading.Event, list[list[int]]]:
+    """A worker of the test's own on the open ledger (`start`: the real start, the ledger's
+    own held), stopped after embedding its `nth` batch and before writing it until the event
+    returned is set; the batches it embedded, as it goes."""
+    resume, embedded = threading.Event(), threading.Event()
+    batches: list[list[int]] = []
+
+    def pause(seqs: list[int]) -> None:
+        batches.append(seqs)
+        if len(batches) == nth:
+            embedded.set()
+            assert resume.wait(120)
+
+    assert ledger.keys is not None
+    worker = EmbeddingWorker(str(ledger.db.path), ledger.policy, ledger.embedder, ledger.keys,
+                             INDEXED)
+    worker.before_write = pause
+    ledger.index.embedding = worker
+    start(worker)
+    assert embedded.wait(300)
+    return resume, batches
+
+
 @pytest.fixture
 def held(monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker does not start at open (a test starts it when it wants)."""
     monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
 
 
-def test_the_shipped_default_is_minilm_off_the_write_path(tmp_path: Path,
-                                                          shipped_default: Path) -> None:
+def test_the_shipped_default_is_minilm_off_the_write_path(
+        ledger_at: Callable[[str], Any], shipped_default: Path) -> None:
+    where = ledger_at("l.db")
     assert load_policy().policy.recall.embedder == "minilm-l6"
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         assert ledger.embedder.name == "minilm-l6-v2-384" and ledger.index.deferred
         assert ledger.index.embedding is not None and ledger.index.embedding.running
         ids = [_put(ledger, n) for n in range(12)]
@@ -72,8 +103,9 @@ def test_a_policy_that_omits_the_embedder_keeps_hashed_ngram_and_its_hash() -> N
 
 
 def test_writes_do_not_embed_and_recall_finds_every_fact_lexically_meanwhile(
-        tmp_path: Path, shipped_default: Path, held: None) -> None:
-    with Ledger.open(tmp_path / "l.db") as ledger:
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
         ids = [_put(ledger, n, subject=f"user:{n}") for n in range(10)]
         assert _vector_seqs(ledger) == set()  # nothing embedded in any write
         for n, fact_id in enumerate(ids):
@@ -85,33 +117,51 @@ def test_writes_do_not_embed_and_recall_finds_every_fact_lexically_meanwhile(
         assert ledger.index.differences() == []
 
 
+def test_a_write_of_lexical_rows_only_keeps_the_vector_tables_version(
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
+    """An assert adds no vector (the worker does, later): the vector table's version token
+    stays, so no process's in-process copy of the vectors reloads because of it."""
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
+        _put(ledger, 0)
+        with ledger.db.read():
+            before = ledger.db.recall.vec_version()
+        _put(ledger, 1)
+        with ledger.db.read():
+            assert ledger.db.recall.vec_version() == before
+
+
 def test_the_worker_embeds_what_an_earlier_process_left_and_verify_passes(
-        tmp_path: Path, shipped_default: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    where = ledger_at("l.db")
     start = EmbeddingWorker.start
     monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         for n in range(8):
             _put(ledger, n)
     monkeypatch.setattr(EmbeddingWorker, "start", start)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         assert ledger.index.settle_embedding(300)
         assert _vector_seqs(ledger) == _believed_seqs(ledger) != set()
         assert ledger.verify(deep=True).valid
 
 
-def test_a_read_only_open_does_not_embed(tmp_path: Path, shipped_default: Path,
-                                         held: None) -> None:
-    with Ledger.open(tmp_path / "l.db") as ledger:
+def test_a_read_only_open_does_not_embed(
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
         _put(ledger, 0)
-    with Ledger.open(tmp_path / "l.db", readonly=True) as ro:
+    with Ledger.open(where, readonly=True) as ro:
         assert ro.index.embedding is None
         assert ro.recall("beagle").unembedded == 1
         assert ro.verify().valid
 
 
 def test_verify_still_flags_a_vector_of_a_fact_not_believed_and_a_missing_lexical_row(
-        tmp_path: Path, shipped_default: Path) -> None:
-    with Ledger.open(tmp_path / "l.db") as ledger:
+        ledger_at: Callable[[str], Any], shipped_default: Path) -> None:
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
         keep, gone = _put(ledger, 0), _put(ledger, 1)
         assert ledger.index.settle_embedding(300)
         ledger.index.embedding.close()  # type: ignore[union-attr]
@@ -138,35 +188,20 @@ def test_verify_still_flags_a_vector_of_a_fact_not_believed_and_a_missing_lexica
 
 @pytest.mark.parametrize("ending", ["forget", "retract", "supersede", "forget_subject"])
 def test_a_fact_whose_belief_ends_while_the_worker_embeds_it_gets_no_vector(
-        tmp_path: Path, shipped_default: Path, monkeypatch: pytest.MonkeyPatch,
-        ending: str) -> None:
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch, ending: str) -> None:
     """The race: the worker has read and embedded a batch, and before its write transaction
     begins the facts' belief ends (an erasure among them). Its write re-checks inside the
     transaction and gives them no vector; the others of the batch get theirs."""
-    embedded = threading.Event()
-    resume = threading.Event()
-    batches: list[list[int]] = []
-
-    def pause(seqs: list[int]) -> None:
-        batches.append(seqs)
-        if len(batches) == 1:
-            embedded.set()
-            assert resume.wait(120)
-
+    where = ledger_at("l.db")
     start = EmbeddingWorker.start
     monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         ids = [_put(ledger, n, subject="user:doomed" if n < 3 else "user:kept")
                for n in range(6)]
         seqs = {fact_id: ledger.db.facts.get(fact_id).assert_seq  # type: ignore[union-attr]
                 for fact_id in ids}
-        assert ledger.keys is not None
-        worker = EmbeddingWorker(str(ledger.db.path), ledger.policy, ledger.embedder,
-                                 ledger.keys, INDEXED)
-        worker.before_write = pause
-        ledger.index.embedding = worker
-        start(worker)
-        assert embedded.wait(300)
+        resume, batches = _paused_before_write(ledger, start, 1)
         doomed = ids[:3]
         if ending == "forget":
             for fact_id in doomed:
@@ -191,11 +226,11 @@ def test_a_fact_whose_belief_ends_while_the_worker_embeds_it_gets_no_vector(
 
 
 def test_every_write_of_a_long_group_holds_the_worker_off_not_only_its_commit(
-        tmp_path: Path, shipped_default: Path, held: None) -> None:
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
     """The worker embeds only in a pause of the writes. A group of hundreds of writes in one
     transaction is no pause, however long ago its last commit was: each append (an assert, a
     retract, an affirm) counts as a write, before anything commits."""
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(ledger_at("l.db")) as ledger:
         worker = ledger.index.embedding
         assert worker is not None
         with ledger.transaction():
@@ -210,14 +245,46 @@ def test_every_write_of_a_long_group_holds_the_worker_off_not_only_its_commit(
                 assert worker.last_write >= before
 
 
-def test_close_while_embedding_loses_nothing_and_the_next_open_finishes(
-        tmp_path: Path, shipped_default: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_embedded_across_another_process_rotating_the_index_key_lands_under_the_new_key(
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fence: the worker sealed a first batch (so its key ring holds the word index key),
+    embedded a second, and before that batch's write another open of the ledger (a process
+    of its own on a server: its own connection and key ring) rotates the index key, re-sealing
+    every vector and destroying the old key. The second batch is sealed inside its write under
+    the key the index is under then: every vector opens, vector recall finds each fact, and
+    verify --deep passes (without the fence that batch landed under the destroyed key)."""
+    where = ledger_at("l.db")
     monkeypatch.setattr(embedding, "BATCH", 4)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    start = EmbeddingWorker.start
+    monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
+    with Ledger.open(where) as ledger:
+        ids = [_put(ledger, n, subject=f"user:{n}") for n in range(8)]
+        resume, _ = _paused_before_write(ledger, start, 2)
+        with Ledger.open(where) as other:
+            other.rotate_index_key()
+        resume.set()
+        assert ledger.index.settle_embedding(300)
+        assert _vector_seqs(ledger) == _believed_seqs(ledger) and len(ids) == 8
+    with Ledger.open(where) as ledger:
+        report = ledger.verify(deep=True)
+        assert report.valid, report.problem
+        for n, fact_id in enumerate(ids):
+            hits = ledger.recall(PETS[n % len(PETS)], k=10, subject=f"user:{n}",
+                                 strategy="vector").results
+            assert [h.fact.fact_id for h in hits] == [fact_id]
+
+
+def test_close_while_embedding_loses_nothing_and_the_next_open_finishes(
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    where = ledger_at("l.db")
+    monkeypatch.setattr(embedding, "BATCH", 4)
+    with Ledger.open(where) as ledger:
         for n in range(20):
             _put(ledger, n)
     # closed at once: most of the batches were abandoned, none half-written
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         assert ledger.verify().valid
         assert ledger.index.settle_embedding(300)
         assert _vector_seqs(ledger) == _believed_seqs(ledger) and len(_believed_seqs(ledger)) == 20
@@ -252,25 +319,27 @@ def test_the_default_install_pulls_in_no_torch() -> None:
 
 
 def test_verify_deep_compares_the_word_rows_of_facts_waiting_for_their_vector(
-        tmp_path: Path, shipped_default: Path, held: None) -> None:
-    with Ledger.open(tmp_path / "l.db") as ledger:
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
+    where = ledger_at("l.db")
+    with Ledger.open(where) as ledger:
         fact = ledger.db.facts.get(_put(ledger, 0))
         assert fact is not None and _vector_seqs(ledger) == set()
         assert ledger.verify(deep=True).valid
         with ledger.db.write():
-            ledger.db.conn.execute("UPDATE recall_fts SET terms = 'decoy words' WHERE rowid = ?",
-                                   (fact.assert_seq,))
+            ledger.db.conn.execute(DECOY[address_of(str(where)).server], (fact.assert_seq,))
         assert ledger.verify().valid  # the row exists: only --deep compares its words
         deep = ledger.verify(deep=True)
         assert not deep.valid and f"assert seq {fact.assert_seq}" in (deep.problem or "")
 
 
 def test_recall_during_embedding_applies_the_workers_batches_without_reloading(
-        tmp_path: Path, shipped_default: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        ledger_at: Callable[[str], Any], shipped_default: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The in-process copy of the vectors takes each batch the worker committed (in commit
     order) instead of reloading every vector, and ranks exactly as a fresh load does."""
+    where = ledger_at("l.db")
     monkeypatch.setattr(embedding, "BATCH", 4)
-    with Ledger.open(tmp_path / "l.db") as ledger:
+    with Ledger.open(where) as ledger:
         for n in range(6):
             _put(ledger, n)
         assert ledger.index.settle_embedding(300)
@@ -288,7 +357,7 @@ def test_recall_during_embedding_applies_the_workers_batches_without_reloading(
         assert ledger.index.settle_embedding(300)
         got = ledger.recall("what kind of dog do I have", k=10, strategy="vector")
         assert loads == [] and len(ledger.index.matrix) == 18
-        with Ledger.open(tmp_path / "l.db", readonly=True) as fresh:
+        with Ledger.open(where, readonly=True) as fresh:
             again = fresh.recall("what kind of dog do I have", k=10, strategy="vector")
         assert ([(h.fact.fact_id, round(h.score, 5)) for h in got.results]
                 == [(h.fact.fact_id, round(h.score, 5)) for h in again.results])

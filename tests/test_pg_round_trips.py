@@ -18,13 +18,19 @@ when the key exists; then (9, 8) and (10, 3) (main 4e53e60); now (2, 5) and (3, 
   subject's key rows; the key row with COMMIT; then the mark's transaction: BEGIN (its number
   from the newest mark read there), the mark row with COMMIT;
 - key store, known subject: BEGIN (the change counter: the live key known here is current),
-  ROLLBACK (the lock is released; nothing was written)."""
+  ROLLBACK (the lock is released; nothing was written).
+Under the shipped default (minilm-l6, issue 35) the same, measured (2, 5) and (3, 2): the write
+queues the lexical rows only (no vector row, no version token: the background worker adds the
+vector later, on connections of its own), so it has one statement fewer in its pipelined COMMIT
+and not one round trip fewer; before, it queued the vector row there too, after a model forward
+pass inside the transaction (bench/results_team.md measures what that cost)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -33,6 +39,7 @@ import pytest
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.timeutil import ManualClock
 from custody_app.ledger.facade import Ledger
+from custody_app.recall.embedding import EmbeddingWorker
 from store.postgres.recall_meta import VEC_VERSION
 from store.rows import EventRow
 from tests.conftest import CAUSE as ENV_CAUSE
@@ -95,6 +102,37 @@ def test_an_assert_costs_a_handful_of_round_trips(counted: tuple[Ledger, TurnCou
     assert sum(new) <= 7 and sum(known) <= 5, (new, known)
     # What was written is what a ledger without the proxy reads back.
     assert [f.fact_id for f in ledger.as_of(subject="acct:new").facts]
+
+
+def test_under_the_shipped_default_an_assert_costs_no_more(
+        pg_url: str, shipped_default: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the shipped default (minilm-l6) the assert stores the lexical rows only and the
+    background worker adds the vector later, on connections of its own (held here, so the
+    wires counted are the assert's own): the same round trips as under hashed-ngram, whose
+    vector row is pipelined with the COMMIT (LIMITS), and no model forward pass in the write."""
+    monkeypatch.setattr(EmbeddingWorker, "start", lambda self: None)
+    proxy = TurnCounter.before(pg_url)
+    ledger = Ledger.open(proxy.url(pg_url))
+    try:
+        assert ledger.index.deferred
+        for n in range(8):
+            put(ledger, f"acct:warm{n}", n)()
+            put(ledger, f"acct:warm{n}", n)()
+        embedded: list[int] = []
+        real = ledger.embedder.embed
+        monkeypatch.setattr(ledger.embedder, "embed",
+                            lambda texts: embedded.append(len(texts)) or real(texts))
+        new = turns_of(ledger, proxy, put(ledger, "acct:new", 2))
+        known = turns_of(ledger, proxy, put(ledger, "acct:new", 3))
+        print(f"round trips of one assert under the shipped default: new subject {new}, "
+              f"known {known}")
+        assert new == LIMITS["new subject"] and known == LIMITS["known subject"], (new, known)
+        assert embedded == []  # no forward pass in the write
+        with ledger.db.read():
+            assert ledger.db.recall.vector_count() == 0
+    finally:
+        ledger.close()
+        proxy.close()
 
 
 def test_cached_reads_see_the_transactions_own_writes(pg_url: str) -> None:

@@ -27,7 +27,8 @@ from tests.test_epoch_keys import _key_files
 
 CAUSE = {"kind": "tool", "ref": "sealed-vectors-test"}
 SECRET = "alice's diagnosis zebrafinch-4471 at the harbor clinic"
-# The packaged embedder of the tests (dense: no run of its vector is zeros).
+# The packaged embedder of the tests (dense: no run of its vector is zeros). Its vectors are made
+# by the background worker, after the write: a test settles it before it reads them.
 EMBEDDER = '[recall]\nembedder = "minilm-l6"\n'
 CLEAR = EMBEDDER + 'server_vectors = "clear"\n'
 
@@ -78,6 +79,7 @@ def test_no_run_of_a_vector_is_in_a_dump_or_the_data_folder(pg_server: Any, url:
         pytest.skip("an external server (CUSTODY_TEST_PG_URL): no data folder to read")
     with Ledger.open(url, policy=policy_file(tmp_path)) as led:
         fact = put(led, "acct:ALICE", SECRET)
+        assert led.index.settle_embedding(300)  # the worker adds the vector
         vector = the_vector(led, fact.seq)
         # The vector is what the embedder makes of the fact: the attack's target is real.
         assert np.frombuffer(vector, dtype=np.float32).any()
@@ -96,6 +98,7 @@ def test_a_dump_before_a_forget_yields_no_vector_after_rotate_epoch(url: str,
     with Ledger.open(url, policy=policy_file(tmp_path)) as led:
         fact = put(led, "acct:ALICE", SECRET)
         put(led, "acct:BOB", "bob renewed the gold plan")
+        assert led.index.settle_embedding(300)
         vector = the_vector(led, fact.seq)
         assert led.keys is not None
         day_key = led.keys._master
@@ -131,6 +134,7 @@ def test_a_rotation_re_seals_every_vector_and_recall_is_unchanged(url: str,
     with Ledger.open(url, policy=policy) as led:
         for n in range(12):
             put(led, f"acct:{n % 4}", f"note {n} about the harbor kayak and invoice {n * 7}")
+        assert led.index.settle_embedding(300)
         before = [(h.fact.fact_id, h.vector_rank) for h in
                   led.recall("kayak harbor", strategy="vector").results]
         assert led.keys is not None
@@ -156,6 +160,7 @@ def test_a_swapped_sealed_vector_is_refused_not_ranked(url: str, tmp_path: Path)
     with Ledger.open(url, policy=policy) as led:
         a = put(led, "acct:A", "the teal kayak paddle")
         b = put(led, "acct:B", "the refund of the firmware invoice")
+        assert led.index.settle_embedding(300)
     rawsql.edit(url, f"UPDATE recall_vec SET embedding = (SELECT embedding FROM recall_vec "
                      f"WHERE fact_seq = {b.seq}) WHERE fact_seq = {a.seq}")
     with Ledger.open(url, policy=policy) as led:
@@ -173,11 +178,13 @@ def test_a_process_holding_the_old_index_key_seals_under_the_new_one(url: str,
     policy = policy_file(tmp_path)
     with Ledger.open(url, policy=policy) as early:
         put(early, "acct:A", "the teal kayak paddle")
+        assert early.index.settle_embedding(300)  # its worker holds the index key now
         with Ledger.open(url, policy=policy) as other:
             other.rotate_epoch()
             assert other.keys is not None
             current = other.keys.index_key
         late = put(early, "acct:B", "written by the early process after the rotation")
+        assert early.index.settle_embedding(300)
     blob = stored_vectors(url)[late.seq]
     opened = VectorCipher.fixed(current).open(late.seq, blob)
     with Ledger.open(url, policy=policy) as led:
@@ -197,6 +204,7 @@ def test_sealed_and_clear_storage_rank_the_same(pg_server: Any, tmp_path: Path) 
                 for n in range(30):
                     put(led, f"acct:{n % 5}", f"{['teal', 'refund', 'gold', 'lodz'][n % 4]} "
                                               f"note {n} on invoice {n * 3} and kayak {n % 7}")
+                assert led.index.settle_embedding(300)
                 seen = {}
                 for query in ("teal kayak", "refund invoice 9", "gold", "lodz note"):
                     for strategy in ("vector", "hybrid"):
@@ -217,6 +225,7 @@ def test_with_clear_vectors_every_certificate_names_the_copies(url: str,
     with Ledger.open(url, policy=policy_file(tmp_path, CLEAR)) as led:
         fact = put(led, "acct:ALICE", SECRET)
         put(led, "acct:BOB", "bob's own note")
+        assert led.index.settle_embedding(300)
         assert stored_vectors(url)[fact.seq] == the_vector(led, fact.seq)
         certs = [led.forget(fact.fact_id, actor="user:dpo", reason="subject_request")
                  .certificate,
@@ -245,6 +254,7 @@ def test_a_clear_or_older_index_is_sealed_at_the_first_read_write_open(url: str,
     open reads either."""
     with Ledger.open(url, policy=policy_file(tmp_path, CLEAR, "clear.toml")) as led:
         fact = put(led, "acct:ALICE", SECRET)
+        assert led.index.settle_embedding(300)
         vector = the_vector(led, fact.seq)
         version = led.db.recall.vec_version()
     rawsql.edit(url, "DELETE FROM ledger_meta WHERE key = 'recall_vec_form'")

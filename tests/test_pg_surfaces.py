@@ -29,8 +29,8 @@ CAUSE = {"kind": "message", "ref": "msg-1"}
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")}
     # The suite's policy (hashed-ngram, vectors made in the write on both backends): under the
-    # shipped minilm-l6 a file's vectors come from the background worker while a server's come
-    # in the write, so a recall right after the writes would count a file's facts waiting.
+    # shipped minilm-l6 the vectors come from the background worker, so a recall right after
+    # the writes would count facts waiting, as many as the worker had not reached.
     env["CUSTODY_POLICY"] = str(SUITE_DEFAULT_POLICY)
     env.update(extra)
     return env

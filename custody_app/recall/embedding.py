@@ -4,7 +4,14 @@ its lexical row only, and this worker thread, on a connection of its own, embeds
 facts that have no vector yet, a small batch at a time outside any transaction, and adds their
 vectors in short write transactions that check, inside the transaction, that each fact is still
 indexed (a fact forgotten, retracted, superseded or erased meanwhile left the lexical index in
-the transaction that ended its belief, and gets no vector)."""
+the transaction that ended its belief, and gets no vector).
+
+On a server every process that has the ledger open for writing, on any host, runs one: each
+claims the batch it embeds (store: a claim no writer ever waits for, dropped by the server when
+the claimant's connection ends), so two never embed the same facts; the re-check under the
+ledger's lock gives no fact two vectors whatever happens; and the vectors are sealed inside the
+write transaction under the word index key the ledger's index is under then (the index key
+fence), never under one another process rotated away while the batch was embedded."""
 
 from __future__ import annotations
 
@@ -18,8 +25,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from custody_app.domain.policy import LoadedPolicy
-from custody_app.keys.keyring import KeyRing
+from custody_app.keys.keyring import INDEX_KEY_ID, KeyRing
+from custody_app.keys.subject_ids import SubjectIdCodec
 from custody_app.keys.values import ValueCodec
+from custody_app.keys.vectors import SEALED, VectorCipher
 from custody_app.recall import text
 from custody_app.recall.background import BackgroundThread
 from custody_app.recall.cells import CellIndex
@@ -54,6 +63,9 @@ PAUSE_S = 0.005
 # A writer held the lock past the busy timeout (a long group): try the batch again this much
 # later, the vectors kept.
 BUSY_RETRY_S = 0.2
+# Facts another process's worker had claimed were passed over: the scan comes back for them
+# this much later (by then embedded, or free again: a claim ends with its connection).
+CLAIMED_RETRY_S = 1.0
 # Batches written and not yet taken by the owner's in-process copy of the vectors (which
 # applies them instead of reloading every vector after each batch); past this many the owner
 # has not searched for a while, and its copy reloads once when it next does.
@@ -111,9 +123,10 @@ class EmbeddingWorker(BackgroundThread):
         self._from: int | None = 0  # rescan from this seq (None: nothing new)
         self._wake = threading.Event()
         self._idle = threading.Event()
-        self.last_write = 0.0  # time.monotonic() of the owner's last commit
+        self.last_write = 0.0  # time.monotonic() of the owner's last write (an append or a commit)
         self.error: BaseException | None = None
         self.embedded = 0  # vectors written by this worker (benchmarks)
+        self.computed = 0  # facts this worker embedded, written or found ended (benchmarks)
         # (version token before, after, rows) of each batch committed, in commit order, for the
         # owner's in-process copy (`take_written`); None once more than KEPT_FOR_OWNER waited.
         self._written: deque[tuple[str, str, list[VecRow]]] | None = deque()
@@ -173,6 +186,8 @@ class EmbeddingWorker(BackgroundThread):
             db = open_ledger(self.path)
             db.checkpoint_in_background()
             keys = self._keys.sibling()
+            # A server ledger stores its subjects sealed (issue 34): read them as the owner does.
+            db.use_subject_codec(SubjectIdCodec(keys))
             try:
                 self._loop(db, keys, CellIndex(db, self.policy, self.embedder.dimensions))
             finally:
@@ -185,14 +200,19 @@ class EmbeddingWorker(BackgroundThread):
     def _loop(self, db: LedgerFile, keys: KeyRing, cells: CellIndex) -> None:
         values = ValueCodec(keys)
         cursor: int | None = None
+        passed: int | None = None  # the lowest seq passed over, claimed by another worker
         while not self._stop.is_set():
             with self._lock:
                 if self._from is not None:
                     cursor = self._from if cursor is None else min(cursor, self._from)
                     self._from = None
-                if cursor is None:
+                if cursor is None and passed is None:
                     self._idle.set()
                     self._wake.clear()
+            if cursor is None and passed is not None:
+                self._stop.wait(CLAIMED_RETRY_S)
+                cursor, passed = passed, None
+                continue
             if cursor is None:
                 self._wake.wait()
                 continue
@@ -204,7 +224,15 @@ class EmbeddingWorker(BackgroundThread):
             if not seqs:
                 cursor = None
                 continue
-            self._embed(db, keys, values, cells, seqs)
+            mine = db.recall.claim(seqs)
+            if len(mine) < len(seqs):
+                low = min(set(seqs) - set(mine))
+                passed = low if passed is None else min(passed, low)
+            try:
+                if mine:
+                    self._embed(db, keys, values, cells, mine)
+            finally:
+                db.recall.release(mine)
 
     def _next(self, db: LedgerFile, cursor: int) -> tuple[list[int], int | None]:
         """Up to BATCH facts waiting for their vector from `cursor` on, and where to look
@@ -233,6 +261,7 @@ class EmbeddingWorker(BackgroundThread):
         # machine spin-wait on each other (bench/results_recall.md, section m).
         with threadpool_limits(limits=1, user_api="blas"):
             vectors = as_stored(self.embedder.embed([body for _, body in todo]))
+        self.computed += len(todo)
         if self.before_write is not None:
             self.before_write([f.assert_seq for f, _ in todo])
         while not self._stop.is_set():
@@ -249,6 +278,12 @@ class EmbeddingWorker(BackgroundThread):
             # Rebuilt for another embedder meanwhile (a reindex): these vectors belong nowhere.
             if db.recall.embedder() != (self.embedder.name, self.embedder.dimensions):
                 return
+            # The index key fence: another process may have rotated the word index key (and
+            # re-sealed every vector) since this one loaded it; the vectors are sealed under
+            # the key the index is under now, in the form recorded with it now.
+            keys.fence_index(db.meta(INDEX_KEY_ID))
+            db.recall.seal_vectors(VectorCipher(lambda: keys.index_key)
+                                   if db.recall.vector_form() == SEALED else None)
             # Inside the transaction: only facts still indexed lexically (still believed) and
             # still without a vector get one, in the status their fact has now.
             still = db.recall.embeddable([f.assert_seq for f, _ in todo])

@@ -88,9 +88,9 @@ class RecallIndex(BatchedRemovals):
         self._gone: set[int] = set()
         # Set by `use_recorded_embedder` when no embedder here can read the stored vectors.
         self.foreign: str | None = None
-        # A model embedder's vectors are made by a background worker, not in the write (file
-        # ledgers; a server ledger still embeds in the write's transaction).
-        self.deferred = off_write_path(self.embedder) and not address_of(db.path).server
+        # A model embedder's vectors are made by a background worker, not in the write (on
+        # both backends: on a server, one worker in each process that writes).
+        self.deferred = off_write_path(self.embedder)
         self.embedding: EmbeddingWorker | None = None
         # The lowest seq this transaction indexed lexically only (the worker is woken from
         # there once it commits).
@@ -187,13 +187,12 @@ class RecallIndex(BatchedRemovals):
         if recorded is not None and embedder is None:
             self.foreign = recorded[0]
             # Its vectors were made off the write path: some may still be missing.
-            self.deferred = (recorded[0] in OFF_WRITE_PATH
-                             and not address_of(self.db.path).server)
+            self.deferred = recorded[0] in OFF_WRITE_PATH
         elif embedder is not None:
             self.embedder = embedder
             self.cells = CellIndex(self.db, self.policy, embedder.dimensions)
             self.matrix = VectorMatrix(self.db, embedder.dimensions, opener=self._reader)
-            self.deferred = off_write_path(embedder) and not address_of(self.db.path).server
+            self.deferred = off_write_path(embedder)
 
     def term(self, word: str) -> str:
         return text.term(self.key(), word)
@@ -281,7 +280,7 @@ class RecallIndex(BatchedRemovals):
 
     def start_embedding(self) -> None:
         """A writable open: start the worker that makes the vectors of facts indexed
-        lexically only (a model embedder on a file ledger), from the first fact."""
+        lexically only (a model embedder), from the first fact."""
         if not self.deferred or self.keys is None or self.embedding is not None:
             return
         self.embedding = EmbeddingWorker(self.db.path, self.policy, self.embedder, self.keys,
@@ -443,8 +442,7 @@ class RecallIndex(BatchedRemovals):
         # reader whose own policy embeds in the write (or that opened before any vector was
         # recorded) still checks a model's ledger as one whose vectors may be waiting.
         recorded = self.db.recall.embedder()
-        waiting = self.deferred or (recorded is not None and recorded[0] in OFF_WRITE_PATH
-                                    and not address_of(self.db.path).server)
+        waiting = self.deferred or (recorded is not None and recorded[0] in OFF_WRITE_PATH)
         expected = {k: v for k, v in want.items() if k in vectors} if waiting else want
         if vectors != expected:
             wrong = sorted(k for k in set(vectors) | set(expected)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from store.postgres.failures import later
+from store.postgres.recall_backlog import RecallBacklog
 from store.postgres.recall_meta import CELLS_ALL, CELLS_INSERT, VEC_FORM, RecallMeta
 from store.postgres.recall_search import RecallSearch, tokens
 from store.postgres.subjects import named_rows
@@ -157,7 +158,7 @@ ENGINES = RecallEngines(
     inside="", places="the server's recall_docs, recall_postings, recall_terms, recall_vec")
 
 
-class RecallStore(RecallMeta, RecallSearch):
+class RecallStore(RecallMeta, RecallSearch, RecallBacklog):
     """Rows of the two recall indexes, keyed by the fact's assert seq."""
 
     def __init__(self, conn: Any) -> None:
@@ -378,8 +379,13 @@ class RecallStore(RecallMeta, RecallSearch):
     def add_many(self, lexical: list[tuple[int, str, str]],
                  vectors: list[VecRow]) -> tuple[str, str]:
         """Several facts at once: (fact_seq, terms, scope) and the vector rows. Returns the
-        vector table's version tokens (before, after)."""
+        vector table's version tokens (before, after): the same token twice when no vector
+        was written (lexical rows only, their vectors made later off the write path: every
+        process's copy of the vectors stays valid)."""
         self._insert_lexical(lexical)
+        if not vectors:
+            version = self.vec_version()
+            return version, version
         self._insert_vectors(vectors)
         return self._bump()
 
@@ -439,20 +445,6 @@ class RecallStore(RecallMeta, RecallSearch):
             return set()
         return {int(r[0]) for r in
                 self._conn.execute(HOLDS, {"s": [int(s) for s in fact_seqs]}).fetchall()}
-
-    # A server ledger's vectors are made in the write's transaction (no background embedding
-    # there yet): it never has a backlog.
-    def backlog(self, start: int, stop: int, statuses: Sequence[str], limit: int) -> list[int]:
-        """None: every indexed fact got its vector in the write's transaction."""
-        return []
-
-    def embeddable(self, fact_seqs: Sequence[int]) -> dict[int, str]:
-        """None: every indexed fact got its vector in the write's transaction."""
-        return {}
-
-    def last_fact(self) -> int:
-        """Unused on a server (no backlog to scan)."""
-        return 0
 
     def hits(self, fact_seqs: Sequence[int]) -> dict[int, Hit]:
         """What recall reads of the facts it returns, by assert seq, in one statement (facts

@@ -42,6 +42,15 @@ class RecallBacklog:
         return {int(s): str(t) for s, t in self._conn.execute(
             EMBEDDABLE, (json.dumps([int(s) for s in fact_seqs]),))}
 
+    def claim(self, fact_seqs: Sequence[int]) -> list[int]:
+        """All of `fact_seqs`: a file's writers are processes of one host, each with its
+        worker, and nothing is claimed between them (two that embed the same facts waste the
+        work only: the re-check inside the write gives no fact two vectors)."""
+        return sorted({int(s) for s in fact_seqs})
+
+    def release(self, fact_seqs: Sequence[int]) -> None:
+        """Nothing to give up (no claims in a file)."""
+
     def last_fact(self) -> int:
         """The highest assert seq of any fact (0: none)."""
         row = self._conn.execute(LAST_FACT).fetchone()
