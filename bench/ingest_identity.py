@@ -8,7 +8,8 @@ of the ledger and of its key store is digested row by row.
 Each `--tree` runs in a subprocess of its own with PYTHONPATH set to that tree, on copies of
 the same starting files (made once, by the first tree), and the digests are compared table by
 table: any difference is printed and the exit status is 1. The seeding (os.urandom replaced by
-a seeded stream: salts, nonces, subject keys) happens only in this script's child process,
+seeded streams, one for the main thread and one for any other: salts, nonces, subject keys,
+index version tokens) happens only in this script's child process,
 never in the product. Tables that differ between two runs of the same tree (background work
 whose timing is not fixed, such as the vector cells' re-clustering) are named and left out.
 """
@@ -24,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -68,9 +70,19 @@ def corpus(ops: int) -> list[dict[str, Any]]:
 
 
 def seed_randomness(seed: int) -> None:
-    """os.urandom from a seeded stream (this child process only)."""
-    rng = random.Random(seed)
-    os.urandom = lambda n: rng.randbytes(n)  # type: ignore[assignment]
+    """os.urandom from a seeded stream (this child process only): one for the main thread, one
+    for every other. A background thread's draws (the embedding worker's and the
+    re-clustering's index version tokens) come at moments the clock decides; taken from the
+    main thread's stream, they shifted the salts and nonces of every event written after
+    them, so that a change of when the worker runs read as a change of the events."""
+    main, others = random.Random(seed), random.Random(seed + 1)
+    lock = threading.Lock()
+
+    def draw(n: int) -> bytes:
+        with lock:
+            rng = main if threading.current_thread() is threading.main_thread() else others
+            return rng.randbytes(n)
+    os.urandom = draw
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -110,6 +122,13 @@ def child(start: Path, work: Path, ops: int) -> dict[str, Any]:
     from custody_app.interfaces.batch import run_batch
     from custody_app.ledger.facade import Ledger
     from custody_app.ledger.ops import Aliases, run_op
+    from custody_app.recall.embedding import EmbeddingWorker
+    # A model embedder's worker runs when the writes pause, so what a recall in the corpus
+    # finds by vector (and serves, and records) would depend on the clock: it is held through
+    # the ingest (recall is lexical meanwhile, in every tree alike) and let run to the end
+    # after it, so its vectors are compared too.
+    start_worker = EmbeddingWorker.start
+    EmbeddingWorker.start = lambda self: None  # type: ignore[method-assign]
     lines = corpus(ops)
     tree = str(Path(os.environ["PYTHONPATH"]).resolve())
     result: dict[str, Any] = {}
@@ -134,6 +153,10 @@ def child(start: Path, work: Path, ops: int) -> dict[str, Any]:
                     failed += not res["ok"]
                     out.write(json.dumps(res, sort_keys=True) + "\n")
             ledger.index.maintenance.join()
+            if ledger.index.embedding is not None:
+                start_worker(ledger.index.embedding)
+                if not ledger.index.settle_embedding(1800):
+                    raise SystemExit("the embedding worker did not finish")
         digests = {f"ledger.{k}": v for k, v in digest_file(str(path), tree).items()}
         digests.update({f"keys.{k}": v for k, v in digest_file(f"{path}.keys", tree).items()})
         said = out.getvalue().replace(str(work), "<work>")  # certificates name the ledger's path

@@ -8,6 +8,7 @@ ledger through `ledger_at` runs on a file and on a server."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,26 @@ def test_a_fact_whose_belief_ends_while_the_worker_embeds_it_gets_no_vector(
         assert ledger.index.differences() == []
         assert ledger.verify().valid
     assert batches and set(batches[0]) & {seqs[f] for f in doomed}
+
+
+def test_every_write_of_a_long_group_holds_the_worker_off_not_only_its_commit(
+        ledger_at: Callable[[str], Any], shipped_default: Path, held: None) -> None:
+    """The worker embeds only in a pause of the writes. A group of hundreds of writes in one
+    transaction is no pause, however long ago its last commit was: each append (an assert, a
+    retract, an affirm) counts as a write, before anything commits."""
+    with Ledger.open(ledger_at("l.db")) as ledger:
+        worker = ledger.index.embedding
+        assert worker is not None
+        with ledger.transaction():
+            fact_id = _put(ledger, 0)
+            writes = [lambda: _put(ledger, 1),
+                      lambda: ledger.affirm(fact_id, actor=WRITER),
+                      lambda: ledger.retract(fact_id, actor=WRITER, reason="wrong")]
+            for write in writes:
+                worker.last_write = 0.0  # as if the last commit were long ago
+                before = time.monotonic()
+                write()
+                assert worker.last_write >= before
 
 
 def test_a_batch_embedded_across_another_process_rotating_the_index_key_lands_under_the_new_key(

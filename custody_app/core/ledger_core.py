@@ -423,6 +423,7 @@ class LedgerCore:
         transaction)."""
         if kind != "policy":
             self._policy_for_write(tx_at)
+        self.index.writing()
         seq = (self._head[0] if self._head else 0) + 1
         prev = self._head[1] if self._head else GENESIS
         envelope: dict[str, Any] = {"seq": seq, "kind": kind, "tx_at": tx_at, "actor": actor,
@@ -470,6 +471,7 @@ class LedgerCore:
         if not items:
             return []
         self._policy_for_write(tx_at)
+        self.index.writing()
         rows, self._head = batch.append_group(self.db, self.index, self.policy.hash, kind, actor,
                                               tx_at, items, self._head, known,
                                               signer=self.signer_for(actor))

@@ -123,7 +123,7 @@ class EmbeddingWorker(BackgroundThread):
         self._from: int | None = 0  # rescan from this seq (None: nothing new)
         self._wake = threading.Event()
         self._idle = threading.Event()
-        self.last_write = 0.0  # time.monotonic() of the owner's last commit
+        self.last_write = 0.0  # time.monotonic() of the owner's last write (an append or a commit)
         self.error: BaseException | None = None
         self.embedded = 0  # vectors written by this worker (benchmarks)
         self.computed = 0  # facts this worker embedded, written or found ended (benchmarks)
@@ -143,7 +143,7 @@ class EmbeddingWorker(BackgroundThread):
             self._spawn()
 
     def wrote(self) -> None:
-        """The owner committed a write (the worker waits for a pause in them)."""
+        """The owner appended or committed a write (the worker waits for a pause in them)."""
         self.last_write = time.monotonic()
 
     def wake(self, from_seq: int = 0) -> None:
