@@ -15,6 +15,7 @@ from typing import Any
 
 from custody_app.domain.timeutil import ManualClock
 from custody_app.ledger.facade import Ledger
+from tests.conftest import SUITE_DEFAULT_POLICY
 
 CAUSE = {"kind": "manual", "ref": "fence"}
 WORDS = ["aardvark", "bittern", "caracal", "dugong", "echidna", "fossa"]
@@ -84,10 +85,14 @@ def test_on_a_server_the_fence_covers_the_sealed_vectors(pg_url: str) -> None:
 
 
 def _stream_across_a_rotation(path: Path | str) -> None:
+    # Under the suite's hashed-ngram the streaming process makes (and on a server seals) each
+    # fact's vector inside its write, across the rotation: what the fence must cover. (A model
+    # embedder's worker is fenced too: test_embedding_worker's rotation case.)
     exe = [sys.executable, "-m", "custody_app"]
-    assert subprocess.run([*exe, "init", "--ledger", str(path)], capture_output=True,
+    policy = ["--policy", str(SUITE_DEFAULT_POLICY)]
+    assert subprocess.run([*exe, "init", "--ledger", str(path), *policy], capture_output=True,
                           timeout=120, check=False).returncode == 0
-    writer = subprocess.Popen([*exe, "--batch", "-", "--ledger", str(path)],
+    writer = subprocess.Popen([*exe, "--batch", "-", "--ledger", str(path), *policy],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert writer.stdin is not None and writer.stdout is not None
     facts: dict[int, str] = {}
@@ -98,7 +103,7 @@ def _stream_across_a_rotation(path: Path | str) -> None:
             line: Any = json.loads(writer.stdout.readline())
             assert line["ok"], line
             facts[n] = line["result"]["fact_id"]
-        rotated = subprocess.run([*exe, "rotate-index-key", "--ledger", str(path)],
+        rotated = subprocess.run([*exe, "rotate-index-key", "--ledger", str(path), *policy],
                                  capture_output=True, text=True, timeout=120, check=False)
         assert rotated.returncode == 0, rotated.stderr
         for n in (2, 3):
