@@ -251,7 +251,12 @@ class ReviewScreen(LedgerScreen):
             return []  # the filter changed and its rows are not read yet: act on nothing
         acting = self._acting()
         if acting:
-            return sorted(acting)  # marks may span pages (mark all, by writer or cause)
+            # Marks may span pages (mark all, by writer or cause): the rows on screen first, in
+            # the order shown (the dialog names the first few), then the others by id.
+            shown = ([RETRACTION + r.fact.fact_id for r in self.page.retractions]
+                     + [i.fact.fact_id for i in self.page.items]) if self.page else []
+            first = [key for key in shown if key in acting]
+            return first + sorted(acting.difference(first))
         key = cursor_key(self.query_one("#queue", DataTable))
         return [key] if key else []
 

@@ -60,6 +60,12 @@ async def test_mark_by_writer_spans_pages_and_approves_them_all(story: Story) ->
         details = str(app.screen.query_one("#details", Static).render())
         assert "tier = gold, by agent:helper" in details and "… and" in details
         assert "return them from now on" in details
+        # It names the marked rows the reviewer sees, in the order shown (not the first ids
+        # of all pages: ids minted in one millisecond sort at random against the queue).
+        review = app.screen_stack[-2]
+        assert isinstance(review, ReviewScreen) and review.page is not None
+        on_screen = [i.fact.fact_id for i in review.page.items if i.writer == "agent:helper"]
+        assert [line.split(":")[0] for line in details.splitlines()[:3]] == on_screen[:3]
         await pilot.press("enter")
         await idle(pilot)
     assert [i.writer for i in queue_items(story.path)] == ["agent:support-bot"] * 2
