@@ -90,21 +90,23 @@ def test_a_priority_waiter_goes_before_the_ordinary_ones_waiting_with_it() -> No
     assert gate.enter()  # held by this thread
     assert not gate.enter()  # a second connection of the same thread: left to SQLite
 
-    def take(name: str, priority: bool) -> None:
-        assert gate.enter(priority=priority)
-        order.append(name)
-        gate.leave()
-
-    ordinary = threading.Thread(target=take, args=("writer", False))
+    ordinary = threading.Thread(target=_take, args=(gate, order, "writer", False))
     ordinary.start()
     _until(lambda: bool(gate._cond._waiters))  # type: ignore[attr-defined]  # the writer waits
-    first = threading.Thread(target=take, args=("recluster", True))
+    first = threading.Thread(target=_take, args=(gate, order, "recluster", True))
     first.start()
     _until(lambda: gate._priority_waiting > 0)
     gate.leave()
     ordinary.join()
     first.join()
     assert order == ["recluster", "writer"]
+
+
+def _take(gate: Gate, order: list[str], name: str, priority: bool) -> None:
+    """One turn at the gate, noted in `order`."""
+    assert gate.enter(priority=priority)
+    order.append(name)
+    gate.leave()
 
 
 def test_cells_made_for_a_smaller_index_than_recorded_are_due_again() -> None:
@@ -124,11 +126,6 @@ def test_a_priority_connection_does_not_go_twice_while_a_writer_waits() -> None:
     gate = Gate()
     order: list[str] = []
 
-    def take(name: str, priority: bool) -> None:
-        assert gate.enter(priority=priority)
-        order.append(name)
-        gate.leave()
-
     holder = threading.Event()
     release = threading.Event()
 
@@ -141,12 +138,12 @@ def test_a_priority_connection_does_not_go_twice_while_a_writer_waits() -> None:
     first = threading.Thread(target=recluster_turn)
     first.start()
     holder.wait()
-    writer = threading.Thread(target=take, args=("writer", False))
+    writer = threading.Thread(target=_take, args=(gate, order, "writer", False))
     writer.start()
     _until(lambda: bool(gate._cond._waiters))  # type: ignore[attr-defined]  # the writer waits
     # The re-clustering's next turn is asked for before its first ends (the writer slow to
     # wake): the writer's turn must still come first.
-    again = threading.Thread(target=take, args=("recluster", True))
+    again = threading.Thread(target=_take, args=(gate, order, "recluster", True))
     again.start()
     _until(lambda: gate._priority_waiting > 0)
     release.set()
