@@ -18,6 +18,7 @@ from custody_app.domain.chain import parse_body
 from custody_app.domain.models import EVENT_MODELS
 from custody_app.evidence.integrity import FOLDED, INERT
 from custody_app.ledger.facade import Ledger
+from store.rows import EventRow
 from tests.test_tamper_integrity import build, tampered
 
 JSON = st.recursive(
@@ -133,7 +134,6 @@ def test_the_value_commitment_is_checked_through_the_cipher_cache(
 # ---- the plain affirm: its body compared as text, never trusted beyond what it proves ----------
 def _affirm_row(body: dict[str, object], **columns: object) -> object:
     from custody_app.domain.chain import GENESIS, canonical, event_hash
-    from store.rows import EventRow
     text = canonical(body)
     fields: dict[str, object] = {
         "seq": body.get("seq"), "kind": "affirm", "tx_at": body.get("tx_at"),
@@ -184,7 +184,6 @@ def test_an_affirm_body_with_a_field_the_columns_do_not_hold_is_parsed() -> None
     """A text that is not the plain affirm's (here a quote smuggled into the actor) is parsed
     like any other body, so its actor is what JSON says, and the column differs."""
     from custody_app.domain.chain import GENESIS, _check, event_hash
-    from store.rows import EventRow
     text = ('{"actor":"agent:a","x":"y","fact_id":"f_1","kind":"affirm","policy_hash":"'
             + "p" * 64 + '","seq":1,"tx_at":"t"}')
     row = EventRow(1, "affirm", "t", 'agent:a","x":"y', "p" * 64, "f_1", None, text, None,
@@ -219,3 +218,141 @@ def test_a_fact_index_that_hides_a_retraction_is_named(base: tuple[Path, dict[st
     problem = report.problem or ""
     assert "the events' fact index" in problem and base[1]["retracted"] in problem
     assert "differs from the fold of the events" in problem
+
+
+# ---- the walk's inlined plain affirm: accepts only what the general way accepts ------------------
+def _chain(bodies: list[dict[str, object]], edits: dict[int, dict[str, object]],
+           rehash: bool, body: str = "kept") -> list[EventRow]:
+    """Affirm rows for `bodies` (stored as the append writes them), then `edits` applied to
+    row i's columns; `body` "kept" leaves its text, "canonical" rewrites it from the edited
+    columns as the append would, "template" pastes them into the plain affirm's text unescaped
+    (a text crafted to match it); `rehash` recomputes every link and hash after the edits (an
+    attacker who rewrites the chain from there), else the stored hashes stay."""
+    from custody_app.domain.chain import _AFFIRM, GENESIS, canonical, event_hash
+    rows: list[EventRow] = []
+    prev = GENESIS
+    for i, start in enumerate(bodies):
+        text = canonical(start)
+        fields: dict[str, object] = {
+            "seq": start["seq"], "kind": start["kind"], "tx_at": start["tx_at"],
+            "actor": start["actor"], "policy_hash": start["policy_hash"],
+            "fact_id": start["fact_id"], "subject": None, "body": text, "value": None,
+            "salt": None, "prev_hash": prev, "hash": event_hash(prev, text)}
+        fields.update(edits.get(i, {}))
+        columns = {k: fields[k] for k in ("actor", "fact_id", "kind", "policy_hash", "seq",
+                                          "tx_at")}
+        if i in edits and "body" not in edits[i] and body == "canonical":
+            try:
+                fields["body"] = canonical(columns)
+            except (TypeError, ValueError):
+                pass
+        elif (i in edits and "body" not in edits[i] and body == "template"
+              and type(columns["seq"]) is int):
+            fields["body"] = _AFFIRM % (columns["actor"], columns["fact_id"],
+                                        columns["policy_hash"], columns["seq"], columns["tx_at"])
+        if rehash:
+            fields["prev_hash"] = prev
+            try:
+                fields["hash"] = event_hash(prev, str(fields["body"]))
+            except UnicodeEncodeError:
+                pass
+        rows.append(EventRow(**fields))  # type: ignore[arg-type]
+        prev = str(fields["hash"])
+    return rows
+
+
+EDITABLE = st.sampled_from(["actor", "fact_id", "tx_at", "policy_hash", "body", "seq",
+                            "prev_hash", "hash", "subject", "value", "salt", "signature",
+                            "kind"])
+ODD = st.sampled_from(['agent:a"', "agent:\\a", "agent:\x01", "agent:\u2028", "agent:\ud800",
+                       "2025-01-01T00:00:00.000000Z", "2027-01-01T00:00:00.000000Z", "",
+                       "p" * 64, "agent:bad", 7, None, b"agent:a", "affirm", "assert"])
+
+
+def _walks(rows: list[EventRow]) -> tuple[tuple[object, list[int]], tuple[object, list[int]]]:
+    """(report or exception type, rows handed to the plain check) of the walk with its inlined
+    plain affirm and of the same walk without it (plain affirms handed to the same check by
+    `body_check`)."""
+    from custody_app.domain.chain import PlainAffirm, verify_chain
+
+    def walk(inline: bool) -> tuple[object, list[int]]:
+        seen: list[int] = []
+
+        def plain(row: EventRow) -> str | None:
+            seen.append(row.seq)
+            return "refused by the check" if row.actor == "agent:bad" else None
+
+        def general(row: EventRow, body: dict[str, object]) -> str | None:
+            return plain(row) if type(body) is PlainAffirm else None
+
+        try:
+            report = (verify_chain(iter(rows), plain_check=plain) if inline
+                      else verify_chain(iter(rows), body_check=general))
+        except Exception as exc:  # the same exception either way (a lone surrogate, say)
+            return type(exc), seen
+        return report, seen
+
+    return walk(True), walk(False)
+
+
+def _affirms(count: int, names: list[str]) -> list[dict[str, object]]:
+    return [{"actor": names[i] if i % 2 else "agent:a", "fact_id": f"f_{i % 3}",
+             "kind": "affirm", "policy_hash": "p" * 64, "seq": i + 1,
+             "tx_at": f"2026-01-0{i + 1}T00:00:00.000000Z"} for i in range(count)]
+
+
+@pytest.mark.parametrize("body", ["canonical", "template"])
+@pytest.mark.parametrize("column", ["actor", "fact_id", "tx_at", "policy_hash"])
+@pytest.mark.parametrize("text", ['agent:a"', 'a","x":"y', "agent:\\a", "a\\u0041",
+                                  "agent:\x01", "agent:\u2028", "2025-01-01T00:00:00.000000Z"])
+def test_a_rewritten_affirm_with_a_hostile_string_reports_as_the_general_walk(
+        body: str, column: str, text: str) -> None:
+    """The attacker's best case: the second of three affirms rewritten with a hostile string
+    in one column, its text crafted to match (escaped as the append would, or pasted into the
+    plain affirm's text unescaped) and the chain rehashed from there."""
+    fast, general = _walks(_chain(_affirms(3, ["x"] * 6), {1: {column: text}}, True, body))
+    assert fast == general
+
+
+@seed(3536)
+@settings(max_examples=1500, deadline=None, derandomize=True)
+@given(count=st.integers(min_value=1, max_value=6),
+       edits=st.dictionaries(st.integers(min_value=0, max_value=5),
+                             st.dictionaries(EDITABLE, ODD, min_size=1, max_size=2), max_size=2),
+       rehash=st.booleans(), names=st.lists(NAMES, min_size=6, max_size=6),
+       body=st.sampled_from(["kept", "canonical", "template"]))
+def test_the_inlined_affirm_reports_as_the_general_walk(
+        count: int, edits: dict[int, dict[str, object]], rehash: bool, names: list[str],
+        body: str) -> None:
+    """verify_chain with `plain_check` (the loop's own plain-affirm path) against the same
+    walk without it, `body_check` handing plain affirms to the same check: the same report
+    (valid, count, head, first bad seq, problem) and the same rows handed to the check, for
+    chains edited column by column, rehashed or not, with hostile strings."""
+    bodies = _affirms(count, names)
+    fast, general = _walks(_chain(bodies, edits, rehash, body))
+    assert fast == general
+
+
+def test_checkpoints_and_subject_erasures_are_read_through_their_index(
+        base: tuple[Path, dict[str, str]]) -> None:
+    """A bound `kind = ?` alone scans every event (0.24 s at a million, in every verify,
+    explain and pack): the two kinds events_special holds are read through it, and every kind
+    reads the same rows either way."""
+    from store.sqlite.erasure import INDEXED_KINDS, SPECIAL_EVENTS, SPECIAL_INDEXED
+    con = sqlite3.connect(f"file:{base[0]}?mode=ro", uri=True)
+    try:
+        for kind in INDEXED_KINDS:
+            plan = " ".join(str(r[-1]) for r in con.execute(
+                "EXPLAIN QUERY PLAN " + SPECIAL_INDEXED, (kind,)))
+            assert "USING INDEX events_special" in plan, plan
+        kinds = [k for (k,) in con.execute("SELECT DISTINCT kind FROM events")]
+        for kind in {*kinds, *INDEXED_KINDS}:
+            scanned = con.execute(SPECIAL_EVENTS, (kind,)).fetchall()
+            if kind in INDEXED_KINDS:
+                assert con.execute(SPECIAL_INDEXED, (kind,)).fetchall() == scanned
+        with Ledger.open(base[0], readonly=True) as led:
+            for kind in kinds:
+                assert led.db.erasure.events_of_kind(kind) == [
+                    (s, b) for s, b in con.execute(SPECIAL_EVENTS, (kind,))]
+    finally:
+        con.close()

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 # "Not read yet" in the cache of registered keys (None is an answer: no intact policy text).
 _UNREAD: Any = object()
+# The body `plain` checks against: one that names no signer.
+_NO_SIGNER: dict[str, Any] = {}
 
 
 class SignatureAudit:
@@ -53,6 +55,16 @@ class SignatureAudit:
                              if isinstance(k, str) and k.startswith(SIGNER_PREFIX)}
             self._keys[policy_hash] = found
         return self._keys[policy_hash]
+
+    def plain(self, row: EventRow) -> str | None:
+        """`check` of an event whose body names no signer (a plain affirm): the same answer,
+        the common case (unsigned, under the policy in force, by an actor it registered no key
+        for) settled without the general path."""
+        keys = self._keys.get(row.policy_hash, _UNREAD)
+        if (row.signature is None and keys is not _UNREAD and not (keys and row.actor in keys)
+                and (self.in_force is None or row.policy_hash == self.in_force)):
+            return None
+        return self.check(row, _NO_SIGNER)
 
     def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
         """What is wrong with the event's signature, or None."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from custody_app.core.derived import DerivedAudit
 from custody_app.core.ledger_core import as_ledger_error, ledger_id_mismatch
-from custody_app.domain.chain import PlainAffirm, verify_chain
+from custody_app.domain.chain import verify_chain
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.erasure.checks import erasure_checks
 from custody_app.evidence.checkpoints import CheckpointAudit
@@ -48,18 +48,18 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     signatures = SignatureAudit(ledger.db, pem)
     derived = DerivedAudit()
 
+    def plain(row: EventRow) -> str | None:
+        # An affirm whose body is its columns (chain.plain_affirm): no receipt, sealed text,
+        # fold, session or retraction for the audits to see (TextAudit.check and the rest
+        # would return at once); its checkpoint, policy in force and absent signature are
+        # checked (its fact_id, in the fact index, by derived.finish).
+        return ((audit.check(row) if row.seq in audit.wanted else None)
+                or signatures.plain(row))
+
     def extra(row: EventRow, body: dict[str, Any]) -> str | None:
         # Calls left out where the audit would return at once, changing nothing: the
         # checkpoint audit for an event no checkpoint signed that is not one itself; receipts
         # for kinds that carry none; the fold for kinds it does not change (integrity.INERT).
-        if type(body) is PlainAffirm:
-            # An affirm whose body is its columns (chain.plain_affirm): no receipt, sealed
-            # text, fold, session or retraction for the audits to see (TextAudit.check and
-            # the rest would return at once); its checkpoint, policy in force and absent
-            # signature are checked, and the fact index fed.
-            derived.fact_event(row.fact_id, row.seq)
-            return ((audit.check(row) if row.seq in audit.wanted else None)
-                    or signatures.check(row, body))
         kind = row.kind
         return ((audit.check(row) if kind == "checkpoint" or row.seq in audit.wanted else None)
                 or (receipts.check(row, opened.get(row.seq), body) if kind in CITING else None)
@@ -76,7 +76,9 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
         with ledger.db.read():
             audit = CheckpointAudit(ledger.db.erasure.events_of_kind("checkpoint"), pem)
             report = verify_chain(ledger.db.events.iter_all(), progress, opener,
-                                  texts_of=texts.texts_of, body_check=extra)
+                                  texts_of=texts.texts_of, body_check=extra,
+                                  # No checkpoint signed any event: one frame less an affirm.
+                                  plain_check=plain if audit.wanted else signatures.plain)
             index_problems = ledger.index.differences() if ledger.db.recall.exists() else []
             if deep and not index_problems and ledger.db.recall.exists():
                 index_problems = content_differences(ledger.index)

@@ -57,6 +57,11 @@ WITH RECURSIVE s(space) AS (
 )
 SELECT space FROM s WHERE space IS NOT NULL"""
 SPECIAL_EVENTS = "SELECT seq, body FROM events WHERE kind = ? ORDER BY seq"
+# The same for a kind the partial index events_special holds: SQLite uses a partial index only
+# where the query states its condition (a bound `kind = ?` alone scans every event).
+INDEXED_KINDS = ("forget_subject", "checkpoint")
+SPECIAL_INDEXED = ("SELECT seq, body FROM events WHERE kind IN ('forget_subject', 'checkpoint') "
+                   "AND kind = ? ORDER BY seq")
 NAMES = "SELECT subject FROM facts UNION SELECT space FROM facts"
 IS_NAME = ("SELECT 1 FROM facts WHERE subject = ?1 UNION ALL "
            "SELECT 1 FROM facts WHERE space = ?1 LIMIT 1")
@@ -166,7 +171,8 @@ class ErasureStore:
         return [str(r[0]) for r in self._conn.execute(SPACES)]
 
     def events_of_kind(self, kind: str) -> list[tuple[int, str]]:
-        return [(int(s), str(b)) for s, b in self._conn.execute(SPECIAL_EVENTS, (kind,))]
+        sql = SPECIAL_INDEXED if kind in INDEXED_KINDS else SPECIAL_EVENTS
+        return [(int(s), str(b)) for s, b in self._conn.execute(sql, (kind,))]
 
     def is_name(self, text: str) -> bool:
         """Is this string a subject or space of some fact (an identifier that stays)?"""

@@ -45,6 +45,10 @@ PRESENTATIONS = ("SELECT fact_id, seq, tx_at FROM events INDEXED BY events_by_fa
 FACT_INDEX = ("SELECT fact_id, group_concat(seq, ',' ORDER BY seq) FROM events "
               "INDEXED BY events_by_fact WHERE fact_id IS NOT NULL "
               "GROUP BY fact_id ORDER BY fact_id")
+# The same pairs read from the events' rows themselves, never the index: the rows verify's walk
+# hashed (one read, so the two agree unless the index was edited apart from the table).
+FACT_ROWS = ("SELECT fact_id, group_concat(seq, ',' ORDER BY seq) FROM events "
+             "NOT INDEXED WHERE fact_id IS NOT NULL GROUP BY fact_id ORDER BY fact_id")
 REINDEX = "REINDEX events"
 # The proof's row checks, over tens of thousands of seqs in one statement each.
 MISSING = ("SELECT j.value FROM json_each(?) j "
@@ -180,6 +184,10 @@ class EventStore:
         fact_id order, read from the fact index alone, which every read of a fact's events
         (salience's presentations, history) goes through; rows as SQLite returns them."""
         yield from self._conn.execute(FACT_INDEX)
+
+    def fact_rows(self) -> Iterator[tuple[str, str]]:
+        """`fact_index`'s rows read from the events table's rows, not through the index."""
+        yield from self._conn.execute(FACT_ROWS)
 
     def reindex(self) -> None:
         """Rebuild every index of the events table from its rows (the events themselves are
