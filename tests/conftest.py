@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,15 +25,17 @@ REVIEWER = "user:rev"
 # test that does not care about the embedder neither loads the minilm-l6 model nor runs the
 # background embedding worker (its policy hashes as the shipped default did before minilm-l6
 # became the default). The tests of the default itself ask for `shipped_default`.
-_SUITE_POLICY_DIR = Path(tempfile.mkdtemp(prefix="custody-suite-policy-"))
-SUITE_DEFAULT_POLICY = _SUITE_POLICY_DIR / "default.toml"
+# A file in the tree, not a temporary one: a child process that imports this module and is
+# killed (the crash tests) left a temporary folder behind it on every run.
+SUITE_DEFAULT_POLICY = Path(__file__).parent / "fixtures" / "suite_policy" / "default.toml"
 SHIPPED_DEFAULT_POLICY = resources.default_policy_path()
 _shipped_text = SHIPPED_DEFAULT_POLICY.read_text(encoding="utf-8")
 assert 'embedder = "minilm-l6"\n' in _shipped_text
-SUITE_DEFAULT_POLICY.write_text(_shipped_text.replace('embedder = "minilm-l6"\n',
-                                                      'embedder = "hashed-ngram"\n'),
-                                encoding="utf-8")
-atexit.register(shutil.rmtree, _SUITE_POLICY_DIR, True)
+if SUITE_DEFAULT_POLICY.read_text(encoding="utf-8") != _shipped_text.replace(
+        'embedder = "minilm-l6"\n', 'embedder = "hashed-ngram"\n'):
+    raise RuntimeError(f"{SUITE_DEFAULT_POLICY} is no longer the shipped default policy with "
+                       "the embedder set to hashed-ngram: copy policies/default.toml over it "
+                       "and change that one line")
 policy_module.default_policy_path = lambda: SUITE_DEFAULT_POLICY  # type: ignore[attr-defined]
 
 
