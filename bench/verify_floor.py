@@ -138,6 +138,7 @@ CHECKS = (
     ("sealed free text (open, commitment, strays)", "custody_app/evidence/textaudit.py", "check"),
     ("kinds, valueless asserts, the fold", "custody_app/evidence/integrity.py", "check"),
     ("writer signatures, policy in force", "custody_app/evidence/signatures.py", "check"),
+    ("the same for a plain affirm", "custody_app/evidence/signatures.py", "plain"),
     ("derived tables (fed in the walk)", "custody_app/core/derived.py", "check"),
     ("finish: sealed text left over", "custody_app/evidence/textaudit.py", "finish"),
     ("finish: valueless, policy texts, tombstones, projection vs fold",
@@ -166,7 +167,8 @@ def profile(path: Path, cpu: float) -> list[str]:
     rows = [f"| {label} | {cum[label] / total:.1%} | {cum[label] / total * cpu:.2f} |"
             for label, _s, _f in CHECKS]
     rest = total - sum(cum.values())
-    rows.append(f"| everything else (walk loop, dispatch, key store, ledger id) | "
+    rows.append(f"| everything else (the walk loop, with a plain affirm's link, text and hash "
+                f"checked inline; dispatch, key store, ledger id) | "
                 f"{rest / total:.1%} | {rest / total * cpu:.2f} |")
     return rows
 
