@@ -58,6 +58,13 @@ def _ops(count: int) -> str:
         for n in range(count))
 
 
+def _doctor_vectors(ledger: Path) -> tuple[str, str]:
+    """`custody-app doctor --json`'s vectors line: (outcome, detail)."""
+    done = cli("doctor", "--json", "--ledger", ledger)
+    [line] = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "vectors"]
+    return line["outcome"], line["detail"]
+
+
 def test_a_batch_says_what_waits_and_embed_makes_every_vector_now(tmp_path: Path) -> None:
     """Real subprocesses under the shipped default (no --policy, no $CUSTODY_POLICY): a --batch
     names how many facts wait for their vector and the command that makes them; `embed` makes
@@ -71,8 +78,14 @@ def test_a_batch_says_what_waits_and_embed_makes_every_vector_now(tmp_path: Path
     assert line == ("custody-app: batch: 12 op(s), 12 ok, 0 failed; 12 fact(s) wait for their "
                     "vector, found by their words meanwhile (`custody-app embed` makes them "
                     "now)"), line
+    assert _doctor_vectors(ledger) == ("ok", (
+        f"12 believed fact(s) of {ledger} wait for their vector (minilm-l6-v2-384): recall "
+        "finds them by their words only until `custody-app embed` makes them (the terminal "
+        "app, `serve` and the Python API make them in the background)."))
     made = cli("embed", "--json", "--ledger", ledger)
     assert made.returncode == 0, made.stderr
+    assert _doctor_vectors(ledger) == ("ok", f"{ledger}: every believed fact has its vector "
+                                             "(minilm-l6-v2-384).")
     assert json.loads(made.stdout) == {"embedder": "minilm-l6-v2-384", "embedded": 12,
                                        "waiting": 0, "in_write": False}
     assert "embedding believed facts: 12/12" in made.stderr
@@ -94,6 +107,8 @@ def test_under_an_embedder_of_the_write_nothing_waits(tmp_path: Path) -> None:
     done = cli("--create", "--batch", ops, "--ledger", ledger, "--policy", SUITE_DEFAULT_POLICY)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "custody-app: batch: 5 op(s), 5 ok, 0 failed\n", done.stderr
+    assert _doctor_vectors(ledger) == ("ok", f"{ledger}: its embedder (hashed-ngram-v1-256) "
+                                             "makes each fact's vector in the write.")
     made = cli("embed", "--ledger", ledger)
     assert made.returncode == 0, made.stderr
     assert made.stdout.startswith("hashed-ngram-v1-256 makes its vectors inside each write: no "

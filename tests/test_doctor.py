@@ -28,7 +28,7 @@ NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "
          "key-store", "master-key", "forget-key", "signing-key", "keys-match", "ledger-marks",
          "index-key", "epoch-key",
          # policy: which one is in force (issue 32)
-         "integrity", "policy", "erasure-half-state", "epoch-pending"]
+         "integrity", "policy", "vectors", "erasure-half-state", "epoch-pending"]
 STRIPPED = ("CUSTODY_LEDGER", "CUSTODY_POLICY", "CUSTODY_KEYSTORE", "CUSTODY_MASTER_KEY")
 
 

@@ -29,6 +29,7 @@ def check_integrity(path: str, keystore: str | Path | None,
             waiting = pending_erasures(ledger)
             rekeys = rekey.unfinished(ledger)
             in_force = _policy_line(ledger, policy)
+            vectors = _vectors_line(ledger, shown)
     except LedgerError as exc:
         return [check("integrity", "FAIL", f"{shown} could not be verified: {exc.message} "
                       f"({exc.code}).")]
@@ -41,6 +42,7 @@ def check_integrity(path: str, keystore: str | Path | None,
         where = f" at seq {report.first_bad_seq}" if report.first_bad_seq else ""
         lines = [check("integrity", "FAIL", f"{shown} fails verify{where}: {report.problem}")]
     lines.append(in_force)
+    lines.append(vectors)
     if half or rekeys:
         seqs = ", ".join(str(seq) for seq, _, _ in half[:5])
         said = (f"{len(half)} subject erasure(s) of {shown} (seq {seqs}) are committed in the "
@@ -76,6 +78,24 @@ def _kinds(waiting: list[dict[str, object]]) -> str:
     """`1 subject erasure(s), 2 single-fact forget(s)`: the kinds that wait, counted."""
     counts = {op: sum(1 for e in waiting if e["operation"] == op) for op, _ in _KIND_NAMES}
     return ", ".join(f"{counts[op]} {name}" for op, name in _KIND_NAMES if counts[op])
+
+
+def _vectors_line(ledger: Ledger, shown: str) -> DoctorCheck:
+    """Whether believed facts wait for the vector a model embedder makes after the write (a
+    `--batch` makes none; recall finds them by their words until they have it)."""
+    index = ledger.index
+    if not index.deferred:
+        return check("vectors", "ok", f"{shown}: its embedder ({index.embedder.name}) makes "
+                     "each fact's vector in the write.")
+    waiting = index.unembedded()
+    if not waiting:
+        return check("vectors", "ok", f"{shown}: every believed fact has its vector "
+                     f"({index.embedder.name}).")
+    # Not a warning: a state the default reaches after every short-lived process that writes.
+    return check("vectors", "ok", (
+        f"{waiting:,} believed fact(s) of {shown} wait for their vector ({index.embedder.name}): "
+        "recall finds them by their words only until `custody-app embed` makes them (the "
+        "terminal app, `serve` and the Python API make them in the background)."))
 
 
 def _policy_line(ledger: Ledger, named: str | Path | None) -> DoctorCheck:
