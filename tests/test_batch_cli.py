@@ -482,6 +482,30 @@ def test_batch_never_imports_textual(tmp_path: Path) -> None:
     assert done.stdout.splitlines()[-1] == "no textual"
 
 
+
+def test_batch_never_builds_the_validators_of_models_it_does_not_use(tmp_path: Path) -> None:
+    # Start-up (issue 35): the read models, commands and events are built on first use
+    # (defer_build), so a batch of asserts builds neither the evidence read models nor the
+    # commands it never runs; what it runs is built and validates as ever.
+    file = tmp_path / "ops.jsonl"
+    file.write_text(f'{{"op":"assert",{ASSERT_FIELDS},{CAUSE}}}\n')
+    code = (
+        "import sys\n"
+        "from custody_app.interfaces.cli.main import main\n"
+        f"rc = main(['--batch', {str(file)!r}, '--create', '--ledger', "
+        f"{str(tmp_path / 't.db')!r}])\n"
+        "from custody_app.domain import commands, readmodels\n"
+        "from custody_app.evidence import readmodels as evidence\n"
+        "assert rc == 0, rc\n"
+        "built = {m.__name__: m.__pydantic_complete__ for m in (commands.AssertFact,"
+        " readmodels.AssertResult, commands.Forget, commands.Blast, evidence.ActResult)}\n"
+        "print(sorted(name for name, done in built.items() if done))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env=_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "['AssertFact', 'AssertResult']"
+
 # ---- why and history ------------------------------------------------------------------------------
 
 def test_why_subcommand_prints_json(replayed: Replay) -> None:

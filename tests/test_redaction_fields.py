@@ -103,3 +103,31 @@ def test_a_write_without_identifiers_has_no_report(make_env) -> None:
     assert "redactions" not in json.loads(body)
     retract = env.ledger.history(fact).events[-1].model_dump()
     assert retract["reason"] == "a plain reason, order 123456789012"
+
+
+def test_free_text_is_read_from_any_model_that_can_hold_it() -> None:
+    # Names no strict model can hold are skipped without a lookup; a model that allows extra
+    # fields, or names one as a property, is still read.
+    from pydantic import BaseModel, ConfigDict
+
+    from custody_app.domain.text_fields import redact_fields
+
+    class Loose(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        actor: str
+
+    class Strict(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        note: str
+
+        @property
+        def reason(self) -> str:
+            return self.note
+
+    loose = Loose.model_validate({"actor": "a", "reason": "mail ana.silva@example.com"})
+    assert redact_fields(loose, ["email"])[1] == [
+        {"field": "reason", "kind": "email", "start": 5, "end": 26}]
+    strict = Strict(note="mail ana.silva@example.com")
+    from custody_app.domain import text_fields
+    assert text_fields._anything_found(strict, ["email"])
+    assert not text_fields._anything_found(Strict(note="nothing here"), ["email"])

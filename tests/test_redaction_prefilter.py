@@ -48,3 +48,39 @@ def test_every_detector_has_its_digit_need() -> None:
 def test_a_detector_still_finds_what_it_found(kind: str, raw: str) -> None:
     _, findings = redact(f"see {raw} here", [kind])
     assert [f.kind for f in findings] == [kind]
+
+
+def test_every_detector_has_its_patterns() -> None:
+    assert set(redaction._PATTERNS) == set(DETECTORS) == set(redaction._GATES)
+
+
+def test_a_text_with_digits_but_no_pattern_match_runs_no_detector() -> None:
+    # Eight digits (a phone's need) in an id: no detector's pattern matches, so none runs.
+    assert redaction._possible("mes_7ce418072e8c", DETECTORS) == []
+    assert redaction._possible("call +44 20 7946 0958", DETECTORS) == ["phone"]
+
+
+@settings(max_examples=500, derandomize=True, deadline=None)
+@given(st.dictionaries(TEXTS, st.one_of(TEXTS, st.integers(), st.none(),
+                                        st.lists(TEXTS, max_size=3)), max_size=6))
+def test_masked_keys_and_members_report_as_every_detector_does(value: dict[str, object]) -> None:
+    # Keys that mask alike are numbered; findings name the masked member's path (built only
+    # where a member needs one).
+    fast = redact(value)
+    original = redaction._possible
+    redaction._possible = _all_detectors  # type: ignore[assignment]
+    try:
+        slow = redact(value)
+    finally:
+        redaction._possible = original  # type: ignore[assignment]
+    assert fast == slow
+
+
+def test_a_detector_list_is_checked_every_time() -> None:
+    with pytest.raises(ValueError, match="unknown detector"):
+        redact("x", ("email", "nope"))
+    with pytest.raises(ValueError, match="unknown detector"):
+        redact("x", ("email", "nope"))
+    with pytest.raises(TypeError):
+        redact("x", "email")
+    assert redact("a@b.co", ("email",))[0] == "[email]"

@@ -83,7 +83,7 @@ Signer = Annotated[str, Field(pattern=r"^ed25519:[0-9a-f]{64}$")]
 class Frozen(BaseModel):
     """Base of every domain model: immutable, unknown fields refused."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
 
 class Cause(Frozen):

@@ -10,7 +10,7 @@ from custody_app.domain.models import Cause, LlmBlock
 
 
 class ReadModel(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
 
 class FactOpResult(ReadModel):
@@ -89,7 +89,7 @@ class ContestedAsOf(AsOfResult):
 class EventView(ReadModel):
     """One event as history shows it: the envelope, its own fields and (asserts) the value."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="allow")
     seq: int
     event_id: str
     kind: str

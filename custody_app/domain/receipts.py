@@ -50,7 +50,7 @@ class Receipt(BaseModel):
     """A tool call as its gateway signed it: digests of the arguments and the output, never
     the output itself."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     v: Literal[1] = 1
     issuer: Text

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from custody_app.domain.bank_detectors import bank_account, ifsc
+from custody_app.domain.bank_detectors import PATTERNS, bank_account, ifsc
 
 DETECTORS: tuple[str, ...] = ("email", "phone", "card", "iban", "aadhaar", "pan", "gstin", "ifsc",
                              "bank_account")
@@ -156,7 +156,35 @@ _DETECT: dict[str, _Detector] = {
 }
 
 
+# Every detector yields only spans of matches of these patterns (a check may then refuse one):
+# where none of a detector's patterns matches anywhere in a text, it finds nothing there.
+_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
+    "email": (_EMAIL,), "phone": (_PHONE_INTL, _PHONE_IN), "card": (_CARD,),
+    "iban": (_IBAN_COMPACT, _IBAN_GROUPED), "aadhaar": (_AADHAAR,), "pan": (_PAN,),
+    "gstin": (_GSTIN,), **PATTERNS}
+# One search a detector: its patterns as one alternation (a match of any is a match of this).
+_GATES: dict[str, re.Pattern[str]] = {
+    kind: pats[0] if len(pats) == 1 else re.compile("|".join(f"(?:{p.pattern})" for p in pats))
+    for kind, pats in _PATTERNS.items()}
+# Detector lists already checked (a policy's tuple, checked once rather than on every string).
+_CHECKED: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
 def _checked(detectors: Sequence[str]) -> tuple[str, ...]:
+    if type(detectors) is tuple:
+        try:
+            known = _CHECKED.get(detectors)
+        except TypeError:  # an unhashable member: refused below, as ever
+            known = None
+        if known is not None:
+            return known
+    kinds = _check(detectors)
+    if type(detectors) is tuple and len(_CHECKED) < 64:
+        _CHECKED[detectors] = kinds
+    return kinds
+
+
+def _check(detectors: Sequence[str]) -> tuple[str, ...]:
     if isinstance(detectors, str):
         raise TypeError("detectors must be a sequence of detector names, not a single string")
     unknown = sorted({d for d in detectors if d not in _DETECT}, key=str)
@@ -212,10 +240,14 @@ _NO_DIGITS = str.maketrans("", "", "0123456789")
 
 
 def _possible(text: str, kinds: tuple[str, ...]) -> list[str]:
-    """The detectors that can find something in `text`: skipping the others finds the same."""
+    """The detectors that can find something in `text`: skipping the others finds the same.
+    (A detector with too few digits, or none of whose patterns matches, finds nothing; most
+    texts with digits hold no identifier, and one search in C is far cheaper than running
+    the detector's generator and resolving its empty result.)"""
     digits = len(text) - len(text.translate(_NO_DIGITS))
     at = "@" in text
-    return [k for k in kinds if (at if k == "email" else digits >= _FEWEST_DIGITS[k])]
+    return [k for k in kinds if (at if k == "email" else digits >= _FEWEST_DIGITS[k])
+            and _GATES[k].search(text) is not None]
 
 
 def _redact_text(text: str, kinds: tuple[str, ...]) -> tuple[str, list[_Span]]:
@@ -227,8 +259,10 @@ def _redact_text(text: str, kinds: tuple[str, ...]) -> tuple[str, list[_Span]]:
     # Masking can free a neighbour that a boundary rule had blocked ("... 32 9876543210" after an IBAN);
     # repeating until nothing new is found is what makes redact() idempotent.
     while True:
-        found = _resolve([(s, e, kind) for kind in _possible(current, kinds)
-                          for s, e in _DETECT[kind](current)])
+        possible = _possible(current, kinds)
+        if not possible:
+            return current, spans
+        found = _resolve([(s, e, kind) for kind in possible for s, e in _DETECT[kind](current)])
         if not found:
             return current, spans
         spans = sorted(spans + [(*_to_original(s, e, spans), kind) for s, e, kind in found])
@@ -257,26 +291,42 @@ def _walk_dict(
     value: dict[Any, Any], path: str, kinds: tuple[str, ...], out: list[Finding]
 ) -> dict[Any, Any]:
     keyed: list[tuple[Any, Any, list[_Span]]] = []
+    masked_keys = False
     for key in value:
         if isinstance(key, str):
-            keyed.append((key, *_redact_text(key, kinds)))
+            new, spans = _redact_text(key, kinds)
+            keyed.append((key, new, spans))
+            masked_keys = masked_keys or bool(spans)
         elif key is None or isinstance(key, bool | int | float):
             keyed.append((key, key, []))
         else:
             raise TypeError(f"redact() takes JSON values; found a {type(key).__name__} key at {path!r}")
     # Two keys can mask to the same text; number the later ones rather than let one overwrite another.
-    taken = {new for _, new, spans in keyed if not spans}
+    taken = {new for _, new, spans in keyed if not spans} if masked_keys else set()
     result: dict[Any, Any] = {}
+    # A member's path is built only where something needs it (a finding, a nested value): most
+    # members are strings with nothing to mask, or numbers.
     for key, new, spans in keyed:
+        member = None
         if spans:
             base, n = new, 1
             while new in taken:
                 n += 1
                 new = f"{base}#{n}"
             taken.add(new)
-        member = f"{path}/{_escape(str(new))}"
-        out.extend(Finding(member, kind, s, e) for s, e, kind in spans)
-        result[new] = _walk(value[key], member, kinds, out)
+            member = f"{path}/{_escape(str(new))}"
+            out.extend(Finding(member, kind, s, e) for s, e, kind in spans)
+        item = value[key]
+        if isinstance(item, str):
+            masked, found = _redact_text(item, kinds)
+            if found:
+                member = member or f"{path}/{_escape(str(new))}"
+                out.extend(Finding(member, kind, s, e) for s, e, kind in found)
+            result[new] = masked
+        elif item is None or isinstance(item, bool | int | float):
+            result[new] = item
+        else:
+            result[new] = _walk(item, member or f"{path}/{_escape(str(new))}", kinds, out)
     return result
 
 

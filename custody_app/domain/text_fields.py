@@ -29,16 +29,38 @@ def _mask(text: str, detectors: Sequence[str]) -> tuple[str, list[tuple[int, int
     return "".join(out), spans
 
 
+_PARTS = tuple(tuple(path.split(".")) for path in FREE_TEXT)
+# (model class, name) -> True when no instance of the class can have that attribute: a model
+# that forbids extra fields and keeps pydantic's __getattr__, with no such field, private
+# attribute or class attribute. (getattr of a missing name goes through pydantic's
+# __getattr__, which raises and catches: most of the cost of reading an assert's free text.)
+_NEVER: dict[tuple[type, str], bool] = {}
+_PYDANTIC_GETATTR = getattr(BaseModel, "__getattr__", None)
+
+
+def _never_there(cls: type, name: str) -> bool:
+    never = _NEVER.get((cls, name))
+    if never is None:
+        never = _NEVER[(cls, name)] = (
+            issubclass(cls, BaseModel) and getattr(cls, "__getattr__", None) is _PYDANTIC_GETATTR
+            and cls.model_config.get("extra") == "forbid"
+            and name not in cls.model_fields and name not in cls.__private_attributes__
+            and not hasattr(cls, name))
+    return never
+
+
 def _member(node: Any, name: str) -> Any:
-    return node.get(name) if isinstance(node, dict) else getattr(node, name, None)
+    if isinstance(node, dict):
+        return node.get(name)
+    return None if _never_there(type(node), name) else getattr(node, name, None)
 
 
 def _anything_found(cmd: BaseModel, detectors: Sequence[str]) -> bool:
     """Whether any free-text field holds an identifier, read off the model itself (most
     commands hold none, and dumping one copies its whole value)."""
-    for path in FREE_TEXT:
+    for parts in _PARTS:
         node: Any = cmd
-        for name in path.split("."):
+        for name in parts:
             node = None if node is None else _member(node, name)
         if isinstance(node, str) and find(node, detectors):
             return True

@@ -27,7 +27,7 @@ def printable(text: str) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(defer_build=True, frozen=True)
 
 
 class ActResult(_Model):

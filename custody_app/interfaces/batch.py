@@ -197,6 +197,14 @@ def _group_failed(pending: list[dict[str, Any]], exc: LedgerError, outcome: Batc
 _STANDALONE = ("forget", "forget_subject", "sweep")
 
 
+def _standalone(text: str) -> bool:
+    """Is the line an erasure op? Only a line that names one can be (without a backslash,
+    every string of a JSON line is in its text as it is): most lines are not parsed here."""
+    if "\\" not in text and "forget" not in text and "sweep" not in text:
+        return False
+    return _op_name(text) in _STANDALONE
+
+
 def _op_name(text: str) -> Any:
     try:
         data = json.loads(text)
@@ -215,7 +223,7 @@ def _groups(lines: Iterator[tuple[int, str]], chunk: int, paused: Callable[[], b
     also ends where input pauses, so its results are not held back while the writer waits."""
     group: list[tuple[int, str]] = []
     for item in lines:
-        if _op_name(item[1]) in _STANDALONE:
+        if _standalone(item[1]):
             if group:
                 yield True, group
                 group = []
