@@ -463,48 +463,44 @@ def test_batch_from_stdin(tmp_path: Path) -> None:
         assert [e.kind for e in opened.events()] == ["policy", "assert", "checkpoint"]
 
 
-def test_batch_never_imports_textual(tmp_path: Path) -> None:
+def _batch_then(tmp_path: Path, lines: str, after: str) -> str:
+    """Run a `--batch` of `lines` through the CLI's main in a fresh interpreter, then `after`
+    (Python, in the same process); the last line it prints."""
     file = tmp_path / "ops.jsonl"
-    file.write_text(f'{{"op":"assert",{ASSERT_FIELDS},{CAUSE}}}\n{{"op":"verify"}}\n')
+    file.write_text(lines)
     code = (
         "import sys\n"
         "from custody_app.interfaces.cli.main import main\n"
         f"rc = main(['--batch', {str(file)!r}, '--create', '--ledger', "
         f"{str(tmp_path / 't.db')!r}])\n"
-        "loaded = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
-        "assert rc == 0, rc\n"
-        "assert not loaded, loaded\n"
-        "print('no textual')\n"
-    )
+        "assert rc == 0, rc\n" + after)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path, env=_env())
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines()[-1] == "no textual"
+    return done.stdout.splitlines()[-1]
 
+
+def test_batch_never_imports_textual(tmp_path: Path) -> None:
+    assert _batch_then(
+        tmp_path, f'{{"op":"assert",{ASSERT_FIELDS},{CAUSE}}}\n{{"op":"verify"}}\n',
+        "loaded = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
+        "assert not loaded, loaded\n"
+        "print('no textual')\n") == "no textual"
 
 
 def test_batch_never_builds_the_validators_of_models_it_does_not_use(tmp_path: Path) -> None:
     # Start-up (issue 35): the read models, commands and events are built on first use
     # (defer_build), so a batch of asserts builds neither the evidence read models nor the
     # commands it never runs; what it runs is built and validates as ever.
-    file = tmp_path / "ops.jsonl"
-    file.write_text(f'{{"op":"assert",{ASSERT_FIELDS},{CAUSE}}}\n')
-    code = (
-        "import sys\n"
-        "from custody_app.interfaces.cli.main import main\n"
-        f"rc = main(['--batch', {str(file)!r}, '--create', '--ledger', "
-        f"{str(tmp_path / 't.db')!r}])\n"
+    assert _batch_then(
+        tmp_path, f'{{"op":"assert",{ASSERT_FIELDS},{CAUSE}}}\n',
         "from custody_app.domain import commands, readmodels\n"
         "from custody_app.evidence import readmodels as evidence\n"
-        "assert rc == 0, rc\n"
         "built = {m.__name__: m.__pydantic_complete__ for m in (commands.AssertFact,"
         " readmodels.AssertResult, commands.Forget, commands.Blast, evidence.ActResult)}\n"
         "print(sorted(name for name, done in built.items() if done))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path, env=_env())
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines()[-1] == "['AssertFact', 'AssertResult']"
+    ) == "['AssertFact', 'AssertResult']"
+
 
 # ---- why and history ------------------------------------------------------------------------------
 
