@@ -162,9 +162,13 @@ _PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
     "email": (_EMAIL,), "phone": (_PHONE_INTL, _PHONE_IN), "card": (_CARD,),
     "iban": (_IBAN_COMPACT, _IBAN_GROUPED), "aadhaar": (_AADHAAR,), "pan": (_PAN,),
     "gstin": (_GSTIN,), **PATTERNS}
-# One search a detector: its patterns as one alternation (a match of any is a match of this).
+# One search a detector: its patterns as one alternation (a match of any is a match of this),
+# compiled with their flags: patterns whose flags differ would need one search each.
+if any(len({p.flags for p in pats}) > 1 for pats in _PATTERNS.values()):
+    raise RuntimeError("a detector's patterns differ in their flags: search them one by one")
 _GATES: dict[str, re.Pattern[str]] = {
-    kind: pats[0] if len(pats) == 1 else re.compile("|".join(f"(?:{p.pattern})" for p in pats))
+    kind: pats[0] if len(pats) == 1 else re.compile(
+        "|".join(f"(?:{p.pattern})" for p in pats), pats[0].flags)
     for kind, pats in _PATTERNS.items()}
 # Detector lists already checked (a policy's tuple, checked once rather than on every string).
 _CHECKED: dict[tuple[str, ...], tuple[str, ...]] = {}
