@@ -60,13 +60,12 @@ class DerivedAudit:
             ("sessions (one summary a session)", 1, stored[2], summary),
             ("actions (the actions index)", 1, db.actions.dump(), self.sessions.actions),
             # Salience reads a fact's asserts and affirms (their tx_at) through this index, a
-            # history all its events: the index's (fact_id, seq) entries equal to those of the
+            # history all its events. The index's (fact_id, seq) entries equal to those of the
             # table's rows, read apart from the index in the same read (the rows the walk
             # hashed, each fact_id checked against its body), prove those reads reach exactly
-            # the rows the walk hashed (seq is the rowid), so the index is read alone, no row
-            # looked up for its kind and time. Compared a fact at a time: (fact_id, its seqs
-            # in order). Read by SQL, not fed by the walk: a dict of every event's seq by fact
-            # cost a third of a million-event verify.
+            # those rows (seq is the rowid): the index is read alone, no row looked up for its
+            # kind and time. Compared a fact at a time: (fact_id, its seqs in order), both
+            # sides by SQL (a dict fed by the walk cost a third of a million-event verify).
             ("salience presentations and fact histories (the events' fact index: a fact and "
              "the seqs of its events)", 1,
              db.events.fact_index(), db.events.fact_rows()),
