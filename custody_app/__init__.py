@@ -1,6 +1,7 @@
 """custody-app: governed memory for AI agents, as a hash-chained bitemporal ledger."""
 
 import gc
+import os
 import sys
 from pathlib import PurePath
 
@@ -18,6 +19,23 @@ _LAUNCHED = PurePath(sys.argv[0]).name == "custody-app" or any(
 _collecting = gc.isenabled()
 gc.disable()
 try:
+    if _LAUNCHED:
+        # The process is the command line's, and it runs BLAS on one thread for good
+        # (recall/threads.limit_process). OpenBLAS reads its count once, as numpy loads it:
+        # told then, it starts no worker at all, where a worker started and limited later
+        # costs ~0.05 CPU-s of every command's start (more on more cores). The variable is
+        # the process's for that moment only: what the user's environment said is put back
+        # at once, so nothing this process starts inherits it.
+        _told = os.environ.get("OPENBLAS_NUM_THREADS")
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"  # recall/threads.THREADS
+        try:
+            import numpy  # noqa: F401
+        finally:
+            if _told is None:
+                del os.environ["OPENBLAS_NUM_THREADS"]
+            else:
+                os.environ["OPENBLAS_NUM_THREADS"] = _told
+            del _told
     from custody_app.domain.errors import LedgerError, PolicyError
     from custody_app.domain.policy import LoadedPolicy, Policy, load_policy
     from custody_app.domain.timeutil import ManualClock

@@ -98,3 +98,42 @@ def test_the_console_script_limits_its_whole_process(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "l.db")], env=_env(),
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.stdout.strip().splitlines()[-1] == "[1]", (done.stdout, done.stderr)
+
+
+# The child: a process launched as the command line (or one that only imports the package),
+# its own thread variable set or not; reports its native threads right after the import, the
+# BLAS count, and the variable as its environment holds it afterwards.
+LAUNCH = ("import json, os, sys\n"
+          "{setup}\n"
+          "import custody_app\n"
+          "from threadpoolctl import threadpool_info\n"
+          "print(json.dumps({{'threads': len(os.listdir('/proc/self/task')),\n"
+          "    'blas': [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'],\n"
+          "    'variable': os.environ.get('OPENBLAS_NUM_THREADS')}}))\n")
+
+
+def _launch(setup: str, **variables: str) -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-c", LAUNCH.format(setup=setup)],
+                          env={**_env(), **variables}, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+LAUNCHED = "sys.argv[0] = '/opt/venv/bin/custody-app'"
+
+
+def test_a_command_line_launch_loads_blas_with_no_worker_and_leaves_the_environment_as_it_was(
+        ) -> None:
+    """OpenBLAS reads its count once, as numpy loads it: the command line tells it then, so it
+    starts no worker (a worker started and limited later cost ~0.05 CPU-s of every command's
+    start); the variable is put back as the user had it, so nothing the process starts
+    inherits it."""
+    assert _launch(LAUNCHED) == {"threads": 1, "blas": [1], "variable": None}
+    assert _launch(LAUNCHED, OPENBLAS_NUM_THREADS="3") == {"threads": 1, "blas": [1],
+                                                           "variable": "3"}
+    # A program that imports the package is not ours to set: its BLAS starts as it would.
+    # (On a machine of one core OpenBLAS starts no worker by itself; ours have two.)
+    if (os.cpu_count() or 1) > 1:
+        imported = _launch("")
+        assert imported["threads"] > 1 and imported["blas"] != [1], imported
