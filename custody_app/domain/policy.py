@@ -39,7 +39,7 @@ ActorKind = Literal["user", "agent", "llm", "reviewer", "system", "rule"]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", use_attribute_docstrings=True,
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid",
                               allow_inf_nan=False)
 
 
