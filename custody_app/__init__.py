@@ -23,7 +23,7 @@ try:
         # The process is the command line's, and it runs BLAS on one thread for good
         # (recall/threads.limit_process). OpenBLAS reads its count once, as numpy loads it:
         # told then, it starts no worker at all, where a worker started and limited later
-        # costs ~0.05 CPU-s of every command's start (more on more cores). The variable is
+        # cost ~0.1 CPU-s of every command's start (more on more cores). The variable is
         # the process's for that moment only: what the user's environment said is put back
         # at once, so nothing this process starts inherits it.
         _told = os.environ.get("OPENBLAS_NUM_THREADS")

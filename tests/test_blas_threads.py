@@ -126,7 +126,7 @@ LAUNCHED = "sys.argv[0] = '/opt/venv/bin/custody-app'"
 def test_a_command_line_launch_loads_blas_with_no_worker_and_leaves_the_environment_as_it_was(
         ) -> None:
     """OpenBLAS reads its count once, as numpy loads it: the command line tells it then, so it
-    starts no worker (a worker started and limited later cost ~0.05 CPU-s of every command's
+    starts no worker (a worker started and limited later cost ~0.1 CPU-s of every command's
     start); the variable is put back as the user had it, so nothing the process starts
     inherits it."""
     assert _launch(LAUNCHED) == {"threads": 1, "blas": [1], "variable": None}
