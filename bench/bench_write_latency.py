@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             Ledger.open(path).close()  # an older base's upgrade, outside the timed writes
             # The copies' pages are written out before the clock starts: left dirty, the first
             # fsync of the ledger (its first WAL checkpoint pass) flushed the whole copied file
-            # and stalled the disk under the key store's commits (a write of 54-342 ms, always
+            # and stalled the disk under the key store's commits (a write of 54-343 ms, always
             # about the 50th, in session 22's first runs). A user's ledger is not a fresh copy.
             for suffix in ("", ".keys", ".keys.master"):
                 if Path(f"{path}{suffix}").exists():
