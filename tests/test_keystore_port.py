@@ -65,6 +65,50 @@ def test_a_key_store_held_past_the_busy_timeout_is_a_clear_busy(tmp_path: Path) 
         ks.close()
 
 
+def test_the_change_counter_is_read_once_a_write_and_still_sees_every_other_commit(
+        tmp_path: Path) -> None:
+    """data_version is read once per write transaction (no other connection can commit while
+    it holds the lock), yet a commit by another connection between two transactions, or
+    outside any, is seen: the key ring's live keys are dropped on it."""
+    ks = sqlite_keystore.open_keystore(tmp_path / "k.keys")
+    other = sqlite_keystore.open_keystore(tmp_path / "k.keys")
+    asked: list[str] = []
+
+    def trace(cursor: object, sql: str, bindings: object) -> bool:
+        if "data_version" in sql:
+            asked.append(sql)
+        return True
+
+    try:
+        ks.conn.exec_trace = trace
+        before = ks.data_version()
+        with ks.write():
+            inside = [ks.data_version() for _ in range(3)]
+            ks.add("r", 1, b"k", "2026-01-01")
+            assert ks.data_version() == inside[0]
+        assert len(asked) == 2  # one outside, one for the whole transaction
+        assert inside[0] == before
+        other.put_meta("other", b"x")  # another connection commits
+        seen = ks.data_version()
+        assert seen != before
+        with ks.write():
+            assert ks.data_version() == seen
+        other.put_meta("other2", b"y")
+        with ks.write():  # the counter read in the last transaction is not kept
+            assert ks.data_version() != seen
+        try:
+            with ks.write():
+                held = ks.data_version()
+                raise RuntimeError
+        except RuntimeError:
+            pass
+        other.put_meta("other3", b"z")
+        assert ks.data_version() != held
+    finally:
+        ks.close()
+        other.close()
+
+
 def test_inspection_reads_the_marks_without_the_connection(tmp_path: Path) -> None:
     ks = sqlite_keystore.open_keystore(tmp_path / "k.keys")
     ks.add_mark(3, "h3", "2026-01-01", lambda row: "mac")

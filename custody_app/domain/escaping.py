@@ -103,11 +103,17 @@ def escaped(value: Any, *, markup: bool = False) -> Any:
 _UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
+# json.dumps(obj, ensure_ascii=False) makes an encoder for each call; this one is made once
+# (the same output: json.dumps is exactly `JSONEncoder(**its arguments).encode(obj)`).
+READABLE = json.JSONEncoder(ensure_ascii=False)
+
+
 def json_text(obj: Any, *, indent: int | None = None) -> str:
     """JSON with UTF-8 kept readable but every control, bidirectional and line-separator
     character written as `\\uNNNN`: the same data, safe on a terminal and in JavaScript.
     (Such characters only occur inside JSON strings, so the escape is always valid JSON.)"""
-    return escape_json(json.dumps(obj, indent=indent, ensure_ascii=False))
+    return escape_json(READABLE.encode(obj) if indent is None
+                       else json.dumps(obj, indent=indent, ensure_ascii=False))
 
 
 def escape_json(text: str) -> str:

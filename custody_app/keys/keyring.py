@@ -78,8 +78,9 @@ class KeyRing:
         self._slots: dict[str, bytes] = {}
         self._refs: dict[str, str] = {}
         # Live (generation, key) per subject ref, trusted while no other connection committed.
-        # (generation, key, latest destruction, key created at) per subject ref.
-        self._live: dict[str, tuple[int, bytes, str | None, str]] = {}
+        # (generation, key, latest destruction, key created at, the digest key derived from
+        # it) per subject ref: dropped with the key, so the derived key never outlives it.
+        self._live: dict[str, tuple[int, bytes, str | None, str, bytes]] = {}
         self._seen_version = -1
         # (key, fingerprint) of the word index key last fingerprinted (see held_index_id).
         self._index_id: tuple[bytes, str] | None = None
@@ -333,6 +334,8 @@ class KeyRing:
         if live is not None:
             # The subject's latest key, live, as the key store stood at its change counter.
             generation, key = live[0], live[1]
+            if generation == 1:
+                return live[4]
         else:
             row = self.store.latest(ref)
             if row is None or row[1] is None or row[3] is not None:
@@ -344,7 +347,7 @@ class KeyRing:
             pinned = self.store.latest(_digest_ref(ref))
             if pinned is not None and pinned[1] is not None and pinned[3] is None:
                 return self._unwrap(_digest_ref(ref), pinned[0], pinned[1])
-        return bytes.fromhex(crypto.keyed_digest(key, "custody", "forgotten digests"))
+        return _derived_digest_key(key)
 
     def _follow_store(self) -> None:
         """Forget the live keys known here when the key store changed since they were read
@@ -465,7 +468,8 @@ class KeyRing:
             generation, key, created = self._key_for_write(ref, now)
             if len(self._live) >= CACHED_SUBJECTS:  # caches, bounded: RSS stays flat
                 self._live.clear()
-            live = self._live[ref] = (generation, key, destroyed, created)
+            live = self._live[ref] = (generation, key, destroyed, created,
+                                      _derived_digest_key(key))
         _fence(subject, work_started, live[2])
         return live[0], live[1]
 
@@ -650,6 +654,11 @@ def _digest_ref(ref: str) -> str:
     """Where a re-keyed subject's digest key is kept among the subject keys (a subject ref is
     hex: no subject's own ref looks like this)."""
     return f"digest:{ref}"
+
+
+def _derived_digest_key(key: bytes) -> bytes:
+    """The forgotten-value digest key of a subject still at its first key: derived from it."""
+    return bytes.fromhex(crypto.keyed_digest(key, "custody", "forgotten digests"))
 
 
 def _opens(key: bytes, wrapped: bytes, purpose: str) -> bool:

@@ -13,6 +13,10 @@ from custody_app.keys import crypto
 from custody_app.keys.keyring import KeyRing
 from store.rows import EventRow
 
+# Sealed free text's plaintext: its fields sorted, UTF-8 kept (an encoder made once, as
+# json.dumps(texts, ensure_ascii=False, sort_keys=True) would make one for each call).
+_TEXTS = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+
 
 def _seal(keys: KeyRing | None, subject: str, data: bytes, bind: str, work_started: str,
           now: str, erased_at: str | None) -> bytes:
@@ -70,7 +74,7 @@ class TextCodec:
 
     def seal(self, fact_id: str, subject: str, texts: Texts, *, work_started: str, now: str,
              erased_at: str | None = None) -> bytes:
-        data = json.dumps(texts, ensure_ascii=False, sort_keys=True).encode("utf-8")
+        data = _TEXTS.encode(texts).encode("utf-8")
         return _seal(self.keys, subject, data, _bind(fact_id), work_started, now, erased_at)
 
     def open(self, fact_id: str, subject_ref: str, blob: bytes | None,

@@ -68,6 +68,11 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out  # unreachable: fewer keys than pairs means one came twice
 
 
+# json.loads(text, object_pairs_hook=...) makes a decoder for each line; this one is made once
+# (json.loads is exactly that decoder's decode, after its own refusal of a leading BOM).
+_LINE = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
 # A batch line is read at most this far (the rest is skipped unread into memory), as an MCP
 # message is: room for a value at its limit, however escaped.
 MAX_LINE_CHARS = 4 << 20
@@ -82,7 +87,10 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
                               "characters (a value may hold at most "
                               f"{MAX_VALUE_CHARS:,}); nothing of it was read as an op")
         try:
-            data = json.loads(text, object_pairs_hook=_unique_keys)
+            if text.startswith("\ufeff"):  # what json.loads refuses before it decodes
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)",
+                                           text, 0)
+            data = _LINE.decode(text)
         except _DuplicateKey as exc:
             raise LedgerError("bad_json", f"line {number} has the key {exc.key!r} twice (JSON "
                               "parsers disagree on which one wins)", key=exc.key) from None

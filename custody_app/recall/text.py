@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import unicodedata
 from functools import lru_cache
 from typing import Any
 
 import snowballstemmer
+
+from custody_app.domain.escaping import READABLE
 
 try:  # the C stemmer (libstemmer) where it is installed: same stems, ~10x faster
     import Stemmer as _pystemmer
@@ -57,7 +58,7 @@ def words(text: str, *, stem: bool = True, fold_accents: bool = True) -> list[st
 
 def fact_text(subject: str, predicate: str, value: Any) -> str:
     """What recall indexes for a fact: its subject, predicate and value."""
-    shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    shown = value if isinstance(value, str) else READABLE.encode(value)
     return f"{subject} {predicate.replace('_', ' ')} {shown}"
 
 

@@ -190,10 +190,21 @@ class KeyStoreFile(MarkReads):
         # back takes its changes with it): with nothing, the transaction rolls back instead of
         # committing, so a refused op leaves the file byte for byte (not even its change counter).
         self._dirty = False
+        # The change counter as read in the write transaction open now, if any: while this
+        # connection holds the write lock no other can commit, and its own writes never move
+        # the counter, so one read serves the whole transaction (the key ring asks for it three
+        # times an assert, each a statement prepared and stepped).
+        self._locked = False
+        self._locked_version: int | None = None
 
     def data_version(self) -> int:
         """Changes whenever another connection commits to the key store (cheap: no disk I/O)."""
-        return int(self.conn.pragma("data_version"))
+        if self._locked_version is not None and self.conn.in_transaction:
+            return self._locked_version
+        version = int(self.conn.pragma("data_version"))
+        if self._locked:
+            self._locked_version = version
+        return version
 
     def total_changes(self) -> int:
         """Rows changed through this key store's connection since it opened, rolled back or
@@ -377,21 +388,26 @@ class KeyStoreFile(MarkReads):
             raise StoreBusy("the key store is busy: another writer held it past the busy "
                             "timeout") from exc
         self._dirty = False
+        self._locked = True
         try:
-            yield
-        except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
-        if not self._dirty:
-            self.conn.execute("ROLLBACK")  # nothing to keep: the file stays as it was
-            return
-        try:
-            self.conn.execute("COMMIT")
-        except apsw.FullError as exc:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise StoreFull(_KEYS_FULL) from exc
+            try:
+                yield
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            if not self._dirty:
+                self.conn.execute("ROLLBACK")  # nothing to keep: the file stays as it was
+                return
+            try:
+                self.conn.execute("COMMIT")
+            except apsw.FullError as exc:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise StoreFull(_KEYS_FULL) from exc
+        finally:
+            self._locked = False
+            self._locked_version = None
 
     def close(self) -> None:
         self.conn.close()
