@@ -87,3 +87,24 @@ def test_a_repeated_key_is_named_as_before(text: str) -> None:
             return ("duplicate", exc.key)
 
     assert named(ops._unique_keys) == named(_key_by_key)
+
+
+def _parsed(parse: Any, text: str) -> Any:
+    try:
+        return ("value", parse(text))
+    except ops._DuplicateKey as exc:
+        return ("duplicate", exc.key)
+    except (ValueError, RecursionError) as exc:
+        return (type(exc).__name__, str(exc))
+
+
+@settings(max_examples=600, derandomize=True, deadline=None)
+@given(st.lists(st.sampled_from(['{', '}', '[', ']', '"', "a", ":", ",", "1", " ", "\ufeff",
+                                 "\\", "NaN", "e", '"a":1', '"a":2']), max_size=14).map("".join)
+       | st.builds(lambda value, bom: ("\ufeff" if bom else "") + json.dumps(value),
+                   _json, st.booleans()))
+def test_a_line_parses_to_what_json_loads_gives_and_fails_as_it_fails(text: str) -> None:
+    """The batch's decoder, made once, against json.loads making one for each line: the same
+    value, or the same refusal with the same message (a leading BOM, a repeated key)."""
+    assert _parsed(ops.parse_line, text) == _parsed(
+        lambda t: json.loads(t, object_pairs_hook=ops._unique_keys), text)

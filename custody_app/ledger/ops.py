@@ -73,6 +73,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _LINE = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
+def parse_line(text: str) -> Any:
+    """`json.loads(text, object_pairs_hook=_unique_keys)`: the same value or the same error."""
+    if text.startswith("\ufeff"):  # what json.loads refuses before it decodes
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _LINE.decode(text)
+
+
 # A batch line is read at most this far (the rest is skipped unread into memory), as an MCP
 # message is: room for a value at its limit, however escaped.
 MAX_LINE_CHARS = 4 << 20
@@ -87,10 +94,7 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
                               "characters (a value may hold at most "
                               f"{MAX_VALUE_CHARS:,}); nothing of it was read as an op")
         try:
-            if text.startswith("\ufeff"):  # what json.loads refuses before it decodes
-                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)",
-                                           text, 0)
-            data = _LINE.decode(text)
+            data = parse_line(text)
         except _DuplicateKey as exc:
             raise LedgerError("bad_json", f"line {number} has the key {exc.key!r} twice (JSON "
                               "parsers disagree on which one wins)", key=exc.key) from None
