@@ -59,6 +59,19 @@ Pending = tuple[FactRow, str, str]
 Deferred = tuple[dict[int, Pending], set[int], dict[int, str]]
 
 
+class _Hashed(dict[str, str]):
+    """Word -> its keyed hash, each hashed at its first lookup (a word met again is a plain
+    dict lookup in C, with no Python call: a fact's words are mostly ones met before)."""
+
+    def __init__(self, key: bytes) -> None:
+        super().__init__()
+        self.key = key
+
+    def __missing__(self, word: str) -> str:
+        hashed = self[word] = text.term(self.key, word)
+        return hashed
+
+
 class RecallIndex(BatchedRemovals):
     """What recall keeps for one open ledger: the file, the keys its word hashes and values
     need, the policy's embedder and the vector cells. The core calls `sync` after projecting
@@ -236,14 +249,7 @@ class RecallIndex(BatchedRemovals):
         vector: tuple[list[VecRow], ...] = ([], [])
         # Each distinct word (and space: or subject: token) of the batch is hashed once: its
         # facts share most of them. The map lives for this batch only.
-        hashed: dict[str, str] = {}
-
-        def term(word: str) -> str:
-            h = hashed.get(word)
-            if h is None:
-                h = hashed[word] = text.term(key, word)
-            return h
-
+        term = _Hashed(key).__getitem__
         for n, (fact, status, body) in enumerate(pending):
             late = fact.assert_seq in gone
             lexical[late].append((fact.assert_seq, " ".join(map(term, text.words(body))),
