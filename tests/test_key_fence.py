@@ -63,3 +63,50 @@ def test_the_same_process_is_fenced_after_it_re_keyed_in_new_work(env: Env) -> N
         with pytest.raises(LedgerError) as info:
             write(env.ledger, "ZQX-A-STALE-0002")
         assert info.value.code == "key_fenced"
+
+
+def _holds(obj: object, secret: bytes, seen: set[int] | None = None) -> bool:
+    """Whether `secret` is among the bytes reachable from `obj`'s attributes and containers."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return False
+    seen.add(id(obj))
+    if isinstance(obj, bytes | bytearray):
+        return bytes(obj) == secret
+    if isinstance(obj, dict):
+        return any(_holds(k, secret, seen) or _holds(v, secret, seen) for k, v in obj.items())
+    if isinstance(obj, list | tuple | set | frozenset):
+        return any(_holds(item, secret, seen) for item in obj)
+    return False
+
+
+def test_a_forgotten_subjects_digest_key_goes_with_its_key(env: Env) -> None:
+    """The forgotten-value digest key derived from a subject's live key is kept beside that key
+    (derived once, not at every assert) and dropped with it: after another process forgets the
+    subject, this one derives none and holds no copy; after this process forgets it, neither."""
+    other = Ledger.open(env.path, clock=ManualClock(T0 + timedelta(hours=1)), id_seed=98)
+    try:
+        write(other, "ZQX-CACHED-DIGEST-1")  # the live key and its digest key cached here
+        assert other.keys is not None
+        ref = other.keys.subject_ref(SUBJECT)
+        derived = other.keys.digest_key(ref)
+        assert derived is not None and _holds(vars(other.keys), derived)
+        env.at(day(2))
+        env.ledger.forget_subject(SUBJECT, actor="user:dpo", reason="subject_request")
+        with other.transaction():  # another connection's commit: the cached keys are dropped
+            assert other.keys.digest_key(ref) is None
+        assert not _holds(vars(other.keys), derived)
+    finally:
+        other.close()
+    env.at(day(3))
+    with env.ledger.unit_of_work():
+        write(env.ledger, "ZQX-REKEYED-VALUE-2")  # a new key (generation 2) for new work
+    keys = env.ledger.keys
+    assert keys is not None
+    ref = keys.subject_ref(SUBJECT)
+    again = keys.digest_key(ref)
+    assert again is not None and again != derived
+    env.at(day(4))
+    env.ledger.forget_subject(SUBJECT, actor="user:dpo", reason="subject_request")
+    assert keys.digest_key(ref) is None
+    assert not _holds(vars(keys), again)
