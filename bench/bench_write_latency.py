@@ -26,6 +26,7 @@ import argparse
 import gc
 import os
 import random
+import re
 import shutil
 import statistics
 import sys
@@ -244,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ann-min-facts", type=int, default=0,
                     help="with --grow: cluster from this size on (the default policy otherwise), "
                          "so a short run meets several re-clusterings")
+    ap.add_argument("--embedder", default=None,
+                    help="the default policy with this embedder instead (hashed-ngram embeds in "
+                         "the write's transaction, so its vectors and re-clusterings run beside "
+                         "the writes; the shipped model's worker waits for pauses a run of "
+                         "back-to-back writes never leaves)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
@@ -278,11 +284,20 @@ def main(argv: list[str] | None = None) -> int:
             title = f"growing a new ledger to {args.grow:,} facts"
             ops = args.grow
         policy = None
-        if args.ann_min_facts:
+        if args.ann_min_facts or args.embedder:
+            text = (ROOT / "policies" / "default.toml").read_text(encoding="utf-8")
+            if args.ann_min_facts:
+                text = text.replace("ann_min_facts = 20000",
+                                    f"ann_min_facts = {args.ann_min_facts}")
+                title += f" (clustering from {args.ann_min_facts:,} facts on)"
+            if args.embedder:
+                text, n = re.subn(r'(?m)^embedder = "[^"]*"$',
+                                  f'embedder = "{args.embedder}"', text)
+                if n != 1:
+                    raise SystemExit("the default policy names no embedder to replace")
+                title += f" (embedder {args.embedder})"
             policy = tmp / "policy.toml"
-            policy.write_text((ROOT / "policies" / "default.toml").read_text().replace(
-                "ann_min_facts = 20000", f"ann_min_facts = {args.ann_min_facts}"))
-            title += f" (clustering from {args.ann_min_facts:,} facts on)"
+            policy.write_text(text, encoding="utf-8")
         log(title)
         r = run(path, ops, start, args.seed, args.floor_every, log, policy)
         load1 = " / ".join(f"{x:.2f}" for x in os.getloadavg())
