@@ -86,11 +86,12 @@ def test_a_forgotten_subjects_digest_key_goes_with_its_key(env: Env) -> None:
     subject, this one derives none and holds no copy; after this process forgets it, neither."""
     other = Ledger.open(env.path, clock=ManualClock(T0 + timedelta(hours=1)), id_seed=98)
     try:
-        write(other, "ZQX-CACHED-DIGEST-1")  # the live key and its digest key cached here
         assert other.keys is not None
         ref = other.keys.subject_ref(SUBJECT)
-        derived = other.keys.digest_key(ref)
-        assert derived is not None and _holds(vars(other.keys), derived)
+        with other.transaction():
+            write(other, "ZQX-CACHED-DIGEST-1")  # the live key and its digest key cached here
+            derived = other.keys.digest_key(ref)
+            assert derived is not None and _holds(vars(other.keys), derived)
         env.at(day(2))
         env.ledger.forget_subject(SUBJECT, actor="user:dpo", reason="subject_request")
         with other.transaction():  # another connection's commit: the cached keys are dropped
