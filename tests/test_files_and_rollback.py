@@ -119,4 +119,11 @@ def test_a_ledger_restored_from_before_a_forget_is_refused(ledger: tuple[Path, s
     # Accepting the loss knowingly lets a read-write open through, once.
     accepted = cli("rebuild", "--ledger", path, CUSTODY_ACCEPT_ROLLBACK=mark)
     assert accepted.returncode == 0, accepted.stderr
+    # The old copy still holds the value the forget re-keyed away: verify names it (the key
+    # is gone, no erasure on record), never reads it as erased, until it is forgotten again.
+    named = cli("verify", "--ledger", path)
+    assert named.returncode != 0 and fact in named.stdout and "keystore_tampered" in named.stdout
+    again = batch(path, [{"op": "forget", "fact_id": fact, "actor": "user:dpo",
+                          "reason": "error"}])
+    assert again[0]["ok"] is True, again
     assert cli("verify", "--ledger", path).returncode == 0

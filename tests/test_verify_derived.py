@@ -496,3 +496,62 @@ def test_a_key_made_after_the_one_read_is_still_found(
         assert key is not None and key == led.keys.key_for_read(ref, 1)
         with pytest.raises(crypto.DecryptError, match="never held"):
             key_for(ref, 7)
+
+
+def _shred_by_hand(path: Any, subject: str) -> int:
+    """Destroy the subject's live data keys with one UPDATE the key store's triggers allow (no
+    forget_subject, no tombstone); the seq of the subject's first stored value, the key store."""
+    with Ledger.open(path, readonly=True) as led, led.db.read():
+        assert led.keys is not None
+        ref, keys = led.keys.subject_ref(subject), led.keys.path
+        first = min(e.seq for e in led.db.events.iter_all()
+                    if e.kind == "assert" and e.value is not None and e.subject == subject)
+    # On a server the key store is the database's custody_keys schema, beside the ledger.
+    table = "custody_keys.subject_keys" if rawsql.is_server(path) else "subject_keys"
+    rawsql.edit(path if rawsql.is_server(path) else keys,
+                (f"UPDATE {table} SET wrapped = NULL, destroyed_at = ? "
+                 "WHERE subject_ref = ? AND destroyed_at IS NULL",
+                 ("2026-04-04T00:00:00.000000Z", ref)))
+    return first
+
+
+def test_a_subject_key_destroyed_by_hand_is_named_not_read_as_an_erasure(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """Crypto-shredding outside forget_subject: the values and texts whose key is gone are
+    named with the first of them, where verify used to count them unchecked and pass (and a
+    reader saw "(erased)" with no erasure on record)."""
+    path = ledger_copy(base[0])
+    first = _shred_by_hand(path, "acct:1")
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.first_bad_seq == first, report
+    _named_as_shredded(path, report.problem or "")
+
+
+def test_a_key_destroyed_by_hand_after_a_lawful_erasure_is_still_named(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """An erasure recorded before a write does not explain the loss of the key that write
+    was sealed under: the subject written again after forget_subject, then shredded by hand."""
+    path = ledger_copy(base[0])
+    env = Env(path)
+    env.at(day(5))
+    env.ledger.forget_subject("acct:1", actor="user:dpo", reason="subject_request")
+    assert env.ledger.verify().valid
+    env.at(day(6))
+    env.reopen()  # new work: the erasure fences the work begun before it
+    env.put("acct:1", "plan", "written again after the erasure")
+    env.ledger.close()
+    first = _shred_by_hand(path, "acct:1")
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.first_bad_seq == first, report
+    _named_as_shredded(path, report.problem or "")
+
+
+def _named_as_shredded(path: Any, problem: str) -> None:
+    # A server's key store reads a generation destroyed by hand as one that no longer opens
+    # (its rows are read apart from the walk's cache): named as well, in other words.
+    if rawsql.is_server(path):
+        assert "does not decrypt" in problem or "keystore_tampered" in problem, problem
+    else:
+        assert "keystore_tampered" in problem and "no erasure of its subject" in problem, problem

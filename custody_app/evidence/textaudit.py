@@ -18,6 +18,30 @@ if TYPE_CHECKING:
     from custody_app.core.ledger_core import LedgerCore
 
 
+# A value or text stored under a key generation the key store no longer holds:
+# (seq, fact id, subject ref, the event's tx_at).
+Keyless = tuple[int, str | None, str, str]
+
+
+def unerased_keys(keyless: list[Keyless], erasures: dict[int, dict[str, Any]]
+                  ) -> tuple[int | None, str | None]:
+    """The first stored value or text whose key is gone without an erasure of its subject
+    recorded after it: crypto-shredding outside `forget_subject` (a key store edited by hand,
+    or a ledger copied from before an erasure) would otherwise read as lawful erasure."""
+    erased: dict[str, str] = {}
+    for event in erasures.values():
+        ref, at = str(event.get("subject_hash")), str(event.get("tx_at"))
+        erased[ref] = max(at, erased.get(ref, at))
+    for seq, fact_id, ref, tx_at in sorted(keyless):
+        if erased.get(ref, "") < tx_at:
+            return seq, (f"event {seq} (fact {fact_id}) holds a sealed value or text whose "
+                         "key the key store no longer has, but this ledger records no "
+                         "erasure of its subject after it: the key store was edited, or the "
+                         "ledger is a copy restored from before an erasure (keystore_tampered; "
+                         "for a restored copy, forget the fact again to record its erasure)")
+    return None, None
+
+
 class TextAudit:
     """Fed every event in seq order during the chain walk; `finish` checks what is left."""
 
@@ -33,6 +57,7 @@ class TextAudit:
         self.upgrade_seq: int | None = None
         # Rows no event that commits to a sealed text claimed, in seq order.
         self.strays: list[int] = []
+        self.keyless: list[Keyless] = []  # texts stored under a key generation now gone
         self._rows: Iterator[tuple[int, TextRow]] | None = None
         self._next: tuple[int, TextRow] | None = None
         # The row and opened text of the event the walk is on: (seq, row, text).
@@ -63,14 +88,15 @@ class TextAudit:
         """The opened free text the chain check rebuilds an upgraded event's old body from
         (kept for `check`, so the event's text is read and decrypted once)."""
         stored, _ = self._row_at(row.seq)
-        texts: Any = None
-        if stored is not None:
-            try:
-                texts = self.codec.open(stored[0], stored[1], stored[2], self.ciphers)
-            except Exception:  # a tampered text: check() names it
-                texts = UNDECRYPTED
+        texts = None if stored is None else self._open(stored)
         self._current = (row.seq, stored, texts)
         return None if texts is UNDECRYPTED else texts
+
+    def _open(self, stored: TextRow) -> Any:
+        try:
+            return self.codec.open(stored[0], stored[1], stored[2], self.ciphers)
+        except Exception:  # a tampered text: check() names it
+            return UNDECRYPTED
 
     def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
         """`body`: the event's body as the chain walk parsed it."""
@@ -92,6 +118,11 @@ class TextAudit:
                        f"{self.upgrade_seq}, which came before it"
             self.upgraded.add(row.seq, row.body)
         stored, opened = self._row_at(row.seq)
+        if stored is not None and stored[2] is not None and self.ciphers is not None:
+            if opened is UNREAD:
+                opened = self._open(stored)
+            if opened is None:  # a stored text whose key is gone
+                self.keyless.append((row.seq, row.fact_id, stored[1], row.tx_at))
         problem, erased = text_problem(self.codec, row.seq, row.fact_id, body, stored, opened,
                                        self.ciphers)
         if erased and row.fact_id is not None:

@@ -16,7 +16,7 @@ from custody_app.evidence.checkpoints import CheckpointAudit
 from custody_app.evidence.integrity import INERT, EventAudit
 from custody_app.evidence.receipts import CITING, ReceiptAudit
 from custody_app.evidence.signatures import SignatureAudit
-from custody_app.evidence.textaudit import TextAudit
+from custody_app.evidence.textaudit import Keyless, TextAudit, unerased_keys
 from custody_app.recall.deep import content_differences
 from store.rows import EventRow
 
@@ -33,11 +33,17 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
                          and ledger.keys.store.meta("signing") is not None else None)
     unchecked = 0
     opened: dict[int, str | None] = {}
+    # Stored values whose key generation is gone: each must be explained by a recorded erasure.
+    keyless: list[Keyless] = []
 
     def opener(row: EventRow, body: dict[str, Any]) -> str | None:
         nonlocal unchecked
         text = ledger.values.opener(row, body, texts.ciphers)
-        unchecked += text is None
+        if text is None:
+            unchecked += 1
+            if row.value is not None and ledger.keys is not None:
+                keyless.append((row.seq, row.fact_id, str(body.get("subject_ref", "")),
+                                row.tx_at))
         opened.clear()
         opened[row.seq] = text
         return text
@@ -89,6 +95,9 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
                     bad, problem = events.finish(ledger)
                 if problem is None:
                     bad, problem = derived.finish(ledger)
+                if problem is None:
+                    bad, problem = unerased_keys([*keyless, *texts.keyless],
+                                                 events.subject_erasures)
                 valid = problem is None
     except Exception as exc:
         damaged = as_ledger_error(ledger.db, exc)
