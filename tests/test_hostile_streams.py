@@ -5,6 +5,7 @@ file it opens. Real subprocesses of the console script."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,3 +104,33 @@ def test_a_closed_stderr_or_stdin_is_no_crash_and_lends_no_file_its_number(tmp_p
                 preexec_fn=_closed(0))
     quiet(empty)
     assert empty.returncode == 0 and empty.stdout == b""
+
+
+@pytest.mark.parametrize("output", ["closed pipe", "full disk"])
+def test_a_batch_whose_output_fails_still_ends_with_its_signed_checkpoint(
+        tmp_path: Path, output: str) -> None:
+    """`--batch FILE | head -1` whose reader is gone, or a stdout on a full disk: the ops
+    commit before their results are written, and the run still closes with the signed
+    checkpoint over them (it used to end on the write error with none)."""
+    db, ops = tmp_path / "l.db", tmp_path / "ops.jsonl"
+    assert run(["init", "--ledger", str(db)], stdout=subprocess.DEVNULL).returncode == 0
+    ops.write_text("".join(json.dumps({
+        "op": "assert", "subject": f"acct:{i}", "predicate": "plan", "value": "gold",
+        "actor": "user:ops", "cause": {"kind": "manual", "ref": "m"}}) + "\n" for i in range(3)))
+    args = ["--batch", str(ops), "--ledger", str(db)]
+    if output == "closed pipe":
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            done = run(args, stdout=write_end)
+        finally:
+            os.close(write_end)
+    else:
+        with open("/dev/full", "wb") as full:
+            done = run(args, stdout=full)
+    quiet(done)
+    assert done.returncode == 4, done.stderr
+    report = json.loads(run(["verify", "--ledger", str(db), "--json"],
+                            stdout=subprocess.PIPE).stdout)
+    assert report["valid"] and report["events"] == 5, report  # policy, 3 asserts, checkpoint
+    assert report["checkpoints"] == 1 and report["last_checkpoint_seq"] >= 4, report

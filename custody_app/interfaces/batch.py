@@ -268,50 +268,61 @@ def _run(ledger: Ledger, stream: Iterable[str], out: TextIO, fail_fast: bool, ch
     aliases = Aliases()
     pending: list[dict[str, Any]] = []
     head_before = ledger.db.events.head()
-    for shared, group in _groups(lines, chunk, paused):
-        saved = dict(aliases.names)
-        entered = False
-        try:
-            with ledger.transaction() if shared else nullcontext():
-                entered = True
-                for number, text in group:
-                    if stop.hit:
-                        break  # the ops before it commit; this one and the rest never ran
-                    result = run_op(ledger, aliases, number, text)
-                    pending.append(result)
-                    if result["ok"]:
-                        outcome.ok += 1
-                        continue
-                    outcome.failed += 1
-                    outcome.first_failure = outcome.first_failure or result
-                    if fail_fast:
-                        outcome.stopped = True
-                        break
-        except LedgerError as exc:
-            aliases.names = saved
-            if not entered:
+    try:
+        for shared, group in _groups(lines, chunk, paused):
+            saved = dict(aliases.names)
+            entered = False
+            try:
+                with ledger.transaction() if shared else nullcontext():
+                    entered = True
+                    for number, text in group:
+                        if stop.hit:
+                            break  # the ops before it commit; this one and the rest never ran
+                        result = run_op(ledger, aliases, number, text)
+                        pending.append(result)
+                        if result["ok"]:
+                            outcome.ok += 1
+                            continue
+                        outcome.failed += 1
+                        outcome.first_failure = outcome.first_failure or result
+                        if fail_fast:
+                            outcome.stopped = True
+                            break
+            except LedgerError as exc:
+                aliases.names = saved
+                if not entered:
+                    raise
+                # The group's transaction did not commit (e.g. disk_full): none of its ops stands.
+                _group_failed(pending, exc, outcome, fail_fast)
+            except BaseException:
+                aliases.names = saved
                 raise
-            # The group's transaction did not commit (e.g. disk_full): none of its ops stands.
-            _group_failed(pending, exc, outcome, fail_fast)
-        except BaseException:
-            aliases.names = saved
-            raise
-        for result in pending:
-            if not result["ok"]:
-                outcome.codes[str(result["error"]["code"])] += 1
-            out.write(result_line(result))
-        out.flush()
-        pending.clear()
-        if outcome.stopped or stop.hit:
-            break
+            for result in pending:
+                if not result["ok"]:
+                    outcome.codes[str(result["error"]["code"])] += 1
+                out.write(result_line(result))
+            out.flush()
+            pending.clear()
+            if outcome.stopped or stop.hit:
+                break
+    except OSError:
+        # The output failed (a reader that closed the pipe, a full disk): what committed
+        # stays committed, and still ends with its signed checkpoint.
+        _close_run(ledger, sign, head_before)
+        raise
+    _close_run(ledger, sign, head_before)
+    if outcome.stopped and outcome.first_failure is not None:
+        f = outcome.first_failure
+        sys.stderr.write(f"custody-app: stopped at line {f['line']} ({f['error']['code']}): "
+                         f"{f['error']['message']}\n")
+    return outcome
+
+
+def _close_run(ledger: Ledger, sign: bool, head_before: Any) -> None:
+    """A run that wrote ends with a signed checkpoint over what it committed."""
     if sign and ledger.keys is not None and ledger.db.events.head() != head_before:
         try:
             ledger.checkpoint()
         except LedgerError as exc:  # e.g. disk_full: the ops' results above stand
             sys.stderr.write(f"custody-app: the closing signed checkpoint was not written: "
                              f"{exc.message} ({exc.code})\n")
-    if outcome.stopped and outcome.first_failure is not None:
-        f = outcome.first_failure
-        sys.stderr.write(f"custody-app: stopped at line {f['line']} ({f['error']['code']}): "
-                         f"{f['error']['message']}\n")
-    return outcome
