@@ -198,3 +198,36 @@ def test_export_to_a_fresh_path_still_verifies(ledger: tuple[Path, str]) -> None
     assert done.returncode == 0 and json.loads(done.stdout)["events"] >= 2
     check = run("verify", "--export", str(out), "--key", f"{db}.pub")
     assert check.returncode == 0, check.stderr
+
+
+def test_out_dash_is_refused_not_a_file_named_dash(ledger: tuple[Path, str]) -> None:
+    """`--batch -` reads stdin, so `export --out -` looked like stdout: it wrote the plaintext
+    export to a file named "-" and printed nothing. Refused now, with no file written."""
+    db, fact = ledger
+    for args in (["export", "--out", "-"], ["pack", fact, "--out", "-"]):
+        done = subprocess.run([CLI, *args, "--ledger", str(db)], capture_output=True, text=True,
+                              timeout=60, cwd=db.parent,
+                              env={k: v for k, v in os.environ.items()
+                                   if not k.startswith("CUSTODY_")})
+        assert done.returncode == 1 and "output_protected" in done.stderr, done.stderr
+        assert "never to stdout" in done.stderr and done.stdout == ""
+        assert not (db.parent / "-").exists()
+
+
+@pytest.mark.parametrize("blocker", ["custody-demo.db", "custody-demo.db.keys.master"])
+def test_the_demo_refuses_a_directory_in_its_place_before_deleting_anything(
+        tmp_path: Path, blocker: str) -> None:
+    """A directory under one of the demo's names used to end in a traceback after the demo
+    had already deleted the files named before it."""
+    kept = {name: f"{name} bytes".encode() for name in ("custody-demo.db", "custody-demo.db.keys")
+            if name != blocker}
+    for name, data in kept.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / blocker).mkdir()
+    done = subprocess.run([CLI, "--demo", "--no-tui"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("CUSTODY_")})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "output_protected" in done.stderr and "a directory" in done.stderr
+    assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
+    assert (tmp_path / blocker).is_dir()

@@ -193,6 +193,12 @@ def output_file(path: str | Path, *, force: bool = False, public: bool = False,
         # Path() would read "out/" as the file "out", and "" as the current folder.
         raise LedgerError("output_protected", f"refusing to write {str(path)!r}: it names a "
                           "folder, not a file", path=str(path))
+    if str(path) == "-":
+        # `--batch -` reads stdin; here "-" would silently become a file named "-" holding
+        # what may be plaintext: these outputs go to a named file only.
+        raise LedgerError("output_protected", "refusing to write '-': this output is written "
+                          "to a named file, never to stdout; give a path (write ./- for a "
+                          "file of that name)", path=str(path))
     target = Path(path)
     protected = list(protected)
     if (why := refuse_reason(target, force=force, protected=protected)) is not None:

@@ -212,6 +212,14 @@ def _demo(args: argparse.Namespace) -> int:
             return fail(LedgerError("output_exists", f"refusing to replace {address.display} "
                                     "with the demo ledger: it exists; name a new path with "
                                     "--ledger", path=address.display), Exit.USAGE)
+    try:
+        # Checked before any is deleted: a directory (or FIFO) under one of the names must not
+        # leave the others gone and end in a traceback.
+        for file in files:
+            if not os.path.islink(file):
+                require_regular(file, "to replace the demo file", "output_protected")
+    except LedgerError as exc:
+        return fail(exc, Exit.USAGE)
     for file in files:
         file.unlink(missing_ok=True)
     target = address.display if own is None else target
