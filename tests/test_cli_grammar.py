@@ -401,7 +401,7 @@ def test_queue_history_and_actions_page_with_after(custom: tuple[Path, Path, lis
 
 @pytest.mark.parametrize("bad", ["abc", "-5", "1; DROP TABLE events", "", "1e3", "\u0661\u0662",
                                  "99999999", "9" * 40, "\x1b[31m7"])
-@pytest.mark.parametrize("command", ["beliefs", "queue", "history F"])
+@pytest.mark.parametrize("command", ["beliefs", "queue", "history F", "actions"])
 def test_after_with_a_hostile_or_unknown_cursor_is_a_clear_bad_request(
         custom: tuple[Path, Path, list[str]], bad: str, command: str) -> None:
     ledger, _, facts = custom
@@ -444,3 +444,24 @@ def test_recall_prints_its_results_first(believed: tuple[Path, list[str]]) -> No
     assert done.stdout.startswith("  1. acct:"), done.stdout
     verbose = cli("recall", "basic", "--verbose", "--ledger", ledger).stdout.splitlines()
     assert verbose[0].startswith("  1. acct:") and verbose[-1].startswith("hybrid: ")
+
+
+def test_actions_pages_like_every_other_list(tmp_path: Path) -> None:
+    """`actions` printed `(more: --before-seq N)` where every other list prints `next page: N`
+    for `--after N`, and took --limit up to 1000 with a pydantic message where the others stop
+    at 500 saying so."""
+    ledger = tmp_path / "l.db"
+    assert cli("init", "--ledger", ledger).returncode == 0
+    with Ledger.open(ledger) as led:
+        for n in range(3):
+            led.act("sess-1", "billing.refund", f"tx-{n}", "ok", actor="agent:bot")
+    text = cli("actions", "--limit", "2", "--ledger", ledger).stdout
+    assert "next page: " in text and "--before-seq" not in text, text
+    cursor = text.split("next page: ")[1].split()[0]
+    rest = json.loads(cli("actions", "--limit", "2", "--after", cursor, "--json", "--ledger",
+                          ledger).stdout)
+    assert [a["ref"] for a in rest["actions"]] == ["tx-0"]
+    before = file_digest(ledger)
+    done = cli("actions", "--limit", "1000", "--ledger", ledger)
+    assert done.returncode == 1 and "--limit must be between 1 and 500" in done.stderr
+    assert file_digest(ledger) == before

@@ -258,5 +258,7 @@ class ActionsResult(_Model):
                  f"{a.session}" + (f"  receipt {a.receipt_id}" if a.receipt_id else "")
                  for a in self.actions]
         if self.next_before_seq is not None:
-            lines.append(f"(more: --before-seq {self.next_before_seq})")
+            # Every list pages the same way: `next page: N`, fetched with --after N.
+            lines.append(f"next page: {self.next_before_seq} (custody-app actions --after "
+                         f"{self.next_before_seq} ...)")
         return escape_lines(lines) if lines else "no recorded action matches"

@@ -15,7 +15,15 @@ from custody_app.evidence.offline import OfflineReport, verify_export
 from custody_app.evidence.packcheck import verify_pack
 from custody_app.evidence.readmodels import BlastResult, ExplainResult
 from custody_app.files.output import write_output
-from custody_app.interfaces.cli.common import AddParser, cursor, emit, print_json, show_rendered
+from custody_app.interfaces.cli.common import (
+    AddParser,
+    add_paging,
+    cursor,
+    emit,
+    limit,
+    print_json,
+    show_rendered,
+)
 from custody_app.keys.keyring import read_public_key
 from custody_app.ledger.facade import Ledger
 
@@ -44,10 +52,9 @@ def add_parsers(add: AddParser) -> None:
                            ("--since", "at or after this ISO time"),
                            ("--until", "before this ISO time")):
         s.add_argument(flag, help=helptext)
-    s.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
-    s.add_argument("--before-seq", type=int, help="the page before this seq (a cursor)")
-    s.add_argument("--after", metavar="CURSOR", help="the next page: the cursor the page "
-                   "before printed (the same as --before-seq, newest first)")
+    add_paging(s, 100, "actions")
+    s.add_argument("--before-seq", type=int, help="the page before this seq (the same as "
+                   "--after, kept for scripts)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s = add("pack", "write one fact's signed evidence pack, or check one with --verify")
     s.add_argument("fact", nargs="?", metavar="FACT", help="the fact to pack")
@@ -175,8 +182,9 @@ def _pack(ledger: Ledger, args: argparse.Namespace) -> int:
 def _actions(ledger: Ledger, args: argparse.Namespace) -> int:
     found = ledger.actions(tool=args.tool, actor=args.actor, session=args.session,
                            subject=args.subject, since=args.since, until=args.until,
-                           before_seq=cursor(ledger, args.after) if args.after else args.before_seq,
-                           limit=args.limit)
+                           before_seq=(cursor(ledger, args.after) if args.after is not None
+                                       else args.before_seq),
+                           limit=limit(args.limit))
     if args.json:
         print_json(found.model_dump(mode="json"))
     else:
