@@ -6,6 +6,7 @@ stdout ends quietly."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -309,3 +310,32 @@ def test_a_closed_pipe_ends_quietly_with_exit_4(tmp_path: Path) -> None:
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 4 and b"Traceback" not in err and b"Exception ignored" not in err
+
+
+def _ledger_bytes(db: Path) -> dict[str, str]:
+    """sha256 of the ledger and its key store files (what a refusal must leave as it was)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in (db, Path(f"{db}.keys"), Path(f"{db}.keys.master"), Path(f"{db}.pub"))}
+
+
+def _initialised(tmp_path: Path) -> Path:
+    db = tmp_path / "l.db"
+    assert run("init", "--ledger", str(db)).returncode == 0
+    # A first batch opens the fresh ledger once (what any first open may settle, it settles).
+    assert run("--batch", "-", "--ledger", str(db), stdin='{"op":"verify"}\n').returncode == 0
+    return db
+
+
+def test_an_actor_with_a_control_or_bidi_character_is_told_the_character_not_the_kind(
+        tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    before = _ledger_bytes(db)
+    lines = [line(actor="user:dana\u202e"), line(actor=f"agent:x{ESC}"), line(actor="robot:x")]
+    done = run("--batch", "-", "--ledger", str(db), stdin="\n".join(lines) + "\n")
+    bidi, esc, kind = [json.loads(r)["error"] for r in done.stdout.splitlines()]
+    assert bidi["code"] == esc["code"] == kind["code"] == "invalid_actor"
+    assert "\\u202e" in bidi["message"] and "bidirectional character" in bidi["message"]
+    assert "must be kind:id" not in bidi["message"] + esc["message"]
+    assert "\\x1b" in esc["message"]
+    assert "must be kind:id with kind one of user" in kind["message"]
+    assert _ledger_bytes(db) == before

@@ -37,15 +37,22 @@ _ACTOR_RE = re.compile(r"^([a-z]+):(\S.{0,199})$")
 
 
 def check_actor(text: str) -> str:
-    """`kind:id` with kind from the closed set; raises a pydantic error coded `invalid_actor`."""
+    """`kind:id` with kind from the closed set; raises a pydantic error coded `invalid_actor`
+    naming the problem: the kind, or a character no identifier may hold (`check_identifier`)."""
     match = _ACTOR_RE.match(text) if isinstance(text, str) else None
-    if match is None or match.group(1) not in ACTOR_KINDS or unsafe_character(text) is not None:
+    if match is not None and match.group(1) in ACTOR_KINDS and unsafe_character(text) is None:
+        return text
+    bad = unsafe_character(text) if isinstance(text, str) else None
+    if bad is not None and text.partition(":")[1] and text.partition(":")[0] in ACTOR_KINDS:
+        # The kind is fine: the character is the problem, so that is what is named.
         raise PydanticCustomError(
-            "invalid_actor",
-            "actor '{actor}' must be kind:id with kind one of " + ", ".join(ACTOR_KINDS),
-            {"actor": escape_text(text) if isinstance(text, str) else text},
-        )
-    return text
+            "invalid_actor", "actor '{actor}' holds the control or bidirectional character "
+            "{char}; actors may not", {"actor": escape_text(text), "char": bad})
+    raise PydanticCustomError(
+        "invalid_actor",
+        "actor '{actor}' must be kind:id with kind one of " + ", ".join(ACTOR_KINDS),
+        {"actor": escape_text(text) if isinstance(text, str) else text},
+    )
 
 
 def check_identifier(text: str) -> str:
