@@ -13,6 +13,7 @@ import select
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 from custody_app import Ledger
 from custody_app.domain.commands import MAX_NESTING
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.escaping import escape_text, escaped
+from custody_app.domain.escaping import escape_text, escaped, unsafe_character
 from custody_app.interfaces.mcp.tools import MemoryTools
 
 CLI = str(Path(sys.executable).parent / "custody-app")
@@ -339,3 +340,69 @@ def test_an_actor_with_a_control_or_bidi_character_is_told_the_character_not_the
     assert "\\x1b" in esc["message"]
     assert "must be kind:id with kind one of user" in kind["message"]
     assert _ledger_bytes(db) == before
+
+
+# Shown as nothing: format characters (Cf) and other default-ignorable code points. Each makes
+# an identifier that looks exactly like another: `acct:1042\u200b` would survive the erasure of
+# `acct:1042`, `agent:support-bot\u2060` pass for the real agent in the review queue.
+INVISIBLE = ["\u200b", "\u2060", "\u00ad", "\ufeff", "\u200c", "\u200d", "\u2064", "\u034f",
+             "\u115f", "\u17b4", "\u180b", "\u3164", "\ufe0f", "\uffa0", "\U000e0001",
+             "\U000e0101"]
+# The default-ignorable code points outside general category Cf (DerivedCoreProperties.txt).
+IGNORABLE_OUTSIDE_CF = [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, *range(0x180B, 0x1810), 0x2065,
+                        0x3164, *range(0xFE00, 0xFE10), 0xFFA0, *range(0xFFF0, 0xFFF9),
+                        *range(0xE0000, 0xE1000)]
+
+
+def _shown(char: str) -> str:
+    point = ord(char)
+    return (f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}" if point < 0x10000
+            else f"\\U{point:08x}")
+
+
+def test_every_format_and_default_ignorable_character_is_unsafe_in_an_identifier() -> None:
+    refused = {p for p in range(0x110000) if unicodedata.category(chr(p)) == "Cf"}
+    refused.update(IGNORABLE_OUTSIDE_CF)
+    for point in sorted(refused):
+        assert unsafe_character(f"acct:1042{chr(point)}x") == _shown(chr(point)), hex(point)
+    for clean in ("acct:1042", "acct:ünïcode-✓", "acct:東京", "acct:😀", "p\u00e9"):
+        assert unsafe_character(clean) is None, clean
+    # Values keep them and are shown as they are (an emoji's ZWJ sequence, a soft hyphen).
+    assert escape_text("👨\u200d👩\u200d👧 co\u00adop") == "👨\u200d👩\u200d👧 co\u00adop"
+
+
+def test_identifiers_refuse_invisible_characters_at_the_door_leaving_the_files_as_they_were(
+        tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    before = _ledger_bytes(db)
+    fields = ["subject", "predicate", "space", "session", "actor", "cause.ref", "ref"]
+    cases = [(field, char) for field in fields for char in INVISIBLE]
+    lines = []
+    for field, char in cases:
+        value = f"agent:support-bot{char}" if field == "actor" else f"acct:1042{char}"
+        lines.append(line(**({"cause": {**CAUSE, "ref": value}} if field == "cause.ref"
+                             else {field: value})))
+    done = run("--batch", "-", "--ledger", str(db), stdin="\n".join(lines) + "\n")
+    results = [json.loads(r) for r in done.stdout.splitlines()]
+    assert done.returncode == 1 and len(results) == len(cases)
+    for (field, char), result in zip(cases, results, strict=True):
+        error = result["error"]
+        assert error["code"] == ("invalid_actor" if field == "actor" else "bad_request"), error
+        assert error["field"] == field and _shown(char) in error["message"], error
+        assert "invisible character" in error["message"] and "must be kind:id" not in error["message"]
+    assert _ledger_bytes(db) == before
+    with Ledger.open(db) as ledger:
+        events = ledger.db.events.count()
+        for field in ("subject", "predicate", "space", "session", "actor"):
+            value = "agent:support-bot\u2060" if field == "actor" else "acct:1042\u200b"
+            args: dict[str, Any] = {"subject": "acct:1", "predicate": "plan", "actor": "agent:x",
+                                    "cause": CAUSE, field: value}
+            with pytest.raises(LedgerError) as caught:
+                ledger.assert_fact(args.pop("subject"), args.pop("predicate"), "v", **args)
+            assert caught.value.code in ("bad_request", "invalid_actor")
+        with pytest.raises(LedgerError) as caught:
+            MemoryTools(ledger, "agent:bot").call(
+                "memory_write", {"subject": "acct:1042\u200b", "predicate": "plan", "value": "v",
+                                 "cause": CAUSE}, "mcp-s")
+        assert caught.value.code == "bad_request" and "\\u200b" in caught.value.message
+        assert ledger.db.events.count() == events

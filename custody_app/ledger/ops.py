@@ -18,7 +18,7 @@ from custody_app.domain.commands import (
     parse_command,
 )
 from custody_app.domain.errors import LedgerError, suggest
-from custody_app.domain.escaping import json_text, unsafe_character
+from custody_app.domain.escaping import json_text, unsafe_kind
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.ledger.facade import Ledger
 
@@ -114,8 +114,10 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
             hint = " (not available in this version)" if op in NOT_YET else suggest(op, OPS)
             raise LedgerError("unknown_op", f"unknown op {op!r}{hint}")
         ref = data.pop("ref", None) if op == "assert" else None
-        if ref is not None and (not isinstance(ref, str) or not ref or ref.startswith("@")
-                                or unsafe_character(ref) is not None):
+        if ref is not None and isinstance(ref, str) and (bad := unsafe_kind(ref)) is not None:
+            raise LedgerError("bad_request", f"field 'ref' holds the {bad[1]} character {bad[0]}; "
+                              "an alias must be a name such as \"plan1\"", field="ref")
+        if ref is not None and (not isinstance(ref, str) or not ref or ref.startswith("@")):
             raise LedgerError("bad_request", "field 'ref' must be a name such as \"plan1\"",
                               field="ref")
         if ref is not None and ref in aliases.names:
