@@ -22,8 +22,9 @@ import pytest
 from custody_app import Ledger
 from custody_app.domain.commands import MAX_NESTING
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.escaping import escape_text, escaped, unsafe_character
+from custody_app.domain.escaping import escape_text, escaped, json_text, unsafe_character
 from custody_app.interfaces.mcp.tools import MemoryTools
+from custody_app.ledger.ops import result_line
 
 CLI = str(Path(sys.executable).parent / "custody-app")
 BATCH_DOC = Path(__file__).resolve().parent.parent / "docs" / "batch.md"
@@ -406,3 +407,31 @@ def test_identifiers_refuse_invisible_characters_at_the_door_leaving_the_files_a
                                  "cause": CAUSE}, "mcp-s")
         assert caught.value.code == "bad_request" and "\\u200b" in caught.value.message
         assert ledger.db.events.count() == events
+
+
+def _strict(text: str) -> Any:
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"not strict JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_non_finite_id_is_refused_and_every_result_line_is_strict_json(tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    before = _ledger_bytes(db)
+    ids = ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "[1, NaN]", '{"a": {"b": 1e999}}']
+    lines = [f'{{"op": "as_of", "id": {i}}}' for i in ids] + ['{"op": "as_of", "id": 2.5}']
+    done = run("--batch", "-", "--ledger", str(db), stdin="\n".join(lines) + "\n")
+    results = [_strict(r) for r in done.stdout.splitlines()]  # raises on NaN or Infinity
+    assert len(results) == len(lines)
+    for result in results[:-1]:
+        assert result["id"] is None and result["error"]["code"] == "bad_request"
+        assert result["error"]["field"] == "id" and "not finite" in result["error"]["message"]
+    assert results[-1]["ok"] and results[-1]["id"] == 2.5
+    assert _ledger_bytes(db) == before
+
+
+def test_a_result_holding_a_non_finite_number_is_still_written_as_strict_json() -> None:
+    written = result_line({"line": 1, "id": float("nan"), "result": {"x": [float("inf"), 1.5]}})
+    assert _strict(written) == {"line": 1, "id": None, "result": {"x": [None, 1.5]}}
+    clean = {"line": 1, "id": "a\u2028", "ok": True, "result": {"v": "ü\x1b", "n": 1.25}}
+    assert result_line(clean) == json_text(clean) + "\n"  # byte-identical when finite
