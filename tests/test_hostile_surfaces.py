@@ -435,3 +435,18 @@ def test_a_result_holding_a_non_finite_number_is_still_written_as_strict_json() 
     assert _strict(written) == {"line": 1, "id": None, "result": {"x": [None, 1.5]}}
     clean = {"line": 1, "id": "a\u2028", "ok": True, "result": {"v": "ü\x1b", "n": 1.25}}
     assert result_line(clean) == json_text(clean) + "\n"  # byte-identical when finite
+
+
+def test_fail_fast_never_writes_an_input_field_name_raw_to_the_terminal(tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    before = _ledger_bytes(db)
+    deep = "[" * (MAX_NESTING + 2) + "]" * (MAX_NESTING + 2)
+    for text in (json.dumps({"op": "as_of", ESC: 1}), line(cause={**CAUSE, ESC: 1}),
+                 f'{{"op": "recall", "query": "x", {json.dumps(ESC + "2")}: {deep}}}'):
+        done = run("--batch", "-", "--fail-fast", "--ledger", str(db), stdin=text + "\n")
+        assert done.returncode == 1 and "stopped at line 1 (bad_request)" in done.stderr
+        assert _terminal_safe(done.stderr) and "\\x1b]0;pwned\\x07\\x1b[2J" in done.stderr, done.stderr
+        error = json.loads(done.stdout)["error"]
+        assert "\\x1b]0;pwned" in error["message"] and _terminal_safe(error["message"])
+        assert ESC in error["field"]  # the field as given, JSON-escaped on the way out
+    assert _ledger_bytes(db) == before

@@ -15,6 +15,7 @@ except ImportError:  # pragma: no cover - json_larger_than then always serialise
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from custody_app.domain.errors import LedgerError, suggest
+from custody_app.domain.escaping import escape_identifier
 from custody_app.domain.models import (
     Actor,
     ArgsDigest,
@@ -134,7 +135,9 @@ def json_larger_than(value: Any, limit: int) -> bool:
 
 
 def nesting_message(field: str) -> str:
-    return f"field '{field}' nests deeper than {MAX_NESTING} levels of lists and objects"
+    # `field` may be any key of an input line: escaped, so it cannot drive a terminal.
+    return (f"field '{escape_identifier(field)}' nests deeper than {MAX_NESTING} levels of lists "
+            "and objects")
 
 
 def depth_of(value: Any) -> int:
@@ -323,21 +326,23 @@ NOT_YET: tuple[str, ...] = ()
 
 def refusal(exc: ValidationError, known: Iterable[str] = ()) -> LedgerError:
     """Turn the first validation problem into a coded, one-sentence refusal naming the field
-    (with the closest of the `known` field names when the field is unknown)."""
+    (with the closest of the `known` field names when the field is unknown). A field name from
+    the input is escaped in the message (`field` keeps it as given)."""
     errors = exc.errors()
     # A mistyped field is also a missing one: name the typo, which has the suggestion.
     err = next((e for e in errors if e["type"] == "extra_forbidden" and known), errors[0])
     field = ".".join(str(p) for p in err["loc"]) or "(input)"
+    shown = escape_identifier(field)
     kind = err["type"]
     if kind == "missing":
-        return LedgerError("bad_request", f"missing field '{field}'", field=field)
+        return LedgerError("bad_request", f"missing field '{shown}'", field=field)
     if kind == "extra_forbidden":
-        return LedgerError("bad_request", f"unknown field '{field}'{suggest(field, known)}",
+        return LedgerError("bad_request", f"unknown field '{shown}'{suggest(field, known)}",
                            field=field)
     if kind in ("invalid_time", "invalid_actor", "invalid_interval", "llm_block"):
-        return LedgerError(kind, f"field '{field}': {err['msg']}" if field != "(input)"
+        return LedgerError(kind, f"field '{shown}': {err['msg']}" if field != "(input)"
                            else err["msg"], field=field)
-    return LedgerError("bad_request", f"field '{field}': {err['msg']}", field=field)
+    return LedgerError("bad_request", f"field '{shown}': {err['msg']}", field=field)
 
 
 def parse_command(kind: type[Command], data: dict[str, Any]) -> Command:
