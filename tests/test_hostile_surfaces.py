@@ -21,7 +21,7 @@ import pytest
 
 from custody_app import Ledger
 from custody_app.domain.commands import MAX_NESTING
-from custody_app.domain.errors import LedgerError
+from custody_app.domain.errors import LedgerError, suggest
 from custody_app.domain.escaping import escape_text, escaped, json_text, unsafe_character
 from custody_app.interfaces.mcp.tools import MemoryTools
 from custody_app.ledger.ops import result_line
@@ -450,3 +450,19 @@ def test_fail_fast_never_writes_an_input_field_name_raw_to_the_terminal(tmp_path
         assert "\\x1b]0;pwned" in error["message"] and _terminal_safe(error["message"])
         assert ESC in error["field"]  # the field as given, JSON-escaped on the way out
     assert _ledger_bytes(db) == before
+
+
+def test_ref_on_an_op_without_one_is_explained_never_suggested_as_itself(tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    lines = ['{"op": "explain", "ref": "r1"}', '{"op": "history", "fact_id": "f_1", "ref": "r1"}',
+             '{"op": "retract", "fact_id": "f_1", "actor": "user:a", "reson": "x"}']
+    done = run("--batch", "-", "--ledger", str(db), stdin="\n".join(lines) + "\n")
+    explain, history, typo = [json.loads(r)["error"] for r in done.stdout.splitlines()]
+    for error in (explain, history):
+        assert error["code"] == "bad_request" and error["field"] == "ref"
+        assert "did you mean 'ref'" not in error["message"]
+        assert "an alias" in error["message"] and "only an assert takes it" in error["message"]
+    assert "the field 'action_ref'" in explain["message"]
+    assert "action_ref" not in history["message"]
+    assert typo["message"] == "unknown field 'reson'; did you mean 'reason'?"
+    assert suggest("ref", ["ref", "op"]) == "" and suggest("rf", ["ref"]) == "; did you mean 'ref'?"
