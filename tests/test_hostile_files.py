@@ -231,3 +231,28 @@ def test_the_demo_refuses_a_directory_in_its_place_before_deleting_anything(
     assert "output_protected" in done.stderr and "a directory" in done.stderr
     assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
     assert (tmp_path / blocker).is_dir()
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device", "missing"])
+def test_a_batch_file_that_is_no_readable_regular_file_is_refused_with_its_code(
+        ledger: tuple[Path, str], kind: str) -> None:
+    db, _ = ledger
+    source = {"directory": db.parent / "d", "fifo": db.parent / "f", "device": Path("/dev/zero"),
+              "missing": db.parent / "missing.jsonl"}[kind]
+    if kind == "directory":
+        source.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(source)
+    before = digest(*_files(db))
+    done = run("--batch", str(source), "--ledger", str(db), timeout=30)  # a hang would raise
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.startswith("custody-app: ") and str(source) in done.stderr
+    assert done.stderr.endswith(" (batch_unreadable)\n"), done.stderr
+    assert digest(*_files(db)) == before
+    missing_ledger = db.parent / "never.db"
+    done = run("--batch", str(source), "--ledger", str(missing_ledger), "--create", timeout=30)
+    assert done.returncode == 2 and done.stderr.endswith(" (batch_unreadable)\n")
+    assert not missing_ledger.exists()
+    batch_doc = " ".join((Path(__file__).resolve().parent.parent / "docs" / "batch.md")
+                         .read_text().split())
+    assert "`batch_unreadable`" in batch_doc

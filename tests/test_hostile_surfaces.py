@@ -6,12 +6,14 @@ stdout ends quietly."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,10 @@ import pytest
 
 from custody_app import Ledger
 from custody_app.domain.commands import MAX_NESTING
-from custody_app.domain.errors import LedgerError
-from custody_app.domain.escaping import escape_text, escaped
+from custody_app.domain.errors import LedgerError, suggest
+from custody_app.domain.escaping import escape_text, escaped, json_text, unsafe_character
 from custody_app.interfaces.mcp.tools import MemoryTools
+from custody_app.ledger.ops import result_line
 
 CLI = str(Path(sys.executable).parent / "custody-app")
 BATCH_DOC = Path(__file__).resolve().parent.parent / "docs" / "batch.md"
@@ -309,3 +312,157 @@ def test_a_closed_pipe_ends_quietly_with_exit_4(tmp_path: Path) -> None:
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 4 and b"Traceback" not in err and b"Exception ignored" not in err
+
+
+def _ledger_bytes(db: Path) -> dict[str, str]:
+    """sha256 of the ledger and its key store files (what a refusal must leave as it was)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in (db, Path(f"{db}.keys"), Path(f"{db}.keys.master"), Path(f"{db}.pub"))}
+
+
+def _initialised(tmp_path: Path) -> Path:
+    db = tmp_path / "l.db"
+    assert run("init", "--ledger", str(db)).returncode == 0
+    # A first batch opens the fresh ledger once (what any first open may settle, it settles).
+    assert run("--batch", "-", "--ledger", str(db), stdin='{"op":"verify"}\n').returncode == 0
+    return db
+
+
+def test_an_actor_with_a_control_or_bidi_character_is_told_the_character_not_the_kind(
+        tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    before = _ledger_bytes(db)
+    lines = [line(actor="user:dana\u202e"), line(actor=f"agent:x{ESC}"), line(actor="robot:x")]
+    done = run("--batch", "-", "--ledger", str(db), stdin="\n".join(lines) + "\n")
+    bidi, esc, kind = [json.loads(r)["error"] for r in done.stdout.splitlines()]
+    assert bidi["code"] == esc["code"] == kind["code"] == "invalid_actor"
+    assert "\\u202e" in bidi["message"] and "bidirectional character" in bidi["message"]
+    assert "must be kind:id" not in bidi["message"] + esc["message"]
+    assert "\\x1b" in esc["message"]
+    assert "must be kind:id with kind one of user" in kind["message"]
+    assert _ledger_bytes(db) == before
+
+
+# Shown as nothing: format characters (Cf) and other default-ignorable code points. Each makes
+# an identifier that looks exactly like another: `acct:1042\u200b` would survive the erasure of
+# `acct:1042`, `agent:support-bot\u2060` pass for the real agent in the review queue.
+INVISIBLE = ["\u200b", "\u2060", "\u00ad", "\ufeff", "\u200c", "\u200d", "\u2064", "\u034f",
+             "\u115f", "\u17b4", "\u180b", "\u3164", "\ufe0f", "\uffa0", "\U000e0001",
+             "\U000e0101"]
+# The default-ignorable code points outside general category Cf (DerivedCoreProperties.txt).
+IGNORABLE_OUTSIDE_CF = [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, *range(0x180B, 0x1810), 0x2065,
+                        0x3164, *range(0xFE00, 0xFE10), 0xFFA0, *range(0xFFF0, 0xFFF9),
+                        *range(0xE0000, 0xE1000)]
+
+
+def _shown(char: str) -> str:
+    point = ord(char)
+    return (f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}" if point < 0x10000
+            else f"\\U{point:08x}")
+
+
+def test_every_format_and_default_ignorable_character_is_unsafe_in_an_identifier() -> None:
+    refused = {p for p in range(0x110000) if unicodedata.category(chr(p)) == "Cf"}
+    refused.update(IGNORABLE_OUTSIDE_CF)
+    for point in sorted(refused):
+        assert unsafe_character(f"acct:1042{chr(point)}x") == _shown(chr(point)), hex(point)
+    for clean in ("acct:1042", "acct:ünïcode-✓", "acct:東京", "acct:😀", "p\u00e9"):
+        assert unsafe_character(clean) is None, clean
+    # Values keep them and are shown as they are (an emoji's ZWJ sequence, a soft hyphen).
+    assert escape_text("👨\u200d👩\u200d👧 co\u00adop") == "👨\u200d👩\u200d👧 co\u00adop"
+
+
+def test_identifiers_refuse_invisible_characters_at_the_door_leaving_the_files_as_they_were(
+        tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    before = _ledger_bytes(db)
+    fields = ["subject", "predicate", "space", "session", "actor", "cause.ref", "ref"]
+    cases = [(field, char) for field in fields for char in INVISIBLE]
+    lines = []
+    for field, char in cases:
+        value = f"agent:support-bot{char}" if field == "actor" else f"acct:1042{char}"
+        lines.append(line(**({"cause": {**CAUSE, "ref": value}} if field == "cause.ref"
+                             else {field: value})))
+    done = run("--batch", "-", "--ledger", str(db), stdin="\n".join(lines) + "\n")
+    results = [json.loads(r) for r in done.stdout.splitlines()]
+    assert done.returncode == 1 and len(results) == len(cases)
+    for (field, char), result in zip(cases, results, strict=True):
+        error = result["error"]
+        assert error["code"] == ("invalid_actor" if field == "actor" else "bad_request"), error
+        assert error["field"] == field and _shown(char) in error["message"], error
+        assert "invisible character" in error["message"] and "must be kind:id" not in error["message"]
+    assert _ledger_bytes(db) == before
+    with Ledger.open(db) as ledger:
+        events = ledger.db.events.count()
+        for field in ("subject", "predicate", "space", "session", "actor"):
+            value = "agent:support-bot\u2060" if field == "actor" else "acct:1042\u200b"
+            args: dict[str, Any] = {"subject": "acct:1", "predicate": "plan", "actor": "agent:x",
+                                    "cause": CAUSE, field: value}
+            with pytest.raises(LedgerError) as caught:
+                ledger.assert_fact(args.pop("subject"), args.pop("predicate"), "v", **args)
+            assert caught.value.code in ("bad_request", "invalid_actor")
+        with pytest.raises(LedgerError) as caught:
+            MemoryTools(ledger, "agent:bot").call(
+                "memory_write", {"subject": "acct:1042\u200b", "predicate": "plan", "value": "v",
+                                 "cause": CAUSE}, "mcp-s")
+        assert caught.value.code == "bad_request" and "\\u200b" in caught.value.message
+        assert ledger.db.events.count() == events
+
+
+def _strict(text: str) -> Any:
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"not strict JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_non_finite_id_is_refused_and_every_result_line_is_strict_json(tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    before = _ledger_bytes(db)
+    ids = ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "[1, NaN]", '{"a": {"b": 1e999}}']
+    lines = [f'{{"op": "as_of", "id": {i}}}' for i in ids] + ['{"op": "as_of", "id": 2.5}']
+    done = run("--batch", "-", "--ledger", str(db), stdin="\n".join(lines) + "\n")
+    results = [_strict(r) for r in done.stdout.splitlines()]  # raises on NaN or Infinity
+    assert len(results) == len(lines)
+    for result in results[:-1]:
+        assert result["id"] is None and result["error"]["code"] == "bad_request"
+        assert result["error"]["field"] == "id" and "not finite" in result["error"]["message"]
+    assert results[-1]["ok"] and results[-1]["id"] == 2.5
+    assert _ledger_bytes(db) == before
+
+
+def test_a_result_holding_a_non_finite_number_is_still_written_as_strict_json() -> None:
+    written = result_line({"line": 1, "id": float("nan"), "result": {"x": [float("inf"), 1.5]}})
+    assert _strict(written) == {"line": 1, "id": None, "result": {"x": [None, 1.5]}}
+    clean = {"line": 1, "id": "a\u2028", "ok": True, "result": {"v": "ü\x1b", "n": 1.25}}
+    assert result_line(clean) == json_text(clean) + "\n"  # byte-identical when finite
+
+
+def test_fail_fast_never_writes_an_input_field_name_raw_to_the_terminal(tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    before = _ledger_bytes(db)
+    deep = "[" * (MAX_NESTING + 2) + "]" * (MAX_NESTING + 2)
+    for text in (json.dumps({"op": "as_of", ESC: 1}), line(cause={**CAUSE, ESC: 1}),
+                 f'{{"op": "recall", "query": "x", {json.dumps(ESC + "2")}: {deep}}}'):
+        done = run("--batch", "-", "--fail-fast", "--ledger", str(db), stdin=text + "\n")
+        assert done.returncode == 1 and "stopped at line 1 (bad_request)" in done.stderr
+        assert _terminal_safe(done.stderr) and "\\x1b]0;pwned\\x07\\x1b[2J" in done.stderr, done.stderr
+        error = json.loads(done.stdout)["error"]
+        assert "\\x1b]0;pwned" in error["message"] and _terminal_safe(error["message"])
+        assert ESC in error["field"]  # the field as given, JSON-escaped on the way out
+    assert _ledger_bytes(db) == before
+
+
+def test_ref_on_an_op_without_one_is_explained_never_suggested_as_itself(tmp_path: Path) -> None:
+    db = _initialised(tmp_path)
+    lines = ['{"op": "explain", "ref": "r1"}', '{"op": "history", "fact_id": "f_1", "ref": "r1"}',
+             '{"op": "retract", "fact_id": "f_1", "actor": "user:a", "reson": "x"}']
+    done = run("--batch", "-", "--ledger", str(db), stdin="\n".join(lines) + "\n")
+    explain, history, typo = [json.loads(r)["error"] for r in done.stdout.splitlines()]
+    for error in (explain, history):
+        assert error["code"] == "bad_request" and error["field"] == "ref"
+        assert "did you mean 'ref'" not in error["message"]
+        assert "an alias" in error["message"] and "only an assert takes it" in error["message"]
+    assert "the field 'action_ref'" in explain["message"]
+    assert "action_ref" not in history["message"]
+    assert typo["message"] == "unknown field 'reson'; did you mean 'reason'?"
+    assert suggest("ref", ["ref", "op"]) == "" and suggest("rf", ["ref"]) == "; did you mean 'ref'?"

@@ -15,6 +15,7 @@ except ImportError:  # pragma: no cover - json_larger_than then always serialise
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from custody_app.domain.errors import LedgerError, suggest
+from custody_app.domain.escaping import escape_identifier
 from custody_app.domain.models import (
     Actor,
     ArgsDigest,
@@ -134,7 +135,9 @@ def json_larger_than(value: Any, limit: int) -> bool:
 
 
 def nesting_message(field: str) -> str:
-    return f"field '{field}' nests deeper than {MAX_NESTING} levels of lists and objects"
+    # `field` may be any key of an input line: escaped, so it cannot drive a terminal.
+    return (f"field '{escape_identifier(field)}' nests deeper than {MAX_NESTING} levels of lists "
+            "and objects")
 
 
 def depth_of(value: Any) -> int:
@@ -321,23 +324,39 @@ OPS: dict[str, type[Command]] = {
 NOT_YET: tuple[str, ...] = ()
 
 
-def refusal(exc: ValidationError, known: Iterable[str] = ()) -> LedgerError:
+def refusal(exc: ValidationError, known: Iterable[str] = (),
+            hints: dict[str, str] | None = None) -> LedgerError:
     """Turn the first validation problem into a coded, one-sentence refusal naming the field
-    (with the closest of the `known` field names when the field is unknown)."""
+    (when the field is unknown: its hint in `hints`, else the closest of the `known` field
+    names). A field name from the input is escaped in the message (`field` keeps it as given)."""
     errors = exc.errors()
     # A mistyped field is also a missing one: name the typo, which has the suggestion.
     err = next((e for e in errors if e["type"] == "extra_forbidden" and known), errors[0])
     field = ".".join(str(p) for p in err["loc"]) or "(input)"
+    shown = escape_identifier(field)
     kind = err["type"]
     if kind == "missing":
-        return LedgerError("bad_request", f"missing field '{field}'", field=field)
+        return LedgerError("bad_request", f"missing field '{shown}'", field=field)
     if kind == "extra_forbidden":
-        return LedgerError("bad_request", f"unknown field '{field}'{suggest(field, known)}",
-                           field=field)
+        hint = (hints or {}).get(field)
+        return LedgerError("bad_request", f"unknown field '{shown}'"
+                           + (f"; {hint}" if hint else suggest(field, known)), field=field)
     if kind in ("invalid_time", "invalid_actor", "invalid_interval", "llm_block"):
-        return LedgerError(kind, f"field '{field}': {err['msg']}" if field != "(input)"
+        return LedgerError(kind, f"field '{shown}': {err['msg']}" if field != "(input)"
                            else err["msg"], field=field)
-    return LedgerError("bad_request", f"field '{field}': {err['msg']}", field=field)
+    return LedgerError("bad_request", f"field '{shown}': {err['msg']}", field=field)
+
+
+def _hints(kind: type[Command]) -> dict[str, str]:
+    """What an unknown field most likely meant, where a suggestion by spelling would mislead:
+    `ref` on an op that has none is the alias an assert names its fact by."""
+    if "ref" in kind.model_fields or kind is AssertFact:
+        return {}
+    hint = ("'ref' names an assert's fact (an alias, used as \"@name\" on later lines), so only "
+            "an assert takes it")
+    if "action_ref" in kind.model_fields:
+        hint += "; the action's ref is the field 'action_ref'"
+    return {"ref": hint}
 
 
 def parse_command(kind: type[Command], data: dict[str, Any]) -> Command:
@@ -345,4 +364,5 @@ def parse_command(kind: type[Command], data: dict[str, Any]) -> Command:
     try:
         return kind.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise refusal(exc, ("op", "id", "ref", *kind.model_fields)) from None
+        known = ("op", "id", *(("ref",) if kind is AssertFact else ()), *kind.model_fields)
+        raise refusal(exc, known, _hints(kind)) from None

@@ -52,7 +52,8 @@ def suggest(given: object, known: Iterable[str]) -> str:
     """`; did you mean 'x'?` for the known name closest to `given`, or "" when none is close."""
     if not isinstance(given, str):
         return ""
-    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
+    # Never the name given itself: known somewhere, it was still refused here.
+    close = difflib.get_close_matches(given, [k for k in known if k != given], n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 

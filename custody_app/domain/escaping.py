@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import unicodedata
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -18,7 +20,8 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\
 
 def _code(match: re.Match[str]) -> str:
     point = ord(match.group())
-    return f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}"
+    return (f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}" if point < 0x10000
+            else f"\\U{point:08x}")
 
 
 def escape_text(text: str, *, keep_newlines: bool = False) -> str:
@@ -53,10 +56,60 @@ def escape_lines(lines: list[str]) -> str:
     return "\n".join(escape_text(line) for line in lines)
 
 
+# The default-ignorable code points that are not format characters (Unicode's
+# DerivedCoreProperties.txt): the combining grapheme joiner, the Hangul and halfwidth fillers,
+# the Khmer inherent vowels, the Mongolian free variation selectors, the variation selectors and
+# the ranges Unicode reserves as default-ignorable (U+2065, U+FFF0-U+FFF8, plane 14's).
+_IGNORABLE_OUTSIDE_CF = ("\\u034f\\u115f\\u1160\\u17b4\\u17b5\\u180b-\\u180f\\u2065\\u3164"
+                         "\\ufe00-\\ufe0f\\uffa0\\ufff0-\\ufff8\\U000e0000-\\U000e0fff")
+
+
+@cache
+def _unsafe_in_identifiers() -> re.Pattern[str]:
+    """What `_UNSAFE` matches, and every character shown as nothing: the format characters
+    (general category Cf, from this Python's Unicode database: zero-width space, joiners, word
+    joiner, soft hyphen, BOM, tags...) and the other default-ignorable code points. Built once,
+    on the first identifier that is not ASCII (an ASCII one holds none of them)."""
+    ranges: list[tuple[int, int]] = []
+    for point in range(0x80, 0x110000):
+        if unicodedata.category(chr(point)) == "Cf":
+            if ranges and ranges[-1][1] == point - 1:
+                ranges[-1] = (ranges[-1][0], point)
+            else:
+                ranges.append((point, point))
+    cf = "".join(f"\\U{first:08x}" if first == last else f"\\U{first:08x}-\\U{last:08x}"
+                 for first, last in ranges)
+    return re.compile("[" + _UNSAFE.pattern[1:-1] + cf + _IGNORABLE_OUTSIDE_CF + "]")
+
+
+def _unsafe_match(text: str) -> re.Match[str] | None:
+    return _UNSAFE.search(text) if text.isascii() else _unsafe_in_identifiers().search(text)
+
+
 def unsafe_character(text: str) -> str | None:
-    """The first control character or bidirectional override in `text`, escaped, or None."""
-    match = _UNSAFE.search(text)
+    """The first character in `text` an identifier may not hold, escaped, or None: a control
+    character or bidirectional override (what `escape_text` escapes), or an invisible one (a
+    format character such as U+200B ZERO WIDTH SPACE, or another default-ignorable code point),
+    which would make an identifier that looks exactly like another."""
+    match = _unsafe_match(text)
     return _code(match) if match else None
+
+
+def unsafe_kind(text: str) -> tuple[str, str] | None:
+    """`unsafe_character(text)` and what it is ("control or bidirectional", or "invisible"),
+    or None: for a refusal that names the character."""
+    match = _unsafe_match(text)
+    if match is None:
+        return None
+    what = "control or bidirectional" if _UNSAFE.match(match.group()) else "invisible"
+    return _code(match), what
+
+
+def escape_identifier(text: str) -> str:
+    """`escape_text(text)` with the invisible characters identifiers may not hold escaped too:
+    for a message quoting input refused as (or in place of) an identifier, where a zero-width
+    character would otherwise hide. Stored values keep them (an emoji's ZWJ sequence)."""
+    return (_UNSAFE if text.isascii() else _unsafe_in_identifiers()).sub(_code, text)
 
 
 # What a terminal UI's markup would read as a tag: "[b]", "[/]", "[@click=...]", "[$var]"; a

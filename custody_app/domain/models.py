@@ -18,7 +18,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.escaping import escape_text, unsafe_character
+from custody_app.domain.escaping import escape_identifier, unsafe_character, unsafe_kind
 from custody_app.domain.receipts import Pointer, Receipt
 from custody_app.domain.timeutil import normalise
 
@@ -37,24 +37,37 @@ _ACTOR_RE = re.compile(r"^([a-z]+):(\S.{0,199})$")
 
 
 def check_actor(text: str) -> str:
-    """`kind:id` with kind from the closed set; raises a pydantic error coded `invalid_actor`."""
+    """`kind:id` with kind from the closed set; raises a pydantic error coded `invalid_actor`
+    naming the problem: the kind, or a character no identifier may hold (`check_identifier`)."""
     match = _ACTOR_RE.match(text) if isinstance(text, str) else None
-    if match is None or match.group(1) not in ACTOR_KINDS or unsafe_character(text) is not None:
+    if match is not None and match.group(1) in ACTOR_KINDS and unsafe_character(text) is None:
+        return text
+    bad = unsafe_kind(text) if isinstance(text, str) else None
+    if bad is not None and text.partition(":")[1] and text.partition(":")[0] in ACTOR_KINDS:
+        # The kind is fine: the character is the problem (a control or bidi character, or an
+        # invisible one making a lookalike of another actor), so that is what is named.
         raise PydanticCustomError(
-            "invalid_actor",
-            "actor '{actor}' must be kind:id with kind one of " + ", ".join(ACTOR_KINDS),
-            {"actor": escape_text(text) if isinstance(text, str) else text},
-        )
-    return text
+            "invalid_actor", "actor '{actor}' holds the {what} character {char}; actors may not",
+            {"actor": escape_identifier(text), "what": bad[1], "char": bad[0]})
+    raise PydanticCustomError(
+        "invalid_actor",
+        "actor '{actor}' must be kind:id with kind one of " + ", ".join(ACTOR_KINDS),
+        {"actor": escape_identifier(text) if isinstance(text, str) else text},
+    )
 
 
 def check_identifier(text: str) -> str:
     """Identifiers (subject, predicate, space, actor, session, refs) are shown to reviewers and
-    matched exactly: no control character or bidirectional override may hide in one."""
-    if (bad := unsafe_character(text)) is not None:
+    matched exactly: no control character or bidirectional override may hide in one, nor an
+    invisible character (U+200B ZERO WIDTH SPACE, a word joiner, a soft hyphen...) that would
+    make it a different identifier looking exactly like another."""
+    if (bad := unsafe_kind(text)) is not None:
+        char, what = bad
         raise PydanticCustomError(
-            "unsafe_identifier", "holds the control or bidirectional character {char}; "
-            "identifiers may not", {"char": bad})
+            "unsafe_identifier",
+            "holds the control or bidirectional character {char}; identifiers may not"
+            if what != "invisible" else "holds the invisible character {char} (it would look "
+            "exactly like the identifier without it); identifiers may not", {"char": char})
     return text
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from custody_app.domain.errors import LedgerError
+from custody_app.domain.escaping import escape_text
 from custody_app.keys.writer_keys import WriterKey
 from custody_app.ledger.facade import Ledger
 from custody_app.ledger.identity import bind_agent
@@ -313,8 +314,9 @@ def _run(ledger: Ledger, stream: Iterable[str], out: TextIO, fail_fast: bool, ch
     _close_run(ledger, sign, head_before)
     if outcome.stopped and outcome.first_failure is not None:
         f = outcome.first_failure
-        sys.stderr.write(f"custody-app: stopped at line {f['line']} ({f['error']['code']}): "
-                         f"{f['error']['message']}\n")
+        # The message may quote the input (an unknown field's name): escaped for the terminal.
+        sys.stderr.write(escape_text(f"custody-app: stopped at line {f['line']} "
+                                     f"({f['error']['code']}): {f['error']['message']}") + "\n")
     return outcome
 
 

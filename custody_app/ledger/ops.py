@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from custody_app.domain.commands import (
     parse_command,
 )
 from custody_app.domain.errors import LedgerError, suggest
-from custody_app.domain.escaping import json_text, unsafe_character
+from custody_app.domain.escaping import escape_json, unsafe_kind
 from custody_app.domain.readmodels import VerifyResult
 from custody_app.ledger.facade import Ledger
 
@@ -105,7 +106,12 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
         if not isinstance(data, dict):
             raise LedgerError("bad_request", f"line {number} is not a JSON object")
         check_line(data, number, text)
-        out["id"] = data.pop("id", None)
+        given = data.pop("id", None)
+        if not finite(given):
+            raise LedgerError("bad_request", "field 'id' holds a number that is not finite (NaN, "
+                              "Infinity, or past a double's range such as 1e400): results are "
+                              "strict JSON, which has no such number", field="id")
+        out["id"] = given
         op = data.pop("op", None)
         out["op"] = op if isinstance(op, str) else None
         if op is None:
@@ -114,8 +120,10 @@ def run_op(ledger: Ledger, aliases: Aliases, number: int, text: str) -> dict[str
             hint = " (not available in this version)" if op in NOT_YET else suggest(op, OPS)
             raise LedgerError("unknown_op", f"unknown op {op!r}{hint}")
         ref = data.pop("ref", None) if op == "assert" else None
-        if ref is not None and (not isinstance(ref, str) or not ref or ref.startswith("@")
-                                or unsafe_character(ref) is not None):
+        if ref is not None and isinstance(ref, str) and (bad := unsafe_kind(ref)) is not None:
+            raise LedgerError("bad_request", f"field 'ref' holds the {bad[1]} character {bad[0]}; "
+                              "an alias must be a name such as \"plan1\"", field="ref")
+        if ref is not None and (not isinstance(ref, str) or not ref or ref.startswith("@")):
             raise LedgerError("bad_request", "field 'ref' must be a name such as \"plan1\"",
                               field="ref")
         if ref is not None and ref in aliases.names:
@@ -161,11 +169,51 @@ def check_line(data: dict[str, Any], number: int, text: str | None = None) -> No
                           "surrogate escape)") from None
 
 
+def finite(value: Any) -> bool:
+    """False when `value` holds a float that is NaN or infinite (Python's JSON parser reads
+    `NaN`, `Infinity` and `1e400` as such), at any depth."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if not isinstance(value, list | dict):
+        return True
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        for item in node.values() if isinstance(node, dict) else node:
+            if isinstance(item, float) and not math.isfinite(item):
+                return False
+            if isinstance(item, list | dict):
+                stack.append(item)
+    return True
+
+
+def _finite_copy(value: Any) -> Any:
+    """`value` with every non-finite float as null (what JavaScript and orjson write for one)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_copy(v) for v in value]
+    return value
+
+
+# json_text's encoder (the same output), except that a non-finite float raises instead of being
+# written as NaN or Infinity, which no strict JSON parser reads.
+_STRICT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def result_line(result: dict[str, Any]) -> str:
-    """One output line; text the output encoding cannot carry is escaped, never a crash."""
-    text = json_text(result)
+    """One output line, always strict JSON; text the output encoding cannot carry is escaped,
+    never a crash. (A non-finite number is refused at the door, `id` included; one that got
+    past would be written as null.)"""
+    try:
+        text = escape_json(_STRICT.encode(result))
+    except ValueError:
+        result = _finite_copy(result)
+        text = escape_json(_STRICT.encode(result))
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = json.dumps(result)
+        text = json.dumps(result, allow_nan=False)
     return text + "\n"

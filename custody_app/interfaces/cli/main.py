@@ -144,15 +144,18 @@ def _subcommand(argv: list[str]) -> int:
             say_adoption(ledger)
 
 
+# A batch file that is missing, unreadable, or not a regular file (a directory, FIFO, device).
+BATCH_UNREADABLE = "batch_unreadable"
+
+
 def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
                out: TextIO | None = None, *, create: bool = False) -> int:
     # The batch file first: a usage error must not create a ledger file as a side effect.
     try:
         if source != "-":
-            require_regular(source, "batch file", "usage")
+            require_regular(source, "batch file", BATCH_UNREADABLE, may_be_missing=False)
     except LedgerError as exc:
-        sys.stderr.write(escape_text(f"custody-app: {exc.message}") + "\n")
-        return int(Exit.USAGE)
+        return fail(exc, Exit.USAGE)
     # A mistyped --ledger must not hand the ops an empty ledger: only --create (or --demo) may.
     if refused := refuse_missing(chosen_ledger(args), create=create or args.create):
         return fail(refused, Exit.UNOPENABLE)
@@ -162,9 +165,8 @@ def _run_batch(args: argparse.Namespace, source: str, manual_clock: bool,
                   if source == "-" else open(source, encoding="utf-8",  # noqa: SIM115
                                              errors="surrogateescape"))
     except OSError as exc:
-        sys.stderr.write(escape_text(f"custody-app: cannot read batch file {source}: "
-                                     f"{exc.strerror}") + "\n")
-        return int(Exit.USAGE)
+        return fail(LedgerError(BATCH_UNREADABLE, f"cannot read batch file {source}: "
+                                f"{exc.strerror}"), Exit.USAGE)
     try:
         key = read_key(args.writer_key) if args.writer_key else None
         # No embedding worker: a bulk ingest does not load the model (~140 MB, 257 MB peak for
