@@ -1,7 +1,8 @@
 """What verify proves of the derived tables readers rely on (DESIGN 14, "Marks and derived tables
 are checked"): the session index (served reads, session events, sessions), the actions index,
-the events' fact index (what salience's presentations and a fact's history read) and
-pending retractions (what the review queue lists), each equal to the fold of the events. Fed in
+the events' fact index (what salience's presentations and a fact's history read), pending
+retractions (what the review queue lists) and spent receipts (what a write citing a receipt
+reads: the verified asserts that cite it), each equal to the fold of the events. Fed in
 verify's chain walk; `finish` reads each stored table once and names the first differing row."""
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ class _Core(Protocol):
 
 
 _PAGE = 4096
-# The tables compared, by short name; the last two are read through indexes of the events.
-TABLES = ("served_facts", "session_events", "sessions", "actions", "presentations", "pending")
-EVENT_INDEXED = ("presentations", "pending")
+# The tables compared, by short name; the last three are read through indexes of the events.
+TABLES = ("served_facts", "session_events", "sessions", "actions", "presentations", "pending",
+          "spent")
+EVENT_INDEXED = ("presentations", "pending", "spent")
 _REVIEWS = ("confirm", "reject")
 
 
@@ -32,6 +34,7 @@ class DerivedAudit:
     def __init__(self) -> None:
         self.sessions = SessionFold()
         self.pending: dict[int, str] = {}
+        self.spent: list[tuple[object, ...]] = []
 
     def check(self, row: EventRow, body: dict[str, Any]) -> str | None:
         kind = row.kind
@@ -39,6 +42,10 @@ class DerivedAudit:
             self.sessions.feed(row, body)
         if kind == "retract" and body.get("pending") is True and row.fact_id is not None:
             self.pending[row.seq] = row.fact_id
+        elif kind == "assert" and body.get("provenance") == "verified":
+            spent = _spends(body)
+            if spent is not None:
+                self.spent.append((row.seq, *spent))
         elif kind in _REVIEWS:
             settled = body.get("retraction")
             if isinstance(settled, int) and self.pending.get(settled) == row.fact_id:
@@ -72,6 +79,8 @@ class DerivedAudit:
             ("pending retractions (the review queue)", 1,
              ((s, f) for s, f, *_ in db.events.pending_retractions()),
              sorted(self.pending.items())),
+            ("spent receipts (the verified asserts citing each receipt, which a write citing "
+             "it reads)", 1, db.events.spent(), self.spent),
         )
         for short, (name, width, have, want) in zip(TABLES, tables, strict=True):
             if short not in only:
@@ -80,6 +89,17 @@ class DerivedAudit:
             if problem is not None:
                 return problem
         return None, None
+
+
+def _spends(body: dict[str, Any]) -> tuple[object, ...] | None:
+    """(issuer, receipt id, pointer or '') of the receipt a verified assert cites, or None:
+    the key the store's index of them holds (store.sqlite.schema V11)."""
+    cause = body.get("cause")
+    receipt = cause.get("receipt") if isinstance(cause, dict) else None
+    if not isinstance(cause, dict) or not isinstance(receipt, dict) \
+            or receipt.get("receipt_id") is None:
+        return None
+    return receipt.get("issuer"), receipt["receipt_id"], cause.get("pointer") or ""
 
 
 def _first_difference(name: str, width: int, have: Iterator[tuple[object, ...]],

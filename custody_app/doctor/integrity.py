@@ -36,8 +36,8 @@ def check_integrity(path: str, keystore: str | Path | None,
     if report.valid:
         lines = [check("integrity", "ok", f"{shown}: {report.events} events, the projection, "
                        "the derived tables (sessions, served reads, actions, salience "
-                       "presentations, pending retractions), policy texts, tombstones and "
-                       "recall indexes verified.")]
+                       "presentations, pending retractions, spent receipts), policy texts, "
+                       "tombstones and recall indexes verified.")]
     else:
         where = f" at seq {report.first_bad_seq}" if report.first_bad_seq else ""
         lines = [check("integrity", "FAIL", f"{shown} fails verify{where}: {report.problem}")]

@@ -29,17 +29,32 @@ class RetractResult(FactOpResult):
     pending: bool
 
 
+class ReceiptUnused(ReadModel):
+    """Why a genuine receipt the write cited earned it nothing: `check` names the reason as
+    a refused receipt's `check` does (`spent`: the receipt already raised a fact for this
+    field), `message` says it in one sentence."""
+
+    check: str
+    receipt_id: str
+    message: str
+
+
 class AssertResult(FactOpResult):
     provenance: str
     redacted: dict[str, list[str]] | None = None
     """Which kinds of identifier redaction masked in which field (`value`, `cause.ref`, ...),
     value-free; absent when nothing was masked, so a masked write never passes unsaid."""
+    receipt_unused: ReceiptUnused | None = None
+    """Present when the write cited a receipt that earned it nothing: it keeps the writer's
+    own standing (`provenance`), and this says why."""
 
     @model_serializer(mode="wrap")
     def _without_empty_redacted(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        if isinstance(data, dict) and data.get("redacted") is None:
-            data.pop("redacted", None)
+        if isinstance(data, dict):
+            for key in ("redacted", "receipt_unused"):
+                if data.get(key) is None:
+                    data.pop(key, None)
         return data
 
 

@@ -167,6 +167,13 @@ def predicate_gap(receipt: Receipt, predicate: str, pointer: str | None) -> str 
     return None
 
 
+def spend_key(receipt: Receipt, pointer: str | None) -> tuple[str, str, str]:
+    """What a receipt covers once, in a ledger: its issuer, its id, and the field the write
+    cites it for (the pointer; '' for the whole output, as RFC 6901 spells it). The first fact
+    it raises spends it; a later write citing it for that field earns nothing from it."""
+    return receipt.issuer, receipt.receipt_id, pointer or ""
+
+
 def digest_of(args_digest: str | None) -> str | None:
     """The sha256 hex an act's `args_digest` names (`sha256:HEX` or bare HEX), else None."""
     if args_digest is None:

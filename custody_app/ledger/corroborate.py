@@ -43,7 +43,8 @@ def same_value(ledger: LedgerCore, fact: FactRow, value_text: str) -> list[FactR
 
 def identity(ledger: LedgerCore, fact: FactRow) -> str | None:
     """The identity a fact's assert proves: its writer key, else the issuer of a receipt that
-    made it verified (it covered the value at the door), else None."""
+    made it verified (it covered the value at the door and this fact spent it: a verified
+    fact citing a receipt an earlier fact spent was not raised by it), else None."""
     row = ledger.db.events.get(fact.assert_seq)
     if row is None:
         return None
@@ -51,9 +52,13 @@ def identity(ledger: LedgerCore, fact: FactRow) -> str | None:
     signer = identity_of(body)
     if signer is not None:
         return signer
-    receipt = (body.get("cause") or {}).get("receipt")
+    cause = body.get("cause") or {}
+    receipt = cause.get("receipt")
     if body.get("provenance") == "verified" and isinstance(receipt, dict):
-        return f"receipt-issuer:{receipt.get('issuer')}"
+        issuer, receipt_id = receipt.get("issuer"), receipt.get("receipt_id")
+        spender = ledger.db.events.spent_by(str(issuer), str(receipt_id),
+                                            str(cause.get("pointer") or ""))
+        return f"receipt-issuer:{issuer}" if spender == fact.assert_seq else None
     return None
 
 

@@ -13,7 +13,13 @@ from custody_app.domain import lifecycle
 from custody_app.domain.chain import canonical, commitment, new_salt
 from custody_app.domain.commands import Affirm, AssertFact, Hold, Release
 from custody_app.domain.errors import LedgerError
-from custody_app.domain.readmodels import AssertResult, ContradictingAssert, FactOpResult
+from custody_app.domain.readmodels import (
+    AssertResult,
+    ContradictingAssert,
+    FactOpResult,
+    ReceiptUnused,
+)
+from custody_app.domain.receipts import spend_key
 from custody_app.domain.redaction import redact
 from custody_app.domain.text_fields import redact_fields
 from custody_app.erasure import digests
@@ -34,13 +40,17 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
     except Exception as exc:  # rfc8785 raises several types for non-JSON values
         raise LedgerError("bad_request", f"field 'value' is not JSON: {exc}",
                           field="value") from None
-    provenance = _standing(ledger, cmd)
-    marks = None
+    provenance, spends = _standing(ledger, cmd)
+    marks, unused = None, None
     # What the transaction reads of the subject first (a server reads it with its BEGIN).
     one = cmd.supersedes is None and pol.cardinality.of(cmd.predicate) == "one"
     ledger.db.expect_subject(cmd.subject, cmd.predicate if one else None,
                              ledger.keys.subject_ref(cmd.subject) if ledger.keys else None)
     with ledger.transaction():
+        if spends is not None and ledger.db.events.spent_by(*spends) is not None:
+            # Read inside the write transaction: two writers citing one receipt at once
+            # cannot both be raised by it.
+            provenance, unused = _own_standing(ledger, cmd), _spent(spends)
         if previously_forgotten(ledger, cmd.subject, cmd.predicate, value_text):
             if pol.erasure.previously_forgotten == "refuse":
                 raise LedgerError(
@@ -89,7 +99,7 @@ def assert_fact(ledger: LedgerCore, cmd: AssertFact) -> AssertResult:
             fact = reads.require_fact(ledger.db, fact_id)  # a corroboration wrote after it
     result = AssertResult(fact_id=fact_id, event_id=row.hash, seq=row.seq, tx_at=tx_at,
                           status=fact.status, provenance=provenance,
-                          redacted=_masked(findings, text_findings))
+                          redacted=_masked(findings, text_findings), receipt_unused=unused)
     if not rivals:
         return result
     return ContradictingAssert(
@@ -105,11 +115,11 @@ def _projected(ledger: LedgerCore, fact_id: str) -> FactRow:
     return fact if fact is not None else reads.require_fact(ledger.db, fact_id)
 
 
-def _standing(ledger: LedgerCore, cmd: AssertFact) -> str:
-    """The provenance a write earns: `verified` from a receipt that covers the fact (its
-    session, subject, predicate and value, within age and audience); otherwise the writer's
-    own standing, as if it cited no receipt: what it declares, above `claimed` only where
-    the policy lets it declare or it holds a registered writer key."""
+def _standing(ledger: LedgerCore, cmd: AssertFact) -> tuple[str, tuple[str, str, str] | None]:
+    """The provenance a write earns, and what it spends: `verified` from a receipt that covers
+    the fact (its session, subject, predicate and value, within age and audience), with the
+    receipt's spend key (issuer, id, pointer: the write checks in its transaction that no
+    earlier fact spent it); otherwise the writer's own standing, as if it cited no receipt."""
     cause, pol = cmd.cause, ledger.policy.policy.provenance
     if cause.receipt is None and (cause.pointer is not None or cause.subject_pointer is not None
                                   or cmd.tool_output is not None
@@ -124,7 +134,13 @@ def _standing(ledger: LedgerCore, cmd: AssertFact) -> str:
                                           bounds(ledger, ledger.now()), session=cmd.session,
                                           claim=claim, declared=cmd.provenance)
         if earned is not None:
-            return earned
+            return earned, spend_key(cause.receipt, cause.pointer)
+    return _own_standing(ledger, cmd), None
+
+
+def _own_standing(ledger: LedgerCore, cmd: AssertFact) -> str:
+    """What the writer declares, above `claimed` only where the policy lets it declare or it
+    holds a registered writer key."""
     if cmd.provenance != "claimed" and not ledger.may_declare(cmd.actor):
         raise LedgerError("provenance_not_allowed",
                           f"{cmd.actor} may not declare {cmd.provenance}: "
@@ -132,6 +148,15 @@ def _standing(ledger: LedgerCore, cmd: AssertFact) -> str:
                              if ledger.agent is not None
                              else "the policy in force does not let writers declare it"))
     return cmd.provenance
+
+
+def _spent(key: tuple[str, str, str]) -> ReceiptUnused:
+    issuer, receipt_id, pointer = key
+    field = f"the field {pointer!r}" if pointer else "its whole output"
+    return ReceiptUnused(check="spent", receipt_id=receipt_id, message=(
+        f"receipt {receipt_id!r} of {issuer} already raised a fact for {field}: a receipt "
+        "raises one fact for each field it covers, so it earns this write nothing (the "
+        "write keeps its writer's own standing)"))
 
 
 def _masked(findings: list[Any], text_findings: list[dict[str, Any]]

@@ -46,6 +46,17 @@ BEGIN
     RETURN NEW;
 END $$"""
 
+# A receipt's spending (docs/evidence.md, "spent"): the verified asserts citing a receipt, by
+# (issuer, receipt id, pointer: '' for the whole output), found through this index of the
+# events themselves (store.sqlite.schema V11); the queries below repeat its WHERE word for word.
+_ISSUER = "(body::jsonb #>> '{cause,receipt,issuer}')"
+_RECEIPT_ID = "(body::jsonb #>> '{cause,receipt,receipt_id}')"
+_POINTER = "coalesce(body::jsonb #>> '{cause,pointer}', '')"
+_RAISED = (f"kind = 'assert' AND (body::jsonb ->> 'provenance') = 'verified' "
+           f"AND {_RECEIPT_ID} IS NOT NULL")
+RECEIPTS_INDEX = (f"CREATE INDEX IF NOT EXISTS events_receipts ON events({_ISSUER}, "
+                  f"{_RECEIPT_ID}, ({_POINTER})) WHERE {_RAISED}")
+
 # Every text column compares and sorts byte by byte (COLLATE "C"), as SQLite's do, whatever
 # the database's locale: the same ORDER BY gives the same order on both backends.
 DDL: tuple[str, ...] = (
@@ -67,6 +78,7 @@ DDL: tuple[str, ...] = (
     "CREATE INDEX events_policy ON events(seq) WHERE kind = 'policy'",
     "CREATE INDEX events_special ON events(kind, seq) WHERE kind IN ('forget_subject', 'checkpoint')",
     "CREATE INDEX events_retractions ON events(seq) WHERE kind = 'retract'",
+    RECEIPTS_INDEX,
     # The chain, checked by the database for every writer (a hand-written psql session too):
     # the next seq, linked to the head's hash (the genesis hash for the first), a transaction
     # time not before the head's, and a hash that is sha256(prev_hash || body) (an event sealed
@@ -170,6 +182,9 @@ FACT_INDEX = ("SELECT fact_id, string_agg(seq::text, ',' ORDER BY seq) FROM even
 FACT_ROWS = ("SELECT fact_id, string_agg(seq::text, ',' ORDER BY seq) FROM events "
              "WHERE (fact_id || '') IS NOT NULL GROUP BY fact_id ORDER BY fact_id")
 REINDEX = "REINDEX TABLE events"
+SPENT_BY = (f"SELECT seq FROM events WHERE {_RAISED} AND {_ISSUER} = %s AND {_RECEIPT_ID} = %s "
+            f"AND {_POINTER} = %s ORDER BY seq LIMIT 1")
+SPENT_ALL = f"SELECT seq, {_ISSUER}, {_RECEIPT_ID}, {_POINTER} FROM events WHERE {_RAISED} ORDER BY seq"
 # In the order asked, as SQLite's json_each gives them.
 MISSING = ("SELECT j.s FROM unnest(%s::bigint[]) WITH ORDINALITY AS j(s, n) "
            "WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.seq = j.s) ORDER BY j.n")
@@ -359,6 +374,18 @@ class EventStore:
         """`fact_index`'s rows read from the events table's rows, not through the index."""
         for f, q in self._conn.execute(FACT_ROWS):
             yield str(f), str(q)
+
+    def spent_by(self, issuer: str, receipt_id: str, pointer: str) -> int | None:
+        """The seq of the first verified assert citing this receipt for this pointer ('' for
+        the whole output): the fact that spent it; None while it is unspent."""
+        row = self._conn.execute(SPENT_BY, (issuer, receipt_id, pointer)).fetchone()
+        return None if row is None else int(row[0])
+
+    def spent(self) -> Iterator[tuple[int, str, str, str]]:
+        """(seq, issuer, receipt id, pointer) of every verified assert citing a receipt, in seq
+        order."""
+        for q, i, r, p in self._conn.execute(SPENT_ALL):
+            yield int(q), str(i), str(r), str(p)
 
     def reindex(self) -> None:
         """Rebuild every index of the events table from its rows (the events are untouched)."""

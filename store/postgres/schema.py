@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from store.postgres.events import EVENTS_ERASE_ONLY
+from store.postgres.events import EVENTS_ERASE_ONLY, RECEIPTS_INDEX
 from store.postgres.subjects import DDL as SUBJECTS_DDL
 from store.postgres.subjects import MARK_NEW
 from store.postgres.subjects import TRIGGERS as SUBJECTS_TRIGGERS
@@ -128,7 +128,14 @@ def run_migration_sealed_subjects(conn: psycopg.Connection[Any]) -> None:
     conn.execute(MARK_NEW)
 
 
+def run_migration_spent_receipts(conn: psycopg.Connection[Any]) -> None:
+    """A receipt is spent by the first fact it raises (docs/evidence.md): the index of the
+    verified asserts citing a receipt, built from the events already there (a ledger made by
+    migration 1 of this code has it: IF NOT EXISTS)."""
+    conn.execute(RECEIPTS_INDEX)
+
+
 # Index i holds the step that upgrades version i to i+1 (run inside one transaction).
 MIGRATIONS = (run_migration_1, run_migration_2, run_migration_reseal,
-              run_migration_sealed_subjects)
+              run_migration_sealed_subjects, run_migration_spent_receipts)
 SCHEMA_VERSION = len(MIGRATIONS)

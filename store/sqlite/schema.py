@@ -330,6 +330,19 @@ DROP TRIGGER event_texts_erase_only;
 {TEXTS_UPDATE_TRIGGER}
 """
 
+# A receipt is spent by the first fact it raises (docs/evidence.md, "spent"): the verified
+# asserts that cite a receipt, by (issuer, receipt id, pointer: '' for the whole output), read
+# through this index of the events themselves (no table of its own to keep in step: verify
+# compares what reads through it with the fold of the events, store.sqlite.events.SPENT_ALL).
+# Built from the events already there by the upgrade, in its transaction.
+V11 = """
+CREATE INDEX IF NOT EXISTS events_receipts ON events(
+    json_extract(body, '$.cause.receipt.issuer'), json_extract(body, '$.cause.receipt.receipt_id'),
+    coalesce(json_extract(body, '$.cause.pointer'), ''))
+WHERE kind = 'assert' AND json_extract(body, '$.provenance') = 'verified'
+  AND json_extract(body, '$.cause.receipt.receipt_id') IS NOT NULL;
+"""
+
 # Index i holds the script that upgrades user_version i to i+1.
-MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10)
+MIGRATIONS: tuple[str, ...] = (V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11)
 SCHEMA_VERSION = len(MIGRATIONS)
