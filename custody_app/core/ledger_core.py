@@ -153,8 +153,11 @@ class LedgerCore:
              keystore: str | Path | None = None,
              reindex_progress: Callable[[int, int], None] | None = None,
              immutable: bool = False, embed_backlog: bool = True) -> Self:
-        """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default).
-        Read-only opens create nothing; without a key store their values read as erased.
+        """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default,
+        beside the file a symbolic link points to). A ledger that holds events never gets a new
+        key store: a read-write open without it is refused (`keystore_missing`) before any file
+        is made. Read-only opens create nothing; without a key store their values read as
+        sealed (`keystore_missing` names the path looked for), never as erased.
         When the policy's embedder changed, the recall indexes are rebuilt here, reporting
         (done, total) to `reindex_progress`. `embed_backlog=False` (a `--batch` run) starts no
         embedding worker: the facts it writes wait, found lexically, for the next writable open
