@@ -18,6 +18,7 @@ from store.sqlite.connection import LedgerFile
 from store.sqlite.keystore import KeyStoreFile
 from store.sqlite.keystore import open_keystore as open_sqlite_keystore
 from store.sqlite.locate import db_page, wal_page
+from store.sqlite.opening import holds_events as sqlite_holds_events
 from store.sqlite.opening import open_ledger as open_sqlite_ledger
 from store.sqlite.projection import FactStore
 from store.sqlite.scan_many import ManyPlan
@@ -81,8 +82,8 @@ def _server_client() -> Iterator[None]:
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "FactStore", "KeyStoreFile", "LedgerFile", "LedgerTooNew",
            "ManyPlan", "NotALedger", "StoreBusy", "StoreError", "db_page", "file_size", "health",
-           "is_server_address", "keystore_exists", "ledger_exists", "listen", "occupied", "open_keystore",
-           "open_ledger", "server_health", "wal_page", "wal_path"]
+           "is_server_address", "keystore_exists", "ledger_exists", "ledger_holds_events", "listen",
+           "occupied", "open_keystore", "open_ledger", "server_health", "wal_page", "wal_path"]
 
 
 def ledger_exists(address: str | Path) -> bool:
@@ -94,6 +95,16 @@ def ledger_exists(address: str | Path) -> bool:
     with _server_client():
         from store.postgres.opening import ledger_exists as on_server
     return on_server(str(address))
+
+
+def ledger_holds_events(address: str | Path) -> bool:
+    """Whether a ledger at `address` holds events already (a key store is then never made for
+    it: its values are sealed under the keys its own key store held), read without creating or
+    changing anything. A server ledger's schema counts as holding them once made (its key store
+    schema is made with it)."""
+    if not is_server_address(address):
+        return sqlite_holds_events(address)
+    return ledger_exists(address)
 
 
 def open_keystore(address: str | Path, *, create: bool = True) -> Any:

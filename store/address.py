@@ -81,7 +81,15 @@ class LedgerAddress:
         file ledger; in the server's folder for a server ledger."""
         if self.server:
             return self._server_folder() / f"ledger{suffix}"
-        return Path(f"{self.text}{suffix}")
+        return Path(f"{self.file()}{suffix}")
+
+    def file(self) -> str:
+        """The file a file ledger's own files are named after: the path as given, or, when it
+        is a symbolic link (to a link, relative or not), the file it points to, as SQLite
+        names the ledger's `-wal` after it. Resolved here, once, so a link finds the key
+        store, master key and `.pub` beside the ledger it points to, never new ones beside
+        the link."""
+        return os.path.realpath(self.text) if os.path.islink(self.text) else self.text
 
     def folder(self) -> Path:
         """Where a command writes its outputs when not told: beside a file ledger; the working
@@ -93,7 +101,7 @@ class LedgerAddress:
     def default_keystore(self) -> str:
         """The key store's address when none is named: `<ledger>.keys` beside a file ledger;
         the server ledger's own database (its key store schema) for a server ledger."""
-        return self.text if self.server else f"{self.text}.keys"
+        return self.text if self.server else f"{self.file()}.keys"
 
     def master_key_file(self) -> Path:
         """The master key file of this key store address (when `$CUSTODY_MASTER_KEY` is unset)."""
@@ -136,7 +144,7 @@ class LedgerAddress:
         polls, or listens, instead)."""
         if self.server:
             return []
-        return [os.path.abspath(self.text), os.path.abspath(f"{self.text}-wal")]
+        return [os.path.abspath(self.text), os.path.abspath(f"{self.file()}-wal")]
 
 
 def address_of(text: str | os.PathLike[str] | LedgerAddress) -> LedgerAddress:

@@ -530,15 +530,16 @@ def test_keystore_option_and_environment_move_the_key_store(
         [view] = led.as_of().facts
         assert (view.fact_id, view.value, view.erased) == (fact, CANARY, False)
     monkeypatch.delenv(KEYSTORE_ENV)
-    # Read-only without the moved store: no key store is created and values read as erased.
+    # Read-only without the moved store: no key store is created and values read as sealed
+    # (held, not opened), never as erased.
     with Ledger.open(ledger, readonly=True) as led:
-        assert led.keys is None
+        assert led.keys is None and led.keystore_missing == f"{ledger}.keys"
         [view] = led.as_of().facts
-        assert (view.value, view.erased) == (None, True)
+        assert (view.value, view.erased, view.sealed) == (None, False, True)
     assert not Path(f"{ledger}.keys").exists()
 
 
-def test_readonly_copy_without_key_store_verifies_and_reads_values_as_erased(
+def test_readonly_copy_without_key_store_verifies_and_reads_values_as_sealed(
         signed: tuple[Env, dict[str, Any]], tmp_path: Path) -> None:
     env, s = signed
     env.ledger.close()
@@ -552,9 +553,10 @@ def test_readonly_copy_without_key_store_verifies_and_reads_values_as_erased(
         assert led.keys is None
         for report in (led.verify(), led.verify(public_key=s["pem"])):
             assert report.valid and report.events == 6 and report.checkpoints == 1, report.problem
+            assert report.keystore_missing == f"{copy}.keys" and report.values_unchecked == 4
         facts = led.as_of().facts
         assert len(facts) == 4
-        assert all(f.value is None and f.erased for f in facts)
+        assert all(f.value is None and f.sealed and not f.erased for f in facts)
         assert led.history(s["ids"][0]).fact_id == s["ids"][0]
         assert led.why(s["ids"][0]) is not None
         with pytest.raises(LedgerError) as caught:

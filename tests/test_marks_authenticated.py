@@ -16,6 +16,7 @@ import pytest
 
 from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
+from store import open_keystore
 from tests.test_files_and_rollback import assert_line, batch, cli
 
 VALUE = "a plan value to keep"
@@ -61,6 +62,8 @@ def append_by_hand(path: Path, fact: str, upto: int, tmp_path: Path) -> None:
     recorded = con.execute("SELECT value FROM ledger_meta WHERE key = 'keystore_mark'").fetchall()
     with con:
         con.execute("DELETE FROM ledger_meta WHERE key = 'keystore_mark'")
+    # An empty key store made by hand: no open makes a new one for a ledger holding events.
+    open_keystore(tmp_path / "elsewhere.keys").close()
     with Ledger.open(path, keystore=tmp_path / "elsewhere.keys") as led:
         while (led.db.events.head() or (0,))[0] < upto:
             led.affirm(fact, actor="agent:support")

@@ -31,6 +31,7 @@ from custody_app.domain.timeutil import Clock, WallClock, format_time
 from custody_app.files.output import require_regular
 from custody_app.keys import writer_keys
 from custody_app.keys.keyring import KeyRing, keystore_exists, keystore_path_for, master_from_env
+from custody_app.keys.master import missing_keystore
 from custody_app.keys.subject_ids import SubjectIdCodec
 from custody_app.keys.values import ValueCodec
 from custody_app.keys.writer_keys import WriterKey
@@ -76,6 +77,9 @@ class LedgerCore:
         # The recall indexes, kept equal to the believed facts by every append.
         self.index = RecallIndex(db, keys, self.values, policy)
         self.readonly = readonly
+        # The key store a read-only open looked for and did not find (its values and free
+        # text are sealed, unread: never to be shown as erased); None when it is open.
+        self.keystore_missing: str | None = None
         self._rng = random.Random(id_seed) if id_seed is not None else None
         self._head: tuple[int, str, str] | None = None
         self._recorded_policy: str | None = None
@@ -149,8 +153,11 @@ class LedgerCore:
              keystore: str | Path | None = None,
              reindex_progress: Callable[[int, int], None] | None = None,
              immutable: bool = False, embed_backlog: bool = True) -> Self:
-        """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default).
-        Read-only opens create nothing; without a key store their values read as erased.
+        """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default,
+        beside the file a symbolic link points to). A ledger that holds events never gets a new
+        key store: a read-write open without it is refused (`keystore_missing`) before any file
+        is made. Read-only opens create nothing; without a key store their values read as
+        sealed (`keystore_missing` names the path looked for), never as erased.
         When the policy's embedder changed, the recall indexes are rebuilt here, reporting
         (done, total) to `reindex_progress`. `embed_backlog=False` (a `--batch` run) starts no
         embedding worker: the facts it writes wait, found lexically, for the next writable open
@@ -165,6 +172,8 @@ class LedgerCore:
                                  "key store", "keystore_unopenable")):
             if own is not None:
                 require_regular(own, what, code)
+        if not (readonly or immutable) and (missing := missing_keystore(path, keystore)):
+            raise missing  # before any file is made: a new key store would open nothing
         try:
             db = open_ledger(path, readonly=readonly or immutable, immutable=immutable,
                              create=not (readonly or immutable))
@@ -184,7 +193,8 @@ class LedgerCore:
                     # Reads (verify above all, to name the edit) go on under the shipped
                     # default; a write that would record a policy is refused (_record_policy).
                     loaded, refusal = load_policy(None), exc
-            if not readonly or keystore_exists(keystore_path_for(path, keystore)):
+            looked_for = keystore_path_for(path, keystore)
+            if not readonly or keystore_exists(looked_for):
                 keys = KeyRing.open(path, keystore, readonly=readonly)
             if not readonly and (mismatch := ledger_id_mismatch(db)) is not None:
                 raise mismatch  # reads go on, so verify can name it
@@ -197,6 +207,8 @@ class LedgerCore:
             if host_mark.host_mark_file(str(path)) is not None:
                 ledger.host_address = str(path)
             ledger.policy_refusal = refusal
+            if keys is None:
+                ledger.keystore_missing = address_of(looked_for).display
             # No policy named: this process follows the one the ledger records (DESIGN 14).
             ledger.follows_recorded = policy is None
         except BaseException as exc:

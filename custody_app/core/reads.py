@@ -38,7 +38,8 @@ def event_view(codec: ValueCodec, row: EventRow, db: LedgerFile | None = None) -
         data["subject"] = row.subject
         text = codec.open_or_refuse(row.fact_id or "", data["subject_ref"], row.value)
         data["value"] = load_value(text)
-        data["erased"] = text is None
+        data["sealed"] = codec.unreadable(row.value)
+        data["erased"] = text is None and not data["sealed"]
     return EventView(**data)
 
 
@@ -46,6 +47,7 @@ def fact_view(db: LedgerFile, codec: ValueCodec, fact: FactRow) -> FactView:
     """A fact as it stands now."""
     event = db.events.get(fact.assert_seq)
     value = None if event is None else codec.open_subject(fact.fact_id, fact.subject, event.value)
+    sealed = event is not None and codec.unreadable(event.value)
     valid_to = fact.valid_to
     if fact.status == "superseded" and fact.superseded_by:
         replacement = db.facts.get(fact.superseded_by)
@@ -55,7 +57,7 @@ def fact_view(db: LedgerFile, codec: ValueCodec, fact: FactRow) -> FactView:
         fact_id=fact.fact_id, subject=fact.subject, predicate=fact.predicate,
         value=load_value(value), space=fact.space, status=fact.status,
         provenance=PROVENANCES[effective_rank(fact)], valid_from=fact.valid_from,
-        valid_to=valid_to, actor=fact.actor, erased=value is None,
+        valid_to=valid_to, actor=fact.actor, erased=value is None and not sealed, sealed=sealed,
     )
 
 

@@ -10,7 +10,9 @@ from custody_app.domain.chain import new_salt
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.sealed_text import (
     BODY_KEY,
+    ERASED_TEXT,
     SEALED_FIELDS,
+    SEALED_TEXT,
     Texts,
     block,
     erased_texts,
@@ -79,7 +81,11 @@ def open_body(db: LedgerFile, codec: TextCodec, seq: int, body_text: str) -> dic
         raise LedgerError("text_unreadable", f"the sealed free text of event {seq} does not "
                           "decrypt: it was tampered with or the key store does not match "
                           "(run verify)", seq=seq) from None
-    return merge(body, erased_texts(body) if texts is None else texts)
+    if texts is None:
+        # Sealed and unread (no key store) is not erased: said as what it is.
+        unread = codec.keys is None and db.texts.get(seq) is not None
+        return merge(body, erased_texts(body, SEALED_TEXT if unread else ERASED_TEXT))
+    return merge(body, texts)
 
 
 def text_record(db: LedgerFile, codec: TextCodec, row_seq: int, body_text: str) -> dict[str, Any]:

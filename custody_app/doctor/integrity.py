@@ -17,7 +17,7 @@ from store.address import address_of
 def check_integrity(path: str, keystore: str | Path | None,
                     policy: str | Path | None = None) -> list[DoctorCheck]:
     shown = address_of(path).display  # a server's address without its password
-    wal = Path(f"{path}-wal")
+    wal = address_of(path).sibling("-wal")  # beside the file a symbolic link points to
     # No WAL to read: an immutable snapshot, so the check leaves no -wal or -shm behind.
     immutable = not wal.exists() or wal.stat().st_size == 0
     try:

@@ -32,8 +32,8 @@ LOOSE = "anyone who can read it can unwrap every key of the ledger (chmod 600; c
 def _keystore(path: Path) -> tuple[DoctorCheck, health.Inspection | None]:
     if not path.exists():
         return check("key-store", "FAIL", f"the key store {path} does not exist: the ledger's "
-                     "values cannot be read, and a read-write open would start an empty one "
-                     "under which every existing value reads as erased."), None
+                     "values cannot be read, and every write is refused (keystore_missing) until it is "
+                     "put back there or named with --keystore."), None
     try:
         store = health.inspect_keystore(path)
     except StoreError as exc:
@@ -83,8 +83,7 @@ def _server_keystore(address: str) -> tuple[DoctorCheck, Any]:
         store = open_keystore(address, create=False)
     except StoreError as exc:
         return check("key-store", "FAIL", f"{exc} ({exc.code}): the ledger's values cannot be "
-                     "read, and a read-write open would start an empty one under which every "
-                     "existing value reads as erased."), None
+                     "read, and every write is refused (keystore_missing) until it is put back."), None
     return check("key-store", "ok", f"{store.path} is the ledger's key store on the server "
                  "(its write-once rules are the server's triggers)."), _ServerKeys(store)
 

@@ -66,7 +66,8 @@ class ContradictingAssert(AssertResult):
 
 
 class FactView(ReadModel):
-    """One fact as of a moment. `value` is null and `erased` true when the value was erased."""
+    """One fact as of a moment. `value` is null and `erased` true when the value was erased;
+    null and `sealed` true when it is held sealed and was not opened (no key store)."""
 
     fact_id: str
     subject: str
@@ -79,6 +80,8 @@ class FactView(ReadModel):
     valid_to: str | None
     actor: str
     erased: bool = False
+    sealed: bool = False
+    """The value is held, sealed, but this read could not open it: the key store is missing."""
 
 
 class AsOfResult(ReadModel):
@@ -175,6 +178,10 @@ class VerifyResult(ReadModel):
     checkpoints: int = 0
     last_checkpoint_seq: int | None = None
     values_unchecked: int = 0
+    keystore_missing: str | None = None
+    """The key store looked for and not found (a ledger file verified alone): the chain, the
+    projection and the checkpoints were checked, but no sealed value or free text was opened
+    (`values_unchecked` counts the values). None when the key store was open."""
     index_problems: list[str] = []
     ledger_id: str | None = None
     """What a tool receipt's `audience` names for this ledger."""

@@ -20,6 +20,9 @@ SEALED_FIELDS: dict[str, tuple[str, ...]] = {
 BODY_KEY = "sealed_text"
 # What a read shows in place of sealed text that was erased (or whose key is gone).
 ERASED_TEXT = "(erased)"
+# What reads show for a value or free text held sealed that this process cannot open because
+# the ledger's key store is missing: not erased, and never shown as erased.
+SEALED_TEXT = "(sealed: key store missing)"
 
 Texts = dict[str, str]
 
@@ -59,10 +62,11 @@ def merge(body: dict[str, Any], texts: Texts) -> dict[str, Any]:
     return out
 
 
-def erased_texts(body: dict[str, Any]) -> Texts:
-    """What reads show for sealed fields whose text was erased."""
+def erased_texts(body: dict[str, Any], marker: str = ERASED_TEXT) -> Texts:
+    """What reads show for sealed fields whose text was erased (or, `SEALED_TEXT`, could not
+    be opened: no key store)."""
     block = body.get(BODY_KEY) or {}
-    return {str(path): ERASED_TEXT for path in block.get("fields") or ()}
+    return {str(path): marker for path in block.get("fields") or ()}
 
 
 def text_commitment(salt: str, texts: Texts) -> str:

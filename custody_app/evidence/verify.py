@@ -126,5 +126,6 @@ def verify(ledger: LedgerCore, progress: Callable[[int], None] | None = None, *,
     return VerifyResult(valid=valid, events=report.events, head=report.head,
                         first_bad_seq=bad, problem=problem, checkpoints=audit.count,
                         last_checkpoint_seq=audit.last, values_unchecked=unchecked,
+                        keystore_missing=ledger.keystore_missing,
                         index_problems=index_problems, ledger_id=ledger.ledger_id,
                         ledger_id_chained=ledger.id_chained)

@@ -22,8 +22,10 @@ from custody_app.keys.master import keystore_path_for as keystore_path_for
 from custody_app.keys.master import load_master as load_master
 from custody_app.keys.master import master_from_env as master_from_env
 from custody_app.keys.master import master_path_for as master_path_for
+from custody_app.keys.master import missing_keystore as missing_keystore
 from custody_app.keys.master import place_master as place_master
 from custody_app.keys.master import public_key_path_for as public_key_path_for
+from custody_app.keys.master import public_key_refusal as public_key_refusal
 from custody_app.keys.master import read_public_key as read_public_key
 from custody_app.keys.master import write_public_key as write_public_key
 from custody_app.keys.master import write_secret as write_secret

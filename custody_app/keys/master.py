@@ -11,6 +11,7 @@ from custody_app.domain.errors import LedgerError
 from custody_app.files.output import write_output
 from custody_app.keys import crypto
 from store import keystore_exists as store_keystore_exists
+from store import ledger_holds_events
 from store.address import address_of
 
 MASTER_ENV = "CUSTODY_MASTER_KEY"
@@ -28,6 +29,33 @@ def keystore_exists(keystore: str | Path) -> bool:
     return store_keystore_exists(str(keystore))
 
 
+def missing_keystore(ledger_path: str | Path, keystore: str | Path | None = None
+                     ) -> LedgerError | None:
+    """`keystore_missing` when the ledger holds events and its key store is not where it is
+    looked for (a mistyped --keystore, a key store moved or deleted): a new one would open none
+    of its values and fail its marks, so only a new ledger gets one (init, --demo, --create).
+    Asked before any file is created; None when the key store is there or the ledger is new."""
+    path = keystore_path_for(ledger_path, keystore)
+    if keystore_exists(path) or not ledger_holds_events(ledger_path):
+        return None
+    address = address_of(ledger_path)
+    shown, where = address_of(path).display, ""
+    if keystore or os.environ.get(KEYSTORE_ENV):
+        where = " (named by " + ("--keystore" if keystore else f"${KEYSTORE_ENV}") + ")"
+    elif address.file() != address.text:
+        where = f" (beside {address.file()}, the file the symbolic link {address.text} points to)"
+    beside_link = Path(f"{address.text}.keys")
+    hint = (f"; a key store is at {beside_link}, named after the link: name it with --keystore "
+            f"{beside_link} if it is this ledger's") if (
+        not address.server and where.startswith(" (beside") and beside_link.exists()) else ""
+    return LedgerError(
+        "keystore_missing",
+        f"the key store of {address.display} is missing: there is no {shown}{where}. The "
+        "ledger holds events sealed under that key store's keys, so no new one is made for it "
+        f"and nothing was changed: put the key store back at {shown}, or name where it is with "
+        f"--keystore PATH{hint}", path=shown)
+
+
 def master_path_for(keystore: str | Path) -> Path:
     return address_of(keystore).master_key_file()
 
@@ -36,16 +64,34 @@ def public_key_path_for(ledger_path: str | Path) -> Path:
     return address_of(ledger_path).sibling(".pub")
 
 
-def write_public_key(ledger_path: str | Path, pem: str) -> Path:
-    """`<ledger>.pub` (0644), written once: an existing file holding this key is kept, and one
-    holding anything else is never replaced (`output_protected`)."""
+def public_key_refusal(ledger_path: str | Path, pem: str | None = None) -> LedgerError | None:
+    """Why `<ledger>.pub` may not be written (`key_exists`), asked before anything is made:
+    something is at that path (a file, a link, a folder) that is not this very key `pem`."""
     path = public_key_path_for(ledger_path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not os.path.lexists(path):
+        return None
     try:
-        if path.is_file() and path.read_text(encoding="utf-8") == pem:
-            return path
+        if pem is not None and path.is_file() and path.read_text(encoding="utf-8") == pem:
+            return None
     except (OSError, UnicodeDecodeError):
         pass
+    what = ("another file" if path.is_file() and not path.is_symlink()
+            else "a symbolic link" if path.is_symlink() else "something that is not a file")
+    return LedgerError(
+        "key_exists", f"refusing to write the ledger's public key {path}: {what} is there "
+        "already, and a key file is never replaced; nothing was created or changed: move "
+        f"{path} away, or choose another ledger path", path=str(path))
+
+
+def write_public_key(ledger_path: str | Path, pem: str) -> Path:
+    """`<ledger>.pub` (0644), written once: an existing file holding this key is kept, and
+    anything else there is never replaced (`key_exists`, see public_key_refusal)."""
+    path = public_key_path_for(ledger_path)
+    if (refused := public_key_refusal(ledger_path, pem)) is not None:
+        raise refused
+    if os.path.exists(path):
+        return path  # holds this very key
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     return write_output(path, pem, public=True)
 
 

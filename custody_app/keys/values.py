@@ -138,6 +138,11 @@ class ValueCodec:
                               "decrypt: it was tampered with or the key store does not match "
                               "(run verify)") from None
 
+    def unreadable(self, blob: bytes | None) -> bool:
+        """A value held sealed that this process cannot open: the key store is missing (a
+        read-only open without it). Not erased: reads say `sealed`, never `erased`."""
+        return blob is not None and self.keys is None
+
     def open_subject(self, fact_id: str, subject: str, blob: bytes | None) -> str | None:
         """open_or_refuse() by plaintext subject (what reads over the projection have)."""
         if blob is None or self.keys is None:

@@ -138,7 +138,9 @@ class BrowseReads(LedgerOverview):
             predicate=r.predicate, value=reads.load_value(text), space=r.space,
             status=r.status_then if r.status_then is not None else "not_asserted", status_now=r.status_now,
             provenance=PROVENANCES[r.rank_then if then else r.rank_now], valid_from=r.valid_from,
-            valid_to=r.vto_then if then else r.vto_now, actor=r.actor, erased=text is None,
+            valid_to=r.vto_then if then else r.vto_now, actor=r.actor,
+            erased=text is None and not self.values.unreadable(r.value),
+            sealed=self.values.unreadable(r.value),
             held=bool(r.held), believed=bool(r.live_then), believed_now=bool(r.live_now),
             change=_change(r), salience=rounded, salience_class=named)
 

@@ -228,11 +228,11 @@ class Ledger(EvidenceViews, TimelineReads):
 
     @classmethod
     def open(cls, path: str | Path, **options: Any) -> Self:
-        """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default),
-        and finish any scrub an earlier process left pending. Options: policy, clock,
-        readonly, id_seed, keystore, reindex_progress (see `LedgerCore.open`). numpy's BLAS
-        runs on one thread while the ledger is open (`recall.threads`: its spinning workers
-        doubled ingest CPU)."""
+        """Open (creating if missing) a ledger and its key store (`<ledger>.keys` by default;
+        never a new key store for a ledger that holds events: `keystore_missing`), and finish
+        any scrub an earlier process left pending. Options: policy, clock, readonly, id_seed,
+        keystore, reindex_progress (see `LedgerCore.open`). numpy's BLAS runs on one thread
+        while the ledger is open (`recall.threads`: its spinning workers doubled ingest CPU)."""
         blas = threads.hold()  # before the open: a reindex at open runs BLAS work
         try:
             ledger = super().open(path, **options)

@@ -41,11 +41,13 @@ def as_of(ledger: LedgerCore, cmd: AsOf) -> AsOfResult:
     facts = []
     for r in rows:
         text = ledger.values.open_subject(r.fact_id, r.subject, r.value)
+        sealed = ledger.values.unreadable(r.value)
         facts.append(FactView(
             fact_id=r.fact_id, subject=r.subject, predicate=r.predicate,
             value=reads.load_value(text), space=r.space, status=r.status,
             provenance=PROVENANCES[r.prov_rank], valid_from=r.valid_from,
-            valid_to=r.valid_to, actor=r.actor, erased=text is None))
+            valid_to=r.valid_to, actor=r.actor, erased=text is None and not sealed,
+            sealed=sealed))
     if cmd.session is not None:
         ledger.serve(cmd.session, [f.fact_id for f in facts], "as_of")
     contested = contradictions(facts, ledger.policy.policy.cardinality)

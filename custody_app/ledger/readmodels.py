@@ -45,6 +45,8 @@ class BeliefView(ReadModel):
     change: Change
     salience: float | None = None
     salience_class: str | None = None
+    sealed: bool = False
+    """The value is held, sealed, but this read could not open it: the key store is missing."""
 
 
 class BeliefPage(ReadModel):

@@ -7,6 +7,7 @@ from typing import Any
 
 from custody_app.core.ledger_core import LedgerCore
 from custody_app.core.texts import open_body
+from custody_app.domain.sealed_text import ERASED_TEXT, SEALED_TEXT
 from custody_app.ledger.overview import page_limit
 from custody_app.ledger.readmodels import TimelineEvent, TimelinePage
 
@@ -36,7 +37,8 @@ class TimelineReads(LedgerCore):
         if kind == "assert" and isinstance(fact_id, str) and isinstance(subject, str):
             opened = self.values.open_subject(fact_id, subject,
                                               blob if isinstance(blob, bytes) else None)
-            value = "(erased)" if opened is None else opened
+            unread = self.values.unreadable(blob if isinstance(blob, bytes) else None)
+            value = (SEALED_TEXT if unread else ERASED_TEXT) if opened is None else opened
         text = summary(str(kind), data, value)
         return TimelineEvent(
             seq=int(str(seq)), tx_at=str(tx_at), kind=str(kind), actor=str(actor),

@@ -141,3 +141,39 @@ def _migrate(conn: apsw.Connection, path: str, readonly: bool) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def holds_events(path: str | Path) -> bool:
+    """Whether the ledger file at `path` holds an event, read without creating or changing any
+    file (an immutable snapshot; no -wal or -shm made). A file that is not this application's
+    ledger (empty, another SQLite file's header, not SQLite) holds none: opening it says what
+    it is. A WAL with content beside it cannot be read without its -shm, nor a damaged file:
+    both count as holding events (a key store is never made for what may be a ledger)."""
+    path = str(path)
+    try:
+        wal = os.path.getsize(f"{os.path.realpath(path)}-wal")
+    except OSError:
+        wal = 0
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(100)
+    except OSError:
+        return False
+    if len(header) < 100:
+        return wal > 0
+    if not header.startswith(b"SQLite format 3\x00") or \
+            int.from_bytes(header[68:72], "big") != APPLICATION_ID:
+        return False
+    if wal > 0:
+        return True
+    target = f"file:{quote(os.path.abspath(path))}?immutable=1"
+    try:
+        conn = apsw.Connection(target, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    except apsw.Error:
+        return True
+    try:
+        return conn.execute("SELECT EXISTS (SELECT 1 FROM events)").fetchone() != (0,)
+    except apsw.Error:
+        return True
+    finally:
+        conn.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -14,6 +13,7 @@ from pydantic import BaseModel
 from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.escaping import escape_text, escaped, json_text
 from custody_app.domain.resources import DEFAULT_LEDGER, LEDGER_ENV, POLICY_ENV, ledger_path, policy_path
+from custody_app.domain.sealed_text import SEALED_TEXT
 from custody_app.domain.timeutil import ManualClock
 from custody_app.interfaces.cli.plain_text import render
 from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
@@ -96,7 +96,8 @@ def open_ledger(args: argparse.Namespace, *, manual_clock: bool = False,
     path = chosen_ledger(args)
     # A read-only command writes nothing to any file: with no WAL beside the ledger (so no
     # other process has it open), an immutable snapshot creates no -wal or -shm either.
-    wal = Path(f"{path}-wal")
+    # SQLite names the -wal after the file a symbolic link points to.
+    wal = address_of(path).sibling("-wal")
     immutable = readonly and (not wal.exists() or wal.stat().st_size == 0)
     ledger = Ledger.open(path, policy=policy_path(args.policy),
                          keystore=args.keystore, reindex_progress=_reindex_progress,
@@ -134,6 +135,18 @@ def say_will_adopt(ledger: Ledger, prog: str) -> None:
             f"{prog}: policy {ledger.policy.hash[:12]}{source} is not the ledger's "
             f"{recorded[:12]}: the first write adopts it (a policy event), and later commands "
             "without --policy use it") + "\n")
+
+
+def say_keystore_missing(ledger: Ledger) -> None:
+    """A read without the ledger's key store: say so, naming the path, so no sealed value is
+    taken for erased nor the values for checked."""
+    if ledger.keystore_missing is None:
+        return
+    sys.stderr.write(escape_text(
+        f"custody-app: the key store {ledger.keystore_missing} is missing: values and free "
+        "text are held sealed and were not opened or checked (shown as "
+        f"\"{SEALED_TEXT}\", never as erased); put the key store back there, or name it with "
+        "--keystore PATH") + "\n")
 
 
 def say_not_adopted(ledger: Ledger) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 
-from custody_app.domain.errors import Exit
+from custody_app.domain.errors import Exit, LedgerError
 from custody_app.domain.escaping import escape_text
 from custody_app.interfaces.cli.common import (
     AddParser,
@@ -22,9 +22,10 @@ from custody_app.interfaces.cli.common import (
     show,
 )
 from custody_app.keys.crypto import public_fingerprint
-from custody_app.keys.keyring import MASTER_ENV, read_public_key, write_public_key
+from custody_app.keys.keyring import MASTER_ENV, public_key_refusal, read_public_key, write_public_key
 from custody_app.ledger.facade import Ledger
 from custody_app.recall.search import unembedded_note
+from store import ledger_holds_events
 
 NAMES = ("init", "verify", "rebuild", "hold", "release", "checkpoint", "recall", "embed")
 READ_ONLY = ("verify",)
@@ -60,11 +61,21 @@ def add_parsers(add: AddParser) -> None:
         "--batch, which leaves them), then exit")
 
 
+def init_refusal(path: str) -> LedgerError | None:
+    """Why `init` may not make a ledger at `path`, asked before any file is made: its public
+    key file's path is taken (`key_exists`). An existing ledger's is checked once it is open
+    (`_init`), against its own key."""
+    return None if ledger_holds_events(path) else public_key_refusal(path)
+
+
 def _init(ledger: Ledger, args: argparse.Namespace) -> int:
     assert ledger.keys is not None
+    pem = ledger.keys.public_pem()
+    # Before anything is recorded: a public key file that is not this key is never replaced.
+    if (refused := public_key_refusal(ledger.db.path, pem)) is not None:
+        raise refused
     # The ledger records the policy it was initialised with: later commands use it (DESIGN 14).
     ledger.adopt_policy()
-    pem = ledger.keys.public_pem()
     _ = ledger.keys.forget_key
     pub = write_public_key(ledger.db.path, pem)
     files = [ledger.db.path, ledger.keys.path, str(ledger.keys.master_file)]

@@ -28,6 +28,7 @@ from custody_app.interfaces.cli.common import (
     fail,
     open_ledger,
     say_adoption,
+    say_keystore_missing,
     say_not_adopted,
 )
 from custody_app.interfaces.cli.naming import (
@@ -125,12 +126,15 @@ def _subcommand(argv: list[str]) -> int:
         return code
     if refused := refuse_missing(chosen_ledger(args), create=args.command in CREATES):
         return fail(refused, Exit.UNOPENABLE)
+    if args.command == "init" and (refused := ledger_commands.init_refusal(chosen_ledger(args))):
+        return fail(refused, Exit.OP_FAILED)  # before any file is made
     try:
         ledger = open_ledger(args, readonly=args.command in READ_ONLY)
     except LedgerError as exc:
         return fail(exc, Exit.UNOPENABLE)
     with ledger:
         try:
+            say_keystore_missing(ledger)
             if args.policy and args.command in READ_ONLY:
                 say_not_adopted(ledger)
             return _COMMANDS[args.command](ledger, args)

@@ -46,6 +46,11 @@ def headline(command: str, data: dict[str, Any]) -> str:
                 f"checked" + ("" if data["valid"] else
                               f"; {len(data.get('problems') or [])} problem(s)"))
     if command == "verify":
+        if data.get("valid") and data.get("keystore_missing"):
+            return (f"chain valid: {data.get('events', 0):,} event(s), "
+                    f"{data.get('checkpoints', 0)} signed checkpoint(s) checked; values and "
+                    f"free text NOT checked ({data.get('values_unchecked', 0):,} value(s)): "
+                    f"the key store {_scalar(data['keystore_missing'])} is missing")
         if data.get("valid"):
             return (f"chain valid: {data.get('events', 0):,} event(s), "
                     f"{data.get('checkpoints', 0)} signed checkpoint(s) checked")

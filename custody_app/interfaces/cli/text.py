@@ -10,7 +10,7 @@ from typing import Any
 
 from custody_app.domain.escaping import escape_text
 from custody_app.domain.readmodels import EventView, FactView, HistoryResult, WhyResult
-from custody_app.domain.sealed_text import ERASED_TEXT
+from custody_app.domain.sealed_text import ERASED_TEXT, SEALED_TEXT
 from custody_app.ledger.readmodels import BeliefView
 
 # C0, DEL, C1 and the bidirectional overrides and isolates (DESIGN 13, "Files and output").
@@ -23,17 +23,18 @@ def plain(text: object) -> str:
     return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
-def value_text(value: Any, width: int | None = VALUE_WIDTH) -> str:
-    """A value as compact JSON, cut at `width` characters with an ellipsis."""
+def value_text(value: Any, width: int | None = VALUE_WIDTH, sealed: bool = False) -> str:
+    """A value as compact JSON, cut at `width` characters with an ellipsis; a null value is
+    erased, or `sealed` (held, not opened: the key store is missing)."""
     if value is None:
-        return "(erased)"
+        return SEALED_TEXT if sealed else ERASED_TEXT
     text = plain(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")))
     return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def fact_line(fact: FactView | BeliefView, width: int | None = VALUE_WIDTH) -> str:
     return (f"{fact.fact_id}  {plain(fact.subject)} {plain(fact.predicate)} = "
-            f"{value_text(fact.value, width)}  [{fact.status}, {fact.provenance}, "
+            f"{value_text(fact.value, width, fact.sealed)}  [{fact.status}, {fact.provenance}, "
             f"{plain(fact.space)}]")
 
 
@@ -53,13 +54,13 @@ def story(why: WhyResult, ledger: str) -> list[str]:
     the policy by hash, and the commands to go further."""
     f, created = why.fact, why.created_by
     cause = f"{why.cause.kind} {plain(why.cause.ref)}"
-    if why.cause.ref == ERASED_TEXT:
-        cause = f"{why.cause.kind} (ref: {ERASED_TEXT}" + (
-            f", detail: {ERASED_TEXT})" if why.cause.detail else ")")
+    if why.cause.ref in (ERASED_TEXT, SEALED_TEXT):
+        cause = f"{why.cause.kind} (ref: {why.cause.ref}" + (
+            f", detail: {why.cause.ref})" if why.cause.detail else ")")
     elif why.cause.detail:
         cause += f' ("{plain(why.cause.detail)}")'
     valid = f"valid from {f.valid_from}" + (f" to {f.valid_to}" if f.valid_to else "")
-    lines = [f"{f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = {value_text(f.value, None)}",
+    lines = [f"{f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = {value_text(f.value, None, f.sealed)}",
              f"  {f.status}, {f.provenance}, space {plain(f.space)}, {valid}",
              f"  written by {plain(why.actor)} at {created.tx_at} (seq {created.seq}) because of "
              f"{cause}" + (f", in session {plain(why.session)}" if why.session else "")]
@@ -86,14 +87,14 @@ def story(why: WhyResult, ledger: str) -> list[str]:
 # Shown in the line's own columns, in the fact's header, or chain bookkeeping a person skips.
 _SKIP = {"seq", "event_id", "kind", "tx_at", "actor", "policy_hash", "prev_hash", "hash", "value",
          "salt", "commitment", "fact_id", "body", "subject", "subject_ref", "predicate", "space",
-         "erased", "cause"}
+         "erased", "sealed", "cause"}
 
 
 def _event_details(event: EventView) -> str:
     extra = event.model_extra or {}
     parts = []
     if "value" in extra:
-        parts.append(f"value {value_text(extra['value'], 60)}")
+        parts.append(f"value {value_text(extra['value'], 60, extra.get('sealed') is True)}")
     cause = extra.get("cause")
     if isinstance(cause, dict):
         parts.append(f"cause {plain(cause.get('kind'))} {plain(cause.get('ref'))}")
