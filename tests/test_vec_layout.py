@@ -138,7 +138,7 @@ def test_an_older_vector_table_is_copied_without_re_embedding(env: Env, layout: 
                            reindex_progress=lambda done, total: calls.append(done))
     env.ledger = reopened
     conn = reopened.db.conn
-    assert conn.pragma("user_version") == SCHEMA_VERSION == 10  # 10: the re-key's re-seal (issue 34)
+    assert conn.pragma("user_version") == SCHEMA_VERSION == 11  # 11: the spent receipts index
     assert calls == []  # nothing re-embedded: the index was current after the upgrade
     assert conn.execute("SELECT 1 FROM sqlite_schema WHERE name IN "
                         "('recall_vec_auxiliary', 'recall_vec_copy')").fetchone() is None

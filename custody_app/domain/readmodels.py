@@ -81,7 +81,15 @@ class FactView(ReadModel):
     actor: str
     erased: bool = False
     sealed: bool = False
-    """The value is held, sealed, but this read could not open it: the key store is missing."""
+    """The value is held, sealed, but this read could not open it: the key store is missing
+    (present only then, so a read with its key store reads as it always did)."""
+
+    @model_serializer(mode="wrap")
+    def _without_unsealed(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("sealed") is False:
+            data.pop("sealed", None)
+        return data
 
 
 class AsOfResult(ReadModel):
@@ -181,13 +189,21 @@ class VerifyResult(ReadModel):
     keystore_missing: str | None = None
     """The key store looked for and not found (a ledger file verified alone): the chain, the
     projection and the checkpoints were checked, but no sealed value or free text was opened
-    (`values_unchecked` counts the values). None when the key store was open."""
+    (`values_unchecked` counts the values). Absent when the key store was open."""
     index_problems: list[str] = []
     ledger_id: str | None = None
     """What a tool receipt's `audience` names for this ledger."""
     ledger_id_chained: bool = False
     """Whether that id is in the chain (its first event); false: ledger id not chained (older
     ledger), kept in the file's meta only."""
+
+    @model_serializer(mode="wrap")
+    def _without_absent_keystore(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Only a verify without its key store says so: one with it reads as it always did.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("keystore_missing") is None:
+            data.pop("keystore_missing", None)
+        return data
 
 
 class RebuildResult(ReadModel):
