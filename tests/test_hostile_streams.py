@@ -42,16 +42,20 @@ def test_help_and_version_to_a_full_disk_exit_4(args: list[str]) -> None:
 @pytest.mark.parametrize("args", [["--help"], ["export", "--help"], ["--version"],
                                   ["doctor", "--help"]], ids=" ".join)
 def test_help_into_a_closed_pipe_exits_4_without_a_word(args: list[str]) -> None:
-    # `| head -c1` whose reader is gone before the text is written (deterministic: the read
-    # end is closed before the process starts).
+    done = into_a_closed_pipe(args)
+    quiet(done)
+    assert done.returncode == 4 and done.stderr == b"", done.stderr
+
+
+def into_a_closed_pipe(args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """`| head -c1` whose reader is gone before the text is written (deterministic: the read
+    end is closed before the process starts)."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        done = run(args, stdout=write_end)
+        return run(args, stdout=write_end)
     finally:
         os.close(write_end)
-    quiet(done)
-    assert done.returncode == 4 and done.stderr == b"", done.stderr
 
 
 def test_help_still_prints_and_exits_0_when_it_can_be_written() -> None:
@@ -119,12 +123,7 @@ def test_a_batch_whose_output_fails_still_ends_with_its_signed_checkpoint(
         "actor": "user:ops", "cause": {"kind": "manual", "ref": "m"}}) + "\n" for i in range(3)))
     args = ["--batch", str(ops), "--ledger", str(db)]
     if output == "closed pipe":
-        read_end, write_end = os.pipe()
-        os.close(read_end)
-        try:
-            done = run(args, stdout=write_end)
-        finally:
-            os.close(write_end)
+        done = into_a_closed_pipe(args)
     else:
         with open("/dev/full", "wb") as full:
             done = run(args, stdout=full)

@@ -23,6 +23,16 @@ class FactOpResult(ReadModel):
     status: str
 
 
+def _without(data: Any, **unsaid: Any) -> Any:
+    """A dumped model without each field that holds its `unsaid` value (None, False): fields
+    added later appear only when they say something, so older outputs read as they did."""
+    if isinstance(data, dict):
+        for key, value in unsaid.items():
+            if key in data and data[key] is value:
+                del data[key]
+    return data
+
+
 class RetractResult(FactOpResult):
     """A retraction: `pending` when it waits in the review queue (the fact stays believed)."""
 
@@ -50,12 +60,7 @@ class AssertResult(FactOpResult):
 
     @model_serializer(mode="wrap")
     def _without_empty_redacted(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in ("redacted", "receipt_unused"):
-                if data.get(key) is None:
-                    data.pop(key, None)
-        return data
+        return _without(handler(self), redacted=None, receipt_unused=None)
 
 
 class ContradictingAssert(AssertResult):
@@ -86,10 +91,7 @@ class FactView(ReadModel):
 
     @model_serializer(mode="wrap")
     def _without_unsealed(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("sealed") is False:
-            data.pop("sealed", None)
-        return data
+        return _without(handler(self), sealed=False)
 
 
 class AsOfResult(ReadModel):
@@ -200,10 +202,7 @@ class VerifyResult(ReadModel):
     @model_serializer(mode="wrap")
     def _without_absent_keystore(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Only a verify without its key store says so: one with it reads as it always did.
-        data = handler(self)
-        if isinstance(data, dict) and data.get("keystore_missing") is None:
-            data.pop("keystore_missing", None)
-        return data
+        return _without(handler(self), keystore_missing=None)
 
 
 class RebuildResult(ReadModel):
