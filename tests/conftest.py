@@ -105,7 +105,7 @@ CONTRACT = frozenset({
     "test_verify_derived", "test_sealed_text_verify",
     "test_tui_review", "test_tui_review_bulk", "test_tui_review_filter", "test_erasure",
     "test_receipt_binding", "test_writer_signatures", "test_erasure_receipts",
-    "test_embedding_worker", "test_key_fence", "test_receipt_spent",
+    "test_embedding_worker", "test_key_fence", "test_receipt_spent", "test_forget_never_held",
 })
 BACKENDS = ("sqlite", "postgres")
 

@@ -23,7 +23,7 @@ class FactOpResult(ReadModel):
     status: str
 
 
-def _without(data: Any, **unsaid: Any) -> Any:
+def drop_unsaid(data: Any, **unsaid: Any) -> Any:
     """A dumped model without each field that holds its `unsaid` value (None, False): fields
     added later appear only when they say something, so older outputs read as they did."""
     if isinstance(data, dict):
@@ -60,7 +60,7 @@ class AssertResult(FactOpResult):
 
     @model_serializer(mode="wrap")
     def _without_empty_redacted(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without(handler(self), redacted=None, receipt_unused=None)
+        return drop_unsaid(handler(self), redacted=None, receipt_unused=None)
 
 
 class ContradictingAssert(AssertResult):
@@ -91,7 +91,7 @@ class FactView(ReadModel):
 
     @model_serializer(mode="wrap")
     def _without_unsealed(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without(handler(self), sealed=False)
+        return drop_unsaid(handler(self), sealed=False)
 
 
 class AsOfResult(ReadModel):
@@ -202,7 +202,7 @@ class VerifyResult(ReadModel):
     @model_serializer(mode="wrap")
     def _without_absent_keystore(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Only a verify without its key store says so: one with it reads as it always did.
-        return _without(handler(self), keystore_missing=None)
+        return drop_unsaid(handler(self), keystore_missing=None)
 
 
 class RebuildResult(ReadModel):

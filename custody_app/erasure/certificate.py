@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from custody_app.domain.readmodels import ReadModel
+from pydantic import SerializerFunctionWrapHandler, model_serializer
+
+from custody_app.domain.readmodels import ReadModel, drop_unsaid
 from custody_app.domain.timeutil import format_time, parse_duration, parse_time
 
 Outcome = Literal["clean", "pending", "found", "shared", "unverifiable", "not_applicable",
@@ -90,6 +92,14 @@ class ErasureCertificate(ReadModel):
     # live rows (VACUUM) and scanned again: the byte scans above are of the rewritten file.
     rewritten: bool = False
     cannot_reach: list[str] = list(CANNOT_REACH)
+    never_held: bool = False
+    """forget_subject of a subject the ledger never held a fact of: nothing was erased
+    and the tombstone records the request (DESIGN 4). Said at the top, since a mistyped id
+    otherwise reads as a clean erasure; present only then."""
+
+    @model_serializer(mode="wrap")
+    def _without_held(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return drop_unsaid(handler(self), never_held=False)
 
     def render(self) -> str:
         """The certificate as a person reads it."""
@@ -98,6 +108,10 @@ class ErasureCertificate(ReadModel):
                 "sweep": "Retention sweep certificate"}[self.operation]
         lines = [head, f"  issued {self.issued_at} by {self.actor}, reason {self.reason}",
                  f"  ledger {self.ledger}", f"  erased {len(self.erased)} fact(s)"]
+        if self.never_held:
+            lines.append("  NEVER HELD: the ledger holds no fact of this subject and never "
+                         "held one: nothing was erased, and the tombstone records the request. "
+                         "Check the subject id if you expected facts.")
         for fact in self.erased:
             via = f" (derived, cascade from {fact.root})" if fact.root else ""
             digest = f", {fact.digest_kind} {fact.digest}" if fact.digest else ""

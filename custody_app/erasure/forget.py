@@ -216,6 +216,12 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         tx_at = ledger.tx_at()
         subject_hash = ledger.keys.subject_ref(cmd.subject)
         earlier = ledger.db.erasure.erased_of_subject(cmd.subject)
+        # No fact of the subject now, none forgotten or expired before, none taken by an
+        # earlier erasure of it (its tombstone counts them): a mistyped id must not read as a
+        # clean erasure.
+        never_held = not own and not earlier and not any(
+            sum(json.loads(counts).values()) for _, ref, _, counts, _
+            in ledger.db.erasure.tombstones() if ref == subject_hash)
         # Derived facts of other subjects the cascade reached: those subjects are re-keyed.
         plans: dict[str, rekey.Rekey] = {}
         rekey.begin(ledger, plans, facts, tx_at, skip=subject_hash)
@@ -258,7 +264,10 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     left = still_wrapped(ledger.keys.store, subject_hash)
     keys_place = PlaceCheck(
         place="key store: the subject's data key", outcome="found" if left else "clean",
-        detail=f"{destroyed} key generation(s) destroyed at {tx_at} and none left wrapped (read "
+        detail="no fact of this subject was ever held, so no key had anything to destroy; "
+        "work begun before this instant cannot write for it" if never_held and not destroyed
+        and not left
+        else f"{destroyed} key generation(s) destroyed at {tx_at} and none left wrapped (read "
         "back from the key store); copies of the ledger made before can no longer be decrypted "
         "for this subject; work begun before this instant cannot write for it" if not left
         else f"the key store still holds generation(s) {', '.join(map(str, left))} of the "
@@ -268,7 +277,8 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
     others = [rekey.keys_place(plans, place="data keys of other subjects the cascade "
                                "reached (key store)")] if plans else []
     cert = cert.model_copy(update={"places": [*cert.places, *others,
-                                              index_key_place(rotated)]})
+                                              index_key_place(rotated)],
+                                   "never_held": never_held})
     cert = with_epoch_place(ledger, cert, row.seq, destroyed_keys=True)
     await_epoch(ledger, cert, row.seq)
     scrubs.settle(ledger, cert, work)
