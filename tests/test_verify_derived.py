@@ -24,7 +24,7 @@ from custody_app.domain.chain import canonical, event_hash
 from custody_app.domain.errors import LedgerError
 from custody_app.ledger.facade import Ledger
 from tests import rawsql
-from tests.conftest import Env, day
+from tests.conftest import WRITER, Env, day
 
 Edit = Callable[[dict[str, str]], list[rawsql.Statement]]
 Base = tuple[Any, dict[str, str]]
@@ -545,6 +545,34 @@ def test_a_key_destroyed_by_hand_after_a_lawful_erasure_is_still_named(
     with Ledger.open(path, readonly=True) as led:
         report = led.verify()
     assert not report.valid and report.first_bad_seq == first, report
+    _named_as_shredded(path, report.problem or "")
+
+
+def test_a_free_text_whose_key_was_destroyed_by_hand_is_named(
+        base: Base, ledger_copy: Callable[[Any], Any]) -> None:
+    """The sealed free text's side of the check alone: the subject gets a new key generation
+    (as an erasure's re-key begins), a retraction's reason is sealed under it, then that
+    generation alone is destroyed by hand. Every value still opens under the older one; the
+    reason's text does not, and no erasure explains it."""
+    path = ledger_copy(base[0])
+    env = Env(path)
+    env.at(day(5))
+    keys = env.ledger.keys
+    assert keys is not None
+    ref = keys.subject_ref("acct:1")
+    generation = keys.rekey_begin(ref, day(5))
+    retracted = env.ledger.retract(base[1]["plan"], actor=WRITER,
+                                   reason="the customer said it was never the gold plan")
+    assert env.ledger.verify().valid
+    env.ledger.close()
+    table = "custody_keys.subject_keys" if rawsql.is_server(path) else "subject_keys"
+    rawsql.edit(path if rawsql.is_server(path) else keys.path,
+                (f"UPDATE {table} SET wrapped = NULL, destroyed_at = ? "
+                 "WHERE subject_ref = ? AND generation = ?",
+                 ("2026-04-04T00:00:00.000000Z", ref, generation)))
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.first_bad_seq == retracted.seq, report
     _named_as_shredded(path, report.problem or "")
 
 
