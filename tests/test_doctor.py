@@ -24,7 +24,7 @@ from store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import CAUSE
 
 NAMES = ["sqlite-vec", "ledger", "schema", "triggers", "secure-delete", "wal", "pending-scrubs",
-         "erasure-leaks", "recall-maintenance",
+         "erasure-leaks", "recall-maintenance", "unsafe-identifiers",
          "key-store", "master-key", "forget-key", "signing-key", "keys-match", "ledger-marks",
          "index-key", "epoch-key",
          # policy: which one is in force (issue 32)

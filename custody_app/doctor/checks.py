@@ -8,6 +8,7 @@ from contextlib import closing
 from pathlib import Path
 
 from custody_app.doctor import keys as doctor_keys
+from custody_app.doctor.identifiers import identifiers_check
 from custody_app.doctor.integrity import check_integrity
 from custody_app.doctor.report import DoctorCheck, DoctorReport, check, loose_mode
 from custody_app.doctor.server import server_checks
@@ -207,7 +208,8 @@ def diagnose(ledger: str | Path, *, keystore: str | Path | None = None,
             checks.append(_ledger_file(path))
             schema, version = _schema(db)
             checks += [schema, _triggers(db, version), _secure_delete(db), _wal(path),
-                       _pending(db), _leaks(db), _maintenance(db)]
+                       _pending(db), _leaks(db), _maintenance(db),
+                       identifiers_check(db.path, db.identifiers())]
             sample = db.last_subject()
         except StoreError as exc:
             checks.append(check("ledger", "FAIL", f"{exc} ({exc.code}): the file is damaged."))

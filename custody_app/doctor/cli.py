@@ -16,7 +16,8 @@ def _parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="custody-app doctor",
         description="check the install and a ledger, read-only: sqlite-vec, secure delete, "
-        "schema version and triggers, WAL state, pending scrubs, key files and their modes. "
+        "schema version and triggers, WAL state, pending scrubs, stored identifiers the door now "
+        "refuses, key files and their modes. "
         "One line per check (ok, warn or FAIL); exit 0 when nothing failed, 1 on a failure, "
         "3 when the ledger cannot be opened.")
     p.add_argument("--ledger", help=f"ledger file (default: ${LEDGER_ENV} or ./{DEFAULT_LEDGER})")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from custody_app.doctor.identifiers import identifiers_check
 from custody_app.doctor.report import DoctorCheck, check
 
 MIN_SERVER = 15  # DESIGN 15: PostgreSQL 15 or later
@@ -26,7 +27,9 @@ def server_checks(health: Any) -> tuple[list[DoctorCheck], bool]:
                             "nothing else was checked."))
         return checks, False
     checks += [_pgvector(health), _schema(health, where), _triggers(health, where),
-               _role(health, where), _pending(health, where), _inspection(health, where)]
+               _role(health, where), _pending(health, where), _inspection(health, where),
+               identifiers_check(where, health.identifiers,
+                                 subjects_sealed=health.subjects_sealed)]
     return checks, True
 
 

@@ -23,6 +23,7 @@ from custody_app.domain.models import (
     FactId,
     Frozen,
     Hash,
+    HeldIdent,
     Ident,
     LlmBlock,
     Provenance,
@@ -260,7 +261,7 @@ class Forget(Command):
 
 
 class ForgetSubject(Command):
-    subject: Ident
+    subject: HeldIdent
     actor: Actor
     reason: ReasonCode
 

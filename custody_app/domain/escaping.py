@@ -115,6 +115,22 @@ def escape_identifier(text: str) -> str:
     return (_UNSAFE if text.isascii() else _unsafe_in_identifiers()).sub(_code, text)
 
 
+# What `_code` writes for a character: `\xNN`, `\uNNNN` or `\UNNNNNNNN` (hex in either case).
+_CODE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8}))")
+
+
+def unescape_identifier(text: str) -> str:
+    """The identifier `escape_identifier` shows as `text`: each `\\xNN`, `\\uNNNN` or
+    `\\UNNNNNNNN` that stands for a character it escapes is that character again; any other
+    backslash stays as written (`acct:1042\\u200b` -> `acct:1042` + U+200B, `caf\\u00e9` as is).
+    For a command naming an identifier the ledger holds as `doctor` and text output show it."""
+    def back(match: re.Match[str]) -> str:
+        point = int(next(group for group in match.groups() if group), 16)
+        char = chr(point) if point < 0x110000 else ""
+        return char if char and _unsafe_match(char) else match.group()
+    return _CODE.sub(back, text)
+
+
 # What a terminal UI's markup would read as a tag: "[b]", "[/]", "[@click=...]", "[$var]"; a
 # backslash before the bracket makes the markup show it as text (Textual's and Rich's rule).
 _MARKUP_TAG = re.compile(r"(\\*)(\[[a-zA-Z#/@$][^\[]*?\])")

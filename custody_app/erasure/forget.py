@@ -13,6 +13,7 @@ from custody_app.core.faults import crash_point
 from custody_app.domain.commands import Forget, ForgetSubject
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.lifecycle import erased_subject
+from custody_app.domain.spelling import as_held, require_held
 from custody_app.erasure import digests, rekey
 from custody_app.erasure.cascade import cascade, refuse_held
 from custody_app.erasure.certificate import (
@@ -200,13 +201,24 @@ def still_wrapped(store: KeyStorePort, subject_ref: str) -> list[int]:
             if (row := store.generation(subject_ref, g)) is not None and row[1] is not None]
 
 
+def _holds(ledger: LedgerCore, subject: str) -> bool:
+    """Whether the ledger holds facts of `subject` (believed, ended or erased before)."""
+    return bool(ledger.db.erasure.facts_of_subject(subject)
+                or ledger.db.erasure.erased_of_subject(subject))
+
+
 def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
                    cmd: ForgetSubject) -> SubjectForgetResult:
     if ledger.keys is None:
         raise LedgerError("keystore_missing", "the key store is not available")
     work = ErasureWork()
     with ledger.transaction():
+        cmd = cmd.model_copy(update={"subject": as_held(cmd.subject,
+                                                        lambda s: _holds(ledger, s))})
         own = ledger.db.erasure.facts_of_subject(cmd.subject)
+        earlier = ledger.db.erasure.erased_of_subject(cmd.subject)
+        # A subject the door now refuses can be named only to erase one an older version wrote.
+        require_held("subject", cmd.subject, bool(own or earlier))
         facts, root_of = cascade(ledger.db, own)
         refuse_held(facts, f"erasure of subject {cmd.subject}")
         counts: dict[str, int] = {}
@@ -215,7 +227,6 @@ def forget_subject(ledger: LedgerCore, scrubs: Scrubs,
         counts["derived"] = len(facts) - len(own)
         tx_at = ledger.tx_at()
         subject_hash = ledger.keys.subject_ref(cmd.subject)
-        earlier = ledger.db.erasure.erased_of_subject(cmd.subject)
         # No fact of the subject now, none forgotten or expired before, none taken by an
         # earlier erasure of it (its tombstone counts them): a mistyped id must not read as a
         # clean erasure.

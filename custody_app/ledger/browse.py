@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from functools import partial
 from itertools import islice
 
 from custody_app.core import reads
@@ -12,6 +13,7 @@ from custody_app.core.texts import open_body
 from custody_app.domain.errors import LedgerError
 from custody_app.domain.models import PROVENANCES, Cause
 from custody_app.domain.readmodels import FactRef
+from custody_app.domain.spelling import as_held
 from custody_app.domain.timeutil import normalise, parse_time
 from custody_app.erasure.cascade import cascade
 from custody_app.ledger import retractions
@@ -109,6 +111,11 @@ class BrowseReads(LedgerOverview):
             else:
                 seq = max(0, min(at_seq, head))
             brief = self.db.browse.event_brief(seq) if seq else None
+            # A filter may name an identifier as `doctor` shows one the door now refuses.
+            subject, predicate, space = (
+                None if value is None else as_held(value, partial(self.db.facts.holds, field))
+                for field, value in (("subject", subject), ("predicate", predicate),
+                                     ("space", space)))
             t = tx_at if tx_at and at_seq is None else (brief[2] if brief else now)
             rows = self.db.browse.beliefs(
                 valid_at=v, seq=seq, head=head, min_rank=0 if pending else 1, pending=pending,

@@ -19,6 +19,8 @@ from store.postgres.opening import connect
 from store.postgres.pages import inspection_barrier
 from store.postgres.schema import APPLICATION, SCHEMA_VERSION, TOMBSTONE_TRIGGERS, migration_1
 from store.postgres.subjects import DDL as SUBJECTS_DDL
+from store.postgres.subjects import MODE_META as SUBJECT_MODE
+from store.postgres.subjects import SEALED
 
 VECTOR = ("SELECT default_version, installed_version FROM pg_available_extensions "
           "WHERE name = 'vector'")
@@ -49,6 +51,20 @@ HAS_SUBJECTS = ("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relna
 SEALED_SUBJECT = "SELECT sealed FROM subjects WHERE subject_ref = %s"
 PENDING = "SELECT fact_id, since FROM pending_scrubs ORDER BY since, fact_id"
 META = "SELECT value FROM ledger_meta WHERE key = %s"
+# What store.sqlite.health.IDENTIFIERS reads, on a server. A sealed ledger's subject column
+# holds each subject's keyed ref (hex) or `erased:<ref16>`, never the id: not read then.
+_OUTSIDE_ASCII = "~ '[^ -~]'"  # the columns are COLLATE "C": the range is by code point
+_LIVE = "count(*) FILTER (WHERE status IN ('active', 'quarantined'))"
+SUBJECT_IDENTIFIERS = (f"SELECT 'subject', subject, count(*), {_LIVE} FROM facts "
+                       f"WHERE subject {_OUTSIDE_ASCII} GROUP BY subject")
+IDENTIFIERS = (
+    *(f"SELECT '{name}', {column}, count(*), {_LIVE} FROM facts "
+      f"WHERE {column} {_OUTSIDE_ASCII} GROUP BY {column}"
+      for name, column in (("predicate", "predicate"), ("space", "space"), ("writer", "actor"))),
+    f"SELECT 'actor', actor, count(*), 0 FROM events WHERE actor {_OUTSIDE_ASCII} GROUP BY actor",
+    f"SELECT 'session', session, count(*), 0 FROM session_events "
+    f"WHERE session {_OUTSIDE_ASCII} GROUP BY session",
+)
 _NAMED = re.compile(r"CREATE TRIGGER (\w+) BEFORE [A-Z ]+? ON (\w+)")
 FIRES = ("O", "A")
 
@@ -98,6 +114,12 @@ class ServerHealth:
     erasure_snapshots: list[str] = field(default_factory=list)
     # Why an erasure certificate cannot read the old row versions back (None: it can).
     page_inspection: str | None = None
+    # (field, identifier, rows, live facts) of the identifiers holding a character outside
+    # printable ASCII (store.sqlite.health.Inspection.identifiers); subjects only when the
+    # ledger stores their ids in the clear (`subjects_sealed` false: made before issue 34 and
+    # not opened for writing since).
+    identifiers: list[tuple[str, str, int, int]] = field(default_factory=list)
+    subjects_sealed: bool = True
 
 
 def expected_triggers(tables: set[str]) -> dict[str, str]:
@@ -191,6 +213,11 @@ def report(conn: psycopg.Connection[Any], schema: str, address: str) -> ServerHe
         row = conn.execute(SEALED_SUBJECT, (sample[1],)).fetchone()
         sealed = None if row is None or row[0] is None else bytes(row[0])
     pending = [(str(f), str(t)) for f, t in conn.execute(PENDING)] if version is not None else []
+    ids_sealed = _subjects_sealed(conn) if version is not None else True
+    identifiers = [] if version is None else [
+        (str(f), str(v), int(n), int(live))
+        for sql in ((() if ids_sealed else (SUBJECT_IDENTIFIERS,)) + IDENTIFIERS)
+        for f, v, n, live in conn.execute(sql)]
     held = residue.old_snapshots(conn, residue.horizon(conn, _horizon(conn))) if pending else []
     return ServerHealth(address, schema, server_version(conn), available, installed, where,
                         version, triggers(conn, schema),
@@ -199,7 +226,14 @@ def report(conn: psycopg.Connection[Any], schema: str, address: str) -> ServerHe
                         (int(sample[0]), str(sample[1]), str(sample[2])),
                         last_subject_sealed=sealed,
                         pending_erasures=pending, erasure_snapshots=held,
-                        page_inspection=inspection_barrier(conn)[1])
+                        page_inspection=inspection_barrier(conn)[1],
+                        identifiers=identifiers, subjects_sealed=ids_sealed)
+
+
+def _subjects_sealed(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the subject columns hold refs (store.postgres.subjects), not the ids."""
+    row = conn.execute(META, (SUBJECT_MODE,)).fetchone()
+    return row is not None and str(row[0]) == SEALED
 
 
 def _horizon(conn: psycopg.Connection[Any]) -> str | None:

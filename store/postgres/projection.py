@@ -138,6 +138,9 @@ IN_SESSIONS = (f"SELECT {_FCOLS} FROM facts WHERE subject = %s AND predicate = %
                "AND session IS NOT NULL AND status IN ('quarantined', 'active') ORDER BY assert_seq")
 OF_SUBJECT_PREDICATE = (f"SELECT {_FCOLS} FROM facts WHERE subject = %s AND predicate = %s "
                         "ORDER BY assert_seq")
+# Whether any fact (in any status) has this subject (stored form), predicate or space.
+HOLDS = {field: f"SELECT 1 FROM facts WHERE {field} = %s LIMIT 1"
+         for field in ("subject", "predicate", "space")}
 @cache
 def _as_of_sql(subject: bool, predicate: bool, space: bool, include_pending: bool) -> str:
     """The as-of query for one combination of filters; every value is bound, never spliced.
@@ -307,6 +310,11 @@ class FactStore:
     def of_subject_predicate(self, subject: str, predicate: str) -> list[FactRow]:
         """Every fact of a subject and predicate, in any status, oldest first."""
         return self._facts(OF_SUBJECT_PREDICATE, (stored(self._conn, subject), predicate))
+
+    def holds(self, field: str, value: str) -> bool:
+        """Whether a fact (in any status) has `value` as its subject, predicate or space."""
+        found = stored(self._conn, value) if field == "subject" else value
+        return self._conn.execute(HOLDS[field], (found,)).fetchone() is not None
 
     def with_status(self, status: str) -> list[FactRow]:
         return self._facts(WITH_STATUS, (status,))

@@ -32,6 +32,22 @@ ANY_OBJECT = "SELECT 1 FROM sqlite_schema LIMIT 1"
 # subject's peppered hash, which only the ledger's own key store reproduces.
 LAST_SUBJECT = ("SELECT seq, subject, body FROM events WHERE kind = 'assert' "
                 "AND subject IS NOT NULL ORDER BY seq DESC LIMIT 1")
+# The distinct identifiers holding a character outside printable ASCII (every character an
+# identifier may not hold is one; the doctor keeps those the door refuses), with how many rows
+# hold each and, for facts, how many of those are still believed or awaiting review. `writer`
+# is the facts' actor (its live count); `actor` counts every event. (table, statement) each.
+_OUTSIDE_ASCII = "GLOB '*[^ -~]*'"
+_LIVE = "count(*) FILTER (WHERE status IN ('active', 'quarantined'))"
+IDENTIFIERS = (
+    *(("facts", f"SELECT '{name}', {column}, count(*), {_LIVE} FROM facts "
+       f"WHERE {column} {_OUTSIDE_ASCII} GROUP BY {column}")
+      for name, column in (("subject", "subject"), ("predicate", "predicate"),
+                            ("space", "space"), ("writer", "actor"))),
+    ("events", f"SELECT 'actor', actor, count(*), 0 FROM events WHERE actor {_OUTSIDE_ASCII} "
+               "GROUP BY actor"),
+    ("session_events", f"SELECT 'session', session, count(*), 0 FROM session_events "
+                       f"WHERE session {_OUTSIDE_ASCII} GROUP BY session"),
+)
 # Bytes 18 and 19 of a SQLite header are the write and read format versions: 2 means WAL.
 HEADER_BYTES = 100
 WAL_FORMAT = 2
@@ -177,6 +193,14 @@ class Inspection:
             return None
         row = self.conn.execute(LAST_SUBJECT).fetchone()
         return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+
+    @_translated
+    def identifiers(self) -> list[tuple[str, str, int, int]]:
+        """(field, identifier, rows, live facts) of every distinct subject, predicate, space,
+        writer (a fact's actor), actor (an event's) and session holding a character outside
+        printable ASCII (`IDENTIFIERS`); a table a ledger of this version lacks is skipped."""
+        return [(str(f), str(v), int(n), int(live)) for table, sql in IDENTIFIERS
+                if self.has_table(table) for f, v, n, live in self.conn.execute(sql)]
 
     def keystore(self) -> KeyStoreFile:
         """The key store's rows over this read-only connection (the doctor reads its marks)."""

@@ -65,6 +65,9 @@ IN_SESSIONS = (f"SELECT {_FCOLS} FROM facts WHERE subject = ? AND predicate = ? 
                "AND session IS NOT NULL AND status IN ('quarantined', 'active') ORDER BY assert_seq")
 OF_SUBJECT_PREDICATE = (f"SELECT {_FCOLS} FROM facts WHERE subject = ? AND predicate = ? "
                         "ORDER BY assert_seq")
+# Whether any fact (in any status) has this subject, predicate or space.
+HOLDS = {field: f"SELECT 1 FROM facts WHERE {field} = ? LIMIT 1"
+         for field in ("subject", "predicate", "space")}
 
 
 @cache
@@ -203,6 +206,10 @@ class FactStore:
     def of_subject_predicate(self, subject: str, predicate: str) -> list[FactRow]:
         """Every fact of a subject and predicate, in any status, oldest first."""
         return [FactRow(*r) for r in self._conn.execute(OF_SUBJECT_PREDICATE, (subject, predicate))]
+
+    def holds(self, field: str, value: str) -> bool:
+        """Whether a fact (in any status) has `value` as its subject, predicate or space."""
+        return self._conn.execute(HOLDS[field], (value,)).fetchone() is not None
 
     def with_status(self, status: str) -> list[FactRow]:
         return [FactRow(*r) for r in self._conn.execute(WITH_STATUS, (status,))]
