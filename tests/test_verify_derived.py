@@ -498,9 +498,10 @@ def test_a_key_made_after_the_one_read_is_still_found(
             key_for(ref, 7)
 
 
-def _shred_by_hand(path: Any, subject: str) -> int:
-    """Destroy the subject's live data keys with one UPDATE the key store's triggers allow (no
-    forget_subject, no tombstone); the seq of the subject's first stored value, the key store."""
+def _shred_by_hand(path: Any, subject: str, generation: int | None = None) -> int:
+    """Destroy the subject's live data keys (or only `generation`) with one UPDATE the key
+    store's triggers allow (no forget_subject, no tombstone); the seq of the subject's first
+    stored value."""
     with Ledger.open(path, readonly=True) as led, led.db.read():
         assert led.keys is not None
         ref, keys = led.keys.subject_ref(subject), led.keys.path
@@ -508,11 +509,21 @@ def _shred_by_hand(path: Any, subject: str) -> int:
                     if e.kind == "assert" and e.value is not None and e.subject == subject)
     # On a server the key store is the database's custody_keys schema, beside the ledger.
     table = "custody_keys.subject_keys" if rawsql.is_server(path) else "subject_keys"
+    which = "destroyed_at IS NULL" if generation is None else "generation = ?"
     rawsql.edit(path if rawsql.is_server(path) else keys,
                 (f"UPDATE {table} SET wrapped = NULL, destroyed_at = ? "
-                 "WHERE subject_ref = ? AND destroyed_at IS NULL",
-                 ("2026-04-04T00:00:00.000000Z", ref)))
+                 f"WHERE subject_ref = ? AND {which}",
+                 ("2026-04-04T00:00:00.000000Z", ref,
+                  *(() if generation is None else (generation,)))))
     return first
+
+
+def _named_at(path: Any, seq: int) -> None:
+    """verify fails at `seq`, naming a key gone without an erasure."""
+    with Ledger.open(path, readonly=True) as led:
+        report = led.verify()
+    assert not report.valid and report.first_bad_seq == seq, report
+    _named_as_shredded(path, report.problem or "")
 
 
 def test_a_subject_key_destroyed_by_hand_is_named_not_read_as_an_erasure(
@@ -521,11 +532,7 @@ def test_a_subject_key_destroyed_by_hand_is_named_not_read_as_an_erasure(
     named with the first of them, where verify used to count them unchecked and pass (and a
     reader saw "(erased)" with no erasure on record)."""
     path = ledger_copy(base[0])
-    first = _shred_by_hand(path, "acct:1")
-    with Ledger.open(path, readonly=True) as led:
-        report = led.verify()
-    assert not report.valid and report.first_bad_seq == first, report
-    _named_as_shredded(path, report.problem or "")
+    _named_at(path, _shred_by_hand(path, "acct:1"))
 
 
 def test_a_key_destroyed_by_hand_after_a_lawful_erasure_is_still_named(
@@ -541,11 +548,7 @@ def test_a_key_destroyed_by_hand_after_a_lawful_erasure_is_still_named(
     env.reopen()  # new work: the erasure fences the work begun before it
     env.put("acct:1", "plan", "written again after the erasure")
     env.ledger.close()
-    first = _shred_by_hand(path, "acct:1")
-    with Ledger.open(path, readonly=True) as led:
-        report = led.verify()
-    assert not report.valid and report.first_bad_seq == first, report
-    _named_as_shredded(path, report.problem or "")
+    _named_at(path, _shred_by_hand(path, "acct:1"))
 
 
 def test_a_free_text_whose_key_was_destroyed_by_hand_is_named(
@@ -565,15 +568,8 @@ def test_a_free_text_whose_key_was_destroyed_by_hand_is_named(
                                    reason="the customer said it was never the gold plan")
     assert env.ledger.verify().valid
     env.ledger.close()
-    table = "custody_keys.subject_keys" if rawsql.is_server(path) else "subject_keys"
-    rawsql.edit(path if rawsql.is_server(path) else keys.path,
-                (f"UPDATE {table} SET wrapped = NULL, destroyed_at = ? "
-                 "WHERE subject_ref = ? AND generation = ?",
-                 ("2026-04-04T00:00:00.000000Z", ref, generation)))
-    with Ledger.open(path, readonly=True) as led:
-        report = led.verify()
-    assert not report.valid and report.first_bad_seq == retracted.seq, report
-    _named_as_shredded(path, report.problem or "")
+    _shred_by_hand(path, "acct:1", generation)
+    _named_at(path, retracted.seq)
 
 
 def _named_as_shredded(path: Any, problem: str) -> None:
