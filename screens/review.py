@@ -234,8 +234,11 @@ class ReviewScreen(LedgerScreen):
             after: int | None = 0
             while after is not None and not get_current_worker().is_cancelled:
                 page = ledger.review_queue(after_seq=after, limit=MARK_CHUNK, match=match)
+                # `writer` is as the row showed it (escaped, a lookalike's invisible character
+                # too), so each claim's writer is compared as it would be shown.
                 found += [i.fact.fact_id for i in page.items if how == "all"
-                          or (how == "writer" and i.writer == writer)
+                          or (how == "writer"
+                              and escaped(i.writer, markup=True, field="writer") == writer)
                           or (how == "cause" and i.cause.kind == cause)]
                 after = page.next_after
             return found

@@ -142,31 +142,50 @@ def escape_markup(text: str) -> str:
     return _MARKUP_TAG.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), text)
 
 
-def escaped(value: Any, *, markup: bool = False) -> Any:
+# The read models' fields whose strings are identifiers (what the door checks with
+# `check_identifier` or `check_actor`): human-readable output shows them through
+# `escape_identifier`, so one stored before the door refused invisible characters shows as the
+# lookalike it is (`agent:support-bot\\u2060`). Every other string (a value, a reason) keeps
+# them: an emoji's U+200D ZWJ, a Persian U+200C ZWNJ display as written.
+IDENTIFIER_FIELDS = frozenset({"subject", "predicate", "space", "actor", "session", "writer",
+                               "retractor", "held_by", "ref", "tool", "action_ref"})
+# A fact's value: stored data, never an identifier, whatever its keys are called.
+_VALUE = "value"
+
+
+def escaped(value: Any, *, markup: bool = False, field: str | None = None) -> Any:
     """A copy of a read model (or list, dict, tuple of them) with every string escaped, for
-    rendering (with `markup`, also every markup tag, for the terminal app); strings without
-    unsafe characters, ids included, are unchanged."""
+    rendering (with `markup`, also every markup tag, for the terminal app): an identifier
+    field's (`IDENTIFIER_FIELDS`, also as a dict's key; `field` names the one `value` is held
+    under) with `escape_identifier`, every other with `escape_text`; strings without unsafe
+    characters, ids included, are unchanged."""
     if isinstance(value, MultilineText):
         text = escape_multiline(value)
         return MultilineText(escape_markup(text) if markup else text)
     if isinstance(value, str):
-        text = escape_text(value)
+        text = escape_identifier(value) if field in IDENTIFIER_FIELDS else escape_text(value)
         return escape_markup(text) if markup else text
     if isinstance(value, BaseModel):
-        update = {name: escaped(getattr(value, name), markup=markup)
+        update = {name: escaped(getattr(value, name), markup=markup, field=name)
                   for name in type(value).model_fields}
         # Extra fields (an event's kind-specific ones: reason, detail) are stored strings too.
-        update.update({k: escaped(v, markup=markup) for k, v in (value.model_extra or {}).items()})
+        update.update({k: escaped(v, markup=markup, field=k)
+                       for k, v in (value.model_extra or {}).items()})
         return value.model_copy(update=update)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: escaped(getattr(value, f.name), markup=markup)
+        return dataclasses.replace(value, **{f.name: escaped(getattr(value, f.name),
+                                                             markup=markup, field=f.name)
                                              for f in dataclasses.fields(value) if f.init})
     if isinstance(value, list):
-        return [escaped(v, markup=markup) for v in value]
+        return [escaped(v, markup=markup, field=field) for v in value]
     if isinstance(value, tuple):
-        return tuple(escaped(v, markup=markup) for v in value)
+        return tuple(escaped(v, markup=markup, field=field) for v in value)
     if isinstance(value, dict):
-        return {escaped(k, markup=markup): escaped(v, markup=markup) for k, v in value.items()}
+        # An event's cause ({"kind", "ref"}) names its fields by key; inside a value, nothing
+        # is an identifier.
+        return {escaped(k, markup=markup): escaped(v, markup=markup,
+                                                   field=_VALUE if field == _VALUE else k)
+                for k, v in value.items()}
     return value
 
 

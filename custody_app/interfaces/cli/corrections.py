@@ -12,7 +12,7 @@ from custody_app.domain.errors import Exit
 from custody_app.domain.models import PROVENANCES
 from custody_app.domain.readmodels import AssertResult
 from custody_app.interfaces.cli.common import AddParser, add_actor, operator, print_json
-from custody_app.interfaces.cli.text import plain, value_text, write
+from custody_app.interfaces.cli.text import ident, value_text, write
 from custody_app.ledger.facade import Ledger
 
 NAMES = ("correct", "affirm")
@@ -63,8 +63,8 @@ def _correct(ledger: Ledger, args: argparse.Namespace) -> int:
         print_json(result.model_dump(mode="json"))
         return int(Exit.OK)
     new = ledger.why(result.fact_id).fact
-    lines = [f"corrected {old.fact_id} with {new.fact_id}: {plain(new.subject)} "
-             f"{plain(new.predicate)} = {value_text(new.value)} (was {value_text(old.value)}); "
+    lines = [f"corrected {old.fact_id} with {new.fact_id}: {ident(new.subject)} "
+             f"{ident(new.predicate)} = {value_text(new.value)} (was {value_text(old.value)}); "
              f"now {result.status}, {result.provenance} (seq {result.seq}, {result.tx_at})"]
     if result.status == "quarantined":
         lines.append("  waiting for review: the old value stays believed until a reviewer "
@@ -79,7 +79,7 @@ def _affirm(ledger: Ledger, args: argparse.Namespace) -> int:
         print_json(result.model_dump(mode="json"))
         return int(Exit.OK)
     f = ledger.why(args.fact).fact
-    write([f"affirmed {f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = "
+    write([f"affirmed {f.fact_id}: {ident(f.subject)} {ident(f.predicate)} = "
            f"{value_text(f.value)}; now {result.status} (seq {result.seq}, {result.tx_at})"])
     return int(Exit.OK)
 

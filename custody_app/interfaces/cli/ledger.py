@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pydantic import BaseModel
 
 from custody_app.domain.errors import Exit, LedgerError
-from custody_app.domain.escaping import escape_text
+from custody_app.domain.escaping import escape_identifier, escape_text
 from custody_app.interfaces.cli.common import (
     AddParser,
     add_actor,
@@ -113,7 +113,7 @@ def _recall(ledger: Ledger, args: argparse.Namespace) -> int:
     for n, hit in enumerate(result.results, start=1):
         f = hit.fact
         value = escape_text(json.dumps(f.value, ensure_ascii=False)[:80])
-        print_text(f"{n:>3}. {escape_text(f.subject)} {escape_text(f.predicate)} = {value}  "
+        print_text(f"{n:>3}. {escape_identifier(f.subject)} {escape_identifier(f.predicate)} = {value}  "
                    f"[{f.status}, {hit.salience_class}, score {hit.score:.4f}] {f.fact_id}")
     if not result.results:
         print_text("no believed fact matches")

@@ -17,7 +17,14 @@ from custody_app.interfaces.cli.common import (
     show,
     shown_ledger,
 )
-from custody_app.interfaces.cli.text import fact_line, history_lines, plain, story, write
+from custody_app.interfaces.cli.text import (
+    fact_line,
+    history_lines,
+    ident,
+    plain,
+    story,
+    write,
+)
 from custody_app.ledger.facade import Ledger
 from custody_app.ledger.overview import MAX_PAGE
 from custody_app.ledger.readmodels import SHOW_STATUSES
@@ -55,7 +62,7 @@ def _beliefs(ledger: Ledger, args: argparse.Namespace) -> int:
                           after_seq=cursor(ledger, args.after))
     if args.json:
         return show(page)
-    where = ", ".join(f"{name} {plain(v)}" for name, v in (("subject", args.subject),
+    where = ", ".join(f"{name} {ident(v)}" for name, v in (("subject", args.subject),
                       ("space", args.space), ("predicate", args.predicate)) if v)
     lines = [f"Believed at valid time {page.valid_at}, as known at {page.tx_at}"
              + (f" ({where})" if where else "") + f": {len(page.facts)} fact(s)"
@@ -86,7 +93,7 @@ def _story(ledger: Ledger, args: argparse.Namespace) -> int:
     for r in ledger.pending_retractions():
         if r.fact.fact_id == why.fact.fact_id:
             # Said here too: the fact is still believed, but someone asked to retract it.
-            lines.insert(at, f"  RETRACTION PENDING: asked by {plain(r.retractor)} at {r.tx_at} "
+            lines.insert(at, f"  RETRACTION PENDING: asked by {ident(r.retractor)} at {r.tx_at} "
                          f"({r.provenance or 'claimed'}): {plain(r.reason or '(no reason)')}; "
                          f"event {r.event_id}; review it with custody-app confirm|reject "
                          f"{why.fact.fact_id} --retraction {r.event_id}")

@@ -17,7 +17,7 @@ from custody_app.interfaces.cli.common import (
     print_json,
     shown_ledger,
 )
-from custody_app.interfaces.cli.text import fact_line, plain, value_text, write
+from custody_app.interfaces.cli.text import fact_line, ident, plain, value_text, write
 from custody_app.interfaces.tui.access import REVIEWER_ENV, resolve_reviewer
 from custody_app.ledger.facade import Ledger
 from custody_app.ledger.overview import MAX_PAGE
@@ -69,7 +69,7 @@ def _retraction_lines(waiting: list[PendingRetraction], ledger_name: str) -> lis
     lines = [f"Retractions waiting: {len(waiting)} (the fact stays believed until one is confirmed)"]
     for r in waiting:
         lines.append(f"  RETRACTION PENDING of {fact_line(r.fact)}")
-        lines.append(f"      asked by {plain(r.retractor)} at {r.tx_at} ({r.provenance or 'claimed'}"
+        lines.append(f"      asked by {ident(r.retractor)} at {r.tx_at} ({r.provenance or 'claimed'}"
                      f"): {plain(r.reason or '(no reason)')}; event {r.event_id}")
         lines.append(f"      next: custody-app confirm {r.fact.fact_id} --retraction {r.event_id} "
                      f"--ledger {ledger_name}   |   custody-app reject {r.fact.fact_id} "
@@ -101,14 +101,14 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
              + (f", {len(chosen)} matching" if filtered else "")
              + (f"; showing the oldest {len(shown)}" if len(shown) < len(chosen) else "")]
     if chosen:
-        lines.append("  by writer: " + ", ".join(f"{plain(w)} {n}" for w, n in by_writer.most_common()))
+        lines.append("  by writer: " + ", ".join(f"{ident(w)} {n}" for w, n in by_writer.most_common()))
         lines.append("  by cause: " + ", ".join(f"{c} {n}" for c, n in by_cause.most_common()))
     for item in shown:
         marks = f" marked {','.join(item.marks)}" if item.marks else ""
         replaces = f"; would replace {item.supersedes.fact_id}" if item.supersedes else ""
         lines.append(f"  {fact_line(item.fact)}")
-        lines.append(f"      by {plain(item.writer)} at {item.tx_at}, cause {item.cause.kind} "
-                     f"{plain(item.cause.ref)}{marks}{replaces}")
+        lines.append(f"      by {ident(item.writer)} at {item.tx_at}, cause {item.cause.kind} "
+                     f"{ident(item.cause.ref)}{marks}{replaces}")
     ledger_name = plain(shown_ledger(args))
     lines += _retraction_lines(waiting_retractions, ledger_name)
     if more is not None:
@@ -123,7 +123,7 @@ def _queue(ledger: Ledger, args: argparse.Namespace) -> int:
 
 def _outcome(verb: str, before: WhyResult, result: FactOpResult, after: Ledger) -> list[str]:
     f = before.fact
-    lines = [f"{verb} {f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = "
+    lines = [f"{verb} {f.fact_id}: {ident(f.subject)} {ident(f.predicate)} = "
              f"{value_text(f.value)}; now {result.status} (seq {result.seq}, {result.tx_at})"]
     # What a retraction or rejection hands belief back to: the facts it had replaced.
     for ref in before.supersedes:
@@ -180,7 +180,7 @@ def _retraction_outcome(verb: str, past: str, before: WhyResult, result: FactOpR
         return int(Exit.OK)
     f = before.fact
     effect = ("the fact is retracted" if verb == "confirm" else "the fact stays as it was")
-    write([f"{past} the retraction of {f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = "
+    write([f"{past} the retraction of {f.fact_id}: {ident(f.subject)} {ident(f.predicate)} = "
            f"{value_text(f.value)}; {effect}, now {result.status} (seq {result.seq}, "
            f"{result.tx_at})"])
     return int(Exit.OK)

@@ -1,5 +1,6 @@
 """Text renderings for the human subcommands: a fact in one line, its story, its history.
-Stored strings are shown with control characters escaped, so nothing stored drives the terminal."""
+Stored strings are shown with control characters escaped, so nothing stored drives the terminal;
+identifiers with invisible characters escaped too (`ident`), so a lookalike shows as one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 import sys
 from typing import Any
 
-from custody_app.domain.escaping import escape_text
+from custody_app.domain.escaping import IDENTIFIER_FIELDS, escape_identifier, escape_text
 from custody_app.domain.readmodels import EventView, FactView, HistoryResult, WhyResult
 from custody_app.domain.sealed_text import ERASED_TEXT, SEALED_TEXT
 from custody_app.ledger.readmodels import BeliefView
@@ -23,6 +24,13 @@ def plain(text: object) -> str:
     return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
+def ident(text: object) -> str:
+    """An identifier (subject, predicate, space, actor, session...) as `plain` shows text, with
+    its invisible characters escaped too (`\\u200b`): one stored before the door refused them
+    must not look exactly like the identifier without them. Values and reasons keep theirs."""
+    return escape_identifier(str(text))
+
+
 def value_text(value: Any, width: int | None = VALUE_WIDTH, sealed: bool = False) -> str:
     """A value as compact JSON, cut at `width` characters with an ellipsis; a null value is
     erased, or `sealed` (held, not opened: the key store is missing)."""
@@ -33,9 +41,9 @@ def value_text(value: Any, width: int | None = VALUE_WIDTH, sealed: bool = False
 
 
 def fact_line(fact: FactView | BeliefView, width: int | None = VALUE_WIDTH) -> str:
-    return (f"{fact.fact_id}  {plain(fact.subject)} {plain(fact.predicate)} = "
+    return (f"{fact.fact_id}  {ident(fact.subject)} {ident(fact.predicate)} = "
             f"{value_text(fact.value, width, fact.sealed)}  [{fact.status}, {fact.provenance}, "
-            f"{plain(fact.space)}]")
+            f"{ident(fact.space)}]")
 
 
 def write(lines: list[str]) -> None:
@@ -45,7 +53,7 @@ def write(lines: list[str]) -> None:
 
 
 def _refs(title: str, refs: list[Any]) -> list[str]:
-    return [f"  {title}: " + "; ".join(f"{r.fact_id} ({plain(r.predicate)}, now {r.status})"
+    return [f"  {title}: " + "; ".join(f"{r.fact_id} ({ident(r.predicate)}, now {r.status})"
                                        for r in refs)] if refs else []
 
 
@@ -53,24 +61,24 @@ def story(why: WhyResult, ledger: str) -> list[str]:
     """A human `why`: what is believed, who wrote it and why, what it replaced, who reviewed it,
     the policy by hash, and the commands to go further."""
     f, created = why.fact, why.created_by
-    cause = f"{why.cause.kind} {plain(why.cause.ref)}"
+    cause = f"{why.cause.kind} {ident(why.cause.ref)}"
     if why.cause.ref in (ERASED_TEXT, SEALED_TEXT):
         cause = f"{why.cause.kind} (ref: {why.cause.ref}" + (
             f", detail: {why.cause.ref})" if why.cause.detail else ")")
     elif why.cause.detail:
         cause += f' ("{plain(why.cause.detail)}")'
     valid = f"valid from {f.valid_from}" + (f" to {f.valid_to}" if f.valid_to else "")
-    lines = [f"{f.fact_id}: {plain(f.subject)} {plain(f.predicate)} = {value_text(f.value, None, f.sealed)}",
-             f"  {f.status}, {f.provenance}, space {plain(f.space)}, {valid}",
-             f"  written by {plain(why.actor)} at {created.tx_at} (seq {created.seq}) because of "
-             f"{cause}" + (f", in session {plain(why.session)}" if why.session else "")]
+    lines = [f"{f.fact_id}: {ident(f.subject)} {ident(f.predicate)} = {value_text(f.value, None, f.sealed)}",
+             f"  {f.status}, {f.provenance}, space {ident(f.space)}, {valid}",
+             f"  written by {ident(why.actor)} at {created.tx_at} (seq {created.seq}) because of "
+             f"{cause}" + (f", in session {ident(why.session)}" if why.session else "")]
     if why.llm is not None:
         lines.append(f"  by model {plain(why.llm.model)}")
     lines += _refs("replaced", why.supersedes) + _refs("replaced by", why.superseded_by)
     lines += _refs("derived from", why.sources) + _refs("facts derived from it", why.dependents)
     for review in why.reviews:
         reason = f': "{plain(review.reason)}"' if review.reason else ""
-        lines.append(f"  {review.kind} by {plain(review.actor)} at {review.tx_at} (seq "
+        lines.append(f"  {review.kind} by {ident(review.actor)} at {review.tx_at} (seq "
                      f"{review.seq}){reason}")
     if f.status == "quarantined":
         lines.append("  waiting for review: reads leave it out until a reviewer confirms it")
@@ -97,13 +105,13 @@ def _event_details(event: EventView) -> str:
         parts.append(f"value {value_text(extra['value'], 60, extra.get('sealed') is True)}")
     cause = extra.get("cause")
     if isinstance(cause, dict):
-        parts.append(f"cause {plain(cause.get('kind'))} {plain(cause.get('ref'))}")
+        parts.append(f"cause {plain(cause.get('kind'))} {ident(cause.get('ref'))}")
     for key in sorted(extra):
         item = extra[key]
         if key in _SKIP or item in (None, [], {}, ""):
             continue
         shown = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
-        parts.append(f"{key} {plain(shown)[:60]}")
+        parts.append(f"{key} {(ident if key in IDENTIFIER_FIELDS else plain)(shown)[:60]}")
     return ", ".join(parts)
 
 
@@ -111,6 +119,6 @@ def history_lines(history: HistoryResult) -> list[str]:
     lines = [f"{history.fact_id}: {history.status} now; {len(history.events)} event(s)"]
     for e in history.events:
         details = _event_details(e)
-        lines.append(f"  seq {e.seq:>6}  {e.tx_at}  {e.kind:<10} by {plain(e.actor)}"
+        lines.append(f"  seq {e.seq:>6}  {e.tx_at}  {e.kind:<10} by {ident(e.actor)}"
                      + (f"  {details}" if details else ""))
     return lines
